@@ -1,0 +1,58 @@
+# fsmatrix: `make demo` runs the quick matrix end to end; `make test` runs the test suite.
+# Both install what is missing first (Debian packages via apt, Python packages into .venv).
+
+SHELL := /bin/bash
+PYTHON ?= /usr/bin/python3
+VENV := .venv
+BIN := $(VENV)/bin
+RESULTS ?= results
+
+# Debian packages fsmatrix runs (workloads, filesystem tools, device handling) and builds with.
+DEB_PACKAGES := fis-gtm sysbench fio e2fsprogs xfsprogs btrfs-progs jfsutils reiserfsprogs \
+	nilfs-tools f2fs-tools mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck
+
+.PHONY: all deps deb-deps venv demo test test-slow lint bench clean
+
+all: test
+
+deps: deb-deps venv
+
+# Idempotent and quick when everything is there: only missing packages go to apt-get.
+deb-deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed' || echo "$$p"; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:" $$missing; \
+		apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+demo: deps
+	@rc=0; $(BIN)/fsmatrix run matrix/quick.yaml --backend host --results $(RESULTS) || rc=$$?; \
+	echo; echo "Report: $(abspath $(RESULTS))/quick/report.md"; exit $$rc
+
+lint: deps
+	$(BIN)/ruff check runner tests
+	$(BIN)/ruff format --check runner tests
+	$(BIN)/mypy
+	shellcheck .ci/run
+
+test: lint
+	$(BIN)/pytest
+
+test-slow: deps
+	$(BIN)/pytest -m slow
+
+bench: deps
+	$(BIN)/python -m fsmatrix.bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,3 @@
+from fsmatrix.cli import main
+
+main()

@@ -1,0 +1,131 @@
+"""Run one cell once: prepare storage, run the workload under the sampler, verify, build the result.
+
+This is the guest agent's core; the host backend calls it directly, a VM backend inside the guest.
+Cleanup (unmount, detach) happens on every exit path through the context managers it enters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fsmatrix.agent import provenance, storage
+from fsmatrix.agent.sampler import Sampler
+from fsmatrix.agent.workloads import Outcome, Workspace
+
+log = logging.getLogger("fsmatrix")
+
+SCHEMA_VERSION = 1
+STATUSES = ("passed", "failed", "error", "timeout", "skipped")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def workload_module(kind: str) -> ModuleType:
+    return importlib.import_module(f"fsmatrix.agent.workloads.{kind}")
+
+
+def key_metrics(kind: str, params: dict[str, Any]) -> dict[str, str]:
+    """The metrics a comparison looks at for this workload and parameters, with their better direction."""
+    module = workload_module(kind)
+    chosen: dict[str, str] = module.key_metrics(params) if hasattr(module, "key_metrics") else dict(module.KEY_METRICS)
+    # Noise-robust companions of wall-clock metrics: they move far less on a busy machine.
+    chosen.update({"cpu_busy_s": "lower", "device_write_bytes_per_op": "lower"})
+    return chosen
+
+
+def _device_metrics(kind: str, outcome: Outcome, samples: dict[str, Any]) -> dict[str, float | int]:
+    io = samples["io"]
+    cpu = samples["cpu_s"]
+    metrics: dict[str, float | int] = {
+        "device_read_bytes": io["read_bytes"],
+        "device_write_bytes": io["write_bytes"],
+        "device_reads": io["reads"],
+        "device_writes": io["writes"],
+        "device_busy_pct": io["busy_pct"],
+        "cpu_user_s": cpu["user"] + cpu["nice"],
+        "cpu_system_s": cpu["system"] + cpu["irq"] + cpu["softirq"],
+        "cpu_iowait_s": cpu["iowait"],
+    }
+    metrics["cpu_busy_s"] = round(metrics["cpu_user_s"] + metrics["cpu_system_s"], 3)
+    # "Per operation" = per database update for 3n+1, per IO request for the file benchmarks.
+    ops = outcome.metrics.get("updates") if kind == "threen1" else outcome.metrics.get("io_requests")
+    if ops:
+        metrics["device_write_bytes_per_op"] = round(io["write_bytes"] / ops, 3)
+        metrics["device_read_bytes_per_op"] = round(io["read_bytes"] / ops, 3)
+    return metrics
+
+
+def run_job(
+    cell: dict[str, Any],
+    *,
+    cell_id: str,
+    repeat: int,
+    devices: list[str],
+    workdir: Path,
+    environment: dict[str, Any],
+) -> dict[str, Any]:
+    """Run ``cell`` once and return its result document (the caller stores it)."""
+    kind = next(iter(cell["workload"]))
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "cell_id": cell_id,
+        "repeat": repeat,
+        "workload": kind,
+        "params": cell,
+        "status": "error",
+        "reason": None,
+        "started_at": _now(),
+        "finished_at": None,
+        "duration_s": None,
+        "metrics": {},
+        "key_metrics": key_metrics(kind, cell["workload"][kind]),
+        "verification": {"status": "not-run"},
+        "details": {},
+        "storage": {},
+        "samples": None,
+        "provenance": {**provenance.collect(), **environment, "tools": {}},
+    }
+    t0 = time.monotonic()
+    try:
+        with contextlib.ExitStack() as stack:
+            prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt"))
+            result["storage"] = {"readback": prepared.readback, "devices": prepared.devices}
+            for side in prepared.readback.values():
+                if side.get("mkfs_version"):
+                    result["provenance"]["tools"][f"mkfs.{side['filesystem']}"] = side["mkfs_version"]
+            scratch = workdir / "scratch"
+            scratch.mkdir(parents=True, exist_ok=True)
+            workspace = Workspace(data=prepared.data, journal=prepared.journal, scratch=scratch)
+            log.info("running %s on %s", kind, prepared.data)
+            with Sampler(prepared.diskstat_names) as sampler:
+                outcome = workload_module(kind).run_cell(cell, workspace, float(cell["timeout"]))
+            samples = sampler.summary()
+        result["samples"] = samples
+        result["metrics"] = {**outcome.metrics, **_device_metrics(kind, outcome, samples)}
+        result["verification"] = outcome.verification
+        result["details"] = outcome.details
+        result["provenance"]["tools"].update(outcome.versions)
+        passed = outcome.verification.get("status") in ("passed", "not-applicable")
+        result["status"] = "passed" if passed else "failed"
+        if not passed:
+            result["reason"] = outcome.verification.get("message", "verification failed")
+    except storage.Skipped as exc:
+        result["status"], result["reason"] = "skipped", str(exc)
+    except TimeoutError as exc:
+        result["status"], result["reason"] = "timeout", str(exc) or f"exceeded {cell['timeout']} s"
+    except Exception as exc:  # a failed run is recorded, and the matrix goes on
+        log.debug("run failed:\n%s", traceback.format_exc())
+        result["status"], result["reason"] = "error", f"{type(exc).__name__}: {exc}"
+    result["finished_at"] = _now()
+    result["duration_s"] = round(time.monotonic() - t0, 3)
+    return result

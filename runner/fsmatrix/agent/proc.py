@@ -1,0 +1,67 @@
+"""Running external commands: one place for timeouts, error messages and logging."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+
+log = logging.getLogger("fsmatrix")
+
+
+class CommandError(RuntimeError):
+    """A command failed or timed out; the message carries the command and the tail of its output."""
+
+    def __init__(self, cmd: Sequence[str], returncode: int | None, output: str) -> None:
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.output = output
+        tail = "\n".join(output.strip().splitlines()[-15:])
+        what = "timed out" if returncode is None else f"exited with status {returncode}"
+        super().__init__(f"{' '.join(self.cmd)} {what}" + (f":\n{tail}" if tail else ""))
+
+
+def run(
+    cmd: Sequence[str],
+    *,
+    timeout: float | None = 600,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    check: bool = True,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` and capture its output as text; raise CommandError when it fails and ``check``."""
+    log.debug("run: %s", " ".join(cmd))
+    try:
+        proc = subprocess.run(
+            list(cmd),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            input=input,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"") + (exc.stderr or b"") if isinstance(exc.stdout, bytes) else ""
+        raise CommandError(cmd, None, out if isinstance(out, str) else out.decode(errors="replace")) from exc
+    except FileNotFoundError as exc:
+        raise CommandError(cmd, 127, f"{cmd[0]}: command not found") from exc
+    if check and proc.returncode != 0:
+        raise CommandError(cmd, proc.returncode, proc.stdout + proc.stderr)
+    return proc
+
+
+def output(cmd: Sequence[str], **kwargs: object) -> str:
+    """stdout of a command that must succeed."""
+    return run(cmd, **kwargs).stdout  # type: ignore[arg-type]
+
+
+def have(tool: str) -> bool:
+    """Whether ``tool`` is on PATH (sbin included: mkfs tools live there)."""
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return shutil.which(tool, path=path) is not None

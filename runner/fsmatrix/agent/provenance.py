@@ -1,0 +1,76 @@
+"""Where a number came from: software versions, kernel, CPU, memory, and the fsmatrix source itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+from fsmatrix import __version__
+from fsmatrix.agent import proc
+
+IMAGE_MANIFEST = Path("/etc/fsmatrix/image.json")  # written into the guest image at build time
+
+
+def _first(path: str, key: str) -> str:
+    try:
+        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == key:
+                return value.strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def os_release() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return "unknown"
+
+
+def git_source() -> dict[str, Any]:
+    """The commit the running fsmatrix code came from, and whether the tree had local changes."""
+    here = Path(__file__).resolve().parent
+    result = proc.run(["git", "-C", str(here), "rev-parse", "HEAD"], check=False, timeout=10)
+    if result.returncode != 0:
+        return {"sha": os.environ.get("FSMATRIX_GIT_SHA", "unknown"), "dirty": None}
+    status = proc.run(
+        ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"], check=False, timeout=10
+    )
+    return {"sha": result.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def image_manifest() -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(IMAGE_MANIFEST.read_text(encoding="utf-8"))
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def collect() -> dict[str, Any]:
+    """Everything about this machine and this fsmatrix that can change a number."""
+    uname = platform.uname()
+    memory = _first("/proc/meminfo", "MemTotal")
+    return {
+        "fsmatrix_version": __version__,
+        "git": git_source(),
+        "hostname": socket.gethostname(),
+        "kernel": uname.release,
+        "kernel_build": uname.version,
+        "os": os_release(),
+        "arch": uname.machine,
+        "cpu_model": _first("/proc/cpuinfo", "model name"),
+        "cpu_count": os.cpu_count(),
+        "memory_kib": int(memory.split()[0]) if memory != "unknown" else None,
+        "python": platform.python_version(),
+        "image": image_manifest(),
+    }

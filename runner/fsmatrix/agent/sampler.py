@@ -1,0 +1,175 @@
+"""Once-a-second samples of CPU time and device IO while a workload runs.
+
+/proc/stat and /proc/diskstats are parsed here and nowhere else. A sample is classified as
+CPU-bound when the CPUs were at least 85 % busy, as IO-bound when they were not but the device was
+busy at least half the second or the CPUs spent at least 20 % of it waiting for IO; the run gets the
+class most of its classified samples have ("mixed" when neither reaches half).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+CPU_BOUND_BUSY = 0.85
+IO_BOUND_DEVICE_BUSY = 0.5
+IO_BOUND_IOWAIT = 0.2
+
+
+@dataclass(frozen=True)
+class DiskCounters:
+    reads: int
+    read_bytes: int
+    writes: int
+    write_bytes: int
+    busy_ms: int
+
+    def __sub__(self, other: DiskCounters) -> DiskCounters:
+        return DiskCounters(*(a - b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
+
+    def __add__(self, other: DiskCounters) -> DiskCounters:
+        return DiskCounters(*(a + b for a, b in zip(self.astuple(), other.astuple(), strict=True)))
+
+    def astuple(self) -> tuple[int, int, int, int, int]:
+        return (self.reads, self.read_bytes, self.writes, self.write_bytes, self.busy_ms)
+
+
+ZERO = DiskCounters(0, 0, 0, 0, 0)
+
+
+def parse_proc_stat(text: str) -> dict[str, float]:
+    """The aggregate ``cpu`` line of /proc/stat, in seconds per field."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            values = [int(v) for v in parts[1 : 1 + len(CPU_FIELDS)]]
+            return {name: v / ticks for name, v in zip(CPU_FIELDS, values, strict=False)}
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def parse_diskstats(text: str) -> dict[str, DiskCounters]:
+    """Per kernel device name: completed reads/writes, bytes, and milliseconds spent doing IO."""
+    result = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 14:
+            continue
+        result[f[2]] = DiskCounters(
+            reads=int(f[3]),
+            read_bytes=int(f[5]) * SECTOR,
+            writes=int(f[7]),
+            write_bytes=int(f[9]) * SECTOR,
+            busy_ms=int(f[12]),
+        )
+    return result
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as fh:
+        return fh.read()
+
+
+def classify(cpu_busy: float, iowait: float, device_busy: float) -> str:
+    if cpu_busy >= CPU_BOUND_BUSY:
+        return "cpu"
+    if device_busy >= IO_BOUND_DEVICE_BUSY or iowait >= IO_BOUND_IOWAIT:
+        return "io"
+    return "idle"
+
+
+class Sampler:
+    """Samples in a background thread; use as a context manager around the workload."""
+
+    def __init__(self, devices: list[str], interval: float = 1.0) -> None:
+        self.devices = devices
+        self.interval = interval
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fsmatrix-sampler", daemon=True)
+        self._start_cpu: dict[str, float] = {}
+        self._start_io = ZERO
+        self._end_cpu: dict[str, float] = {}
+        self._end_io = ZERO
+        self._t0 = 0.0
+        self._t1 = 0.0
+
+    def _snapshot(self) -> tuple[float, dict[str, float], DiskCounters]:
+        stats = parse_diskstats(_read("/proc/diskstats"))
+        io = ZERO
+        for name in self.devices:
+            io = io + stats.get(name, ZERO)
+        return time.monotonic(), parse_proc_stat(_read("/proc/stat")), io
+
+    def __enter__(self) -> Sampler:
+        self._t0, self._start_cpu, self._start_io = self._snapshot()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._t1, self._end_cpu, self._end_io = self._snapshot()
+
+    def _loop(self) -> None:
+        prev = (self._t0, self._start_cpu, self._start_io)
+        while not self._stop.wait(self.interval):
+            now = self._snapshot()
+            self.samples.append(_sample(prev, now, self._t0))
+            prev = now
+
+    def summary(self) -> dict[str, Any]:
+        """Totals over the whole run, the per-second series and the run's classification."""
+        wall = max(self._t1 - self._t0, 1e-9)
+        cpu = {k: round(self._end_cpu[k] - self._start_cpu[k], 3) for k in CPU_FIELDS}
+        io = self._end_io - self._start_io
+        classes = [s["class"] for s in self.samples if s["class"] != "idle"]
+        bound = "mixed"
+        for kind in ("cpu", "io"):
+            if classes and classes.count(kind) * 2 > len(classes):
+                bound = kind
+        return {
+            "interval_s": self.interval,
+            "devices": self.devices,
+            "wall_s": round(wall, 3),
+            "cpu_s": cpu,
+            "io": {
+                "reads": io.reads,
+                "read_bytes": io.read_bytes,
+                "writes": io.writes,
+                "write_bytes": io.write_bytes,
+                "busy_pct": round(100 * io.busy_ms / 1000 / wall, 1),
+            },
+            "bound": bound,
+            "io_bound_fraction": round(classes.count("io") / len(classes), 3) if classes else 0.0,
+            "series": self.samples,
+        }
+
+
+def _sample(
+    prev: tuple[float, dict[str, float], DiskCounters],
+    now: tuple[float, dict[str, float], DiskCounters],
+    t0: float,
+) -> dict[str, Any]:
+    dt = max(now[0] - prev[0], 1e-9)
+    cpu = {k: now[1][k] - prev[1][k] for k in CPU_FIELDS}
+    total = sum(cpu.values()) or 1e-9
+    share = {k: v / total for k, v in cpu.items()}
+    busy = 1 - share["idle"] - share["iowait"]
+    io = now[2] - prev[2]
+    device_busy = min(io.busy_ms / 1000 / dt, 1.0)
+    return {
+        "t": round(now[0] - t0, 2),
+        "cpu_pct": {k: round(100 * share[k], 1) for k in ("user", "system", "iowait", "idle")},
+        "read_bytes_s": round(io.read_bytes / dt),
+        "write_bytes_s": round(io.write_bytes / dt),
+        "reads_s": round(io.reads / dt),
+        "writes_s": round(io.writes / dt),
+        "device_busy_pct": round(100 * device_busy, 1),
+        "class": classify(busy, share["iowait"], device_busy),
+    }

@@ -1,0 +1,34 @@
+"""Workloads: each module runs one benchmark tool against a prepared workspace and parses its output.
+
+Every workload module exposes:
+
+- ``KEY_METRICS``: ``{metric name: "lower" | "higher"}``, the metrics a comparison looks at and
+  which direction is better;
+- ``run_cell(cell, workspace, timeout) -> Outcome``: run the workload the cell describes
+  (``cell["workload"][<name>]`` holds its parameters, fully defaulted by the matrix layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a workload may write."""
+
+    data: Path  # a directory on the filesystem under test
+    journal: Path  # where a database journal / WAL goes (== data unless the layout splits it)
+    scratch: Path  # per-run directory *off* the device under test: logs, temporary files
+
+
+@dataclass
+class Outcome:
+    """What a workload hands back. Numbers in ``metrics`` are plain floats/ints, units in the name."""
+
+    metrics: dict[str, float | int]
+    verification: dict[str, Any]  # {"status": "passed" | "failed" | "not-applicable", ...}
+    details: dict[str, Any] = field(default_factory=dict)  # everything else parsed from the tool
+    versions: dict[str, str] = field(default_factory=dict)  # versions of tools that affect numbers

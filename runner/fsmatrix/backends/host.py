@@ -1,0 +1,71 @@
+"""The host backend: run cells on this machine's kernel, on loop devices or on named block devices."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import job, storage
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import Cell
+
+DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
+
+
+class HostBackend:
+    name = "host"
+
+    def __init__(self, devices: list[str] | None = None, workdir: Path = DEFAULT_WORKDIR) -> None:
+        self.devices = list(devices or [])
+        self.workdir = workdir
+
+    def preflight(self, cells: list[Cell]) -> None:
+        if os.geteuid() != 0:
+            raise UserError("the host backend needs root (it runs losetup, mkfs and mount); run it as root")
+        for device in self.devices:
+            try:
+                storage.check_safe_to_format(device)
+            except storage.UnsafeDevice as exc:
+                raise UserError(f"refusing to use {device}: {exc}") from exc
+        if self.devices:
+            needed = max((storage.required_devices(c.params) for c in cells), default=0)
+            if needed > len(self.devices):
+                raise UserError(
+                    f"some cells need {needed} devices (storage.layout split-journal) but only "
+                    f"{len(self.devices)} --device given"
+                )
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def environment(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "accel": "none",
+            "virtualized_host": platform.uname().release,
+            "device_source": "block" if self.devices else "loop",
+        }
+
+    def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+        run_dir = self.workdir / f"{cell.id}-r{repeat}-{os.getpid()}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with contextlib.ExitStack() as stack:
+                needed = storage.required_devices(cell.params)
+                if self.devices:
+                    devices = self.devices[:needed]
+                else:
+                    size = storage.parse_size(cell.params["storage"]["disk_size"])
+                    devices = stack.enter_context(storage.loop_devices(needed, size, run_dir)) if needed else []
+                return job.run_job(
+                    cell.params,
+                    cell_id=cell.id,
+                    repeat=repeat,
+                    devices=devices,
+                    workdir=run_dir,
+                    environment=self.environment(),
+                )
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)

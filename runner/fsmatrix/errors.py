@@ -1,0 +1,18 @@
+"""Errors the user can fix: printed as one clear message and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input: a matrix file, an option, a device. ``str()`` is the whole message."""
+
+    exit_status = 2
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None) -> None:
+        self.file = file
+        self.line = line
+        self.message = message
+        where = ""
+        if file is not None:
+            where = f"{file}:{line}: " if line is not None else f"{file}: "
+        super().__init__(where + message)

@@ -1,0 +1,190 @@
+"""Markdown reports shaped like the seed documents' tables.
+
+For each workload, rows are its input (3n+1 range, sysbench mode, fio pattern) and columns the
+filesystem; one table per key metric, each value the median over repeats with its spread, the best
+in bold and every other shown as "× the best" (how many times worse: for a time value/best, for a
+rate best/value). Cells that differ in any other setting go in separate tables, headed by what
+differs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from fsmatrix import results
+
+# Per workload: how a cell's row is named, and which metrics get a table (name, title, direction).
+METRIC_TABLES: dict[str, list[tuple[str, str, str]]] = {
+    "threen1": [
+        ("elapsed_s", "Elapsed time (s)", "lower"),
+        ("reads_per_s", "Read rate (reads/s)", "higher"),
+        ("updates_per_s", "Update rate (updates/s)", "higher"),
+        ("worker_cpu_s", "Worker CPU time (s)", "lower"),
+    ],
+    "sysbench": [
+        ("iops", "IO requests per second", "higher"),
+        ("read_mib_s", "Read throughput (MiB/s)", "higher"),
+        ("write_mib_s", "Write throughput (MiB/s)", "higher"),
+        ("latency_p95_ms", "95th percentile latency (ms)", "lower"),
+    ],
+    "fio": [
+        ("iops", "IO requests per second", "higher"),
+        ("read_mib_s", "Read throughput (MiB/s)", "higher"),
+        ("write_mib_s", "Write throughput (MiB/s)", "higher"),
+        ("lat_p95_us", "95th percentile latency (µs)", "lower"),
+    ],
+}
+ROW_KEYS = {
+    "threen1": ("workload.threen1.start", "workload.threen1.end"),
+    "sysbench": ("workload.sysbench.mode",),
+    "fio": ("workload.fio.pattern",),
+}
+COLUMN_KEYS = ("filesystem", "mount_options", "mkfs_options")
+ENV_KEYS = ("backend", "accel", "kernel", "cpu_model", "memory_kib")
+
+
+def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _row_label(kind: str, flat: dict[str, Any]) -> str:
+    if kind == "threen1":
+        return f"{flat['workload.threen1.start']:,}..{flat['workload.threen1.end']:,}"
+    return str(flat[ROW_KEYS[kind][0]])
+
+
+def _column_label(flat: dict[str, Any]) -> str:
+    extra = ", ".join(f"{k}={flat[k]}" for k in ("mkfs_options", "mount_options") if flat.get(k))
+    return f"{flat['filesystem']} ({extra})" if extra else str(flat["filesystem"])
+
+
+def _fmt(value: float) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
+
+
+def _cell_text(values: list[float], best: float | None, direction: str) -> str:
+    median = statistics.median(values)
+    spread = f" ±{100 * (max(values) - min(values)) / 2 / median:.0f}%" if len(values) > 1 and median else ""
+    if best is None or median == best:
+        return f"**{_fmt(median)}**{spread}"
+    ratio = median / best if direction == "lower" else best / median if median else float("inf")
+    return f"{_fmt(median)}{spread} ({ratio:.2f}×)"
+
+
+def markdown(docs: list[dict[str, Any]], title: str) -> str:
+    """The whole report for a set of result documents."""
+    lines = [f"# fsmatrix report: {title}", ""]
+    lines += _environment_section(docs)
+    by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for doc in docs:
+        by_cell[doc["cell_id"]].append(doc)
+    for kind, tables in METRIC_TABLES.items():
+        cells = {cid: ds for cid, ds in by_cell.items() if ds[0]["workload"] == kind}
+        if cells:
+            lines += _workload_section(kind, tables, cells)
+    lines += _status_section(by_cell)
+    return "\n".join(lines) + "\n"
+
+
+def _environment_section(docs: list[dict[str, Any]]) -> list[str]:
+    envs: dict[str, set[str]] = {k: set() for k in ENV_KEYS}
+    shas = set()
+    for doc in docs:
+        prov = doc.get("provenance", {})
+        for key in ENV_KEYS:
+            envs[key].add(str(prov.get(key)))
+        shas.add(str(prov.get("git", {}).get("sha", "unknown"))[:12])
+    lines = ["## Environment", ""]
+    for key, values in envs.items():
+        lines.append(f"- {key}: {', '.join(sorted(values))}")
+    lines.append(f"- fsmatrix commit: {', '.join(sorted(shas))}")
+    mixed = [k for k, v in envs.items() if len(v) > 1]
+    if mixed:
+        lines += [
+            "",
+            f"> **WARNING: these results come from different environments ({', '.join(mixed)}); "
+            "numbers across them are not comparable.**",
+        ]
+    return [*lines, ""]
+
+
+def _workload_section(
+    kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    lines = [f"## {kind}", ""]
+    groups: dict[tuple[tuple[str, str], ...], dict[str, list[dict[str, Any]]]] = defaultdict(dict)
+    for cid, ds in cells.items():
+        flat = flatten(ds[0]["params"])
+        rest = tuple(sorted((k, str(v)) for k, v in flat.items() if k not in ROW_KEYS[kind] + COLUMN_KEYS))
+        groups[rest][cid] = ds
+    varying = {k for k, _ in set().union(*groups)} if len(groups) > 1 else set()
+    varying = {k for k in varying if len({dict(g).get(k) for g in groups}) > 1}
+    for rest, group in groups.items():
+        heading = ", ".join(f"{k}={v}" for k, v in rest if k in varying)
+        if heading:
+            lines += [f"### {heading}", ""]
+        for metric, title, direction in tables:
+            table = _metric_table(kind, group, metric, direction)
+            if table:
+                lines += [f"**{title}**, median of repeats ±half-range; others as × the best", "", *table, ""]
+    return lines
+
+
+def _metric_table(kind: str, group: dict[str, list[dict[str, Any]]], metric: str, direction: str) -> list[str]:
+    rows: dict[str, dict[str, list[float] | str]] = defaultdict(dict)
+    columns: list[str] = []
+    for ds in group.values():
+        flat = flatten(ds[0]["params"])
+        row, col = _row_label(kind, flat), _column_label(flat)
+        if col not in columns:
+            columns.append(col)
+        values = [float(d["metrics"][metric]) for d in ds if d["status"] == "passed" and metric in d["metrics"]]
+        rows[row][col] = values if values else sorted({d["status"] for d in ds})[0]
+    if not any(isinstance(v, list) for r in rows.values() for v in r.values()):
+        return []
+    out = ["| " + " | ".join(["input", *columns]) + " |", "|" + "---|" * (len(columns) + 1)]
+    for row, entries in rows.items():
+        medians = [statistics.median(v) for v in entries.values() if isinstance(v, list)]
+        best = (min(medians) if direction == "lower" else max(medians)) if medians else None
+        texts = []
+        for col in columns:
+            value = entries.get(col, "")
+            texts.append(_cell_text(value, best, direction) if isinstance(value, list) else str(value))
+        out.append("| " + " | ".join([row, *texts]) + " |")
+    return out
+
+
+def _status_section(by_cell: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = ["## Runs and verification", "", "| cell | runs | status | verification |", "|---|---|---|---|"]
+    for cid, ds in sorted(by_cell.items()):
+        statuses = ", ".join(f"{s}×{[d['status'] for d in ds].count(s)}" for s in sorted({d["status"] for d in ds}))
+        ver = ds[0].get("verification", {})
+        ref = ver.get("reference")
+        text = ver.get("status", "-")
+        if ref:
+            text += f" (reference {ref.get('longest_sequence')}, {ref.get('largest_number')}; {ref.get('source')})"
+        reasons = {d.get("reason") for d in ds if d.get("reason")}
+        if reasons:
+            text += "; " + "; ".join(sorted(str(r) for r in reasons))
+        lines.append(f"| {cid} | {len(ds)} | {statuses} | {text} |")
+    return [*lines, ""]
+
+
+def write_report(run_dir: Path, title: str) -> Path:
+    path = run_dir / "report.md"
+    text = markdown(results.load_results(run_dir), title)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,110 @@
+"""Where results live: one JSON document per run, and an SQLite index over all of them.
+
+Layout under a results root::
+
+    <root>/index.sqlite                       the index (rebuildable from the files)
+    <root>/<run-id>/matrix.json               the expanded matrix this run was made from
+    <root>/<run-id>/<cell-id>/r<N>.json       one result document per repeat
+    <root>/<run-id>/<cell-id>/r<N>.log        the agent's log for that repeat
+    <root>/<run-id>/report.md                 the report written at the end of `fsmatrix run`
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import jsonfile
+from fsmatrix.agent.job import SCHEMA_VERSION
+from fsmatrix.errors import UserError
+
+COMPLETE = ("passed", "skipped")  # a resumed run does these again only with --force
+
+
+def result_path(run_dir: Path, cell_id: str, repeat: int) -> Path:
+    return run_dir / cell_id / f"r{repeat}.json"
+
+
+def is_complete(path: Path) -> bool:
+    try:
+        return jsonfile.read(path).get("status") in COMPLETE  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return False
+
+
+def iter_result_files(directory: Path) -> Iterator[Path]:
+    """Result documents under a run directory or a whole results root."""
+    for path in sorted(directory.rglob("r*.json")):
+        if path.stem[1:].isdigit():
+            yield path
+
+
+def load_results(directory: Path) -> list[dict[str, Any]]:
+    """Every result document under ``directory``; UserError when there is nothing usable."""
+    if not directory.is_dir():
+        raise UserError(f"results directory {directory} does not exist")
+    docs = []
+    for path in iter_result_files(directory):
+        try:
+            doc = jsonfile.read(path)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: not a readable result document ({exc})") from exc
+        if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+            found = doc.get("schema_version") if isinstance(doc, dict) else None
+            raise UserError(f"{path}: result schema version {found!r}; this fsmatrix reads version {SCHEMA_VERSION}")
+        doc["_path"] = str(path)
+        docs.append(doc)
+    if not docs:
+        raise UserError(f"no result documents under {directory}")
+    return docs
+
+
+class Index:
+    """SQLite index of runs: what ran, where its document is, and its metrics (for quick queries)."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.path = root / "index.sqlite"
+        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute(
+            """CREATE TABLE IF NOT EXISTS runs (
+                 run_id TEXT NOT NULL, cell_id TEXT NOT NULL, repeat INTEGER NOT NULL,
+                 status TEXT NOT NULL, workload TEXT, filesystem TEXT, started_at TEXT,
+                 duration_s REAL, git_sha TEXT, kernel TEXT, backend TEXT, path TEXT NOT NULL,
+                 metrics TEXT NOT NULL,
+                 PRIMARY KEY (run_id, cell_id, repeat))"""
+        )
+
+    def add(self, run_id: str, doc: dict[str, Any], path: Path) -> None:
+        prov = doc.get("provenance", {})
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run_id,
+                    doc["cell_id"],
+                    doc["repeat"],
+                    doc["status"],
+                    doc.get("workload"),
+                    doc.get("params", {}).get("filesystem"),
+                    doc.get("started_at"),
+                    doc.get("duration_s"),
+                    prov.get("git", {}).get("sha"),
+                    prov.get("kernel"),
+                    prov.get("backend"),
+                    str(path),
+                    json.dumps(doc.get("metrics", {})),
+                ),
+            )
+
+    def rows(self, run_id: str | None = None) -> list[sqlite3.Row]:
+        self.db.row_factory = sqlite3.Row
+        query = "SELECT * FROM runs" + (" WHERE run_id = ?" if run_id else "") + " ORDER BY run_id, cell_id, repeat"
+        return list(self.db.execute(query, (run_id,) if run_id else ()))
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,143 @@
+"""Run a matrix: every selected cell, every repeat, with progress, resume and a summary."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from fsmatrix import results
+from fsmatrix.agent import jsonfile
+from fsmatrix.backends import Backend
+from fsmatrix.matrix import Cell, Matrix
+
+log = logging.getLogger("fsmatrix")
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    reused: int = 0
+    docs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(status in results.COMPLETE for status in self.counts if self.counts[status])
+
+
+def run_matrix(
+    matrix: Matrix,
+    cells: list[Cell],
+    backend: Backend,
+    *,
+    results_root: Path,
+    run_id: str,
+    repeat: int,
+    force: bool,
+    console: Console,
+) -> RunSummary:
+    run_dir = results_root / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    jsonfile.write_atomic(
+        run_dir / "matrix.json",
+        {
+            "name": matrix.name,
+            "file": matrix.path,
+            "repeat": repeat,
+            "cells": [{"id": c.id, "params": c.params} for c in cells],
+        },
+    )
+    backend.preflight(cells)
+    index = results.Index(results_root)
+    summary = RunSummary(run_dir=run_dir)
+    todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    try:
+        with Progress(*columns, console=console, transient=False) as progress:
+            task = progress.add_task("starting", total=len(todo))
+            for cell, r in todo:
+                path = results.result_path(run_dir, cell.id, r)
+                if not force and results.is_complete(path):
+                    doc = jsonfile.read(path)
+                    summary.reused += 1
+                else:
+                    progress.update(task, description=f"{cell.id} r{r}")
+                    doc = _run_one(backend, cell, r, run_id, path)
+                    index.add(run_id, doc, path)
+                summary.counts[doc["status"]] = summary.counts.get(doc["status"], 0) + 1
+                summary.docs.setdefault(cell.id, []).append(doc)
+                if doc["status"] not in results.COMPLETE:
+                    progress.console.print(f"[red]{cell.id} r{r}: {doc['status']}[/red]: {doc.get('reason')}")
+                elif doc["status"] == "skipped" and r == 1:
+                    progress.console.print(f"[yellow]{cell.id}: skipped[/yellow]: {doc.get('reason')}")
+                progress.advance(task)
+            progress.update(task, description="done")
+    finally:
+        index.close()
+    return summary
+
+
+def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path) -> dict[str, Any]:
+    """One repeat, its log captured next to its result; the result written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path.with_suffix(".log"), mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger("fsmatrix")
+    root.addHandler(handler)
+    previous_level = root.level
+    root.setLevel(logging.DEBUG)
+    try:
+        doc = backend.run(cell, repeat)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
+        handler.close()
+    doc["run_id"] = run_id
+    jsonfile.write_atomic(path, doc)
+    return doc
+
+
+def summary_table(summary: RunSummary, cells: list[Cell]) -> Table:
+    """One row per cell: statuses and the median of its first key metric."""
+    table = Table(title=f"results in {summary.run_dir}")
+    for header in ("cell", "workload", "runs", "status", "median", "spread (min..max)"):
+        table.add_column(header)
+    for cell in cells:
+        docs = summary.docs.get(cell.id, [])
+        statuses = sorted({d["status"] for d in docs})
+        metric = next(iter(docs[0]["key_metrics"]), None) if docs else None
+        values = [d["metrics"][metric] for d in docs if metric and metric in d.get("metrics", {})]
+        median = f"{metric} {statistics.median(values):.4g}" if values else "-"
+        spread = f"{min(values):.4g}..{max(values):.4g}" if len(values) > 1 else "-"
+        colour = "green" if statuses and set(statuses) <= set(results.COMPLETE) else "red"
+        table.add_row(
+            cell.id,
+            cell.summary(),
+            str(len(docs)),
+            f"[{colour}]{','.join(statuses)}[/{colour}]",
+            median,
+            spread,
+        )
+    return table
