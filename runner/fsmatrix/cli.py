@@ -254,3 +254,70 @@ def threen1_cmd(start: int, end: int, workers: int, block: int, keys: str, direc
     directory.mkdir(parents=True, exist_ok=True)
     outcome = threen1.run_standalone(start, end, workers, block, keys, directory)
     _print_outcome(outcome, as_json)
+
+
+def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` options into parameters; values are read as YAML scalars (8, true, 1G)."""
+    import yaml
+
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"--set {pair!r}: expected KEY=VALUE")
+        params[key.strip()] = yaml.safe_load(value)
+    return params
+
+
+def _file_workload(
+    kind: str, first_key: str, first: str, directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool
+) -> None:
+    from fsmatrix.agent.workloads import fio, sysbench
+
+    module = sysbench if kind == "sysbench" else fio
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        outcome = module.run_standalone({first_key: first, **_params(pairs)}, directory, timeout)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    _print_outcome(outcome, as_json)
+
+
+_DIR_OPTION = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Directory on the filesystem to test (its test files are removed afterwards).",
+)
+_SET_OPTION = click.option(
+    "--set",
+    "pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A workload parameter (see `fsmatrix matrix settings`), repeatable.",
+)
+_TIMEOUT_OPTION = click.option("--timeout", type=click.FloatRange(1), default=3600, show_default=True)
+_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+@workload_group.command("sysbench")
+@click.argument("mode", type=click.Choice(schema.SYSBENCH_MODES))
+@_DIR_OPTION
+@_SET_OPTION
+@_TIMEOUT_OPTION
+@_JSON_OPTION
+def sysbench_cmd(mode: str, directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """sysbench fileio MODE in a directory: prepare, drop caches, run, cleanup."""
+    _file_workload("sysbench", "mode", mode, directory, pairs, timeout, as_json)
+
+
+@workload_group.command("fio")
+@click.argument("pattern", type=click.Choice(schema.FIO_PATTERNS))
+@_DIR_OPTION
+@_SET_OPTION
+@_TIMEOUT_OPTION
+@_JSON_OPTION
+def fio_cmd(pattern: str, directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """An iozone-style fio PATTERN in a directory (seed 001)."""
+    _file_workload("fio", "pattern", pattern, directory, pairs, timeout, as_json)

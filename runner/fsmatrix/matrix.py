@@ -46,7 +46,8 @@ class Cell:
 
     @property
     def workload_kind(self) -> str:
-        return next(iter(self.params["workload"]))
+        kind: str = next(iter(self.params["workload"]))
+        return kind
 
     def summary(self) -> str:
         """A short human description of the workload, for tables and progress."""

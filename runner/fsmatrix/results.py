@@ -30,7 +30,7 @@ def result_path(run_dir: Path, cell_id: str, repeat: int) -> Path:
 
 def is_complete(path: Path) -> bool:
     try:
-        return jsonfile.read(path).get("status") in COMPLETE  # type: ignore[no-any-return]
+        return jsonfile.read(path).get("status") in COMPLETE
     except (OSError, ValueError):
         return False
 

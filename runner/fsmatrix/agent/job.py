@@ -58,7 +58,8 @@ def _device_metrics(kind: str, outcome: Outcome, samples: dict[str, Any]) -> dic
     }
     metrics["cpu_busy_s"] = round(metrics["cpu_user_s"] + metrics["cpu_system_s"], 3)
     # "Per operation" = per database update for 3n+1, per IO request for the file benchmarks.
-    ops = outcome.metrics.get("updates") if kind == "threen1" else outcome.metrics.get("io_requests")
+    m = outcome.metrics
+    ops = m.get("updates") if kind == "threen1" else m.get("iops", 0) * m.get("runtime_s", m.get("total_time_s", 0))
     if ops:
         metrics["device_write_bytes_per_op"] = round(io["write_bytes"] / ops, 3)
         metrics["device_read_bytes_per_op"] = round(io["read_bytes"] / ops, 3)

@@ -1,0 +1,41 @@
+"""Storage for one cell: block devices, loop images, per-filesystem mkfs/geometry, and prepare().
+
+Public API (the rest of fsmatrix codes against exactly these names)::
+
+    Skipped, UnsafeDevice, StorageError
+    FILESYSTEMS, filesystem_availability(name), parse_size(text), required_devices(cell)
+    check_safe_to_format(device), describe_device(device), kernel_name(device)
+    loop_devices(count, size_bytes, directory, sparse=True)
+    PreparedStorage, prepare(cell, devices, mount_root), format_device(filesystem, device, mkfs_options)
+"""
+
+from fsmatrix.agent.storage.devices import UnsafeDevice, check_safe_to_format, describe_device, kernel_name
+from fsmatrix.agent.storage.loop import loop_devices
+from fsmatrix.agent.storage.prepare import (
+    FILESYSTEMS,
+    PreparedStorage,
+    Skipped,
+    StorageError,
+    filesystem_availability,
+    format_device,
+    parse_size,
+    prepare,
+    required_devices,
+)
+
+__all__ = [
+    "FILESYSTEMS",
+    "PreparedStorage",
+    "Skipped",
+    "StorageError",
+    "UnsafeDevice",
+    "check_safe_to_format",
+    "describe_device",
+    "filesystem_availability",
+    "format_device",
+    "kernel_name",
+    "loop_devices",
+    "parse_size",
+    "prepare",
+    "required_devices",
+]

@@ -1,0 +1,49 @@
+"""JFS: IBM's journaling filesystem; geometry from ``jfs_tune -l``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import proc
+from fsmatrix.agent.storage.filesystems import Filesystem, colon_fields, leading_int
+
+
+def parse_jfs_tune(text: str) -> dict[str, Any]:
+    """Geometry from ``jfs_tune -l`` (``Key:<TAB>value`` lines)."""
+    fields = colon_fields(text)
+    block_size = leading_int(fields.get("Aggregate block size"))
+    if block_size is None:
+        raise ValueError("jfs_tune output has no aggregate block size")
+    physical = leading_int(fields.get("Physical block size"))
+    # The superblock's aggregate size counts physical (device) blocks, not aggregate blocks.
+    aggregate = leading_int(fields.get("Aggregate size"))
+    flags = fields.get("JFS flags", "").split()
+    return {
+        "block_size": block_size,
+        "physical_block_size": physical,
+        "aggregate_size_physical_blocks": aggregate,
+        "size_bytes": aggregate * physical if aggregate is not None and physical is not None else None,
+        "allocation_group_blocks": leading_int(fields.get("Allocation group size")),
+        "version": leading_int(fields.get("JFS version")),
+        "flags": flags,
+        "inline_log": "JFS_INLINELOG" in flags,
+        "log_device": fields.get("Log device number"),
+    }
+
+
+def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
+    if device is None:
+        raise ValueError("jfs geometry needs the device")
+    return parse_jfs_tune(proc.output(["jfs_tune", "-l", device], timeout=120))
+
+
+FILESYSTEM = Filesystem(
+    name="jfs",
+    package="jfsutils",
+    mkfs=("mkfs.jfs", "-q"),  # -q: no confirmation question
+    kernel_module="jfs",
+    read_geometry=read_geometry,
+    geometry_tool="jfs_tune",
+    version_command=("mkfs.jfs", "-V"),
+)

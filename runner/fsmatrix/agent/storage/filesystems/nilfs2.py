@@ -1,0 +1,48 @@
+"""NILFS2: log-structured, continuous checkpoints; geometry from ``nilfs-tune -l``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import proc
+from fsmatrix.agent.storage.filesystems import Filesystem, colon_fields, leading_int
+
+
+def parse_nilfs_tune(text: str) -> dict[str, Any]:
+    """Geometry from ``nilfs-tune -l`` (``Key:<TAB>value`` lines, like dumpe2fs)."""
+    fields = colon_fields(text)
+    block_size = leading_int(fields.get("Block size"))
+    if block_size is None:
+        raise ValueError("nilfs-tune output has no block size")
+    features = fields.get("Filesystem features", "")
+    return {
+        "block_size": block_size,
+        "size_bytes": leading_int(fields.get("Device size")),
+        "blocks_per_segment": leading_int(fields.get("# of blocks per segment")),
+        "segments": leading_int(fields.get("Number of segments")),
+        "reserved_segments_percent": leading_int(fields.get("Reserved segments %")),
+        "inode_size": leading_int(fields.get("Inode size")),
+        "checkpoint_size": leading_int(fields.get("Checkpoint size")),
+        "commit_interval": leading_int(fields.get("Commit interval")),
+        "features": [] if features in ("", "(none)") else features.split(),
+        "revision": fields.get("Filesystem revision #"),
+        "uuid": fields.get("Filesystem UUID"),
+    }
+
+
+def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
+    if device is None:
+        raise ValueError("nilfs2 geometry needs the device")
+    return parse_nilfs_tune(proc.output(["nilfs-tune", "-l", device], timeout=120))
+
+
+FILESYSTEM = Filesystem(
+    name="nilfs2",
+    package="nilfs-tools",
+    mkfs=("mkfs.nilfs2", "-f", "-q"),  # -f: overwrite an old signature; -q: quiet
+    kernel_module="nilfs2",
+    read_geometry=read_geometry,
+    geometry_tool="nilfs-tune",
+    version_command=("mkfs.nilfs2", "-V"),
+)

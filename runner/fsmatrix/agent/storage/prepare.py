@@ -1,0 +1,346 @@
+"""Prepare a cell's storage: check, mkfs, mount, read back what the kernel made of it, clean up."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import proc
+from fsmatrix.agent.storage import devices as _devices
+from fsmatrix.agent.storage import filesystems
+from fsmatrix.agent.storage._cleanup import close_uninterrupted
+from fsmatrix.agent.storage.devices import check_safe_to_format, describe_device, kernel_name
+
+log = logging.getLogger("fsmatrix.storage")
+
+FILESYSTEMS = filesystems.FILESYSTEMS
+LAYOUTS = ("single", "split-journal")
+MKFS_TIMEOUT = 1800  # zeroing inode tables of a large slow disk takes a while
+UMOUNT_ATTEMPTS = 5
+
+
+class Skipped(Exception):
+    """This cell cannot run here (kernel lacks the filesystem, a tool is missing): str() says why."""
+
+
+class StorageError(RuntimeError):
+    """Storage could not be set up or torn down cleanly (e.g. a mount point stays busy)."""
+
+
+# --------------------------------------------------------------------------------------------
+# small pure helpers
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size such as "8G", "512M", "1T", "4096" (binary units, as qemu-img and fio)."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"negative size: {text}")
+        return text
+    match = _SIZE.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"not a size: {text!r} (expected e.g. 4096, 512M, 8G, 1T)")
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if value != int(value):
+        raise ValueError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def _storage(cell: dict[str, Any]) -> dict[str, Any]:
+    storage = cell.get("storage") or {}
+    layout = storage.get("layout", "single")
+    if layout not in LAYOUTS:
+        raise ValueError(f"storage layout {layout!r} is not supported here (supported: {', '.join(LAYOUTS)})")
+    return dict(storage)
+
+
+def _journal_filesystem(storage: dict[str, Any]) -> str | None:
+    if storage.get("layout", "single") != "split-journal":
+        return None
+    return str(storage.get("journal_filesystem") or "ext2")
+
+
+def required_devices(cell: dict[str, Any]) -> int:
+    """Block devices a cell needs: tmpfs none, single layout one, split-journal two."""
+    storage = _storage(cell)
+    needed = 0 if cell["filesystem"] == "tmpfs" else 1
+    journal = _journal_filesystem(storage)
+    if journal is not None and journal != "tmpfs":
+        needed += 1
+    return needed
+
+
+def parse_proc_filesystems(text: str) -> set[str]:
+    """Filesystem types the running kernel has registered (/proc/filesystems: "[nodev]\\tname")."""
+    return {line.split()[-1] for line in text.splitlines() if line.strip()}
+
+
+def _kernel_filesystems() -> set[str]:
+    return parse_proc_filesystems((_devices.PROC_ROOT / "filesystems").read_text())
+
+
+def filesystem_availability(name: str) -> str | None:
+    """None when filesystem ``name`` can be made and mounted here, else the reason it cannot.
+
+    Checks /proc/filesystems, tries ``modprobe`` when the kernel lacks it, then the tools.
+    """
+    fs = filesystems.get(name)
+    if name not in _kernel_filesystems():
+        if not proc.have("modprobe"):
+            tried = "modprobe is not available"
+        else:
+            # The module alias "fs-<type>" finds whichever module registers the type.
+            modules = [m for m in (fs.kernel_module, f"fs-{name}") if m]
+            for module in modules:
+                proc.run(["modprobe", "-q", module], timeout=60, check=False)
+            tried = f"modprobe {' / '.join(modules)} did not add it"
+        if name not in _kernel_filesystems():
+            return (
+                f"the running kernel ({os.uname().release}) does not support {name}: not in /proc/filesystems, {tried}"
+            )
+    missing = [tool for tool in fs.tools if not proc.have(tool)]
+    if missing:
+        return f"{', '.join(missing)} not found" + (f" (install {fs.package})" if fs.package else "")
+    return None
+
+
+def _split_options(options: str | None) -> list[str]:
+    return [o.strip() for o in (options or "").split(",") if o.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# mkfs, mount, unmount
+
+
+def format_device(filesystem: str, device: str, mkfs_options: str = "") -> dict[str, Any]:
+    """mkfs ``device`` with the filesystem's defaults plus ``mkfs_options``; read its geometry back.
+
+    Checks the device first (check_safe_to_format). Returns the readback fields of the mkfs step:
+    filesystem, device, mkfs_command, mkfs_version, geometry.
+    """
+    check_safe_to_format(device)
+    fs = filesystems.get(filesystem)
+    command = fs.mkfs_command(device, shlex.split(mkfs_options or ""))
+    log.info("mkfs: %s", shlex.join(command))
+    proc.run(command, timeout=MKFS_TIMEOUT, input="")  # input="": a question gets EOF, not a hang
+    return {
+        "filesystem": filesystem,
+        "device": device,
+        "mkfs_command": command,
+        "mkfs_version": fs.mkfs_version(),
+        "geometry": fs.read_geometry(device, None),
+    }
+
+
+def _mount_entry(mount_point: Path) -> _devices.MountEntry | None:
+    found = [m for m in _devices.read_mounts() if m.mount_point == str(mount_point)]
+    return found[-1] if found else None  # the last one is on top
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def processes_using(path: Path) -> list[str]:
+    """ "pid N (command)" of every process with a file, cwd, root or mapping under ``path``."""
+    prefix = str(path).rstrip("/") + "/"
+
+    def under(target: str) -> bool:
+        return target == str(path) or target.startswith(prefix)
+
+    users = []
+    for pid_dir in _devices.PROC_ROOT.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        targets = [_readlink(pid_dir / link) for link in ("cwd", "root", "exe")]
+        try:
+            targets += [_readlink(fd) for fd in (pid_dir / "fd").iterdir()]
+            targets += [line.split(None, 5)[-1] for line in (pid_dir / "maps").read_text().splitlines()]
+        except OSError:
+            pass  # the process exited, or is not ours to inspect
+        if any(under(t.removesuffix(" (deleted)")) for t in targets):
+            try:
+                command = (pid_dir / "comm").read_text().strip()
+            except OSError:
+                command = "?"
+            users.append(f"pid {pid_dir.name} ({command})")
+    return users
+
+
+def unmount(mount_point: Path) -> None:
+    """Unmount ``mount_point`` (retrying briefly); if it stays busy, raise StorageError naming
+    the processes that hold it."""
+    error = ""
+    for attempt in range(UMOUNT_ATTEMPTS):
+        if _mount_entry(mount_point) is None:
+            return
+        done = proc.run(["umount", str(mount_point)], timeout=600, check=False)
+        if done.returncode == 0 and _mount_entry(mount_point) is None:
+            return
+        error = (done.stdout + done.stderr).strip()
+        time.sleep(0.2 * (attempt + 1))
+    users = processes_using(mount_point)
+    held = (
+        f"in use by {', '.join(users)}"
+        if users
+        else "no process here holds it (a kernel user or another mount namespace?)"
+    )
+    raise StorageError(f"cannot unmount {mount_point}: {error or 'still mounted'}; {held}")
+
+
+def _make_dir(path: Path, stack: ExitStack) -> None:
+    """Create ``path`` (and missing parents), removing on exit only what was created here."""
+    if path.exists():
+        if not path.is_dir():
+            raise StorageError(f"{path} exists and is not a directory")
+        return
+    missing = [path, *(p for p in path.parents if not p.exists())]
+    for directory in reversed(missing):
+        directory.mkdir()
+        stack.callback(_remove_mount_dir, directory)
+
+
+def _remove_mount_dir(path: Path) -> None:
+    try:
+        path.rmdir()  # only ever an empty directory: never delete what might be data
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("leaving %s in place: %s", path, exc)
+
+
+def _mount(fstype: str, source: str, mount_point: Path, options: list[str], stack: ExitStack) -> None:
+    if _mount_entry(mount_point) is not None:
+        raise StorageError(f"{mount_point} is already a mount point")
+    if any(mount_point.iterdir()):
+        raise StorageError(f"mount point {mount_point} is not empty")
+    # Registered before mounting: if mount is interrupted after the kernel mounted, still unmount.
+    stack.callback(unmount, mount_point)
+    command = ["mount", "-t", fstype, *(["-o", ",".join(options)] if options else []), source, str(mount_point)]
+    log.info("mount: %s", shlex.join(command))
+    proc.run(command, timeout=300)
+
+
+def _set_up(
+    fs_name: str,
+    device: str | None,
+    mkfs_options: str,
+    mount_options: str,
+    mount_point: Path,
+    tmpfs_size: int | None,
+    stack: ExitStack,
+) -> dict[str, Any]:
+    """mkfs (when the filesystem has a device) and mount one filesystem; return its readback."""
+    fs = filesystems.get(fs_name)
+    _make_dir(mount_point, stack)
+    options = [*fs.mount_options]
+    if device is not None:
+        made = format_device(fs_name, device, mkfs_options)
+        source = device
+    else:
+        made = {"filesystem": fs_name, "device": None, "mkfs_command": [], "mkfs_version": None}
+        source = f"fsmatrix-{fs_name}"  # tmpfs has no device; the name marks the mount as ours
+        if tmpfs_size is not None:
+            options.append(f"size={tmpfs_size}")
+    options += _split_options(mount_options)
+    _mount(fs_name, source, mount_point, options, stack)
+    entry = _mount_entry(mount_point)
+    if entry is None:
+        raise StorageError(f"mount reported success but {mount_point} is not in mountinfo")
+    if "geometry" not in made:
+        made["geometry"] = fs.read_geometry(None, mount_point)
+    return {
+        **made,
+        "mount_options_requested": ",".join(options),
+        "mountinfo": {
+            "mount_options": entry.mount_options,
+            "super_options": entry.super_options,
+            "fstype": entry.fstype,
+            "source": entry.source,
+            "major_minor": entry.major_minor,
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the whole thing
+
+
+@dataclass
+class PreparedStorage:
+    data: Path  # mount point of the filesystem under test
+    journal: Path  # == data for layout single; mount point of the journal filesystem for split-journal
+    readback: dict[str, Any]  # {"data": {...}, "journal": {...}?}: what mkfs and the kernel made
+    devices: list[dict[str, Any]]  # describe_device() of each device used
+    diskstat_names: list[str]  # kernel names to sample in /proc/diskstats, data device first
+
+
+@contextmanager
+def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> Iterator[PreparedStorage]:
+    """mkfs and mount the cell's storage under ``mount_root``/data (and /journal); undo it on exit.
+
+    Before touching anything: every device is checked (UnsafeDevice) and the filesystems must
+    be usable here (Skipped). On exit, whatever happened (KeyboardInterrupt included), the
+    filesystems are unmounted and the directories created here removed, in reverse order.
+    """
+    storage = _storage(cell)
+    data_fs = str(cell["filesystem"])
+    journal_fs = _journal_filesystem(storage)
+    needed = required_devices(cell)
+    if len(devices) < needed:
+        raise ValueError(f"this cell needs {needed} block device(s), got {len(devices)}")
+    used = list(devices[:needed])
+    for device in used:
+        check_safe_to_format(device)
+    if len({kernel_name(d) for d in used}) != len(used):
+        raise ValueError(f"the same device was given twice: {used}")
+    for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n):
+        reason = filesystem_availability(name)
+        if reason:
+            raise Skipped(f"{name}: {reason}")
+
+    size = storage.get("disk_size")
+    tmpfs_size = parse_size(size) if size else None
+    mount_root = Path(os.path.realpath(mount_root))  # mountinfo shows resolved paths
+    roles = [("data", data_fs, str(cell.get("mkfs_options") or ""), str(cell.get("mount_options") or ""))]
+    if journal_fs is not None:
+        roles.append(("journal", journal_fs, "", str(storage.get("journal_mount_options") or "")))
+
+    stack = ExitStack()
+    try:
+        _make_dir(mount_root, stack)
+        remaining = iter(used)
+        readback: dict[str, Any] = {}
+        used_by_role: list[str] = []
+        for role, fs_name, mkfs_options, mount_options in roles:
+            role_device = next(remaining) if filesystems.get(fs_name).needs_device else None
+            if role_device is not None:
+                used_by_role.append(role_device)
+            mount_point = mount_root / role
+            readback[role] = _set_up(fs_name, role_device, mkfs_options, mount_options, mount_point, tmpfs_size, stack)
+        data = mount_root / "data"
+        yield PreparedStorage(
+            data=data,
+            journal=mount_root / "journal" if journal_fs is not None else data,
+            readback=readback,
+            devices=[describe_device(d) for d in used_by_role],
+            diskstat_names=[kernel_name(d) for d in used_by_role],
+        )
+    finally:
+        close_uninterrupted(stack)

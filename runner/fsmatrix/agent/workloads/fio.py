@@ -1,0 +1,341 @@
+"""fio, driven like the iozone runs of seed 001: write, rewrite, read, reread and random I/O.
+
+Parameters (``cell["workload"]["fio"]``): ``pattern`` (one of VALID_PATTERNS, required) and the
+optional keys of DEFAULTS. Each of ``jobs`` jobs works on its own file of ``file_size`` (as iozone
+-t N does); the measured group is reported aggregated. fio's JSON is parsed by ``parse_json`` only.
+
+Phases (only the last one is measured):
+
+- write: the files are removed first, so the write allocates, as iozone's "write" does;
+- rewrite, read, randread, randwrite, randrw: an unmeasured write pass lays the files out first;
+- reread: lay out, read once (unmeasured), then read again. With buffered I/O the second pass is
+  meant to find the file in the page cache (that is what iozone's reread measures), so the caches
+  are dropped before the first read pass and left alone before the second.
+
+With ``direct`` false the page cache is dropped before the measured phase (before the first read
+for reread) and fio invalidates the files' cached pages when a job starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import oscache, proc
+from fsmatrix.agent.workloads import Outcome, Workspace
+
+log = logging.getLogger("fsmatrix")
+
+VALID_PATTERNS = ("write", "rewrite", "read", "reread", "randread", "randwrite", "randrw")
+
+DEFAULTS: dict[str, Any] = {
+    "record_size": "8k",
+    "file_size": "1G",
+    "jobs": 1,
+    "direct": True,
+    "rwmixread": 50,
+    "runtime": 0,
+    "ioengine": "psync",
+    "fsync_on_close": True,
+}
+
+KEY_METRICS: dict[str, str] = {
+    "iops": "higher",
+    "read_mib_s": "higher",
+    "write_mib_s": "higher",
+    "lat_p95_us": "lower",
+}
+
+# Outcome.metrics; the other numbers parse_json returns (per-direction percentiles, byte counts
+# per direction) stay in details.
+METRICS = (
+    "read_mib_s",
+    "write_mib_s",
+    "read_iops",
+    "write_iops",
+    "iops",
+    "lat_mean_us",
+    "read_lat_mean_us",
+    "write_lat_mean_us",
+    "lat_p95_us",
+    "lat_p99_us",
+    "runtime_s",
+    "io_bytes",
+)
+
+# The job name fixes fio's file names, "<name>.<job number>.0", in ws.data.
+JOB_NAME = "fsmatrix-fio"
+
+_MEASURED_RW = {
+    "write": "write",
+    "rewrite": "write",
+    "read": "read",
+    "reread": "read",
+    "randread": "randread",
+    "randwrite": "randwrite",
+    "randrw": "randrw",
+}
+_READ_PATTERNS = ("read", "reread", "randread")
+_WRITE_PATTERNS = ("write", "rewrite", "randwrite")
+_SIZE = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
+_ENGINE = re.compile(r"^[a-z0-9_]+$")
+
+
+def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with DEFAULTS filled in and every value checked; ValueError names the bad key."""
+    unknown = sorted(set(params) - set(DEFAULTS) - {"pattern"})
+    if unknown:
+        raise ValueError(f"fio: unknown parameter(s) {', '.join(unknown)}")
+    merged = {**DEFAULTS, **params}
+    if merged.get("pattern") not in VALID_PATTERNS:
+        raise ValueError(f"fio: pattern must be one of {', '.join(VALID_PATTERNS)}, not {merged.get('pattern')!r}")
+    for key in ("record_size", "file_size"):
+        value = merged[key]
+        if isinstance(value, bool) or not _SIZE.match(str(value).strip()):
+            raise ValueError(f"fio: {key} must look like 8k, 1G or a byte count, not {value!r}")
+        merged[key] = str(value).strip()
+    for key, low, high in (("jobs", 1, None), ("rwmixread", 0, 100), ("runtime", 0, None)):
+        value = merged[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+            bounds = f"between {low} and {high}" if high else f">= {low}"
+            raise ValueError(f"fio: {key} must be an integer {bounds}, not {value!r}")
+    for key in ("direct", "fsync_on_close"):
+        if not isinstance(merged[key], bool):
+            raise ValueError(f"fio: {key} must be true or false, not {merged[key]!r}")
+    if not isinstance(merged["ioengine"], str) or not _ENGINE.match(merged["ioengine"]):
+        raise ValueError(f"fio: ioengine must be an engine name like psync, not {merged['ioengine']!r}")
+    return merged
+
+
+def key_metrics(params: Mapping[str, Any]) -> dict[str, str]:
+    """The key metrics for this pattern: a direction it never does (writes in randread) is left out."""
+    resolved = resolve_params(params)
+    pattern = resolved["pattern"]
+    mix = resolved["rwmixread"]
+    reads = pattern in _READ_PATTERNS or (pattern == "randrw" and mix > 0)
+    writes = pattern in _WRITE_PATTERNS or (pattern == "randrw" and mix < 100)
+    keys = {"iops": "higher"}
+    if reads:
+        keys["read_mib_s"] = "higher"
+    if writes:
+        keys["write_mib_s"] = "higher"
+    keys["lat_p95_us"] = "lower"
+    return keys
+
+
+def _percentiles(stats: Mapping[str, Any]) -> Mapping[str, Any]:
+    # With lat_percentiles=1 fio puts the percentiles on the total latency; older runs or
+    # hand-made job files have them on the completion latency only.
+    for key in ("lat_ns", "clat_ns"):
+        found = stats.get(key, {}).get("percentile")
+        if found:
+            return found  # type: ignore[no-any-return]
+    return {}
+
+
+def _percentile_us(entries: Sequence[Mapping[str, Any]], point: str) -> float:
+    # Percentiles of several reported groups cannot be merged; the worst one is a safe bound.
+    # With group_reporting there is a single entry and this is exact.
+    values = [float(_percentiles(stats).get(point, 0)) for stats in entries if stats.get("total_ios", 0) > 0]
+    return max(values, default=0.0) / 1000.0
+
+
+def _weighted_mean_us(entries: Sequence[Mapping[str, Any]]) -> float:
+    count = sum(int(stats["lat_ns"]["N"]) for stats in entries)
+    if count == 0:
+        return 0.0
+    return sum(float(stats["lat_ns"]["mean"]) * int(stats["lat_ns"]["N"]) for stats in entries) / count / 1000.0
+
+
+def parse_json(doc: str | Mapping[str, Any]) -> dict[str, float | int]:
+    """Aggregate numbers of a fio ``--output-format=json`` report (text or already decoded).
+
+    Sums throughput, IOPS and bytes over all reported jobs (one entry with group_reporting), weights
+    latency means by I/O count. Returns {read,write}_mib_s, {read,write}_iops, iops, lat_mean_us,
+    {read,write}_lat_mean_us, lat_p95_us, lat_p99_us (of all I/O: fio's "mixed" section when present),
+    {read,write}_lat_p{95,99}_us, runtime_s, io_bytes, {read,write}_io_bytes. ValueError when the
+    document is not a fio report.
+    """
+    report: Mapping[str, Any]
+    if isinstance(doc, str):
+        # fio writes error lines ahead of the JSON document into the same output.
+        start = re.search(r"^\{", doc, re.MULTILINE)
+        if start is None:
+            raise ValueError("fio output holds no JSON document")
+        try:
+            report, _ = json.JSONDecoder().raw_decode(doc, start.start())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"fio output: broken JSON: {exc}") from exc
+    else:
+        report = doc
+    jobs = report.get("jobs")
+    if not isinstance(jobs, list) or not jobs:
+        raise ValueError("fio report has no jobs")
+    numbers: dict[str, float | int] = {}
+    try:
+        every_direction: list[Mapping[str, Any]] = []
+        runtimes_ms: list[float] = []
+        for direction in ("read", "write"):
+            entries = [job[direction] for job in jobs]
+            every_direction += entries
+            numbers[f"{direction}_io_bytes"] = sum(int(stats["io_bytes"]) for stats in entries)
+            numbers[f"{direction}_mib_s"] = sum(float(stats["bw_bytes"]) for stats in entries) / 2**20
+            numbers[f"{direction}_iops"] = sum(float(stats["iops"]) for stats in entries)
+            numbers[f"{direction}_lat_mean_us"] = _weighted_mean_us(entries)
+            numbers[f"{direction}_lat_p95_us"] = _percentile_us(entries, "95.000000")
+            numbers[f"{direction}_lat_p99_us"] = _percentile_us(entries, "99.000000")
+            runtimes_ms += [float(stats["runtime"]) for stats in entries if stats["total_ios"] > 0]
+        mixed = [job["mixed"] for job in jobs if "mixed" in job]
+        overall = mixed if len(mixed) == len(jobs) else every_direction
+        numbers["lat_mean_us"] = _weighted_mean_us(every_direction)
+        numbers["lat_p95_us"] = _percentile_us(overall, "95.000000")
+        numbers["lat_p99_us"] = _percentile_us(overall, "99.000000")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"fio report lacks or mangles a field: {exc!r}") from exc
+    numbers["iops"] = float(numbers["read_iops"]) + float(numbers["write_iops"])
+    numbers["io_bytes"] = int(numbers["read_io_bytes"]) + int(numbers["write_io_bytes"])
+    numbers["runtime_s"] = max(runtimes_ms, default=0.0) / 1000.0
+    return numbers
+
+
+def tool_version() -> str:
+    """fio's version string, e.g. "fio-3.33"."""
+    return proc.output(["fio", "--version"], timeout=30).strip()
+
+
+@dataclass(frozen=True)
+class _Phase:
+    name: str
+    rw: str
+    measured: bool
+    cold: bool  # start with an empty page cache (matters for buffered I/O only)
+
+
+def _phases(params: Mapping[str, Any]) -> list[_Phase]:
+    pattern = params["pattern"]
+    phases = []
+    if pattern != "write":
+        phases.append(_Phase("layout", "write", measured=False, cold=False))
+    if pattern == "reread":
+        phases.append(_Phase("first-read", "read", measured=False, cold=True))
+    phases.append(_Phase("measure", _MEASURED_RW[pattern], measured=True, cold=pattern != "reread"))
+    return phases
+
+
+def _command(params: Mapping[str, Any], phase: _Phase, output: Path) -> list[str]:
+    cmd = [
+        "fio",
+        f"--name={JOB_NAME}",
+        # Jobs as threads of one process: when the timeout kills fio, every job dies with it
+        # (forked fio jobs call setsid and would outlive a killed parent).
+        "--thread",
+        f"--rw={phase.rw}",
+        f"--bs={params['record_size']}",
+        f"--size={params['file_size']}",
+        f"--numjobs={params['jobs']}",
+        f"--ioengine={params['ioengine']}",
+        f"--direct={int(params['direct'])}",
+        f"--fsync_on_close={int(params['fsync_on_close'])}",
+        # iozone writes into files it did not preallocate; fio would fallocate them first.
+        "--fallocate=none",
+        f"--invalidate={int(phase.cold)}",
+        "--group_reporting",
+        "--unified_rw_reporting=both",  # adds the "mixed" section: percentiles over all I/O
+        "--lat_percentiles=1",
+        "--output-format=json",
+        f"--output={output}",
+        "--eta=never",
+    ]
+    if phase.measured:
+        if params["pattern"] == "randrw":
+            cmd.append(f"--rwmixread={params['rwmixread']}")
+        if params["runtime"] > 0:
+            cmd += [f"--runtime={params['runtime']}", "--time_based"]
+    return cmd
+
+
+def _job_files(params: Mapping[str, Any], ws: Workspace) -> list[Path]:
+    return [ws.data / f"{JOB_NAME}.{job}.0" for job in range(params["jobs"])]
+
+
+def _remove_files(params: Mapping[str, Any], ws: Workspace) -> None:
+    for path in _job_files(params, ws):
+        path.unlink(missing_ok=True)
+
+
+def _failure_text(result_output: str, report: Path) -> str:
+    """What fio said about a failure: the error lines it writes ahead of the JSON, and stderr."""
+    text = report.read_text(errors="replace") if report.exists() else ""
+    before_json = text.split("\n{", 1)[0] if not text.startswith("{") else ""
+    return (before_json + "\n" + result_output).strip()
+
+
+def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+    """Run the pattern's phases in ws.data, reports in ws.scratch; TimeoutError after ``timeout`` s."""
+    params = resolve_params(cell["workload"]["fio"])
+    deadline = time.monotonic() + timeout
+    ws.scratch.mkdir(parents=True, exist_ok=True)
+    versions = {"fio": tool_version()}
+    phase_details: list[dict[str, Any]] = []
+    details: dict[str, Any] = {"params": params, "phases": phase_details}
+    numbers: dict[str, float | int] = {}
+    _remove_files(params, ws)
+    try:
+        for index, phase in enumerate(_phases(params)):
+            if phase.cold and not params["direct"]:
+                oscache.drop_caches()
+            report = ws.scratch / f"fio-{index}-{phase.name}.json"
+            cmd = _command(params, phase, report)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"fio: no time left for the {phase.name} phase (timeout {timeout:g} s)")
+            started = time.monotonic()
+            try:
+                result = proc.run(cmd, timeout=remaining, cwd=ws.data, check=False)
+            except proc.CommandError as exc:
+                if exc.returncode is None:
+                    raise TimeoutError(f"fio {phase.name} killed: exceeded the timeout of {timeout:g} s") from exc
+                raise
+            entry: dict[str, Any] = {
+                "name": phase.name,
+                "rw": phase.rw,
+                "measured": phase.measured,
+                "seconds": round(time.monotonic() - started, 3),
+                "command": cmd,
+            }
+            phase_details.append(entry)
+            if result.returncode != 0:
+                message = str(
+                    proc.CommandError(cmd, result.returncode, _failure_text(result.stdout + result.stderr, report))
+                )
+                return Outcome({}, {"status": "failed", "message": message}, details, versions)
+            try:
+                entry["numbers"] = parse_json(report.read_text(errors="replace"))
+            except (OSError, ValueError) as exc:
+                return Outcome({}, {"status": "failed", "message": f"fio {phase.name}: {exc}"}, details, versions)
+            if phase.measured:
+                numbers = entry["numbers"]
+    finally:
+        _remove_files(params, ws)
+    if numbers.get("io_bytes", 0) > 0:
+        verification: dict[str, Any] = {"status": "passed"}
+    else:
+        verification = {"status": "failed", "message": "fio moved no data in the measured phase"}
+    metrics = {name: numbers[name] for name in METRICS}
+    return Outcome(metrics=metrics, verification=verification, details=details, versions=versions)
+
+
+def run_standalone(params: Mapping[str, Any], directory: Path, timeout: float) -> Outcome:
+    """Run one fio pattern in ``directory`` (which must exist), DEFAULTS filling missing parameters."""
+    if not directory.is_dir():
+        raise NotADirectoryError(f"fio: {directory} is not a directory")
+    with tempfile.TemporaryDirectory(prefix="fsmatrix-fio-") as scratch:
+        ws = Workspace(data=directory, journal=directory, scratch=Path(scratch))
+        return run_cell({"workload": {"fio": resolve_params(params)}}, ws, timeout)
