@@ -252,7 +252,10 @@ def threen1_cmd(start: int, end: int, workers: int, block: int, keys: str, direc
     if end < start:
         raise UserError(f"END {end} is below START {start}")
     directory.mkdir(parents=True, exist_ok=True)
-    outcome = threen1.run_standalone(start, end, workers, block, keys, directory)
+    try:
+        outcome = threen1.run_standalone(start, end, workers, block, keys, directory)
+    except (FileExistsError, ValueError) as exc:
+        raise UserError(f"{directory}: {exc}") from exc
     _print_outcome(outcome, as_json)
 
 

@@ -134,8 +134,9 @@ def _workload_section(
         heading = ", ".join(f"{k}={v}" for k, v in rest if k in varying)
         if heading:
             lines += [f"### {heading}", ""]
+        keys = {m for ds in group.values() for d in ds for m in d.get("key_metrics", {})}
         for metric, title, direction in tables:
-            table = _metric_table(kind, group, metric, direction)
+            table = _metric_table(kind, group, metric, direction) if metric in keys else []
             if table:
                 lines += [f"**{title}**, median of repeats ±half-range; others as × the best", "", *table, ""]
     return lines

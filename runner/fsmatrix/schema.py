@@ -92,7 +92,7 @@ GTM = _object(
             "default": 4096,
         },
         "global_buffers": _int(64, 35000, 2097151),
-        "journal_buffers": _int(1, 2308, 32768),
+        "journal_buffers": _int(2307, 2312, 1048576),  # GT.M V7 accepts 2307.. and rounds up to 8
         "access_method": {"enum": ["BG", "MM"], "default": "BG"},
         "journal": {"enum": ["before", "nobefore", "off"], "default": "before"},
         "sync_io": {"type": "boolean", "default": False},

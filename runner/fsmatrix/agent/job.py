@@ -106,9 +106,9 @@ def run_job(
                     result["provenance"]["tools"][f"mkfs.{side['filesystem']}"] = side["mkfs_version"]
             scratch = workdir / "scratch"
             scratch.mkdir(parents=True, exist_ok=True)
-            workspace = Workspace(data=prepared.data, journal=prepared.journal, scratch=scratch)
             log.info("running %s on %s", kind, prepared.data)
             with Sampler(prepared.diskstat_names) as sampler:
+                workspace = Workspace(prepared.data, prepared.journal, scratch, measure=sampler.measured)
                 outcome = workload_module(kind).run_cell(cell, workspace, float(cell["timeout"]))
             samples = sampler.summary()
         result["samples"] = samples

@@ -8,9 +8,11 @@ class most of its classified samples have ("mixed" when neither reaches half).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +100,7 @@ class Sampler:
         self._end_io = ZERO
         self._t0 = 0.0
         self._t1 = 0.0
+        self._window: list[tuple[float, dict[str, float], DiskCounters]] = []
 
     def _snapshot(self) -> tuple[float, dict[str, float], DiskCounters]:
         stats = parse_diskstats(_read("/proc/diskstats"))
@@ -116,6 +119,15 @@ class Sampler:
         self._thread.join()
         self._t1, self._end_cpu, self._end_io = self._snapshot()
 
+    @contextlib.contextmanager
+    def measured(self) -> Iterator[None]:
+        """Mark the measured part of the run: totals then cover only this window."""
+        self._window = [self._snapshot()]
+        try:
+            yield
+        finally:
+            self._window.append(self._snapshot())
+
     def _loop(self) -> None:
         prev = (self._t0, self._start_cpu, self._start_io)
         while not self._stop.wait(self.interval):
@@ -125,10 +137,18 @@ class Sampler:
 
     def summary(self) -> dict[str, Any]:
         """Totals over the whole run, the per-second series and the run's classification."""
-        wall = max(self._t1 - self._t0, 1e-9)
-        cpu = {k: round(self._end_cpu[k] - self._start_cpu[k], 3) for k in CPU_FIELDS}
-        io = self._end_io - self._start_io
-        classes = [s["class"] for s in self.samples if s["class"] != "idle"]
+        (t0, cpu0, io0), (t1, cpu1, io1) = (
+            self._window
+            if len(self._window) == 2
+            else [(self._t0, self._start_cpu, self._start_io), (self._t1, self._end_cpu, self._end_io)]
+        )
+        wall = max(t1 - t0, 1e-9)
+        cpu = {k: round(cpu1[k] - cpu0[k], 3) for k in CPU_FIELDS}
+        io = io1 - io0
+        window = (t0 - self._t0, t1 - self._t0)
+        for sample in self.samples:
+            sample["measured"] = window[0] < sample["t"] <= window[1] + self.interval
+        classes = [s["class"] for s in self.samples if s["class"] != "idle" and s["measured"]]
         bound = "mixed"
         for kind in ("cpu", "io"):
             if classes and classes.count(kind) * 2 > len(classes):
@@ -137,6 +157,7 @@ class Sampler:
             "interval_s": self.interval,
             "devices": self.devices,
             "wall_s": round(wall, 3),
+            "window_s": [round(window[0], 3), round(window[1], 3)],
             "cpu_s": cpu,
             "io": {
                 "reads": io.reads,

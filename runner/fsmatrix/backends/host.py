@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import shutil
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,6 @@ class HostBackend:
         return {
             "backend": self.name,
             "accel": "none",
-            "virtualized_host": platform.uname().release,
             "device_source": "block" if self.devices else "loop",
         }
 

@@ -10,6 +10,9 @@ Every workload module exposes:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,9 @@ class Workspace:
     data: Path  # a directory on the filesystem under test
     journal: Path  # where a database journal / WAL goes (== data unless the layout splits it)
     scratch: Path  # per-run directory *off* the device under test: logs, temporary files
+    # Wrap the measured part (not layout, prepare or cleanup) in ``with ws.measure():`` so the
+    # sampler's totals cover only it. Without a sampler it does nothing.
+    measure: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
 
 @dataclass

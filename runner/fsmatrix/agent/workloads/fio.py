@@ -18,6 +18,7 @@ for reread) and fio invalidates the files' cached pages when a job starts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -298,7 +299,8 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
                 raise TimeoutError(f"fio: no time left for the {phase.name} phase (timeout {timeout:g} s)")
             started = time.monotonic()
             try:
-                result = proc.run(cmd, timeout=remaining, cwd=ws.data, check=False)
+                with ws.measure() if phase.measured else contextlib.nullcontext():
+                    result = proc.run(cmd, timeout=remaining, cwd=ws.data, check=False)
             except proc.CommandError as exc:
                 if exc.returncode is None:
                     raise TimeoutError(f"fio {phase.name} killed: exceeded the timeout of {timeout:g} s") from exc

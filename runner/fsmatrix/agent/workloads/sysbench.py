@@ -246,7 +246,8 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
             return _failed(str(proc.CommandError(cmd, status, text)), details, versions)
         oscache.drop_caches()
         started = time.monotonic()
-        cmd, status, text = _run_phase(params, "run", ws, deadline, timeout)
+        with ws.measure():
+            cmd, status, text = _run_phase(params, "run", ws, deadline, timeout)
         details["run_seconds"] = round(time.monotonic() - started, 3)
         details["command"] = cmd
         if status != 0:

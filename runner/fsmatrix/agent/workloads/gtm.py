@@ -1,0 +1,486 @@
+"""GT.M: find the installation, build a fresh database from a cell's ``gtm`` settings, read back what
+GT.M actually configured, and leave nothing behind (processes stopped, database run down).
+
+The settings (``cell["gtm"]``) map onto GT.M like this:
+
+- ``block_size``, ``global_buffers``, ``access_method``: GDE segment qualifiers;
+- ``journal`` (before / nobefore / off), ``journal_buffers``, ``sync_io``: ``mupip set -journal``;
+- ``full_block_writes``: GDE ``-fullblkwrt=1``. GT.M V7 made this a database setting (it shows in
+  the file header); ``gtm_fullblockwrites=1`` is also exported for older releases that read it.
+
+``dse dump -fileheader`` output is parsed by ``parse_fileheader`` only.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import proc
+
+log = logging.getLogger("fsmatrix")
+
+DIST_GLOB = "/usr/lib/x86_64-linux-gnu/fis-gtm/*/mumps"
+REGION = "DEFAULT"
+# GT.M's own defaults (gdedefaults), which the published runs used: the file grows 10,000 blocks at
+# a time, so its size is comparable with the seeds' figures.
+ALLOCATION = 5000
+EXTENSION = 10000
+MAX_KEY_SIZE = 1019
+# GDE: "block size B and reserved bytes 0 limit key size to B - 40".
+KEY_SIZE_OVERHEAD = 40
+
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "block_size": 4096,
+    "global_buffers": 35000,
+    "journal_buffers": 2312,
+    "access_method": "BG",
+    "journal": "before",
+    "sync_io": False,
+    "full_block_writes": False,
+}
+ACCESS_METHODS = ("BG", "MM")
+JOURNAL_MODES = ("before", "nobefore", "off")
+OPTIONAL_SETTINGS = ("allocation", "extension")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to ask GT.M for; ``from_mapping`` checks every value."""
+
+    block_size: int = 4096
+    global_buffers: int = 35000
+    journal_buffers: int = 2312
+    access_method: str = "BG"
+    journal: str = "before"
+    sync_io: bool = False
+    full_block_writes: bool = False
+    allocation: int = ALLOCATION
+    extension: int = EXTENSION
+
+    @classmethod
+    def from_mapping(cls, gtm: Mapping[str, Any] | None) -> Settings:
+        values: dict[str, Any] = {**DEFAULT_SETTINGS, **(gtm or {})}
+        unknown = sorted(set(values) - set(DEFAULT_SETTINGS) - set(OPTIONAL_SETTINGS))
+        if unknown:
+            raise ValueError(f"gtm: unknown setting(s) {', '.join(unknown)}")
+        for key in ("block_size", "global_buffers", "journal_buffers", "allocation", "extension"):
+            value = values.get(key, getattr(cls, key))
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"gtm.{key} must be a positive integer, not {value!r}")
+        if values["block_size"] % 512 or not 512 <= values["block_size"] <= 65024:
+            raise ValueError(f"gtm.block_size must be a multiple of 512 in 512..65024, not {values['block_size']}")
+        access = str(values["access_method"]).upper()
+        if access not in ACCESS_METHODS:
+            raise ValueError(f"gtm.access_method must be BG or MM, not {values['access_method']!r}")
+        if values["journal"] not in JOURNAL_MODES:
+            raise ValueError(f"gtm.journal must be one of {', '.join(JOURNAL_MODES)}, not {values['journal']!r}")
+        if access == "MM" and values["journal"] == "before":
+            raise ValueError(
+                "gtm: access_method MM cannot be combined with journal 'before' "
+                "(GT.M cannot order before-images ahead of blocks the OS writes back); use 'nobefore' or 'off'"
+            )
+        for key in ("sync_io", "full_block_writes"):
+            if not isinstance(values[key], bool):
+                raise ValueError(f"gtm.{key} must be true or false, not {values[key]!r}")
+        return cls(
+            block_size=values["block_size"],
+            global_buffers=values["global_buffers"],
+            journal_buffers=values["journal_buffers"],
+            access_method=access,
+            journal=values["journal"],
+            sync_io=values["sync_io"],
+            full_block_writes=values["full_block_writes"],
+            allocation=values.get("allocation", ALLOCATION),
+            extension=values.get("extension", EXTENSION),
+        )
+
+    @property
+    def key_size(self) -> int:
+        return min(MAX_KEY_SIZE, self.block_size - KEY_SIZE_OVERHEAD)
+
+
+def _version_key(path: str) -> list[tuple[int, int, str]]:
+    """Natural sort key so that V7.0-010 sorts after V7.0-005 and V10 after V7."""
+    return [(1, int(p), "") if p.isdigit() else (0, 0, p) for p in re.split(r"(\d+)", path) if p]
+
+
+def locate_dist(environ: Mapping[str, str] | None = None) -> Path:
+    """The GT.M installation directory: ``$gtm_dist`` when set, else the newest Debian fis-gtm."""
+    env = os.environ if environ is None else environ
+    override = env.get("gtm_dist", "")
+    if override:
+        if not (Path(override) / "mumps").is_file():
+            raise FileNotFoundError(f"$gtm_dist={override} holds no mumps executable")
+        return Path(override)
+    found = sorted(glob.glob(DIST_GLOB), key=_version_key)
+    if not found:
+        raise FileNotFoundError(f"GT.M not found: nothing matches {DIST_GLOB} and $gtm_dist is not set")
+    return Path(found[-1]).parent
+
+
+@dataclass(frozen=True)
+class Database:
+    """A GT.M database with its global directory, journal and the directories its processes use."""
+
+    dist: Path
+    gld: Path
+    dat: Path
+    journal_file: Path | None
+    objects: Path  # compiled routines
+    sources: Path  # routine sources (copied here: nothing is compiled in the package directory)
+    tmp: Path  # $gtm_tmp
+    settings: Settings
+
+    def tool(self, name: str) -> str:
+        return str(self.dist / name)
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A clean GT.M environment: the caller's gtm*/ydb* variables are dropped, ours set."""
+        env = {k: v for k, v in os.environ.items() if not k.lower().startswith(("gtm", "ydb"))}
+        env.update(
+            {
+                "gtm_dist": str(self.dist),
+                "gtmgbldir": str(self.gld),
+                "gtmroutines": f"{self.objects}({self.sources}) {self.dist / 'libgtmutil.so'}",
+                "gtm_tmp": str(self.tmp),
+                "gtm_log": str(self.tmp),
+                "gtm_statsdir": str(self.tmp),
+                "gtm_linktmpdir": str(self.tmp),
+            }
+        )
+        if self.settings.full_block_writes:
+            env["gtm_fullblockwrites"] = "1"
+        env.update(extra or {})
+        return env
+
+
+def _check_path(path: Path) -> None:
+    # gtmroutines is space separated and GDE reads -file_name to the end of the line.
+    if any(ch.isspace() for ch in str(path)):
+        raise ValueError(f"GT.M cannot use a path with white space: {str(path)!r}")
+
+
+def _gtm_errors(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if re.search(r"%(GTM|GDE|SYSTEM)-[EF]-", line)]
+
+
+def create_database(
+    settings: Settings,
+    data_dir: Path,
+    journal_dir: Path,
+    scratch_dir: Path,
+    *,
+    name: str = "gtm",
+    timeout: float = 120.0,
+    dist: Path | None = None,
+) -> tuple[Database, list[str]]:
+    """A fresh database ``data_dir/name.dat`` (journal ``journal_dir/name.mjl``) built from ``settings``.
+
+    The global directory, objects and $gtm_tmp go under ``scratch_dir``. Refuses to overwrite an
+    existing database file. Returns the database and GT.M's informational/warning messages (e.g.
+    a journal buffer count it adjusted).
+    """
+    for path in (data_dir, journal_dir, scratch_dir):
+        _check_path(path.resolve())
+    data_dir, journal_dir, scratch_dir = data_dir.resolve(), journal_dir.resolve(), scratch_dir.resolve()
+    dat = data_dir / f"{name}.dat"
+    if dat.exists():
+        raise FileExistsError(f"{dat} already exists: a 3n+1 run needs a fresh database")
+    db = Database(
+        dist=dist or locate_dist(),
+        gld=scratch_dir / f"{name}.gld",
+        dat=dat,
+        journal_file=None if settings.journal == "off" else journal_dir / f"{name}.mjl",
+        objects=scratch_dir / "objects",
+        sources=scratch_dir / "routines",
+        tmp=scratch_dir / "tmp",
+        settings=settings,
+    )
+    for d in (data_dir, journal_dir, db.objects, db.sources, db.tmp):
+        d.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    segment = [
+        f"-block_size={settings.block_size}",
+        f"-access_method={settings.access_method}",
+        f"-allocation={settings.allocation}",
+        f"-extension_count={settings.extension}",
+        f"-fullblkwrt={1 if settings.full_block_writes else 0}",
+    ]
+    if settings.access_method == "BG":
+        segment.append(f"-global_buffer_count={settings.global_buffers}")
+    # -file_name last: GDE takes the rest of the line as the file name.
+    gde = (
+        f"change -segment {REGION} {' '.join(segment)} -file_name={dat}\n"
+        f"change -region {REGION} -key_size={settings.key_size}\n"
+        "show -segment\nshow -region\nexit\n"
+    )
+    messages: list[str] = []
+    out = proc.run([db.tool("mumps"), "-run", "GDE"], env=db.env(), input=gde, timeout=_left(deadline), cwd=scratch_dir)
+    text = out.stdout + out.stderr
+    if _gtm_errors(text):
+        raise proc.CommandError(["mumps", "-run", "GDE"], out.returncode, text)
+    out = proc.run([db.tool("mupip"), "create"], env=db.env(), input="", timeout=_left(deadline))
+    messages += _notable(out.stdout + out.stderr)
+    if db.journal_file is not None:
+        options = [
+            "enable",
+            "on",
+            settings.journal,
+            f"buffer_size={settings.journal_buffers}",
+            f"filename={db.journal_file}",
+        ]
+        if settings.sync_io:
+            options.append("sync_io")
+        out = proc.run(
+            [db.tool("mupip"), "set", f"-journal={','.join(options)}", "-region", REGION],
+            env=db.env(),
+            input="",
+            timeout=_left(deadline),
+        )
+        messages += _notable(out.stdout + out.stderr)
+    return db, messages
+
+
+def _notable(text: str) -> list[str]:
+    """GT.M warnings and the text lines that explain them (e.g. a journal buffer count adjusted)."""
+    return [line.strip() for line in text.splitlines() if re.search(r"%GTM-(W-|I-TEXT)", line)]
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("GT.M setup ran out of time")
+    return left
+
+
+def version(db: Database, timeout: float = 60.0) -> str:
+    """``$ZVERSION``, e.g. "GT.M V7.0-005 Linux x86_64"."""
+    out = proc.output([db.tool("mumps"), "-run", "%XCMD", "write $zversion,!"], env=db.env(), input="", timeout=timeout)
+    return out.strip()
+
+
+def compile_routine(db: Database, source: Path, timeout: float = 60.0) -> Path:
+    """Copy ``source`` into the database's routine directory and compile it into its objects."""
+    target = db.sources / source.name
+    target.write_bytes(source.read_bytes())
+    out = proc.run([db.tool("mumps"), str(target)], env=db.env(), cwd=db.objects, input="", timeout=timeout)
+    obj = db.objects / (source.stem + ".o")
+    errors = _gtm_errors(out.stdout + out.stderr)
+    if errors or not obj.exists():
+        raise proc.CommandError(["mumps", str(target)], out.returncode, out.stdout + out.stderr)
+    return obj
+
+
+# ------------------------------------------------------------------ reading back the file header
+
+
+def dump_fileheader(db: Database, timeout: float = 60.0) -> str:
+    """The text of ``dse dump -fileheader`` (DSE writes it to stderr)."""
+    out = proc.run([db.tool("dse"), "dump", "-fileheader"], env=db.env(), input="", timeout=timeout)
+    return out.stdout + out.stderr
+
+
+_HEADER_TOP = re.compile(r"^(File|Region|Date/Time)\s+(\S.*)$")
+_JOURNAL_FILE = re.compile(r"^\s+Journal File:\s*(\S.*)$")
+_PAIR = re.compile(r"^(\S.*?)\s{2,}(\S.*)$")
+# DSE prints two "label ... value" pairs a line; the second starts at this column.
+_SECOND_COLUMN = 53
+
+
+def parse_fileheader(text: str) -> dict[str, str]:
+    """``dse dump -fileheader`` output as {label: value}, e.g. {"Block size (in bytes)": "4096"}."""
+    fields: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line.strip() or line.lstrip().startswith("%"):
+            continue
+        if m := _HEADER_TOP.match(line):
+            fields.setdefault(m.group(1), m.group(2).strip())
+            continue
+        if m := _JOURNAL_FILE.match(line):
+            fields["Journal File"] = m.group(1).strip()
+            continue
+        if not line.startswith("  "):
+            continue
+        halves = [line[:_SECOND_COLUMN], line[_SECOND_COLUMN:]] if len(line) > _SECOND_COLUMN else [line]
+        for half in halves:
+            if m := _PAIR.match(half.strip()):
+                fields[m.group(1)] = m.group(2).strip()
+    if "Block size (in bytes)" not in fields or "Access method" not in fields:
+        raise ValueError("not a DSE file header dump: no block size / access method found")
+    return fields
+
+
+def readback(fields: Mapping[str, str]) -> dict[str, Any]:
+    """The settings GT.M reports, under the names of ``Settings`` (plus a few more)."""
+    state = fields.get("Journal State", "DISABLED")
+    journal_on = state.split()[-1] == "ON"
+    before = fields.get("Journal Before imaging") == "TRUE"
+    result: dict[str, Any] = {
+        "block_size": int(fields["Block size (in bytes)"]),
+        "global_buffers": int(fields["Global Buffers"]),
+        "access_method": fields["Access method"],
+        "journal": ("before" if before else "nobefore") if journal_on else "off",
+        "journal_state": state,
+        "journal_buffers": int(fields["Journal Buffer Size"]) if journal_on else None,
+        "journal_file": fields.get("Journal File") if journal_on else None,
+        "sync_io": fields.get("Journal Sync IO") == "TRUE" if journal_on else False,
+        "full_block_writes": int(fields.get("Full Block Write", "0")) != 0,
+        "full_block_write_level": int(fields.get("Full Block Write", "0")),
+        "key_size": int(fields["Maximum key size"]),
+        "record_size": int(fields["Maximum record size"]),
+        "extension": int(fields["Extension Count"]),
+        "total_blocks": int(fields["Total blocks"], 16),
+        "free_blocks": int(fields["Free blocks"], 16),
+    }
+    return result
+
+
+def differences(settings: Settings, got: Mapping[str, Any]) -> list[str]:
+    """How what GT.M configured differs from what was asked (journal buffers: only if below).
+
+    GT.M raises a journal buffer count to its minimum (2307 in V7) and rounds it up; that is
+    reported by ``create_database`` as a warning, not a difference.
+    """
+    diffs = []
+    for key in ("block_size", "access_method", "journal", "full_block_writes", "extension"):
+        if got[key] != getattr(settings, key):
+            diffs.append(f"{key}: asked {getattr(settings, key)!r}, GT.M has {got[key]!r}")
+    if settings.access_method == "BG" and got["global_buffers"] != settings.global_buffers:
+        diffs.append(f"global_buffers: asked {settings.global_buffers}, GT.M has {got['global_buffers']}")
+    if settings.journal != "off":
+        if got["sync_io"] != settings.sync_io:
+            diffs.append(f"sync_io: asked {settings.sync_io}, GT.M has {got['sync_io']}")
+        if got["journal_buffers"] is None or got["journal_buffers"] < settings.journal_buffers:
+            diffs.append(f"journal_buffers: asked {settings.journal_buffers}, GT.M has {got['journal_buffers']}")
+    return diffs
+
+
+def journal_files(db: Database) -> list[Path]:
+    """The journal file and its earlier generations (``name.mjl_<timestamp>``)."""
+    if db.journal_file is None:
+        return []
+    return sorted(db.journal_file.parent.glob(db.journal_file.name + "*"))
+
+
+# ------------------------------------------------------------------ cleanup
+
+
+def _state(pid: int) -> str | None:
+    """The process state letter, or None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat.rpartition(")")[2].split()[0]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is running (a zombie is not: it holds no files)."""
+    return _state(pid) not in (None, "Z", "X")
+
+
+def processes_using(db: Database) -> list[int]:
+    """Live processes that use ``db``: GT.M processes started with its global directory (workers
+    the JOB command detached included) and any process with its database or journal file open."""
+    wanted_env = f"gtmgbldir={db.gld}".encode()
+    files = {str(db.dat)} | {str(p) for p in journal_files(db)}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = int(entry.name)
+        try:
+            uses = wanted_env in (entry / "environ").read_bytes().split(b"\0") or _has_open(entry, files)
+            if uses and alive(pid):
+                found.append(pid)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return sorted(found)
+
+
+def _has_open(entry: Path, files: set[str]) -> bool:
+    try:
+        fds = list((entry / "fd").iterdir())
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) in files:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def stop_processes(db: Database, pids: Iterable[int] = (), grace: float = 10.0) -> dict[str, list[int]]:
+    """Stop every process using ``db`` (plus ``pids`` if they still use it).
+
+    SIGTERM first, which is what ``mupip stop`` sends: GT.M then rolls back, runs its database
+    down and exits. Whatever is left after ``grace`` seconds gets SIGKILL.
+    """
+    targets = set(processes_using(db))
+    wanted_env = f"gtmgbldir={db.gld}".encode()
+    for pid in pids:
+        try:  # a recorded PID may have exited and been reused by an unrelated process
+            if alive(pid) and wanted_env in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                targets.add(pid)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    report: dict[str, list[int]] = {"terminated": [], "killed": []}
+    for sig, key in ((signal.SIGTERM, "terminated"), (signal.SIGKILL, "killed")):
+        live = [pid for pid in sorted(targets) if alive(pid)]
+        if not live:
+            break
+        for pid in live:
+            try:
+                os.kill(pid, sig)
+                report[key].append(pid)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
+        while time.monotonic() < deadline and any(alive(pid) for pid in live):
+            time.sleep(0.05)
+        targets |= set(processes_using(db))
+    if report["killed"]:
+        log.warning("GT.M processes %s had to be killed", report["killed"])
+    return report
+
+
+def rundown(db: Database, timeout: float = 120.0) -> str:
+    """Release the database's shared memory and semaphores.
+
+    A process killed with SIGKILL leaves a journaled database that plain rundown refuses
+    (MUUSERECOV: it wants a journal recovery); the run's data is worthless then, so -override.
+    """
+    if not db.dat.exists() or not db.gld.exists():
+        return ""
+    cmd = [db.tool("mupip"), "rundown", "-region", REGION]
+    out = proc.run(cmd, env=db.env(), input="", timeout=timeout, check=False)
+    text = out.stdout + out.stderr
+    if out.returncode != 0:
+        log.info("mupip rundown failed (%s); retrying with -override", out.returncode)
+        out = proc.run([*cmd, "-override"], env=db.env(), input="", timeout=timeout, check=False)
+        text += out.stdout + out.stderr
+        if out.returncode != 0:
+            raise proc.CommandError([*cmd, "-override"], out.returncode, text)
+    return text
+
+
+def release(db: Database, pids: Iterable[int] = ()) -> dict[str, Any]:
+    """Stop the database's processes and run it down; raises if something still uses it."""
+    report: dict[str, Any] = dict(stop_processes(db, pids))
+    report["rundown"] = rundown(db).strip().splitlines()[-1:] if db.dat.exists() else []
+    left = processes_using(db)
+    if left:
+        raise RuntimeError(f"processes {left} still use {db.dat} after SIGKILL")
+    return report

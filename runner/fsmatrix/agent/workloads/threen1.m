@@ -1,0 +1,148 @@
+threen1 ; 3n+1 benchmark: worker processes share sequence lengths through the database
+ ;
+ ; Parent:  mumps -run main^threen1 START END WORKERS BLOCK KEYS
+ ;   KEYS is "spelled" (numbers as digit words, the published form) or "integer".
+ ;   Environment: threen1_words = file with the ten digit words (digit 0 first, "#" lines ignored),
+ ;                threen1_pids  = file the parent appends "worker <i> <pid>" lines to as it starts them,
+ ;                threen1_jobdir = directory for the workers' output and error files.
+ ;   Output (stdout), one record a line, "name key=value ...":
+ ;     worker id=.. pid=.. reads=.. updates=.. longest=.. largest=.. cpu_cs=.. start_us=.. end_us=..
+ ;     result workers=.. elapsed_us=.. reads=.. updates=.. longest=.. largest=.. start_skew_us=..
+ ;   start_us/end_us are microseconds after the parent released the workers.
+ ;
+ ; Globals: ^step(number)=sequence length (both spelled in "spelled" mode); ^ctl = coordination.
+ ;
+ quit
+ ;
+main ; parent: prepare the database, start the workers, time them, report
+ new start,end,workers,block,keys,i,pid,cmd,jobdir,pidfile,t0,rec,err
+ new reads,updates,longest,largest,cpu,first,last,us
+ set $etrap="use $principal write ""%THREEN1-E-ERROR "",$zstatus,! zhalt 3"
+ set start=$piece($zcmdline," ",1),end=$piece($zcmdline," ",2)
+ set workers=$piece($zcmdline," ",3),block=$piece($zcmdline," ",4),keys=$piece($zcmdline," ",5)
+ if (start'?1.N)!(end'?1.N)!(workers'?1.N)!(block'?1.N)!(start<1)!(end<start)!(workers<1)!(block<1) do  zhalt 2
+ . write "%THREEN1-E-USAGE main^threen1 START END WORKERS BLOCK spelled|integer",!
+ if (keys'="spelled")&(keys'="integer") write "%THREEN1-E-KEYS keys must be spelled or integer",! zhalt 2
+ set jobdir=$ztrnlnm("threen1_jobdir"),pidfile=$ztrnlnm("threen1_pids")
+ if (jobdir="")!(pidfile="") write "%THREEN1-E-ENV threen1_jobdir and threen1_pids must be set",! zhalt 2
+ kill ^ctl
+ do loadwords($ztrnlnm("threen1_words"))
+ do setup(keys)
+ ; 1 is the end of every sequence: stored with length 0, so reaching 1 is an ordinary database hit
+ set ^step($$key(1))=$$val(0)
+ set ^ctl("next")=0,^ctl("ready")=0
+ ; the workers wait on this lock until every one of them is running
+ lock +^ctl("go")
+ for i=1:1:workers do
+ . ; JOB parameters must be literal strings: build the whole JOB argument and use indirection
+ . set cmd="work^threen1("_start_","_end_","_block_","""_keys_""","_i_")"
+ . set cmd=cmd_":(output="""_jobdir_"/worker"_i_".mjo"":error="""_jobdir_"/worker"_i_".mje"")"
+ . set cmd=cmd_":60"
+ . job @cmd
+ . else  write "%THREEN1-E-JOB could not start worker ",i,! zhalt 4
+ . set pid(i)=$zjob
+ . open pidfile:(append) use pidfile write "worker ",i," ",$zjob,! close pidfile use $principal
+ ; wait until every worker holds its "work" lock and waits for the start signal
+ for  quit:^ctl("ready")=workers  do  hang 0.002
+ . for i=1:1:workers if '$zgetjpi(pid(i),"ISPROCALIVE"),'$data(^ctl("isready",i)) do  zhalt 5
+ .. write "%THREEN1-E-WORKER worker ",i," (pid ",pid(i),") died before it was ready: see ",jobdir,"/worker",i,".mje",!
+ set t0=$zhorolog
+ lock -^ctl("go")
+ ; each worker holds ^ctl("work",i) until it has finished: acquiring it means that worker is done
+ for i=1:1:workers lock +^ctl("work",i) lock -^ctl("work",i)
+ set us=$$us(t0),(reads,updates,longest,largest,cpu,first)=0,last=-1,err=0
+ for i=1:1:workers do
+ . set rec=$get(^ctl("done",i))
+ . if rec="" set err=err+1 write "%THREEN1-E-WORKER worker ",i," did not finish: ",$get(^ctl("error",i),"no error recorded"),! quit
+ . write "worker id=",i," pid=",$piece(rec,"^",1)," reads=",$piece(rec,"^",2)," updates=",$piece(rec,"^",3)
+ . write " longest=",$piece(rec,"^",4)," largest=",$piece(rec,"^",5)," cpu_cs=",$piece(rec,"^",6)
+ . write " start_us=",$piece(rec,"^",7)-us," end_us=",$piece(rec,"^",8)-us,!
+ . set reads=reads+$piece(rec,"^",2),updates=updates+$piece(rec,"^",3)
+ . set:$piece(rec,"^",4)>longest longest=$piece(rec,"^",4)
+ . set:$piece(rec,"^",5)>largest largest=$piece(rec,"^",5)
+ . set:$piece(rec,"^",7)-us>first first=$piece(rec,"^",7)-us
+ . set:$piece(rec,"^",8)-us>last last=$piece(rec,"^",8)-us
+ if err zhalt 6
+ write "result workers=",workers," elapsed_us=",last," reads=",reads," updates=",updates
+ write " longest=",longest," largest=",largest," start_skew_us=",first,!
+ quit
+ ;
+work(start,end,block,keys,id) ; worker: claim blocks of starting numbers until the range is exhausted
+ new reads,updates,longest,largest,blk,n,last,t1,t2,stack,spelled
+ set $etrap="set ^ctl(""error"",id)=$zstatus halt"
+ lock +^ctl("work",id):60
+ else  set ^ctl("error",id)="could not get the work lock" quit
+ set ^ctl("pid",id)=$job
+ do loadwords(""),setup(keys)
+ set ^ctl("isready",id)=1
+ if $increment(^ctl("ready"))
+ ; wait for the parent's start signal
+ lock +^ctl("go")
+ lock -^ctl("go")
+ set t1=$zhorolog,(reads,updates,longest,largest)=0,spelled=(keys="spelled")
+ for  set blk=$increment(^ctl("next")),n=start+((blk-1)*block) quit:n>end  do
+ . set last=n+block-1 set:last>end last=end
+ . if spelled for n=n:1:last do onespelled(n)
+ . if 'spelled for n=n:1:last do oneinteger(n)
+ set t2=$zhorolog
+ set ^ctl("done",id)=$job_"^"_reads_"^"_updates_"^"_longest_"^"_largest_"^"_$zgetjpi("","CPUTIM")_"^"_$$us(t1)_"^"_$$us(t2)
+ lock -^ctl("work",id)
+ quit
+ ;
+oneinteger(n) ; the sequence of n with plain numeric subscripts and values
+ new x,v,sp,len
+ set x=n,sp=0 set:x>largest largest=x
+ ; walk until a number whose length the database knows, stacking the unknown ones
+ for  set v=$get(^step(x)),reads=reads+1 quit:v'=""  set sp=sp+1,stack(sp)=x,x=$select(x#2:3*x+1,1:x/2) set:x>largest largest=x
+ set len=v
+ for sp=sp:-1:1 set len=len+1,^step(stack(sp))=len,updates=updates+1
+ set:len>longest longest=len
+ quit
+ ;
+onespelled(n) ; the same walk with every subscript and value spelled in digit words
+ new x,v,sp,len
+ set x=n,sp=0 set:x>largest largest=x
+ for  set v=$get(^step($$spell(x))),reads=reads+1 quit:v'=""  set sp=sp+1,stack(sp)=x,x=$select(x#2:3*x+1,1:x/2) set:x>largest largest=x
+ set len=$$unspell(v)
+ for sp=sp:-1:1 set len=len+1,^step($$spell(stack(sp)))=$$spell(len),updates=updates+1
+ set:len>longest longest=len
+ quit
+ ;
+spell(x) ; 27 -> "deux सात": each digit as its word, separated by single spaces
+ new s,i
+ set s=word($extract(x))
+ for i=2:1:$length(x) set s=s_" "_word($extract(x,i))
+ quit s
+ ;
+unspell(s) ; "deux सात" -> 27
+ new x,i
+ set x=""
+ for i=1:1:$length(s," ") set x=x_digit($piece(s," ",i))
+ quit +x
+ ;
+key(x) ; a number as the database sees it in the current mode
+ quit $select(mode="spelled":$$spell(x),1:x)
+ ;
+val(x) ; a sequence length as stored in the current mode
+ quit $select(mode="spelled":$$spell(x),1:x)
+ ;
+us(h) ; $ZHOROLOG -> microseconds
+ quit ($piece(h,",",1)*86400+$piece(h,",",2))*1000000+$piece(h,",",3)
+ ;
+loadwords(file) ; the ten digit words: from FILE into ^ctl("word") (parent), or from ^ctl (workers)
+ new line,d,io
+ if file'="" do
+ . set io=$io,d=0
+ . if $zsearch(file)="" write "%THREEN1-E-WORDS cannot find the digit words file ",file,! zhalt 2
+ . open file:(readonly)
+ . use file
+ . for  read line quit:$zeof  if line'="",$extract(line)'="#" set ^ctl("word",d)=line,d=d+1
+ . close file use io
+ . if d'=10 write "%THREEN1-E-WORDS ",file," holds ",d," digit words, not 10",! zhalt 2
+ kill word,digit
+ for d=0:1:9 set word(d)=^ctl("word",d),digit(word(d))=d
+ quit
+ ;
+setup(keys) ; remember the key mode for $$key/$$val
+ set mode=keys
+ quit

@@ -1,0 +1,315 @@
+"""The 3n+1 workload: output parser, reference, in-memory twin, and real GT.M runs."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsmatrix.agent import proc
+from fsmatrix.agent.workloads import Workspace, gtm, threen1, threen1_memory, threen1_reference
+
+DATA = Path(__file__).parent / "data" / "threen1"
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
+
+CELL: dict[str, Any] = {
+    "filesystem": "ext4",
+    "gtm": dict(gtm.DEFAULT_SETTINGS),
+    "workload": {"threen1": {"start": 1, "end": 100000, "workers": 4, "block": 5000, "keys": "spelled"}},
+    "timeout": 600,
+}
+
+
+def cell(gtm_settings: dict[str, Any] | None = None, **workload: Any) -> dict[str, Any]:
+    c = copy.deepcopy(CELL)
+    c["gtm"].update(gtm_settings or {})
+    c["workload"]["threen1"].update(workload)
+    return c
+
+
+@pytest.fixture
+def ws() -> Iterator[Workspace]:
+    base = Path(tempfile.mkdtemp(prefix="fsmatrix-test-threen1-", dir="/var/tmp"))
+    workspace = Workspace(data=base / "data", journal=base / "journal", scratch=base / "scratch")
+    yield workspace
+    shutil.rmtree(base)
+
+
+def sysv_ipc_ids() -> set[tuple[str, str]]:
+    ids = set()
+    for kind in ("shm", "sem"):
+        for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
+            ids.add((kind, line.split()[1]))
+    return ids
+
+
+def live_processes_under(directory: Path) -> list[str]:
+    """Running (not zombie) processes with a file, cwd or GT.M global directory under ``directory``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not gtm.alive(int(entry.name)):
+            continue
+        try:
+            paths = [os.readlink(fd) for fd in (entry / "fd").iterdir()] + [os.readlink(entry / "cwd")]
+            env = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if any(p.startswith(str(directory)) for p in paths) or f"gtmgbldir={directory}" in env:
+            found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()!r}")
+    return found
+
+
+# --- parser, reference, in-memory ---------------------------------------------------------------
+
+
+def test_parse_output_of_a_real_run() -> None:
+    run = threen1.parse_output((DATA / "parent_1_100000_w4_spelled.txt").read_text())
+    assert [w.id for w in run.workers] == [1, 2, 3, 4]
+    assert len({w.pid for w in run.workers}) == 4
+    assert run.reads == sum(w.reads for w in run.workers) == 317428
+    assert run.updates == sum(w.updates for w in run.workers) == 217428
+    assert run.longest == 350 and run.largest == 1570824736
+    assert run.elapsed_s == 0.688725 == max(w.end_s for w in run.workers)
+    assert run.workers[0].cpu_s == 0.30
+    assert run.start_skew_s == 0.000507
+
+
+def test_parse_output_reports_the_routines_error() -> None:
+    with pytest.raises(ValueError, match="THREEN1-E-WORDS"):
+        threen1.parse_output((DATA / "parent_error_words.txt").read_text())
+    with pytest.raises(ValueError, match="cannot read"):
+        threen1.parse_output("result workers=x\n")
+
+
+def test_shipped_reference_table_matches_shared() -> None:
+    shared = SHARED / "reference" / "threen1.tsv"
+    if not shared.exists():
+        pytest.skip(f"{shared} not present")
+    assert threen1_reference.read_table(threen1_reference.PUBLISHED_TABLE) == threen1_reference.read_table(shared)
+
+
+def test_shipped_digit_words_match_shared() -> None:
+    shared = SHARED / "reference" / "threen1-digit-words.txt"
+    if not shared.exists():
+        pytest.skip(f"{shared} not present")
+    words = threen1_memory.load_digit_words()
+    assert words == threen1_memory.load_digit_words(shared)
+    table = threen1_memory.spelling_table(words)
+    # Digit 2 is "deux" in the list (0 zero, 1 eins, 2 deux, 3 tres, ...): the words file's own
+    # example, 27 -> "tres सात", contradicts its list; the list is what the benchmark uses.
+    assert threen1_memory.spell(27, table) == "deux सात"
+    assert threen1_memory.spell(3074, table) == "tres zero सात quattro"
+    assert threen1_memory.unspell("tres zero सात quattro", {w: str(d) for d, w in enumerate(words)}) == 3074
+
+
+def test_computed_reference_agrees_with_published_rows() -> None:
+    for (start, end), expected in threen1_reference.read_table(threen1_reference.PUBLISHED_TABLE).items():
+        if end <= 1_000_000:
+            assert threen1_reference.compute(start, end) == expected, (start, end)
+    assert threen1_reference.compute(5, 7) == (16, 52)  # 7 takes 16 steps and climbs to 52
+
+
+def test_reference_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert threen1_reference.reference(1, 100000)[2] == "published"
+    assert threen1_reference.reference(3, 4000) == (*threen1_reference.compute(3, 4000), "computed")
+    assert (tmp_path / "fsmatrix" / "threen1_reference.tsv").exists()
+
+    def fail(start: int, end: int) -> tuple[int, int]:
+        raise AssertionError("computed again instead of read from the cache")
+
+    monkeypatch.setattr(threen1_reference, "compute", fail)
+    assert threen1_reference.reference(3, 4000)[2] == "computed"
+
+
+@pytest.mark.parametrize("keys", ["spelled", "integer"])
+def test_in_memory_counts(keys: str) -> None:
+    r = threen1_memory.run_in_memory(27, 27, keys)
+    assert (r["reads"], r["updates"], r["longest_sequence"], r["largest_number"]) == (112, 111, 111, 9232)
+    r = threen1_memory.run_in_memory(1, 100000, keys)
+    assert r["reads"] - r["updates"] == 100000
+    assert (r["longest_sequence"], r["largest_number"]) == (350, 1570824736)
+
+
+def test_bad_parameters_are_refused_before_anything_runs(ws: Workspace) -> None:
+    for bad in ({"keys": "roman"}, {"start": 10, "end": 5}, {"workers": 0}, {"colour": 1}):
+        with pytest.raises(ValueError):
+            threen1.run_cell(cell(**bad), ws, 60)
+    with pytest.raises(ValueError, match="MM"):
+        threen1.run_cell(cell({"access_method": "MM", "journal": "before"}), ws, 60)
+    assert not ws.data.exists()
+
+
+# --- real GT.M runs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keys", ["spelled", "integer"])
+def test_100000_with_4_workers(ws: Workspace, keys: str) -> None:
+    out = threen1.run_cell(cell(keys=keys), ws, 300)
+    assert out.verification["status"] == "passed", out.verification
+    assert out.verification["reference"]["source"] == "published"
+    m = out.metrics
+    assert (m["longest_sequence"], m["largest_number"], m["workers"]) == (350, 1570824736, 4)
+    assert m["reads"] - m["updates"] == 100000
+    # Every number met is stored once whatever the order, so one worker's count (317,211 reads) is
+    # the minimum; several workers may compute a number twice.
+    assert m["reads"] >= 317211
+    assert m["elapsed_s"] > 0 and m["worker_cpu_s"] > 0
+    assert m["reads_per_s"] == pytest.approx(m["reads"] / m["elapsed_s"], rel=1e-3)
+    assert len({w["pid"] for w in out.details["workers"]}) == 4
+    assert m["database_bytes"] == (ws.data / "threen1.dat").stat().st_size
+    assert m["journal_bytes"] == (ws.journal / "threen1.mjl").stat().st_size > 0
+    assert out.versions["gtm"].startswith("GT.M V")
+    assert out.details["gtm"]["readback"]["journal_file"] == str((ws.journal / "threen1.mjl").resolve())
+    assert live_processes_under(ws.data.parent) == []
+
+
+@pytest.mark.parametrize("keys", ["spelled", "integer"])
+def test_single_worker_counts_equal_the_in_memory_run(ws: Workspace, keys: str) -> None:
+    out = threen1.run_cell(cell({"journal": "off"}, start=1, end=30000, workers=1, block=1000, keys=keys), ws, 300)
+    assert out.verification["status"] == "passed", out.verification
+    mem = threen1_memory.run_in_memory(1, 30000, keys)
+    assert (out.metrics["reads"], out.metrics["updates"]) == (mem["reads"], mem["updates"])
+    assert out.metrics["reads"] - out.metrics["updates"] == 30000
+
+
+SETTINGS_CASES = {
+    "journal-before": {"journal": "before"},
+    "journal-nobefore": {"journal": "nobefore"},
+    "journal-off": {"journal": "off"},
+    "mm-nobefore": {"access_method": "MM", "journal": "nobefore"},
+    "sync_io": {"journal": "before", "sync_io": True},
+    "full_block_writes": {"full_block_writes": True},
+    "small-cache-1k-blocks": {"block_size": 1024, "global_buffers": 1000, "journal_buffers": 4000},
+}
+
+
+@pytest.mark.parametrize("name", SETTINGS_CASES)
+def test_gtm_settings_run_and_read_back(ws: Workspace, name: str) -> None:
+    asked = SETTINGS_CASES[name]
+    out = threen1.run_cell(cell(asked, start=1, end=20000, workers=3, block=1000), ws, 300)
+    assert out.verification["status"] == "passed", out.verification
+    # 3 workers asked, 3 separate GT.M processes did the work
+    assert len({w["pid"] for w in out.details["workers"]}) == 3
+    back = out.details["gtm"]["readback"]
+    for key, value in asked.items():
+        if key == "journal_buffers":
+            assert back[key] >= value
+        elif key != "global_buffers" or back["access_method"] == "BG":
+            assert back[key] == value, key
+    assert (out.metrics["journal_bytes"] > 0) == (back["journal"] != "off")
+
+
+def test_a_wrong_answer_fails_verification(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threen1_reference, "reference", lambda start, end: (112, 9232, "computed"))
+    measured = []
+
+    @contextlib.contextmanager
+    def measure() -> Iterator[None]:
+        measured.append(list((ws.scratch).glob("threen1-*/gtm/objects/threen1.o")))
+        yield
+
+    out = threen1.run_cell(
+        cell({"journal": "off"}, start=27, end=27, workers=2, block=1), dataclasses.replace(ws, measure=measure), 120
+    )
+    assert out.verification["status"] == "failed"
+    assert "longest sequence 111" in out.verification["message"]
+    assert out.metrics["longest_sequence"] == 111
+    assert len(measured) == 1 and measured[0], "measure() wraps the run once, after the setup"
+
+
+def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
+    """SIGINT to the whole process group (what Ctrl-C does) while the workers run."""
+    before = sysv_ipc_ids()
+    script = (
+        "import signal, sys; from pathlib import Path; from fsmatrix.agent.workloads import threen1\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "try:\n"
+        "    threen1.run_standalone(1, 20_000_000, 3, 50000, 'spelled', Path(sys.argv[1]))\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(42)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "db")], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        pids: list[int] = []
+        while len(pids) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            pids = [p for f in (tmp_path / "db").glob(".scratch/*/workers.pids") for p in threen1.read_pid_file(f)]
+        assert len(pids) == 3
+        time.sleep(0.5)
+        os.killpg(child.pid, signal.SIGINT)
+        assert child.wait(timeout=60) == 42
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert not any(gtm.alive(p) for p in pids)
+    assert live_processes_under(tmp_path) == []
+    assert sysv_ipc_ids() - before == set()
+
+
+def test_run_standalone_puts_everything_in_its_directory(tmp_path: Path) -> None:
+    out = threen1.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db", gtm={"journal": "nobefore"})
+    assert out.verification["status"] == "passed"
+    assert (tmp_path / "db" / "threen1.dat").exists()
+    assert (tmp_path / "db" / "threen1.mjl").exists()
+    assert list((tmp_path / "db" / ".scratch").glob("threen1-*/parent.out"))
+    with pytest.raises(FileExistsError):  # never over an earlier database
+        threen1.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db")
+
+
+@needs_root
+def test_timeout_stops_every_worker_and_the_filesystem_unmounts(tmp_path: Path) -> None:
+    """A run that times out leaves no GT.M process, no shared memory, and an unmountable filesystem."""
+    if not all(proc.have(t) for t in ("mkfs.ext4", "losetup", "mount", "umount")):
+        pytest.skip("needs mkfs.ext4, losetup, mount")
+    image, mnt = tmp_path / "fs.img", tmp_path / "mnt"
+    mnt.mkdir()
+    with image.open("wb") as f:
+        f.truncate(1 << 30)
+    proc.run(["mkfs.ext4", "-q", "-F", str(image)], timeout=120)
+    loop = proc.output(["losetup", "--find", "--show", str(image)], timeout=60).strip()
+    mounted = False
+    try:
+        proc.run(["mount", loop, str(mnt)], timeout=60)
+        mounted = True
+        ws = Workspace(data=mnt / "data", journal=mnt / "data", scratch=tmp_path / "scratch")
+        before = sysv_ipc_ids()
+        with pytest.raises(TimeoutError, match="exceeded 4 s"):
+            threen1.run_cell(cell(start=1, end=20_000_000, workers=3, block=50000), ws, 4)
+        assert live_processes_under(mnt) == []
+        assert live_processes_under(tmp_path / "scratch") == []
+        assert sysv_ipc_ids() - before == set()
+        pids = threen1.read_pid_file(next((tmp_path / "scratch").glob("threen1-*/workers.pids")))
+        assert len(pids) == 3 and not any(gtm.alive(p) for p in pids)
+        proc.run(["umount", str(mnt)], timeout=60)  # fails with "target is busy" if anything is left
+        mounted = False
+    finally:
+        if mounted:
+            proc.run(["umount", "-l", str(mnt)], timeout=60, check=False)
+        proc.run(["losetup", "-d", loop], timeout=60, check=False)
+
+
+@pytest.mark.slow
+def test_spelled_1m_database_is_about_the_published_size(ws: Workspace) -> None:
+    """Seed 002: "The database grows to 138MB" for 1..1,000,000 with spelled keys."""
+    out = threen1.run_cell(cell(start=1, end=1_000_000, workers=4, block=50000), ws, 1800)
+    assert out.verification["status"] == "passed", out.verification
+    size = out.metrics["database_bytes"]
+    print(f"1..1M spelled: database {size} bytes, used {out.details['database_used_bytes']} bytes")
+    assert abs(size / 138e6 - 1) <= 0.10, size
+    assert out.metrics["reads"] - out.metrics["updates"] == 1_000_000
