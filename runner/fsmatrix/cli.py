@@ -17,7 +17,8 @@ from rich.table import Table
 from fsmatrix import __version__, matrix, report, results, schema
 from fsmatrix.errors import UserError
 
-console = Console(stderr=True)
+# Logs and progress go to stderr; wide tables when stderr is a log file rather than a terminal.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
@@ -44,7 +45,10 @@ class _Group(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="Log every command fsmatrix runs.")
 def main(verbose: bool) -> None:
     """Which filesystem, mount options and database settings make a database fastest."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    # The root logger passes everything (each run's log file wants DEBUG); the terminal gets warnings.
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(message)s", handlers=[handler])
     signal.signal(signal.SIGTERM, _terminate)
 
 
@@ -85,7 +89,7 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None) 
             gtm = p.get("gtm")
             gtm_text = f"{gtm['access_method']} jnl={gtm['journal']} gb={gtm['global_buffers']}" if gtm else ""
             table.add_row(c.id, p["filesystem"], p["mount_options"], p["storage"]["layout"], c.summary(), gtm_text)
-        Console().print(table)
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 def github_matrix(cells: list[matrix.Cell], shard_size: int | None = None) -> dict[str, Any]:
@@ -175,7 +179,7 @@ def run(
     path = report.write_report(summary.run_dir, f"{m.name} ({run_id})")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
-    click.echo(f"report: {path}")
+    click.echo(f"report: {path.resolve()}")
     sys.exit(0 if summary.ok else 1)
 
 

@@ -104,15 +104,12 @@ def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path)
     handler = logging.FileHandler(path.with_suffix(".log"), mode="w", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     handler.setLevel(logging.DEBUG)
-    root = logging.getLogger("fsmatrix")
-    root.addHandler(handler)
-    previous_level = root.level
-    root.setLevel(logging.DEBUG)
+    logger = logging.getLogger("fsmatrix")
+    logger.addHandler(handler)
     try:
         doc = backend.run(cell, repeat)
     finally:
-        root.removeHandler(handler)
-        root.setLevel(previous_level)
+        logger.removeHandler(handler)
         handler.close()
     doc["run_id"] = run_id
     jsonfile.write_atomic(path, doc)
@@ -122,22 +119,16 @@ def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path)
 def summary_table(summary: RunSummary, cells: list[Cell]) -> Table:
     """One row per cell: statuses and the median of its first key metric."""
     table = Table(title=f"results in {summary.run_dir}")
-    for header in ("cell", "workload", "runs", "status", "median", "spread (min..max)"):
-        table.add_column(header)
+    for header in ("cell", "workload", "runs", "status", "metric", "median", "min..max"):
+        table.add_column(header, no_wrap=header in ("cell", "min..max"))
     for cell in cells:
         docs = summary.docs.get(cell.id, [])
         statuses = sorted({d["status"] for d in docs})
-        metric = next(iter(docs[0]["key_metrics"]), None) if docs else None
-        values = [d["metrics"][metric] for d in docs if metric and metric in d.get("metrics", {})]
-        median = f"{metric} {statistics.median(values):.4g}" if values else "-"
+        metric = next(iter(docs[0]["key_metrics"]), "") if docs else ""
+        values = [d["metrics"][metric] for d in docs if metric in d.get("metrics", {})]
+        median = f"{statistics.median(values):.4g}" if values else "-"
         spread = f"{min(values):.4g}..{max(values):.4g}" if len(values) > 1 else "-"
         colour = "green" if statuses and set(statuses) <= set(results.COMPLETE) else "red"
-        table.add_row(
-            cell.id,
-            cell.summary(),
-            str(len(docs)),
-            f"[{colour}]{','.join(statuses)}[/{colour}]",
-            median,
-            spread,
-        )
+        status = f"[{colour}]{','.join(statuses)}[/{colour}]"
+        table.add_row(cell.id, cell.summary(), str(len(docs)), status, metric, median, spread)
     return table
