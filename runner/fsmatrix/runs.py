@@ -92,6 +92,11 @@ def run_matrix(
                 elif doc["status"] == "skipped" and r == 1:
                     progress.console.print(f"[yellow]{cell.id}: skipped[/yellow]: {doc.get('reason')}")
                 progress.advance(task)
+                if not console.is_terminal:  # a log file gets one line per run instead of a live bar
+                    done = int(progress.tasks[0].completed)
+                    progress.console.print(
+                        f"[{done}/{len(todo)}] {cell.id} r{r}: {doc['status']}" f" ({doc.get('duration_s') or 0:.1f} s)"
+                    )
             progress.update(task, description="done")
     finally:
         index.close()
