@@ -11,7 +11,8 @@ Every workload module exposes:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,3 +39,18 @@ class Outcome:
     verification: dict[str, Any]  # {"status": "passed" | "failed" | "not-applicable", ...}
     details: dict[str, Any] = field(default_factory=dict)  # everything else parsed from the tool
     versions: dict[str, str] = field(default_factory=dict)  # versions of tools that affect numbers
+
+
+def run_in_directory(
+    run_cell: Callable[[Mapping[str, Any], Workspace, float], Outcome],
+    kind: str,
+    params: Mapping[str, Any],
+    directory: Path,
+    timeout: float,
+) -> Outcome:
+    """Run a file workload directly in an existing ``directory`` (no matrix, no mkfs); scratch in /tmp."""
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{kind}: {directory} is not a directory")
+    with tempfile.TemporaryDirectory(prefix=f"fsmatrix-{kind}-") as scratch:
+        ws = Workspace(data=directory, journal=directory, scratch=Path(scratch))
+        return run_cell({"workload": {kind: dict(params)}}, ws, timeout)

@@ -22,7 +22,6 @@ import contextlib
 import json
 import logging
 import re
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import oscache, proc
-from fsmatrix.agent.workloads import Outcome, Workspace
+from fsmatrix.agent.workloads import Outcome, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
 
@@ -336,8 +335,4 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
 
 def run_standalone(params: Mapping[str, Any], directory: Path, timeout: float) -> Outcome:
     """Run one fio pattern in ``directory`` (which must exist), DEFAULTS filling missing parameters."""
-    if not directory.is_dir():
-        raise NotADirectoryError(f"fio: {directory} is not a directory")
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-fio-") as scratch:
-        ws = Workspace(data=directory, journal=directory, scratch=Path(scratch))
-        return run_cell({"workload": {"fio": resolve_params(params)}}, ws, timeout)
+    return run_in_directory(run_cell, "fio", resolve_params(params), directory, timeout)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import logging
 import re
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import oscache, proc
-from fsmatrix.agent.workloads import Outcome, Workspace
+from fsmatrix.agent.workloads import Outcome, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
 
@@ -269,8 +268,4 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
 
 def run_standalone(params: Mapping[str, Any], directory: Path, timeout: float) -> Outcome:
     """Run sysbench fileio in ``directory`` (which must exist), DEFAULTS filling missing parameters."""
-    if not directory.is_dir():
-        raise NotADirectoryError(f"sysbench: {directory} is not a directory")
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-sysbench-") as scratch:
-        ws = Workspace(data=directory, journal=directory, scratch=Path(scratch))
-        return run_cell({"workload": {"sysbench": resolve_params(params)}}, ws, timeout)
+    return run_in_directory(run_cell, "sysbench", resolve_params(params), directory, timeout)
