@@ -72,6 +72,8 @@ include:
   - {filesystem: xfs, workload: {sysbench: {mode: rndrw, total_size: 32M, num_files: 4, duration: 1}}}
   - {filesystem: btrfs, workload: {fio: {pattern: randwrite, file_size: 32M, runtime: 1}}}
   - {filesystem: jfs, workload: {threen1: {start: 1, end: 1000}}}
+  - {filesystem: xfs, storage.layout: split-journal, storage.journal_filesystem: ext2,
+     workload: {threen1: {start: 1, end: 5000}}}
 defaults:
   workload.threen1: {start: 1, end: 20000, workers: 3, block: 1000}
   storage.disk_size: 1G
@@ -90,12 +92,12 @@ def test_run_stores_verified_results_with_provenance_and_resumes(
     proc = fsmatrix("run", str(matrix), "--results", str(results), "--workdir", str(workdir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     docs = docs_of(results / "t")
-    assert len(docs) == 7 * 2
+    assert len(docs) == 8 * 2
     by_status: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     for doc in docs:
         by_status.setdefault(doc["status"], []).append(doc)
     jfs_available = storage.filesystem_availability("jfs") is None
-    assert len(by_status.get("passed", [])) == (14 if jfs_available else 12), by_status.keys()
+    assert len(by_status.get("passed", [])) == (16 if jfs_available else 14), by_status.keys()
     if not jfs_available:
         assert {d["params"]["filesystem"] for d in by_status["skipped"]} == {"jfs"}
         assert "jfs" in by_status["skipped"][0]["reason"]
@@ -115,11 +117,16 @@ def test_run_stores_verified_results_with_provenance_and_resumes(
             assert any(k.startswith("mkfs.") for k in prov["tools"])
         if doc["workload"] == "threen1":
             assert doc["verification"]["status"] == "passed"
-            assert doc["metrics"]["longest_sequence"] == 278  # 1..20000: 17647 takes 278 steps
+            end = doc["params"]["workload"]["threen1"]["end"]
+            assert doc["metrics"]["longest_sequence"] == {20000: 278, 5000: 237}[end]  # 17647, 3711
             assert "gtm" in prov["tools"]
 
     index = sqlite3.connect(results / "index.sqlite")
-    assert index.execute("select count(*) from runs where run_id='t'").fetchone()[0] == 14
+    assert index.execute("select count(*) from runs where run_id='t'").fetchone()[0] == 16
+    split = next(d for d in docs if d["params"]["storage"]["layout"] == "split-journal")
+    readback = split["storage"]["readback"]
+    assert readback["data"]["mountinfo"]["fstype"] == "xfs" and readback["journal"]["mountinfo"]["fstype"] == "ext2"
+    assert split["details"]["gtm"]["readback"]["journal_file"].startswith(readback["journal"]["mount_point"])
     report = (results / "t" / "report.md").read_text()
     assert "Elapsed time" in report and "| 1..20,000 |" in report and "× the best" in report
     assert f"report: {results / 't' / 'report.md'}" in proc.stdout
@@ -127,7 +134,7 @@ def test_run_stores_verified_results_with_provenance_and_resumes(
     # Resume: nothing runs again; --force runs one cell again.
     mtimes = {p: p.stat().st_mtime for p in (results / "t").rglob("r*.json")}
     again = fsmatrix("run", str(matrix), "--results", str(results), "--workdir", str(workdir))
-    assert again.returncode == 0 and "14 reused" in again.stderr.replace("\n", " "), again.stderr
+    assert again.returncode == 0 and "16 reused" in again.stderr.replace("\n", " "), again.stderr
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
     forced = fsmatrix(
         "run",

@@ -267,6 +267,7 @@ def _set_up(
         made["geometry"] = fs.read_geometry(None, mount_point)
     return {
         **made,
+        "mount_point": str(mount_point),
         "mount_options_requested": ",".join(options),
         "mountinfo": {
             "mount_options": entry.mount_options,
