@@ -108,3 +108,57 @@ class Index:
 
     def close(self) -> None:
         self.db.close()
+
+
+def merge(sources: list[Path], root: Path) -> tuple[int, int]:
+    """Copy every result document (and its log) under ``sources`` into the results root ``root``.
+
+    Sources are results roots or run directories as CI artifacts hold them (``<run-id>/<cell>/r<N>.json``).
+    A document already present with the same content is skipped; one that differs is an error, so a
+    merge never silently replaces a measurement. Returns (copied, already present); re-indexes ``root``.
+    """
+    copied = same = 0
+    index = Index(root)
+    try:
+        for source in sources:
+            for path in iter_result_files(source):
+                doc = jsonfile.read(path)
+                run_id = doc.get("run_id") or path.parent.parent.name
+                target = result_path(root / run_id, doc["cell_id"], doc["repeat"])
+                if target.resolve() == path.resolve():
+                    continue
+                if target.exists():
+                    if jsonfile.read(target) != doc:
+                        raise UserError(
+                            f"{path}: {target} already holds a different result for this run, cell and repeat"
+                        )
+                    same += 1
+                    continue
+                jsonfile.write_atomic(target, doc)
+                log_file = path.with_suffix(".log")
+                if log_file.exists():
+                    target.with_suffix(".log").write_bytes(log_file.read_bytes())
+                index.add(run_id, doc, target)
+                copied += 1
+            for matrix_json in source.rglob("matrix.json"):
+                run_dir = root / matrix_json.parent.name
+                if run_dir.is_dir() and not (run_dir / "matrix.json").exists():
+                    (run_dir / "matrix.json").write_bytes(matrix_json.read_bytes())
+    finally:
+        index.close()
+    return copied, same
+
+
+def reindex(root: Path) -> int:
+    """Rebuild the SQLite index of a results root from its documents; returns how many it holds."""
+    (root / "index.sqlite").unlink(missing_ok=True)
+    index = Index(root)
+    count = 0
+    try:
+        for path in iter_result_files(root):
+            doc = jsonfile.read(path)
+            index.add(doc.get("run_id") or path.parent.parent.name, doc, path)
+            count += 1
+    finally:
+        index.close()
+    return count

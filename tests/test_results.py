@@ -1,0 +1,82 @@
+"""Result storage: loading with clear errors, merging shard artifacts, rebuilding the index."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fsmatrix import results
+from fsmatrix.agent import jsonfile
+from fsmatrix.cli import main
+from fsmatrix.errors import UserError
+
+
+def doc(cell: str, repeat: int, elapsed: float, run_id: str = "r") -> dict:  # type: ignore[type-arg]
+    return {
+        "schema_version": 1,
+        "run_id": run_id,
+        "cell_id": cell,
+        "repeat": repeat,
+        "workload": "threen1",
+        "status": "passed",
+        "params": {"filesystem": "ext4"},
+        "metrics": {"elapsed_s": elapsed},
+        "provenance": {"git": {"sha": "abc"}, "kernel": "6.1", "backend": "host"},
+    }
+
+
+def put(root: Path, d: dict) -> Path:  # type: ignore[type-arg]
+    path = results.result_path(root / d["run_id"], d["cell_id"], d["repeat"])
+    jsonfile.write_atomic(path, d)
+    return path
+
+
+def test_merge_shards_into_one_root(tmp_path: Path) -> None:
+    shard_a, shard_b, merged = tmp_path / "a", tmp_path / "b", tmp_path / "merged"
+    put(shard_a, doc("c1", 1, 1.0))
+    put(shard_a, doc("c1", 2, 1.1)).with_suffix(".log").write_text("log a")
+    put(shard_b, doc("c2", 1, 2.0))
+    out = CliRunner().invoke(main, ["results", "merge", str(shard_a), str(shard_b), "--into", str(merged)])
+    assert out.exit_code == 0 and "merged 3" in out.output
+    assert (merged / "r" / "c1" / "r2.log").read_text() == "log a"
+    assert len(results.load_results(merged / "r")) == 3
+    db = sqlite3.connect(merged / "index.sqlite")
+    assert db.execute("select count(*) from runs").fetchone()[0] == 3
+    # merging the same artifacts again changes nothing
+    out = CliRunner().invoke(main, ["results", "merge", str(shard_a), "--into", str(merged)])
+    assert out.exit_code == 0 and "merged 0" in out.output and "2 already there" in out.output
+
+
+def test_merge_never_replaces_a_different_measurement(tmp_path: Path) -> None:
+    put(tmp_path / "a", doc("c1", 1, 1.0))
+    put(tmp_path / "b", doc("c1", 1, 9.0))
+    results.merge([tmp_path / "a"], tmp_path / "m")
+    out = CliRunner().invoke(main, ["results", "merge", str(tmp_path / "b"), "--into", str(tmp_path / "m")])
+    assert out.exit_code == 2 and "already holds a different result" in out.output
+    assert jsonfile.read(tmp_path / "m" / "r" / "c1" / "r1.json")["metrics"]["elapsed_s"] == 1.0
+
+
+def test_reindex_rebuilds_from_documents(tmp_path: Path) -> None:
+    for i in range(1, 4):
+        put(tmp_path, doc("c", i, float(i)))
+    (tmp_path / "index.sqlite").write_text("garbage")
+    assert results.reindex(tmp_path) == 3
+    rows = sqlite3.connect(tmp_path / "index.sqlite").execute("select metrics from runs order by repeat").fetchall()
+    assert [json.loads(r[0])["elapsed_s"] for r in rows] == [1.0, 2.0, 3.0]
+
+
+def test_loading_bad_results_gives_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="does not exist"):
+        results.load_results(tmp_path / "missing")
+    with pytest.raises(UserError, match="no result documents"):
+        results.load_results(tmp_path)
+    put(tmp_path, {**doc("c", 1, 1.0), "schema_version": 99})
+    with pytest.raises(UserError, match="schema version 99; this fsmatrix reads version 1"):
+        results.load_results(tmp_path)
+    (tmp_path / "r" / "c" / "r1.json").write_text("{not json")
+    with pytest.raises(UserError, match="not a readable result document"):
+        results.load_results(tmp_path)
