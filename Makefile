@@ -6,6 +6,7 @@ PYTHON ?= /usr/bin/python3
 VENV := .venv
 BIN := $(VENV)/bin
 RESULTS ?= results
+PYTEST_ARGS ?=
 
 # Debian packages fsmatrix runs (workloads, filesystem tools, device handling) and builds with.
 DEB_PACKAGES := fis-gtm sysbench fio e2fsprogs xfsprogs btrfs-progs jfsutils reiserfsprogs \
@@ -43,10 +44,11 @@ lint: deps
 	$(BIN)/ruff check runner tests
 	$(BIN)/ruff format --check runner tests
 	$(BIN)/mypy
-	shellcheck .ci/run
+	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh
+	$(BIN)/actionlint
 
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-slow: deps
 	$(BIN)/pytest -m slow

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# pr-gate.yml: run the PR matrix on the base and head checkouts on this one runner, interleaved
+# repeat by repeat (base r1, head r1, base r2, ...) so that drift on the machine hits both alike,
+# then compare them and fail on a significant regression.
+# Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS
+set -euo pipefail
+base=$(realpath "$1") head=$(realpath "$2") matrix=$(realpath "$3")
+repeats=$4 threshold=$5
+mkdir -p "$6"
+results=$(realpath "$6")
+failed=""
+for ((r = 1; r <= repeats; r++)); do
+  for side in base head; do
+    dir=$base
+    [ "$side" = head ] && dir=$head
+    echo "== $side, repeat $r of $repeats"
+    # --repeat r with resume: each pass adds one repeat per cell; a failed run is retried on the next pass.
+    if ! (cd "$dir" && .venv/bin/fsmatrix run "$matrix" --results "$results" --run-id "$side" --repeat "$r"); then
+      failed="$failed $side"
+    fi
+  done
+done
+status=0
+"$head/.venv/bin/fsmatrix" compare "$results/base" "$results/head" --fail-on-regression "$threshold" \
+  --format md > "$results/comparison.md" || status=$?
+cat "$results/comparison.md"
+if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+  cat "$results/comparison.md" >> "$GITHUB_STEP_SUMMARY"
+fi
+case "$failed" in
+  *head*) echo "the PR head has failed runs (see the logs above): the gate fails" >&2; status=1 ;;
+  *base*) echo "warning: the base commit has failed runs; fewer samples to compare" >&2 ;;
+esac
+exit "$status"

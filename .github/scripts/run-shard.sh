@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# One fan-out job of matrix.yml: run one shard's cells and keep its results for the merge job.
+# Usage: run-shard.sh MATRIX BACKEND CELLS RESULTS [REPEATS]
+set -euo pipefail
+matrix=$1 backend=$2 cells=$3 results=$4 repeats=${5:-}
+args=(run "$matrix" --backend "$backend" --only "$cells" --results "$results" --run-id matrix)
+if [ -n "$repeats" ]; then
+  args+=(--repeat "$repeats")
+fi
+exec .venv/bin/fsmatrix "${args[@]}"
