@@ -10,9 +10,10 @@ PYTEST_ARGS ?=
 
 # Debian packages fsmatrix runs (workloads, filesystem tools, device handling) and builds with.
 DEB_PACKAGES := fis-gtm sysbench fio e2fsprogs xfsprogs btrfs-progs jfsutils reiserfsprogs \
-	nilfs-tools f2fs-tools mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck
+	nilfs-tools f2fs-tools mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck \
+	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client chromium
 
-.PHONY: all deps deb-deps venv demo test test-slow lint bench clean
+.PHONY: all deps deb-deps venv demo test test-slow lint bench clean image
 
 all: test
 
@@ -46,6 +47,8 @@ lint: deps
 	$(BIN)/mypy
 	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh
 	$(BIN)/actionlint
+	packer fmt -check packer/
+	packer validate packer/
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -55,6 +58,11 @@ test-slow: deps
 
 bench: deps
 	$(BIN)/python -m fsmatrix.bench
+
+# The guest image (debootstrap base + Packer) in $${FSMATRIX_CACHE:-/var/cache/fsmatrix}/images;
+# reused when its inputs are unchanged.
+image: deps
+	$(BIN)/fsmatrix image build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

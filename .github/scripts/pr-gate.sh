@@ -4,6 +4,10 @@
 # then compare them and fail on a significant regression.
 # Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS
 set -euo pipefail
+# fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
+if [ "$(id -u)" -ne 0 ]; then
+  exec sudo --preserve-env=GITHUB_STEP_SUMMARY bash "$0" "$@"
+fi
 base=$(realpath "$1") head=$(realpath "$2") matrix=$(realpath "$3")
 repeats=$4 threshold=$5
 mkdir -p "$6"

@@ -2,6 +2,10 @@
 # One fan-out job of matrix.yml: run one shard's cells and keep its results for the merge job.
 # Usage: run-shard.sh MATRIX BACKEND CELLS RESULTS [REPEATS]
 set -euo pipefail
+# fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
+if [ "$(id -u)" -ne 0 ]; then
+  exec sudo --preserve-env=GITHUB_STEP_SUMMARY bash "$0" "$@"
+fi
 matrix=$1 backend=$2 cells=$3 results=$4 repeats=${5:-}
 args=(run "$matrix" --backend "$backend" --only "$cells" --results "$results" --run-id matrix)
 if [ -n "$repeats" ]; then

@@ -203,18 +203,6 @@ def _confirm_devices(devices: list[str], yes: bool) -> None:
         raise UserError("not confirmed; nothing was changed")
 
 
-# ----------------------------------------------------------------------------------- report
-
-
-@main.command("report")
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["md"]), default="md", show_default=True)
-def report_cmd(directory: Path, fmt: str) -> None:
-    """Print tables for the results under DIRECTORY (a run directory or a results root)."""
-    docs = results.load_results(directory)
-    click.echo(report.markdown(docs, str(directory)), nl=False)
-
-
 @main.group("results")
 def results_group() -> None:
     """Manage results roots: merge CI artifacts, rebuild the index."""
@@ -355,3 +343,16 @@ def sysbench_cmd(mode: str, directory: Path, pairs: tuple[str, ...], timeout: fl
 def fio_cmd(pattern: str, directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """An iozone-style fio PATTERN in a directory (seed 001)."""
     _file_workload("fio", "pattern", pattern, directory, pairs, timeout, as_json)
+
+
+def _register_subcommands() -> None:
+    from fsmatrix.cli_results import calibrate_cmd, compare_cmd, report_cmd
+    from fsmatrix.image import image_group
+
+    main.add_command(image_group, "image")
+    main.add_command(report_cmd, "report")
+    main.add_command(compare_cmd, "compare")
+    main.add_command(calibrate_cmd, "calibrate")
+
+
+_register_subcommands()

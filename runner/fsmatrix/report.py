@@ -119,10 +119,11 @@ def _environment_section(docs: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def _workload_section(
-    kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[dict[str, Any]]]
-) -> list[str]:
-    lines = [f"## {kind}", ""]
+def workload_groups(
+    kind: str, cells: dict[str, list[dict[str, Any]]]
+) -> list[tuple[str, dict[str, list[dict[str, Any]]]]]:
+    """Cells of one workload split into groups that differ only in row and column keys, each with a
+    heading naming what sets it apart from the other groups ("" when there is one group)."""
     groups: dict[tuple[tuple[str, str], ...], dict[str, list[dict[str, Any]]]] = defaultdict(dict)
     for cid, ds in cells.items():
         flat = flatten(ds[0]["params"])
@@ -130,8 +131,14 @@ def _workload_section(
         groups[rest][cid] = ds
     varying = {k for k, _ in set().union(*groups)} if len(groups) > 1 else set()
     varying = {k for k in varying if len({dict(g).get(k) for g in groups}) > 1}
-    for rest, group in groups.items():
-        heading = ", ".join(f"{k}={v}" for k, v in rest if k in varying)
+    return [(", ".join(f"{k}={v}" for k, v in rest if k in varying), group) for rest, group in groups.items()]
+
+
+def _workload_section(
+    kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    lines = [f"## {kind}", ""]
+    for heading, group in workload_groups(kind, cells):
         if heading:
             lines += [f"### {heading}", ""]
         keys = {m for ds in group.values() for d in ds for m in d.get("key_metrics", {})}
@@ -139,10 +146,19 @@ def _workload_section(
             table = _metric_table(kind, group, metric, direction) if metric in keys else []
             if table:
                 lines += [f"**{title}**, median of repeats ±half-range; others as × the best", "", *table, ""]
+    for title, header, rows in relative_speed_tables(kind, cells):
+        lines += [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines.append("")
     return lines
 
 
-def _metric_table(kind: str, group: dict[str, list[dict[str, Any]]], metric: str, direction: str) -> list[str]:
+Grid = tuple[list[str], list[tuple[str, dict[str, list[float] | str]]]]
+
+
+def metric_grid(kind: str, group: dict[str, list[dict[str, Any]]], metric: str) -> Grid:
+    """Columns (filesystems) and rows (inputs) of one metric; each entry the passed runs' values, or
+    the status text when none passed. Empty when no entry has a value."""
     rows: dict[str, dict[str, list[float] | str]] = defaultdict(dict)
     columns: list[str] = []
     for ds in group.values():
@@ -153,16 +169,65 @@ def _metric_table(kind: str, group: dict[str, list[dict[str, Any]]], metric: str
         values = [float(d["metrics"][metric]) for d in ds if d["status"] == "passed" and metric in d["metrics"]]
         rows[row][col] = values if values else sorted({d["status"] for d in ds})[0]
     if not any(isinstance(v, list) for r in rows.values() for v in r.values()):
+        return [], []
+    return columns, list(rows.items())
+
+
+def best_of(entries: dict[str, list[float] | str], direction: str) -> float | None:
+    medians = [statistics.median(v) for v in entries.values() if isinstance(v, list)]
+    return (min(medians) if direction == "lower" else max(medians)) if medians else None
+
+
+def _metric_table(kind: str, group: dict[str, list[dict[str, Any]]], metric: str, direction: str) -> list[str]:
+    columns, rows = metric_grid(kind, group, metric)
+    if not columns:
         return []
     out = ["| " + " | ".join(["input", *columns]) + " |", "|" + "---|" * (len(columns) + 1)]
-    for row, entries in rows.items():
-        medians = [statistics.median(v) for v in entries.values() if isinstance(v, list)]
-        best = (min(medians) if direction == "lower" else max(medians)) if medians else None
+    for row, entries in rows:
+        best = best_of(entries, direction)
         texts = []
         for col in columns:
             value = entries.get(col, "")
             texts.append(_cell_text(value, best, direction) if isinstance(value, list) else str(value))
         out.append("| " + " | ".join([row, *texts]) + " |")
+    return out
+
+
+def _order(value: Any) -> tuple[int, float, str]:
+    if isinstance(value, bool | int | float):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def relative_speed_tables(
+    kind: str, cells: dict[str, list[dict[str, Any]]]
+) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Seed 000's "relative speed" tables: cells that differ only in database (gtm.*) settings, the
+    first metric's median and each one's speed relative to the first (default-most) setting."""
+    metric, title, direction = METRIC_TABLES[kind][0]
+    families: dict[tuple[tuple[str, str], ...], list[tuple[dict[str, Any], list[float]]]] = defaultdict(list)
+    for ds in cells.values():
+        flat = flatten(ds[0]["params"])
+        key = tuple(sorted((k, str(v)) for k, v in flat.items() if not k.startswith("gtm.")))
+        values = [float(d["metrics"][metric]) for d in ds if d["status"] == "passed" and metric in d["metrics"]]
+        if values:
+            families[key].append((flat, values))
+    out = []
+    for members in families.values():
+        if len(members) < 2:
+            continue
+        varying = sorted(k for k in members[0][0] if k.startswith("gtm.") and len({str(f[k]) for f, _ in members}) > 1)
+        members.sort(key=lambda m: tuple(_order(m[0][k]) for k in varying))  # False before True, low before high
+        reference = statistics.median(members[0][1])
+        flat0 = members[0][0]
+        header = ["filesystem", *(k.removeprefix("gtm.") for k in varying), title, "relative speed"]
+        rows = []
+        for flat, values in members:
+            med = statistics.median(values)
+            speed = (reference / med if direction == "lower" else med / reference) if med and reference else 0.0
+            rows.append([str(flat["filesystem"]), *(str(flat[k]) for k in varying), _fmt(med), f"{speed:.0%}"])
+        label = f"{_column_label(flat0)}, input {_row_label(kind, flat0)}"
+        out.append((f"Relative speed ({label})", header, rows))
     return out
 
 

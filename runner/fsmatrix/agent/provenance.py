@@ -39,6 +39,8 @@ def os_release() -> str:
 def git_source() -> dict[str, Any]:
     """The commit the running fsmatrix code came from, and whether the tree had local changes."""
     here = Path(__file__).resolve().parent
+    if not proc.have("git"):  # the guest image has no git: its build's commit comes from the environment
+        return {"sha": os.environ.get("FSMATRIX_GIT_SHA", "unknown"), "dirty": None}
     result = proc.run(["git", "-C", str(here), "rev-parse", "HEAD"], check=False, timeout=10)
     if result.returncode != 0:
         return {"sha": os.environ.get("FSMATRIX_GIT_SHA", "unknown"), "dirty": None}

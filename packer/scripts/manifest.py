@@ -1,0 +1,58 @@
+"""Write the image manifest (/etc/fsmatrix/image.json) inside the guest at build time.
+
+usage: python3 manifest.py PACKAGES_FILE OUT_JSON (with FSMATRIX_* in the environment)
+Records the installed version of every package in the package list (and of the real kernel and
+GT.M packages behind Debian's metapackages): everything that can change a number.
+"""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+
+def installed_versions() -> dict[str, str]:
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    versions = {}
+    for line in out.splitlines():
+        name, version, status = line.split("\t")
+        if status.startswith("ii"):
+            versions[name] = version
+    return versions
+
+
+def main() -> None:
+    packages_file, out = Path(sys.argv[1]), Path(sys.argv[2])
+    wanted = [line.split("#")[0].strip() for line in packages_file.read_text().splitlines()]
+    wanted = [name for name in wanted if name]
+    installed = installed_versions()
+    missing = [name for name in wanted if name not in installed]
+    if missing:
+        sys.exit(f"packages of the list not installed: {', '.join(missing)}")
+    # The metapackages name the real kernel and GT.M packages, whose versions are what counts.
+    real = [n for n in installed if n.startswith(("linux-image-6", "fis-gtm-", "libc6", "python3.1"))]
+    packages = {name: installed[name] for name in sorted({*wanted, *real})}
+    kernel = sorted(p.name.removeprefix("vmlinuz-") for p in Path("/boot").glob("vmlinuz-*"))[-1]
+    manifest = {
+        "name": os.environ["FSMATRIX_IMAGE_NAME"],
+        "fsmatrix_version": os.environ["FSMATRIX_VERSION"],
+        "git_sha": os.environ["FSMATRIX_GIT_SHA"],
+        "build_time": os.environ["FSMATRIX_BUILD_TIME"],
+        "os": platform.freedesktop_os_release().get("PRETTY_NAME", "unknown"),
+        "kernel": kernel,
+        "python": platform.python_version(),
+        "packages": packages,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

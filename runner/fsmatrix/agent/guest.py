@@ -1,0 +1,210 @@
+"""Job mode inside the guest: read job.json from the job disk, run it, write result.json back.
+
+``fsmatrix-job.service`` mounts the job disk (serial ``fsmatrix-job``) and runs
+``python3 -m fsmatrix.agent.guest <mountpoint>``; afterwards it syncs, unmounts and powers off.
+Data disks are named by their virtio serial only and resolved through /dev/disk/by-id, so a job
+can never point the agent at the root disk or the job disk by path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import socket
+import stat
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fsmatrix import __version__
+from fsmatrix.agent import jsonfile, provenance
+
+log = logging.getLogger("fsmatrix")
+
+JOB_FILE = "job.json"
+RESULT_FILE = "result.json"
+LOG_FILE = "agent.log"
+JOB_SERIAL = "fsmatrix-job"
+BY_ID = Path("/dev/disk/by-id")
+WORKDIR = Path("/var/tmp/fsmatrix-job")
+DEVICE_WAIT_S = 30.0  # udev creates the by-id links shortly after boot
+
+# QEMU passes at most 20 bytes of a virtio-blk serial to the guest.
+_SERIAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,19}$")
+
+
+class JobError(Exception):
+    """The job on the job disk cannot be run as given; str() says why."""
+
+
+def parse_job(doc: Any) -> dict[str, Any]:
+    """Check a job.json document and return it with defaults filled (repeat 1, no environment)."""
+    if not isinstance(doc, dict):
+        raise JobError("job.json must hold a JSON object")
+    cell = doc.get("cell")
+    if not isinstance(cell, dict) or not isinstance(cell.get("workload"), dict) or len(cell["workload"]) != 1:
+        raise JobError("job.json: 'cell' must be a cell with exactly one workload")
+    cell_id = doc.get("cell_id")
+    if not isinstance(cell_id, str) or not cell_id:
+        raise JobError("job.json: 'cell_id' must be a non-empty string")
+    repeat = doc.get("repeat", 1)
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+        raise JobError("job.json: 'repeat' must be a positive integer")
+    serials = doc.get("data_serials", [])
+    if not isinstance(serials, list) or not all(isinstance(s, str) for s in serials):
+        raise JobError("job.json: 'data_serials' must be a list of strings")
+    environment = doc.get("environment", {})
+    if not isinstance(environment, dict):
+        raise JobError("job.json: 'environment' must be an object")
+    return {"cell": cell, "cell_id": cell_id, "repeat": repeat, "data_serials": serials, "environment": environment}
+
+
+def resolve_data_disks(serials: list[str], by_id: Path = BY_ID, wait_s: float = DEVICE_WAIT_S) -> list[str]:
+    """The block devices behind ``by_id``/virtio-<serial>, in order; JobError for anything else.
+
+    A serial must be a plain name (no path), not the job disk's, and its link must lead to a block
+    device; each device may be used once. Waits up to ``wait_s`` for udev to create the links.
+    """
+    devices: list[str] = []
+    for serial in serials:
+        if not _SERIAL.match(serial):
+            raise JobError(f"data disk serial {serial!r} is not a plain virtio serial (letters, digits, . _ -)")
+        if serial == JOB_SERIAL:
+            raise JobError(f"data disk serial {serial!r} is the job disk")
+        link = by_id / f"virtio-{serial}"
+        deadline = time.monotonic() + wait_s
+        while not link.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not link.exists():
+            raise JobError(f"no disk with serial {serial!r}: {link} does not exist")
+        target = link.resolve()
+        if not stat.S_ISBLK(target.stat().st_mode):
+            raise JobError(f"{link} leads to {target}, which is not a block device")
+        if str(target) in devices:
+            raise JobError(f"data disk serial {serial!r} names a device already in the job ({target})")
+        devices.append(str(target))
+    return devices
+
+
+def parse_route_table(text: str) -> list[dict[str, str]]:
+    """Routes in /proc/net/route (IPv4): interface, destination and gateway as dotted quads."""
+
+    def quad(field: str) -> str:
+        return socket.inet_ntoa(int(field, 16).to_bytes(4, "little"))
+
+    routes = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8:
+            routes.append({"iface": fields[0], "destination": quad(fields[1]), "gateway": quad(fields[2])})
+    return routes
+
+
+def parse_ipv6_route_table(text: str) -> list[dict[str, str]]:
+    """Routes in /proc/net/ipv6_route: interface and destination ("<hex address>/<prefix length>")."""
+    routes = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 10:
+            routes.append({"iface": fields[9], "destination": f"{fields[0]}/{int(fields[1], 16)}"})
+    return routes
+
+
+def network_state(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys")) -> dict[str, Any]:
+    """Whether this guest could reach anything outside: its interfaces and any default route."""
+    try:
+        v4 = parse_route_table((proc_root / "net" / "route").read_text())
+    except OSError:
+        v4 = []
+    try:
+        v6 = parse_ipv6_route_table((proc_root / "net" / "ipv6_route").read_text())
+    except OSError:
+        v6 = []
+    # lo carries the kernel's "unreachable" ::/0 entry: not a way out.
+    default = any(r["destination"] == "0.0.0.0" for r in v4) or any(
+        r["destination"] == "0" * 32 + "/0" and r["iface"] != "lo" for r in v6
+    )
+    try:
+        interfaces = sorted(p.name for p in (sys_root / "class" / "net").iterdir() if p.name != "lo")
+    except OSError:
+        interfaces = []
+    return {"interfaces": interfaces, "default_route": default}
+
+
+def _error_result(job: dict[str, Any] | None, reason: str) -> dict[str, Any]:
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    return {
+        "schema_version": 1,
+        "cell_id": (job or {}).get("cell_id"),
+        "repeat": (job or {}).get("repeat"),
+        "params": (job or {}).get("cell"),
+        "status": "error",
+        "reason": reason,
+        "started_at": now,
+        "finished_at": now,
+        "metrics": {},
+        "verification": {"status": "not-run"},
+        "provenance": {**provenance.collect(), **((job or {}).get("environment") or {})},
+    }
+
+
+def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str, Any]:
+    """Run the job in ``job_dir``/job.json; write and return its result (an error result on failure)."""
+    job: dict[str, Any] | None = None
+    try:
+        job = parse_job(jsonfile.read(job_dir / JOB_FILE))
+        manifest = provenance.image_manifest() or {}
+        if manifest.get("git_sha"):
+            # No git in the guest: provenance reads the build's commit from here.
+            os.environ.setdefault("FSMATRIX_GIT_SHA", str(manifest["git_sha"]))
+        devices = resolve_data_disks(job["data_serials"], by_id=by_id)
+        log.info("job %s repeat %d on %s", job["cell_id"], job["repeat"], ", ".join(devices) or "no disks")
+        from fsmatrix.agent.job import run_job  # imported late: a broken agent still writes a result
+
+        environment = {
+            **job["environment"],
+            "guest": {"data_disks": dict(zip(job["data_serials"], devices, strict=True)), "network": network_state()},
+        }
+        result = run_job(
+            job["cell"],
+            cell_id=job["cell_id"],
+            repeat=job["repeat"],
+            devices=devices,
+            workdir=workdir,
+            environment=environment,
+        )
+    except (JobError, OSError, ValueError) as exc:
+        log.error("job not run: %s", exc)
+        result = _error_result(job, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the host must always get a result document back
+        log.error("agent failed:\n%s", traceback.format_exc())
+        result = _error_result(job, f"{type(exc).__name__}: {exc}")
+    jsonfile.write_atomic(job_dir / RESULT_FILE, result)
+    log.info("result: %s%s", result["status"], f" ({result['reason']})" if result.get("reason") else "")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m fsmatrix.agent.guest", description=__doc__)
+    parser.add_argument("job_dir", type=Path, help="where the job disk is mounted (holds job.json)")
+    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="mount points and scratch (%(default)s)")
+    parser.add_argument("--version", action="version", version=f"fsmatrix {__version__}")
+    args = parser.parse_args(argv)
+    job_dir: Path = args.job_dir
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers.append(logging.FileHandler(job_dir / LOG_FILE, encoding="utf-8"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers)
+    log.info("fsmatrix %s guest agent, job disk %s", __version__, job_dir)
+    result = run(job_dir, workdir=args.workdir)
+    for handler in handlers:
+        handler.flush()
+    return 0 if result["status"] in ("passed", "failed", "skipped", "timeout") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Click commands over stored results: ``compare`` (and the regression gate), ``calibrate``, ``report``.
+
+The lead wires these into ``fsmatrix.cli.main``; they follow its conventions (UserError → exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from fsmatrix import calibrate, compare, htmlreport, report, results, stats
+from fsmatrix.errors import UserError
+
+_RESULTS_OPTION = click.option(
+    "--results",
+    "results_root",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root: where run ids are looked up, and calibrations stored.",
+)
+
+
+def _out_console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
+@click.command("compare")
+@click.argument("base")
+@click.argument("head")
+@_RESULTS_OPTION
+@click.option(
+    "--fail-on-regression",
+    "threshold",
+    default=None,
+    metavar="THRESHOLD",
+    help="Exit 1 when a key metric is significantly worse by more than THRESHOLD (e.g. 5%).",
+)
+@click.option(
+    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
+)
+@click.option("--allow-env-diff", is_flag=True, help="Compare even when the environments differ (always listed).")
+@click.option(
+    "--calibration",
+    default="auto",
+    show_default=True,
+    help="Noise floors: 'auto' (stored calibrations of HEAD's environment), 'none', or a calibration file.",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True)
+def compare_cmd(
+    base: str,
+    head: str,
+    results_root: Path,
+    threshold: str | None,
+    alpha: float,
+    allow_env_diff: bool,
+    calibration: str,
+    fmt: str,
+) -> None:
+    """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
+
+    Exit status: 0, or 1 when --fail-on-regression is given and exceeded; 2 for bad input.
+    """
+    limit = compare.parse_threshold(threshold) if threshold is not None else None
+    b = compare.load_side(base, results_root)
+    h = compare.load_side(head, results_root)
+    if calibration == "none":
+        cal_paths: list[Path] = []
+    elif calibration == "auto":
+        cal_paths = calibrate.find(results_root, h.docs)
+    else:
+        cal_paths = [Path(calibration)]
+    floors = calibrate.noise_floors([calibrate.load(p) for p in cal_paths])
+    result = compare.compare(b, h, threshold=limit, alpha=alpha, allow_env_diff=allow_env_diff, noise_floors=floors)
+    if fmt == "json":
+        click.echo(json.dumps(compare.to_json(result), indent=1))
+    elif fmt == "md":
+        click.echo(compare.markdown(result), nl=False)
+    else:
+        out = _out_console()
+        out.print(compare.rich_table(result))
+        for line in compare.summary_lines(result):
+            out.print(line, markup=False, highlight=False)
+    if cal_paths:
+        click.echo(f"noise floors from {', '.join(str(p) for p in cal_paths)}", err=True)
+    sys.exit(result.exit_status())
+
+
+@click.command("calibrate")
+@click.argument("matrix_file", metavar="MATRIX", type=click.Path(path_type=Path))
+@click.option("--runs", type=click.IntRange(3), default=5, show_default=True, help="Runs a side (N of N-vs-N).")
+@_RESULTS_OPTION
+@click.option("--only", "only", multiple=True, help="Cells whose id matches this glob (repeatable, or comma list).")
+@click.option(
+    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
+)
+@click.option("--threshold", default="0%", show_default=True, help="The gate threshold to calibrate for.")
+@click.option("--resume", is_flag=True, help="Keep completed A/A runs from an earlier calibration.")
+@click.option("--workdir", type=click.Path(path_type=Path), default=Path("/var/tmp/fsmatrix"), show_default=True)
+def calibrate_cmd(
+    matrix_file: Path,
+    runs: int,
+    results_root: Path,
+    only: tuple[str, ...],
+    alpha: float,
+    threshold: str,
+    resume: bool,
+    workdir: Path,
+) -> None:
+    """Run MATRIX's cells as A/A pairs (RUNS repeats, twice) and store this runner's noise."""
+    from fsmatrix import matrix
+    from fsmatrix import runs as runs_mod
+    from fsmatrix.backends.host import HostBackend
+
+    limit = compare.parse_threshold(threshold)
+    m = matrix.load(matrix_file)
+    cells = m.select(list(only))
+    if not cells:
+        raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(matrix_file))
+    console = Console(stderr=True)
+    sides = []
+    ok = True
+    for side in ("a", "b"):
+        summary = runs_mod.run_matrix(
+            m,
+            cells,
+            HostBackend(workdir=workdir),
+            results_root=results_root,
+            run_id=f"calibrate-{m.name}-{side}",
+            repeat=runs,
+            force=not resume,
+            console=console,
+        )
+        ok = ok and summary.ok
+        sides.append([d for docs in summary.docs.values() for d in docs])
+    cal = calibrate.calibrate_sides(sides[0], sides[1], matrix_name=m.name, runs=runs, alpha=alpha, threshold=limit)
+    path = calibrate.save(cal, results_root)
+    click.echo(calibrate.markdown(cal), nl=False)
+    click.echo(f"calibration: {path.resolve()}")
+    if not ok:
+        click.echo("some runs did not pass: their cells have fewer values", err=True)
+    sys.exit(0 if ok else 1)
+
+
+@click.command("report")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "otava", "otava-config"]),
+    default="md",
+    show_default=True,
+    help="md: Markdown tables (terminals, $GITHUB_STEP_SUMMARY); csv: one row per run; otava: Apache Otava's CSV; "
+    "otava-config: an Otava test definition for that CSV (file fsmatrix.csv).",
+)
+@click.option(
+    "--html",
+    "html_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="OUT/",
+    help="Also write OUT/report.html: one self-contained page with tables and charts.",
+)
+@click.option("--title", default=None, help="Report title (default: DIRECTORY).")
+def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | None) -> None:
+    """Print tables for the results under DIRECTORY (a run directory or a results root)."""
+    docs = results.load_results(directory)
+    name = title or str(directory)
+    if html_dir is not None:
+        path = htmlreport.write_html(docs, name, html_dir)
+        click.echo(f"html report: {path.resolve()}", err=True)
+    if fmt == "csv":
+        click.echo(htmlreport.runs_csv(docs), nl=False)
+    elif fmt == "otava":
+        click.echo(htmlreport.otava_csv(docs), nl=False)
+    elif fmt == "otava-config":
+        click.echo(htmlreport.otava_config(docs, "fsmatrix.csv"), nl=False)
+    else:
+        click.echo(report.markdown(docs, name), nl=False)

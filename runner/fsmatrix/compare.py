@@ -1,0 +1,363 @@
+"""Compare two sets of results (BASE and HEAD) cell by cell: the table and the regression gate.
+
+A side is a results directory (a run directory or a whole results root) or a run id looked up in
+the SQLite index of a results root. Cells are matched by id; every key metric the documents
+declare is compared, plus the noise-robust ones (CPU-seconds, device bytes and IOs per operation)
+that move far less than wall time on a shared machine. Runs from environments that change numbers
+(backend, accelerator, kernel, image, device profile, CPU, memory) are refused unless allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from fsmatrix import stats
+from fsmatrix.agent import jsonfile
+from fsmatrix.agent.job import SCHEMA_VERSION
+from fsmatrix.errors import UserError
+from fsmatrix.results import load_results
+
+# Provenance that changes the numbers: runs that differ in any of these are not comparable.
+ENV_KEYS = (
+    "backend",
+    "accel",
+    "kernel",
+    "image",
+    "device_profile",
+    "device_source",
+    "cpu_model",
+    "cpu_count",
+    "memory_kib",
+)
+# Gated next to the workload's own key metrics when a document has them (lower is better for all).
+ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
+
+
+@dataclass
+class Side:
+    label: str
+    docs: list[dict[str, Any]]
+
+    def by_cell(self) -> dict[str, list[dict[str, Any]]]:
+        cells: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for doc in self.docs:
+            cells[doc["cell_id"]].append(doc)
+        return dict(cells)
+
+
+@dataclass
+class Row:
+    cell_id: str
+    metric: str
+    direction: str
+    comparison: stats.Comparison
+    regression: bool
+    noise_floor: float
+
+
+@dataclass
+class CompareResult:
+    base: str
+    head: str
+    threshold: float | None
+    rows: list[Row] = field(default_factory=list)
+    env_diffs: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    only_base: list[str] = field(default_factory=list)
+    only_head: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.regression]
+
+    def exit_status(self) -> int:
+        """The gate: 1 when a threshold was given and some metric regressed beyond it, else 0."""
+        return 1 if self.threshold is not None and self.regressions else 0
+
+
+# ----------------------------------------------------------------------------------- loading
+
+
+def load_side(spec: str, results_root: Path) -> Side:
+    """A directory of results, or a run id in ``results_root``'s index."""
+    path = Path(spec)
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"{spec}: not a directory of results")
+        return Side(spec, load_results(path))
+    index = results_root / "index.sqlite"
+    if index.is_file():
+        db = sqlite3.connect(index)
+        try:
+            paths = [Path(row[0]) for row in db.execute("SELECT path FROM runs WHERE run_id = ?", (spec,))]
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"{index}: not a readable fsmatrix index ({exc})") from exc
+        finally:
+            db.close()
+        if paths:
+            return Side(spec, [_load_document(p) for p in paths])
+    raise UserError(f"{spec}: no such results directory, and no run with that id in {index}")
+
+
+def _load_document(path: Path) -> dict[str, Any]:
+    try:
+        doc = jsonfile.read(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable result document ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        found = doc.get("schema_version") if isinstance(doc, dict) else None
+        raise UserError(f"{path}: result schema version {found!r}; this fsmatrix reads version {SCHEMA_VERSION}")
+    doc["_path"] = str(path)
+    return doc
+
+
+# ----------------------------------------------------------------------------------- environment
+
+
+def environment(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """For each ENV_KEY, the distinct values these documents report (sorted, as text)."""
+    env: dict[str, set[str]] = {key: set() for key in ENV_KEYS}
+    for doc in docs:
+        prov = doc.get("provenance") or {}
+        for key in ENV_KEYS:
+            value = prov.get(key)
+            env[key].add(json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value))
+    return {key: sorted(values) for key, values in env.items()}
+
+
+def env_differences(base: list[dict[str, Any]], head: list[dict[str, Any]]) -> list[tuple[str, list[str], list[str]]]:
+    eb, eh = environment(base), environment(head)
+    return [(key, eb[key], eh[key]) for key in ENV_KEYS if eb[key] != eh[key]]
+
+
+def env_hash(docs: list[dict[str, Any]]) -> str:
+    """A short stable hash of the environment, naming stored calibrations."""
+    text = json.dumps(environment(docs), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------------------------- metrics
+
+
+def metric_value(doc: dict[str, Any], metric: str) -> float | None:
+    metrics = doc.get("metrics") or {}
+    if metric == "device_ios_per_op" and metric not in metrics:
+        return _ios_per_op(metrics)
+    value = metrics.get(metric)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _ios_per_op(metrics: dict[str, Any]) -> float | None:
+    # The agent divides device bytes by the workload's operation count; recover that count from it.
+    per_op, total = metrics.get("device_write_bytes_per_op"), metrics.get("device_write_bytes")
+    if not per_op or not total:
+        return None
+    ops = float(total) / float(per_op)
+    return (float(metrics.get("device_reads", 0)) + float(metrics.get("device_writes", 0))) / ops
+
+
+def metric_values(docs: list[dict[str, Any]], metric: str) -> list[float]:
+    """The metric over the passed runs that have it."""
+    values = [metric_value(d, metric) for d in docs if d.get("status") == "passed"]
+    return [v for v in values if v is not None]
+
+
+def gated_metrics(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Metric name → direction: the documents' key metrics, then the robust ones they have."""
+    metrics: dict[str, str] = {}
+    for doc in docs:
+        for name, direction in (doc.get("key_metrics") or {}).items():
+            metrics.setdefault(name, direction)
+    for name in ROBUST_METRICS:
+        if name not in metrics and any(metric_value(d, name) is not None for d in docs):
+            metrics[name] = "lower"
+    return metrics
+
+
+# ----------------------------------------------------------------------------------- compare
+
+
+def compare(
+    base: Side,
+    head: Side,
+    *,
+    threshold: float | None = None,
+    alpha: float = stats.ALPHA,
+    allow_env_diff: bool = False,
+    noise_floors: dict[tuple[str, str], float] | None = None,
+) -> CompareResult:
+    """Compare every cell present on both sides; UserError on incomparable environments."""
+    result = CompareResult(base.label, head.label, threshold)
+    result.env_diffs = env_differences(base.docs, head.docs)
+    if result.env_diffs and not allow_env_diff:
+        raise UserError(
+            "refusing to compare results from different environments (use --allow-env-diff to compare anyway):\n"
+            + format_env_diffs(result.env_diffs)
+        )
+    bc, hc = base.by_cell(), head.by_cell()
+    common = sorted(set(bc) & set(hc))
+    result.only_base = sorted(set(bc) - set(hc))
+    result.only_head = sorted(set(hc) - set(bc))
+    if not common:
+        raise UserError(f"{base.label} and {head.label} have no cell in common")
+    floors = noise_floors or {}
+    for cell_id in common:
+        for metric, direction in gated_metrics(bc[cell_id] + hc[cell_id]).items():
+            floor = floors.get((cell_id, metric), 0.0)
+            c = stats.compare_samples(
+                metric_values(bc[cell_id], metric),
+                metric_values(hc[cell_id], metric),
+                direction,
+                alpha=alpha,
+                noise_floor=floor,
+            )
+            regression = threshold is not None and stats.is_regression(c, threshold)
+            result.rows.append(Row(cell_id, metric, direction, c, regression, floor))
+    return result
+
+
+def parse_threshold(text: str) -> float:
+    """``5%`` or ``0.05`` → 0.05."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UserError(f"threshold {text!r}: expected a percentage such as 5% or a fraction such as 0.05") from None
+    if not raw.endswith("%") and value >= 1:
+        raise UserError(f"threshold {text!r}: a fraction must be below 1 (write {value:g}% for a percentage)")
+    if value < 0 or not math.isfinite(value):
+        raise UserError(f"threshold {text!r} must not be negative")
+    return value
+
+
+# ----------------------------------------------------------------------------------- output
+
+
+def format_env_diffs(diffs: list[tuple[str, list[str], list[str]]]) -> str:
+    return "\n".join(f"  {key}: base {', '.join(b)} | head {', '.join(h)}" for key, b, h in diffs)
+
+
+def _num(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def _ci(c: stats.Comparison) -> str:
+    return "-" if math.isnan(c.ci_low) else f"{c.ci_low:.3f}..{c.ci_high:.3f}"
+
+
+def _verdict(row: Row) -> str:
+    text = row.comparison.verdict
+    if row.comparison.significant:
+        text += f" {abs(row.comparison.worse_by) * 100:.1f}%"
+    return text + (" REGRESSION" if row.regression else "")
+
+
+HEADERS = ("cell", "metric", "better", "n", "base median", "head median", "ratio", "95% CI", "p", "verdict")
+
+
+def _cells(row: Row) -> list[str]:
+    c = row.comparison
+    return [
+        row.cell_id,
+        row.metric,
+        row.direction,
+        f"{c.n_base}/{c.n_head}",
+        _num(c.median_base),
+        _num(c.median_head),
+        "-" if math.isnan(c.ratio) else f"{c.ratio:.3f}",
+        _ci(c),
+        "-" if math.isnan(c.p_value) else f"{c.p_value:.3g}",
+        _verdict(row),
+    ]
+
+
+def rich_table(result: CompareResult) -> Table:
+    table = Table(title=f"{result.base} → {result.head}")
+    for header in HEADERS:
+        table.add_column(header, no_wrap=header == "cell")
+    colours = {"slower": "red", "faster": "green", "not enough data": "yellow"}
+    for row in result.rows:
+        cells = _cells(row)
+        colour = colours.get(row.comparison.verdict)
+        if colour:
+            cells[-1] = f"[{colour}]{cells[-1]}[/{colour}]"
+        table.add_row(*cells)
+    return table
+
+
+def summary_lines(result: CompareResult) -> list[str]:
+    lines = []
+    if result.env_diffs:
+        lines += ["environments differ (compared anyway, --allow-env-diff):", format_env_diffs(result.env_diffs)]
+    if result.only_base:
+        lines.append(f"only in base (not compared): {', '.join(result.only_base)}")
+    if result.only_head:
+        lines.append(f"only in head (not compared): {', '.join(result.only_head)}")
+    counts: dict[str, int] = defaultdict(int)
+    for row in result.rows:
+        counts[row.comparison.verdict] += 1
+    lines.append("; ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+    if result.threshold is not None:
+        regs = result.regressions
+        if regs:
+            names = ", ".join(f"{r.cell_id} {r.metric} +{r.comparison.worse_by * 100:.1f}%" for r in regs)
+            lines.append(f"GATE FAILED: {len(regs)} significant regression(s) above {result.threshold:.1%}: {names}")
+        else:
+            lines.append(f"gate passed: no significant regression above {result.threshold:.1%}")
+    return lines
+
+
+def markdown(result: CompareResult) -> str:
+    lines = [f"## fsmatrix compare: {result.base} → {result.head}", ""]
+    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for row in result.rows:
+        cells = _cells(row)
+        if row.regression:
+            cells[-1] = f"**{cells[-1]}**"
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines.append("")
+    for line in summary_lines(result):
+        lines.append(f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(result: CompareResult) -> dict[str, Any]:
+    def clean(value: Any) -> Any:
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    return {
+        "base": result.base,
+        "head": result.head,
+        "threshold": result.threshold,
+        "env_diffs": [{"key": k, "base": b, "head": h} for k, b, h in result.env_diffs],
+        "only_base": result.only_base,
+        "only_head": result.only_head,
+        "rows": [
+            {
+                "cell_id": r.cell_id,
+                "metric": r.metric,
+                "direction": r.direction,
+                "regression": r.regression,
+                "noise_floor": r.noise_floor,
+                **{k: clean(v) for k, v in r.comparison.to_dict().items()},
+            }
+            for r in result.rows
+        ],
+        "exit_status": result.exit_status(),
+    }

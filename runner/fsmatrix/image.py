@@ -1,0 +1,486 @@
+"""The guest image: build it (debootstrap base, then Packer), find it, boot it under QEMU.
+
+Images live outside the repository (``$FSMATRIX_CACHE``, default /var/cache/fsmatrix), named by
+a hash of their inputs: the package list, packer/*.pkr.hcl, packer/scripts/* and the guest agent's
+source. Unchanged inputs reuse the image; a changed agent reruns only the Packer stage; a changed
+package list or base script reruns debootstrap too (from its package cache).
+
+    python -m fsmatrix.image build          # or: fsmatrix image build / make image
+    python -m fsmatrix.image path
+    python -m fsmatrix.image probe-accel
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import os
+import shutil
+import stat
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from fsmatrix import __version__
+from fsmatrix.agent import proc
+from fsmatrix.errors import UserError
+
+CACHE_ENV = "FSMATRIX_CACHE"
+DEFAULT_CACHE = Path("/var/cache/fsmatrix")
+REPO = Path(__file__).resolve().parents[2]
+PACKER_DIR = REPO / "packer"
+PACKAGES_FILE = "packages.txt"
+DISK_MIB = 3072  # the guest's root disk; data disks are separate
+BOX_NAME = "fsmatrix/guest"
+PROBE_MARKER = "FSMATRIX-PROBE-OK"
+BASE_TIMEOUT = 1800
+PACKER_TIMEOUT = 3600
+
+Echo = Callable[[str], None]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+
+
+# --------------------------------------------------------------------------------------------
+# inputs and names
+
+
+def input_files(repo: Path = REPO) -> list[Path]:
+    """Every file whose content goes into the image, relative to ``repo``, sorted."""
+    packer = repo / "packer"
+    files = [packer / PACKAGES_FILE, *packer.glob("*.pkr.hcl"), *(packer / "scripts").glob("*")]
+    files += [repo / "runner" / "fsmatrix" / "__init__.py", *agent_files(repo)]
+    return sorted(p.relative_to(repo) for p in files if p.is_file())
+
+
+def agent_files(repo: Path = REPO) -> list[Path]:
+    """fsmatrix.agent's source files (no caches), absolute."""
+    agent = repo / "runner" / "fsmatrix" / "agent"
+    return sorted(
+        p for p in agent.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
+    )
+
+
+def _digest(items: Iterable[tuple[str, bytes]]) -> str:
+    sha = hashlib.sha256()
+    for name, data in items:
+        # Name and length first: moving bytes between files or renaming a file changes the hash.
+        sha.update(f"{name}\0{len(data)}\0".encode())
+        sha.update(data)
+    return sha.hexdigest()[:16]
+
+
+def inputs_hash(repo: Path = REPO) -> str:
+    """The hash that names the image: changes whenever anything that goes into it changes."""
+    return _digest((str(rel), (repo / rel).read_bytes()) for rel in input_files(repo))
+
+
+def base_hash(pubkey: bytes, repo: Path = REPO) -> str:
+    """The hash that names the base (debootstrap) stage: package list, base script, build key, size."""
+    packer = repo / "packer"
+    return _digest(
+        [
+            (PACKAGES_FILE, (packer / PACKAGES_FILE).read_bytes()),
+            ("base.sh", (packer / "scripts" / "base.sh").read_bytes()),
+            ("pubkey", pubkey),
+            ("disk_mib", str(DISK_MIB).encode()),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class ImagePaths:
+    """Where one image's files are (or will be)."""
+
+    name: str  # fsmatrix-<inputs hash>
+    qcow2: Path
+    sha256: Path  # "<hex>  <file name>", as sha256sum writes it
+    box: Path  # libvirt Vagrant box
+    catalog: Path  # Vagrant catalog JSON for offline `vagrant box add`
+    manifest: Path  # copy of the guest's /etc/fsmatrix/image.json
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.qcow2, self.sha256, self.box, self.catalog, self.manifest]
+
+    def complete(self) -> bool:
+        return all(p.is_file() for p in self.files)
+
+
+def image_paths(digest: str | None = None, cache: Path | None = None) -> ImagePaths:
+    name = f"fsmatrix-{digest or inputs_hash()}"
+    images = (cache or cache_root()) / "images"
+    return ImagePaths(
+        name=name,
+        qcow2=images / f"{name}.qcow2",
+        sha256=images / f"{name}.qcow2.sha256",
+        box=images / f"{name}.box",
+        catalog=images / f"{name}.catalog.json",
+        manifest=images / f"{name}.json",
+    )
+
+
+def ssh_key(cache: Path | None = None) -> Path:
+    """The build's SSH key (private half; ``.pub`` beside it), made once per cache."""
+    key = (cache or cache_root()) / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fsmatrix-build", "-f", str(key)], timeout=60)
+    return key
+
+
+def git_sha(repo: Path = REPO) -> str:
+    """The commit being built, "-dirty" when tracked files have local changes; "unknown" outside git."""
+    head = proc.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=False, timeout=10)
+    if head.returncode != 0:
+        return "unknown"
+    status = proc.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], timeout=10)
+    return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
+
+
+def write_agent_tarball(dest: Path, repo: Path = REPO) -> Path:
+    """fsmatrix/__init__.py and fsmatrix/agent/** as a tar file: exactly what goes into the guest."""
+    package = repo / "runner" / "fsmatrix"
+    with tarfile.open(dest, "w") as tar:
+        for path in [package / "__init__.py", *agent_files(repo)]:
+            info = tar.gettarinfo(str(path), arcname=str(Path("fsmatrix") / path.relative_to(package)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o644
+            with path.open("rb") as fh:
+                tar.addfile(info, fh)
+    return dest
+
+
+def sha256_file(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# accelerator probe
+
+
+def _cpio_newc(entries: Sequence[tuple[str, int, bytes, int]]) -> bytes:
+    """A newc cpio archive (the initramfs format) of (name, mode, data, rdev) entries."""
+    out = io.BytesIO()
+
+    def pad() -> None:
+        out.write(b"\0" * (-out.tell() % 4))
+
+    for ino, (name, mode, data, rdev) in enumerate([*entries, ("TRAILER!!!", 0, b"", 0)], start=1):
+        raw = name.encode() + b"\0"
+        fields = [ino, mode, 0, 0, 1, 0, len(data), 0, 0, os.major(rdev), os.minor(rdev), len(raw), 0]
+        out.write(b"070701" + b"".join(f"{f:08x}".encode() for f in fields))
+        out.write(raw)
+        pad()
+        out.write(data)
+        pad()
+    return out.getvalue()
+
+
+def probe_initramfs(dest: Path, busybox: Path = Path("/bin/busybox")) -> Path:
+    """An initramfs whose /init prints PROBE_MARKER on the console and powers off."""
+    if not busybox.is_file():
+        raise UserError(f"{busybox} not found (install busybox-static): the accelerator probe needs it")
+    init = f"#!/bin/busybox sh\n/bin/busybox echo {PROBE_MARKER}\n/bin/busybox poweroff -f\n".encode()
+    dest.write_bytes(
+        _cpio_newc(
+            [
+                ("bin", stat.S_IFDIR | 0o755, b"", 0),
+                ("dev", stat.S_IFDIR | 0o755, b"", 0),
+                ("dev/console", stat.S_IFCHR | 0o600, b"", os.makedev(5, 1)),
+                ("bin/busybox", stat.S_IFREG | 0o755, busybox.read_bytes(), 0),
+                ("init", stat.S_IFREG | 0o755, init, 0),
+            ]
+        )
+    )
+    return dest
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def probe_accel(kernel: Path, timeout: float = 30.0, cache: Path | None = None, refresh: bool = False) -> str:
+    """ "kvm" when a KVM guest really boots here (a tiny kernel + initramfs prints a marker in time),
+    else "tcg". /dev/kvm existing proves nothing. Cached for this host boot."""
+    cached = (cache or cache_root()) / "accel.json"
+    if not refresh and cached.exists():
+        try:
+            doc = json.loads(cached.read_text())
+            if doc.get("boot_id") == _boot_id() and doc.get("accel") in ("kvm", "tcg"):
+                return str(doc["accel"])
+        except ValueError:
+            pass
+    accel = "tcg"
+    if os.path.exists("/dev/kvm"):
+        initrd = cached.parent / "probe-initramfs.cpio"
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        probe_initramfs(initrd)
+        cmd = [
+            "qemu-system-x86_64", "-name", "fsmatrix-probe", "-accel", "kvm", "-cpu", "max", "-m", "256",
+            "-kernel", str(kernel), "-initrd", str(initrd), "-append", "console=ttyS0 panic=-1 quiet",
+            "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot", "-nodefaults",
+        ]  # fmt: skip
+        try:
+            done = proc.run(cmd, timeout=timeout, check=False)
+            seen = done.stdout + done.stderr
+        except proc.CommandError as exc:  # timed out: the vCPU never got anywhere
+            seen = exc.output
+        if PROBE_MARKER in seen:
+            accel = "kvm"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps({"boot_id": _boot_id(), "accel": accel}) + "\n")
+    return accel
+
+
+# --------------------------------------------------------------------------------------------
+# booting
+
+
+def qemu_command(
+    image: Path,
+    *,
+    accel: str,
+    name: str,
+    serial_log: Path,
+    memory_mib: int = 1024,
+    cpus: int = 2,
+    ssh_port: int | None = None,
+    drives: Sequence[tuple[Path, str, str]] = (),
+    snapshot: bool = True,
+) -> list[str]:
+    """The QEMU command line that boots ``image``.
+
+    ``drives`` are extra virtio-blk disks as (path, serial, format). With ``ssh_port`` the guest
+    gets a user-mode NIC that reaches nothing outside (restrict=on) and 127.0.0.1:ssh_port
+    forwards to its SSH; without it, no NIC at all. ``snapshot`` keeps the image unchanged.
+    ``name`` should contain "fsmatrix" so leftover processes can be found.
+    """
+    cmd = [
+        "qemu-system-x86_64", "-name", name, "-accel", accel, "-cpu", "max", "-smp", str(cpus),
+        "-m", str(memory_mib), "-display", "none", "-monitor", "none", "-nodefaults", "-no-reboot",
+        "-serial", f"file:{serial_log}",
+        # bootindex: SeaBIOS boots only the disk it ranks first, which must not be a data disk.
+        "-drive", f"file={image},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap"
+        + (",snapshot=on" if snapshot else ""),
+        "-device", "virtio-blk-pci,drive=root,bootindex=0",
+    ]  # fmt: skip
+    for index, (path, serial, fmt) in enumerate(drives):
+        cmd += [
+            "-drive", f"file={path},if=none,id=disk{index},format={fmt},cache=none,aio=threads",
+            "-device", f"virtio-blk-pci,drive=disk{index},serial={serial}",
+        ]  # fmt: skip
+    if ssh_port is None:
+        cmd += ["-nic", "none"]
+    else:
+        cmd += [
+            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+            "-device", "virtio-net-pci,netdev=net0",
+        ]  # fmt: skip
+    return cmd
+
+
+# --------------------------------------------------------------------------------------------
+# building
+
+
+def _log_run(
+    cmd: Sequence[str], log_file: Path, timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> None:
+    """Run a long build step with its output in ``log_file``; on failure, the error carries the tail."""
+    try:
+        done = proc.run(cmd, timeout=timeout, env=env, cwd=cwd, check=False)
+        log_file.write_text(done.stdout + done.stderr)
+    except proc.CommandError as exc:
+        log_file.write_text(exc.output)
+        raise
+    if done.returncode != 0:
+        raise proc.CommandError(cmd, done.returncode, done.stdout + done.stderr)
+
+
+def build_base(cache: Path, key: Path, echo: Echo = print) -> tuple[Path, Path]:
+    """The base stage (debootstrap): (qcow2, kernel), reused when its inputs are unchanged."""
+    digest = base_hash(key.with_suffix(".pub").read_bytes())
+    base_dir = cache / "base"
+    qcow2, kernel = base_dir / f"base-{digest}.qcow2", base_dir / f"base-{digest}.vmlinuz"
+    if qcow2.exists() and kernel.exists():
+        echo(f"base: reusing {qcow2}")
+        return qcow2, kernel
+    work = base_dir / f"work-{digest}"
+    base_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    echo(f"base: debootstrap into {work} (log: {work}.log)")
+    cmd = [
+        "bash", str(PACKER_DIR / "scripts" / "base.sh"), str(PACKER_DIR / PACKAGES_FILE),
+        str(cache / "debootstrap"), str(work), str(key.with_suffix(".pub")), str(qcow2), str(kernel), str(DISK_MIB),
+    ]  # fmt: skip
+    try:
+        _log_run(cmd, Path(f"{work}.log"), BASE_TIMEOUT)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the unpacked root (~1 GB); the .debs stay cached
+    echo(f"base: done in {time.monotonic() - started:.0f} s")
+    return qcow2, kernel
+
+
+def _catalog(paths: ImagePaths, version: str, box_sha: str) -> dict[str, object]:
+    return {
+        "name": BOX_NAME,
+        "description": f"fsmatrix guest image {paths.name}",
+        "versions": [
+            {
+                "version": version,
+                "providers": [
+                    {
+                        "name": "libvirt",
+                        "url": paths.box.as_uri(),
+                        "checksum_type": "sha256",
+                        "checksum": box_sha,
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def build(force: bool = False, echo: Echo = print, cache: Path | None = None) -> ImagePaths:
+    """Build the image for the current inputs, or reuse it when it exists (unless ``force``)."""
+    cache = cache or cache_root()
+    paths = image_paths(cache=cache)
+    if paths.complete() and not force:
+        echo(f"image: reusing {paths.qcow2}")
+        return paths
+    paths.qcow2.parent.mkdir(parents=True, exist_ok=True)
+    # One build at a time per cache (CI jobs on the same machine share it); the winner's image is
+    # then reused by the others.
+    with (cache / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if paths.complete() and not force:
+            echo(f"image: reusing {paths.qcow2} (built meanwhile)")
+            return paths
+        return _build(paths, cache, echo)
+
+
+def _build(paths: ImagePaths, cache: Path, echo: Echo) -> ImagePaths:
+    for tool in ("debootstrap", "packer", "qemu-system-x86_64", "qemu-img", "grub-mkimage", "mke2fs", "sfdisk"):
+        if not proc.have(tool):
+            raise UserError(
+                f"{tool} not found: run `make image` (it installs the Debian packages) or apt-get install it"
+            )
+    key = ssh_key(cache)
+    base, kernel = build_base(cache, key, echo)
+    accel = probe_accel(kernel, cache=cache)
+    echo(f"image: accelerator {accel}")
+
+    build_dir = paths.qcow2.parent / f".build-{paths.name}"
+    shutil.rmtree(build_dir, ignore_errors=True)
+    build_dir.mkdir(parents=True)
+    now = datetime.now(UTC)
+    build_time = now.isoformat(timespec="seconds")
+    output = build_dir / "output"
+    variables = {
+        "base_image": str(base),
+        "disk_size": f"{DISK_MIB}M",
+        "accelerator": accel,
+        "output_directory": str(output),
+        "vm_name": paths.qcow2.name,
+        "ssh_private_key_file": str(key),
+        "agent_tarball": str(write_agent_tarball(build_dir / "fsmatrix-agent.tar")),
+        "manifest_out": str(build_dir / paths.manifest.name),
+        "box_out": str(build_dir / paths.box.name),
+        "serial_log": str(build_dir / "serial.log"),
+        "git_sha": git_sha(),
+        "build_time": build_time,
+        "fsmatrix_version": __version__,
+        "image_name": paths.name,
+    }
+    cmd = ["packer", "build", "-force", "-color=false"]
+    for name, value in variables.items():
+        cmd += ["-var", f"{name}={value}"]
+    env = {
+        **os.environ,
+        "CHECKPOINT_DISABLE": "1",  # no update check: the build is offline
+        "PACKER_CACHE_DIR": str(cache / "packer_cache"),
+        "PACKER_NO_COLOR": "1",
+    }
+    started = time.monotonic()
+    log_file = paths.qcow2.parent / f"{paths.name}.packer.log"
+    echo(f"packer: building {paths.name} (log: {log_file}, guest console: {build_dir / 'serial.log'})")
+    _log_run([*cmd, "."], log_file, PACKER_TIMEOUT, env=env, cwd=PACKER_DIR)
+    echo(f"packer: done in {time.monotonic() - started:.0f} s")
+
+    os.replace(output / paths.qcow2.name, paths.qcow2)
+    os.replace(build_dir / paths.box.name, paths.box)
+    os.replace(build_dir / paths.manifest.name, paths.manifest)
+    paths.sha256.write_text(f"{sha256_file(paths.qcow2)}  {paths.qcow2.name}\n")
+    # Vagrant wants a newer version for a newer box: the build time makes it monotonic.
+    version = f"{__version__}.{now:%Y%m%d%H%M%S}"
+    paths.catalog.write_text(json.dumps(_catalog(paths, version, sha256_file(paths.box)), indent=1) + "\n")
+    shutil.rmtree(build_dir, ignore_errors=True)
+    echo(f"image: {paths.qcow2}")
+    return paths
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+
+
+def _echo(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.group("image")
+def image_group() -> None:
+    """The guest image (Debian 12 + GT.M, sysbench, fio, filesystem tools, the fsmatrix agent)."""
+
+
+@image_group.command("build")
+@click.option("--force", is_flag=True, help="Rebuild even when an image for these inputs exists.")
+def build_command(force: bool) -> None:
+    """Build the image (debootstrap base, then Packer), or reuse it; print the qcow2's path."""
+    try:
+        paths = build(force=force, echo=_echo)
+    except (proc.CommandError, UserError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(str(paths.qcow2))
+
+
+@image_group.command("path")
+def path_command() -> None:
+    """Print the image path for the current inputs; exit status 1 when it is not built yet."""
+    paths = image_paths()
+    click.echo(str(paths.qcow2))
+    if not paths.complete():
+        _echo("not built yet: run `make image`")
+        sys.exit(1)
+
+
+@image_group.command("probe-accel")
+@click.option("--refresh", is_flag=True, help="Probe again instead of using this boot's cached answer.")
+def probe_command(refresh: bool) -> None:
+    """Print kvm when a KVM guest really runs here, else tcg (boots a tiny guest with a timeout)."""
+    kernels = sorted((cache_root() / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
+    if not kernels:
+        raise click.ClickException("no guest kernel to probe with yet: run `make image` first")
+    click.echo(probe_accel(kernels[-1], refresh=refresh))
+
+
+if __name__ == "__main__":
+    image_group()

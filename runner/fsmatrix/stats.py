@@ -1,0 +1,260 @@
+"""Statistics for comparing benchmark samples: pure functions, no I/O.
+
+Benchmark repeats are few (3 to 10), skewed (a run can only be slowed down, not sped up, by a
+noisy neighbour) and multiplicative (a change is "10 % slower", not "0.3 s slower"). So:
+
+- the effect is the **ratio of medians** HEAD/BASE, with a percentile **bootstrap** confidence
+  interval (resampling each side independently, seeded so the same data always gives the same
+  answer);
+- the significance test is **Mann-Whitney U** (rank-based: no normality assumed, one wild run moves
+  it little) when the sample sizes allow it to reach the significance level at all — with 3 runs a
+  side its smallest two-sided p is 0.1 — and otherwise **Welch's t-test on log values** (a ratio
+  test that works with 3 runs a side, at the price of assuming log-normal noise);
+- a change is called only when the test is significant, the interval excludes 1, and the change is
+  bigger than the noise floor (e.g. the between-run spread measured by calibration).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+ALPHA = 0.05
+MIN_SAMPLES = 3
+BOOTSTRAP_RESAMPLES = 2000
+VERDICTS = ("faster", "slower", "no change", "not enough data")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric of one cell, BASE against HEAD."""
+
+    n_base: int
+    n_head: int
+    median_base: float
+    median_head: float
+    ratio: float  # HEAD median / BASE median
+    ci_low: float
+    ci_high: float
+    p_value: float
+    test: str  # "mann-whitney", "welch-log" or "-" (not run)
+    worse_by: float  # relative worsening in the metric's own direction: 0.1 = 10 % worse, -0.1 = 10 % better
+    verdict: str  # one of VERDICTS
+    significant: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def median(values: list[float]) -> float:
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
+def ratio_of_medians(base: list[float], head: list[float]) -> float:
+    mb, mh = median(base), median(head)
+    if mb == 0:
+        return 1.0 if mh == 0 else math.inf
+    return mh / mb
+
+
+def bootstrap_ratio_ci(
+    base: list[float],
+    head: list[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(head)/median(base), each side resampled on its own."""
+    rng = np.random.default_rng(seed)
+    b = np.asarray(base, dtype=float)
+    h = np.asarray(head, dtype=float)
+    mb = np.median(rng.choice(b, size=(resamples, b.size), replace=True), axis=1)
+    mh = np.median(rng.choice(h, size=(resamples, h.size), replace=True), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(mb == 0, np.where(mh == 0, 1.0, np.inf), mh / np.where(mb == 0, 1.0, mb))
+    tail = (1 - confidence) / 2 * 100
+    with np.errstate(invalid="ignore"):  # interpolating between two infinite ratios
+        low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low) if not np.isnan(low) else math.inf, float(high) if not np.isnan(high) else math.inf
+
+
+def min_mann_whitney_p(n1: int, n2: int) -> float:
+    """The smallest two-sided p-value Mann-Whitney U can give for these sample sizes (no ties)."""
+    return 2.0 / math.comb(n1 + n2, n1)
+
+
+def choose_test(n1: int, n2: int, alpha: float = ALPHA) -> str:
+    """Mann-Whitney when it can reach ``alpha`` at these sizes (and with some room), else Welch on logs."""
+    return "mann-whitney" if min_mann_whitney_p(n1, n2) <= alpha / 2 else "welch-log"
+
+
+def p_value(base: list[float], head: list[float], test: str) -> float:
+    """Two-sided p-value of ``test`` for BASE vs HEAD; 1.0 when the samples cannot differ."""
+    if test == "welch-log" and min(min(base), min(head)) <= 0:
+        test = "mann-whitney"  # logs need positive values
+    if test == "mann-whitney":
+        if len(set(base) | set(head)) == 1:
+            return 1.0
+        return float(sps.mannwhitneyu(base, head, alternative="two-sided").pvalue)
+    lb, lh = np.log(base), np.log(head)
+    if np.ptp(lb) == 0 and np.ptp(lh) == 0:
+        return 1.0 if lb[0] == lh[0] else 0.0  # no noise at all: any difference is real
+    with warnings.catch_warnings():  # nearly identical values: scipy warns, the p-value is still usable
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = sps.ttest_ind(lb, lh, equal_var=False)
+    p = float(result.pvalue)
+    return 1.0 if math.isnan(p) else p
+
+
+def worse_by(ratio: float, direction: str) -> float:
+    """How much worse HEAD is than BASE (0.1 = 10 % worse); negative when it is better."""
+    if direction == "lower":
+        return ratio - 1.0
+    if ratio == 0:
+        return math.inf
+    return 1.0 / ratio - 1.0
+
+
+def compare_samples(
+    base: list[float],
+    head: list[float],
+    direction: str,
+    *,
+    alpha: float = ALPHA,
+    noise_floor: float = 0.0,
+    min_samples: int = MIN_SAMPLES,
+    test: str = "auto",
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Comparison:
+    """Compare two samples of one metric; ``direction`` is ``lower`` or ``higher`` (which is better).
+
+    ``noise_floor`` (relative, 0.05 = 5 %): a change smaller than this is never significant.
+    """
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher', not {direction!r}")
+    base = [float(v) for v in base]
+    head = [float(v) for v in head]
+    nb, nh = len(base), len(head)
+    if nb < min_samples or nh < min_samples:
+        mb = median(base) if base else math.nan
+        mh = median(head) if head else math.nan
+        ratio = ratio_of_medians(base, head) if base and head else math.nan
+        return Comparison(nb, nh, mb, mh, ratio, math.nan, math.nan, math.nan, "-", math.nan, "not enough data", False)
+    ratio = ratio_of_medians(base, head)
+    low, high = bootstrap_ratio_ci(base, head, confidence=1 - alpha, resamples=resamples, seed=seed)
+    chosen = choose_test(nb, nh, alpha) if test == "auto" else test
+    p = p_value(base, head, chosen)
+    change = worse_by(ratio, direction)
+    significant = p < alpha and not (low <= 1.0 <= high) and abs(change) > noise_floor
+    verdict = "no change" if not significant else "slower" if change > 0 else "faster"
+    return Comparison(nb, nh, median(base), median(head), ratio, low, high, p, chosen, change, verdict, significant)
+
+
+def is_regression(c: Comparison, threshold: float) -> bool:
+    """The gate: significantly worse by more than ``threshold`` (relative: 0.05 = 5 %)."""
+    return c.significant and c.worse_by > threshold
+
+
+def log_spread(values: list[float]) -> float:
+    """Between-run spread as a relative figure: exp(sd of ln values) - 1 (0.03 ≈ ±3 %)."""
+    positive = [v for v in values if v > 0]
+    if len(positive) < 2:
+        return 0.0 if len(set(values)) <= 1 else math.inf
+    return float(math.expm1(np.std(np.log(positive), ddof=1)))
+
+
+def _scaled(values: np.ndarray, effect: float, direction: str) -> np.ndarray:
+    """Values made ``effect`` worse: times for lower-is-better, divided for higher-is-better."""
+    return values * (1 + effect) if direction == "lower" else values / (1 + effect)
+
+
+def split_rates(
+    pool: list[float],
+    n: int,
+    direction: str,
+    *,
+    effect: float = 0.0,
+    threshold: float = 0.0,
+    alpha: float = ALPHA,
+    noise_floor: float = 0.0,
+    trials: int = 200,
+    seed: int = 0,
+) -> float:
+    """Fraction of random BASE/HEAD splits of ``pool`` (n each, no overlap) the gate calls a regression,
+    after making HEAD ``effect`` worse. With effect 0 that is the gate's false-positive rate; with an
+    effect, its detection rate (power). The pool holds between-run samples of one cell and metric.
+    """
+    values = np.asarray(pool, dtype=float)
+    if values.size < 2 * n or n < MIN_SAMPLES:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for trial in range(trials):
+        order = rng.permutation(values.size)
+        base = values[order[:n]]
+        head = _scaled(values[order[n : 2 * n]], effect, direction)
+        c = compare_samples(
+            list(base),
+            list(head),
+            direction,
+            alpha=alpha,
+            noise_floor=noise_floor,
+            seed=seed + trial,
+            resamples=400,  # the CI only has to exclude 1 here; fewer resamples keep this fast
+        )
+        hits += is_regression(c, threshold)
+    return hits / trials
+
+
+EFFECT_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+
+
+def min_detectable_effect(
+    pool: list[float],
+    n: int,
+    direction: str,
+    *,
+    power: float = 0.8,
+    threshold: float = 0.0,
+    alpha: float = ALPHA,
+    noise_floor: float = 0.0,
+    trials: int = 100,
+    seed: int = 0,
+) -> float:
+    """The smallest slowdown in EFFECT_GRID the gate catches in at least ``power`` of splits of ``pool``
+    at ``n`` runs a side; inf when none (too few runs, or too much noise)."""
+    for effect in EFFECT_GRID:
+        rate = split_rates(
+            pool,
+            n,
+            direction,
+            effect=effect,
+            threshold=threshold,
+            alpha=alpha,
+            noise_floor=noise_floor,
+            trials=trials,
+            seed=seed,
+        )
+        if math.isnan(rate):
+            return math.inf
+        if rate >= power:
+            return effect
+    return math.inf
+
+
+def detectable_effect_lognormal(spread: float, n: int, *, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """Analytic counterpart of min_detectable_effect for log-normal noise of relative ``spread``
+    (as log_spread gives) and Welch's test on logs with n runs a side."""
+    if n < 2:
+        return math.inf
+    sd = math.log1p(spread)
+    df = 2 * (n - 1)
+    delta = (sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * sd * math.sqrt(2 / n)
+    return float(math.expm1(delta))

@@ -1,0 +1,204 @@
+"""`fsmatrix compare` and the regression gate: verdicts, exit codes, provenance refusal, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fsmatrix import compare, results
+from fsmatrix.agent.job import SCHEMA_VERSION
+from fsmatrix.cli import main
+
+PROVENANCE = {
+    "backend": "host",
+    "accel": "none",
+    "kernel": "6.1.0-test",
+    "image": None,
+    "device_source": "loop",
+    "cpu_model": "Test CPU",
+    "cpu_count": 2,
+    "memory_kib": 8_000_000,
+    "git": {"sha": "0" * 40, "dirty": False},
+}
+CELL = "ext4-threen1-1-1000-w4-00000000"
+
+
+def make_doc(
+    run_id: str, repeat: int, elapsed: float, *, cell: str = CELL, status: str = "passed", **prov: Any
+) -> dict[str, Any]:
+    """A schema-1 result document of a 3n+1 cell with the given elapsed time (work: 100,000 updates)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "cell_id": cell,
+        "repeat": repeat,
+        "workload": "threen1",
+        "params": {"filesystem": "ext4", "mkfs_options": "", "mount_options": "", "workload": {"threen1": {}}},
+        "status": status,
+        "reason": None,
+        "started_at": f"2026-01-0{min(repeat, 9)}T00:00:00+00:00",
+        "duration_s": elapsed + 1,
+        "metrics": {
+            "elapsed_s": elapsed,
+            "updates_per_s": 100_000 / elapsed,
+            "cpu_busy_s": 2.0,
+            "device_write_bytes": 1_000_000,
+            "device_write_bytes_per_op": 10.0,
+            "device_writes": 100,
+            "device_reads": 0,
+        },
+        "key_metrics": {"elapsed_s": "lower", "updates_per_s": "higher", "cpu_busy_s": "lower"},
+        "verification": {"status": "passed"},
+        "samples": {"series": []},
+        "provenance": {**PROVENANCE, **prov},
+    }
+
+
+def write_run(root: Path, run_id: str, values: list[float], **kwargs: Any) -> Path:
+    """Write one document per value as RUN_ID/<cell>/rN.json, indexed; return the run directory."""
+    index = results.Index(root)
+    try:
+        for i, value in enumerate(values, 1):
+            doc = make_doc(run_id, i, value, **kwargs)
+            path = root / run_id / doc["cell_id"] / f"r{i}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc), encoding="utf-8")
+            index.add(run_id, doc, path)
+    finally:
+        index.close()
+    return root / run_id
+
+
+def samples(centre: float, n: int = 5, seed: int = 0, cv: float = 0.02) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return [float(v) for v in centre * np.exp(rng.normal(0, cv, n))]
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("effect", "status", "verdict"),
+    [(0.0, 0, "no change"), (0.03, 0, None), (0.10, 1, "slower"), (0.30, 1, "slower"), (-0.3, 0, "faster")],
+)
+def test_gate_exit_status_for_known_effects(tmp_path: Path, effect: float, status: int, verdict: str | None) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    head = write_run(tmp_path, "head", [v * (1 + effect) for v in samples(10.0, seed=2)])
+    result = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--format", "json")
+    assert result.exit_code == status, result.output
+    rows = {r["metric"]: r for r in json.loads(result.output)["rows"]}
+    assert set(rows) == {"elapsed_s", "updates_per_s", "cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op"}
+    if verdict:
+        assert rows["elapsed_s"]["verdict"] == verdict
+        assert rows["updates_per_s"]["verdict"] == verdict  # same change seen through the rate
+    assert rows["cpu_busy_s"]["verdict"] == "no change"
+    assert not rows["elapsed_s"]["regression"] or effect > 0.05
+
+
+def test_without_threshold_the_gate_never_fails(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    head = write_run(tmp_path, "head", samples(13.0, seed=2))
+    result = invoke("compare", str(base), str(head))
+    assert result.exit_code == 0
+    assert "slower" in result.output
+
+
+def test_run_ids_are_looked_up_in_the_index(tmp_path: Path) -> None:
+    write_run(tmp_path, "base", samples(10.0, seed=1))
+    write_run(tmp_path, "head", samples(13.0, seed=2))
+    result = invoke("compare", "base", "head", "--results", str(tmp_path), "--fail-on-regression", "0.05")
+    assert result.exit_code == 1
+    assert "GATE FAILED" in result.output
+    md = invoke("compare", "base", "head", "--results", str(tmp_path), "--format", "md")
+    assert md.output.startswith("## fsmatrix compare: base → head")
+    assert "| ext4-threen1" in md.output
+
+
+def test_too_few_runs_is_not_enough_data_and_passes(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "base", [10.0, 10.1])
+    head = write_run(tmp_path, "head", [20.0, 20.1])
+    result = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--format", "json")
+    assert result.exit_code == 0
+    assert {r["verdict"] for r in json.loads(result.output)["rows"]} == {"not enough data"}
+
+
+def test_failed_runs_do_not_count(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    head = write_run(tmp_path, "head", samples(13.0, seed=2), status="failed")
+    result = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--format", "json")
+    assert result.exit_code == 0
+    assert {r["verdict"] for r in json.loads(result.output)["rows"]} == {"not enough data"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("kernel", "6.12.0-other"), ("cpu_model", "Other CPU"), ("memory_kib", 4_000_000), ("accel", "kvm")],
+)
+def test_incomparable_environments_are_refused(tmp_path: Path, key: str, value: Any) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    head = write_run(tmp_path, "head", samples(10.0, seed=2), **{key: value})
+    result = CliRunner().invoke(main, ["compare", str(base), str(head)])
+    assert result.exit_code == 2
+    assert "refusing to compare" in result.output and key in result.output and str(value) in result.output
+    allowed = CliRunner().invoke(main, ["compare", str(base), str(head), "--allow-env-diff"])
+    assert allowed.exit_code == 0
+    assert f"{key}: base" in allowed.output  # the difference is printed even when allowed
+
+
+def test_git_sha_differences_are_not_environment_differences(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    head = write_run(tmp_path, "head", samples(10.0, seed=2), git={"sha": "1" * 40, "dirty": True})
+    assert invoke("compare", str(base), str(head)).exit_code == 0
+
+
+def test_bad_inputs_give_clear_errors(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    cases: list[tuple[list[str], str]] = [
+        ([str(tmp_path / "missing"), str(base)], "no such results directory"),
+        ([str(base), "no-such-run", "--results", str(tmp_path)], "no run with that id"),
+        ([str(base), str(base), "--fail-on-regression", "lots"], "expected a percentage"),
+        ([str(base), str(base), "--fail-on-regression", "5"], "write 5% for a percentage"),
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases.append(([str(base), str(empty)], "no result documents"))
+    old = write_run(tmp_path / "v0", "old", samples(10.0))
+    doc_path = next(old.rglob("r1.json"))
+    doc = json.loads(doc_path.read_text())
+    doc["schema_version"] = 0
+    doc_path.write_text(json.dumps(doc))
+    cases.append(([str(base), str(old)], "schema version 0"))
+    other = write_run(tmp_path / "other", "other", samples(10.0), cell="xfs-threen1-1-1000-w4-11111111")
+    cases.append(([str(base), str(other)], "no cell in common"))
+    garbage = tmp_path / "garbage" / "c" / "r1.json"
+    garbage.parent.mkdir(parents=True)
+    garbage.write_text("{not json")
+    cases.append(([str(base), str(garbage.parent.parent)], "not a readable result document"))
+    for args, message in cases:
+        result = CliRunner().invoke(main, ["compare", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_cells_on_one_side_only_are_listed(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    write_run(tmp_path, "base", samples(10.0, seed=3), cell="xfs-threen1-1-1000-w4-11111111")
+    head = write_run(tmp_path, "head", samples(10.0, seed=2))
+    result = invoke("compare", str(base), str(head))
+    assert result.exit_code == 0
+    assert "only in base (not compared): xfs-threen1-1-1000-w4-11111111" in result.output
+
+
+def test_ios_per_op_is_derived_from_bytes_per_op() -> None:
+    doc = make_doc("r", 1, 10.0)
+    # 1,000,000 bytes / 10 bytes per op = 100,000 ops; 100 IOs over them
+    assert compare.metric_value(doc, "device_ios_per_op") == pytest.approx(0.001)
+    doc["metrics"]["device_write_bytes"] = 0
+    assert compare.metric_value(doc, "device_ios_per_op") is None

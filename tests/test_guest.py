@@ -1,0 +1,187 @@
+"""The guest side of job mode (fsmatrix.agent.guest) and the host's job disk (fsmatrix.jobdisk).
+
+Covers: the agent imports nothing outside the standard library; job.json checks; data disks
+resolved only through by-id links; the route-table parsers on captured /proc files; a job disk
+made without mounting and read back with debugfs; a whole job run by the guest entry point on a
+tmpfs cell, with the result written to a job directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsmatrix import __version__, jobdisk
+from fsmatrix.agent import guest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "proc_net_route"
+
+
+def _job(**overrides: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "cell": {"filesystem": "tmpfs", "workload": {"threen1": {"start": 1, "end": 100}}},
+        "cell_id": "tmpfs-t",
+        "repeat": 1,
+        "data_serials": [],
+        "environment": {"backend": "vm"},
+    }
+    job.update(overrides)
+    return job
+
+
+def test_agent_imports_only_the_standard_library(tmp_path: Path) -> None:
+    # A copy of exactly what goes into the guest, imported with no site-packages at all.
+    package = tmp_path / "fsmatrix"
+    shutil.copytree(
+        REPO / "runner" / "fsmatrix" / "agent", package / "agent", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(REPO / "runner" / "fsmatrix" / "__init__.py", package / "__init__.py")
+    modules = sorted(
+        ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__")
+        for p in (package / "agent").rglob("*.py")
+    )
+    stdlib = [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]
+    lib_dynload = str(Path(sysconfig.get_path("platstdlib")) / "lib-dynload")
+    code = (
+        "import importlib, sys\n"
+        f"sys.path[:] = {[str(tmp_path), *stdlib, lib_dynload]!r}\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(len(sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "fsmatrix.agent.guest" in modules and "fsmatrix.agent.job" in modules
+
+
+def test_agent_version_entry_point() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fsmatrix.agent", "--version"], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == f"fsmatrix {__version__}"
+
+
+def test_parse_job_fills_defaults_and_rejects_bad_jobs() -> None:
+    job = guest.parse_job({"cell": _job()["cell"], "cell_id": "c"})
+    assert job["repeat"] == 1 and job["data_serials"] == [] and job["environment"] == {}
+    for bad in (
+        [],
+        _job(cell={"workload": {}}),
+        _job(cell_id=""),
+        _job(repeat=0),
+        _job(repeat=True),
+        _job(data_serials="fsm-data0"),
+        _job(environment=[]),
+    ):
+        with pytest.raises(guest.JobError):
+            guest.parse_job(bad)
+
+
+def test_data_disks_resolve_only_through_by_id(tmp_path: Path) -> None:
+    by_id = tmp_path / "by-id"
+    by_id.mkdir()
+    block = next(p for p in ("/dev/loop0", "/dev/vda", "/dev/sda", "/dev/nvme0n1") if Path(p).exists())
+    (by_id / "virtio-fsm-data0").symlink_to(block)
+    (by_id / "virtio-not-a-disk").symlink_to("/dev/null")
+    assert guest.resolve_data_disks(["fsm-data0"], by_id=by_id, wait_s=0) == [str(Path(block).resolve())]
+    for serials, message in (
+        (["/dev/vda"], "not a plain virtio serial"),
+        (["../vda"], "not a plain virtio serial"),
+        (["a" * 21], "not a plain virtio serial"),
+        (["fsmatrix-job"], "is the job disk"),
+        (["fsm-data1"], "does not exist"),
+        (["not-a-disk"], "not a block device"),
+        (["fsm-data0", "fsm-data0"], "already in the job"),
+    ):
+        with pytest.raises(guest.JobError, match=message):
+            guest.resolve_data_disks(serials, by_id=by_id, wait_s=0)
+
+
+def test_route_parsers_on_captured_tables(tmp_path: Path) -> None:
+    v4 = guest.parse_route_table((DATA / "host.txt").read_text())
+    assert v4[0] == {"iface": "eth0", "destination": "0.0.0.0", "gateway": "192.0.2.1"}
+    assert v4[1]["destination"] == "192.0.2.0"
+    v6 = guest.parse_ipv6_route_table((DATA / "host-ipv6.txt").read_text())
+    assert {"iface": "eth0", "destination": "0" * 32 + "/0"} in v6
+    # The host has default routes; the captured guest tables (static address, no gateway) have none.
+    proc_root = tmp_path / "proc"
+    (proc_root / "net").mkdir(parents=True)
+    for name, files in (("host", ("host.txt", "host-ipv6.txt")), ("guest", ("guest.txt", "guest-ipv6.txt"))):
+        shutil.copy(DATA / files[0], proc_root / "net" / "route")
+        shutil.copy(DATA / files[1], proc_root / "net" / "ipv6_route")
+        state = guest.network_state(proc_root=proc_root, sys_root=tmp_path)
+        assert state["default_route"] is (name == "host"), name
+
+
+def test_job_disk_round_trip_without_mounting(tmp_path: Path) -> None:
+    image = jobdisk.make_job_disk(tmp_path / "job.img", _job())
+    assert image.stat().st_size == jobdisk.DEFAULT_SIZE_MIB << 20
+    label = subprocess.run(["e2label", str(image)], capture_output=True, text=True, check=True).stdout.strip()
+    assert label == "fsmatrix-job"
+    assert json.loads(jobdisk.read_file(image, "job.json") or b"") == _job()
+    assert jobdisk.read_result(image) is None  # the guest has not run yet
+    assert jobdisk.read_log(image) is None
+    # What the guest does: write result.json onto it (debugfs -w here, a mount in the guest).
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"status": "passed"}))
+    subprocess.run(["debugfs", "-w", "-R", f"write {result} result.json", str(image)], capture_output=True, check=True)
+    assert jobdisk.read_result(image) == {"status": "passed"}
+    # A guest that died mid-write leaves no result (write_atomic), but never trust half a file.
+    result.write_text('{"status": "pas')
+    subprocess.run(["debugfs", "-w", "-R", "rm result.json", str(image)], capture_output=True, check=True)
+    subprocess.run(["debugfs", "-w", "-R", f"write {result} result.json", str(image)], capture_output=True, check=True)
+    assert jobdisk.read_file(image, "result.json") == b'{"status": "pas'
+    assert jobdisk.read_result(image) is None
+    assert str(tmp_path) not in Path("/proc/mounts").read_text()
+
+
+def test_job_disk_refuses_a_job_the_guest_would_refuse(tmp_path: Path) -> None:
+    with pytest.raises(guest.JobError):
+        jobdisk.make_job_disk(tmp_path / "job.img", _job(repeat=0))
+    assert not (tmp_path / "job.img").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts tmpfs")
+def test_guest_runs_a_job_and_writes_the_result(tmp_path: Path) -> None:
+    from fsmatrix.matrix import expand_document
+
+    matrix = expand_document(
+        {"axes": {"filesystem": ["tmpfs"], "workload": [{"threen1": {"start": 1, "end": 300, "workers": 1}}]}},
+        "t",
+    )
+    cell = matrix.cells[0]
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "job.json").write_text(json.dumps(_job(cell=cell.params, cell_id=cell.id, repeat=2)))
+    done = subprocess.run(
+        [sys.executable, "-m", "fsmatrix.agent.guest", str(job_dir), "--workdir", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO / "runner")},
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["status"] == "passed", result["reason"]
+    assert result["cell_id"] == cell.id and result["repeat"] == 2
+    assert result["verification"]["status"] == "passed"
+    assert result["provenance"]["backend"] == "vm"
+    assert result["provenance"]["guest"]["data_disks"] == {}
+    assert "result: passed" in (job_dir / "agent.log").read_text()
+
+
+def test_guest_writes_an_error_result_for_a_bad_job(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text(json.dumps(_job(data_serials=["/dev/sda"])))
+    result = guest.run(tmp_path, by_id=tmp_path, workdir=tmp_path / "work")
+    assert result["status"] == "error" and "not a plain virtio serial" in result["reason"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "error"

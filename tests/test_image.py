@@ -1,0 +1,383 @@
+"""The guest image: inputs hash, the Packer files, QEMU command lines; and (marker ``image``) the
+built image booted under QEMU and checked over SSH with testinfra, and a whole job-mode run.
+
+The ``image`` tests build the image first when it is not in the cache (minutes under TCG, once),
+then boot it (1-2 min each under TCG). Deselect them with ``-m "not image"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fsmatrix import __version__, image, jobdisk
+from fsmatrix.matrix import expand_document
+
+REPO = Path(__file__).resolve().parent.parent
+PACKER = REPO / "packer"
+BOOT_TIMEOUT = 420  # TCG boots take 35-100 s here; leave room for a busy machine
+JOB_TIMEOUT = 420
+IMAGE_TEST_TIMEOUT = 3600  # the first image test also builds the image when it is not cached
+NINE = ("ext2", "ext3", "ext4", "xfs", "btrfs", "jfs", "reiserfs", "nilfs2", "f2fs")
+
+needs_packer = pytest.mark.skipif(
+    shutil.which("packer") is None, reason="packer not installed (make image installs it)"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# without an image
+
+
+def _copy_inputs(dest: Path) -> None:
+    shutil.copytree(PACKER, dest / "packer")
+    shutil.copytree(REPO / "runner" / "fsmatrix" / "agent", dest / "runner" / "fsmatrix" / "agent")
+    shutil.copy(REPO / "runner" / "fsmatrix" / "__init__.py", dest / "runner" / "fsmatrix" / "__init__.py")
+
+
+def test_inputs_hash_follows_the_inputs(tmp_path: Path) -> None:
+    _copy_inputs(tmp_path)
+    first = image.inputs_hash(tmp_path)
+    assert first == image.inputs_hash(tmp_path) and len(first) == 16
+    # Caches and files outside the inputs do not count.
+    (tmp_path / "runner" / "fsmatrix" / "agent" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "runner" / "fsmatrix" / "agent" / "__pycache__" / "x.pyc").write_bytes(b"x")
+    (tmp_path / "runner" / "fsmatrix" / "cli.py").write_text("# not in the guest\n")
+    assert image.inputs_hash(tmp_path) == first
+    key = b"ssh-ed25519 AAAA test"
+    base = image.base_hash(key, tmp_path)
+    guest_py = tmp_path / "runner" / "fsmatrix" / "agent" / "guest.py"
+    guest_py.write_text(guest_py.read_text() + "\n# changed\n")
+    changed_agent = image.inputs_hash(tmp_path)
+    assert changed_agent != first
+    assert image.base_hash(key, tmp_path) == base  # a changed agent reruns Packer only
+    packages = tmp_path / "packer" / "packages.txt"
+    packages.write_text(packages.read_text() + "strace\n")
+    assert image.inputs_hash(tmp_path) not in (first, changed_agent)
+    assert image.base_hash(key, tmp_path) != base
+    assert image.base_hash(b"another key", tmp_path) != image.base_hash(key, tmp_path)
+
+
+def test_image_paths_live_in_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(image.CACHE_ENV, str(tmp_path))
+    paths = image.image_paths("0123456789abcdef")
+    assert paths.name == "fsmatrix-0123456789abcdef"
+    assert all(p.parent == tmp_path / "images" and p.name.startswith(paths.name) for p in paths.files)
+    assert not paths.complete()
+
+
+def test_agent_tarball_holds_only_the_agent(tmp_path: Path) -> None:
+    import tarfile
+
+    with tarfile.open(image.write_agent_tarball(tmp_path / "a.tar")) as tar:
+        names = tar.getnames()
+    assert "fsmatrix/__init__.py" in names and "fsmatrix/agent/guest.py" in names
+    assert "fsmatrix/agent/workloads/threen1.m" in names
+    assert all(n == "fsmatrix/__init__.py" or n.startswith("fsmatrix/agent/") for n in names)
+    assert not any("__pycache__" in n for n in names)
+
+
+def test_qemu_command_network_and_disks(tmp_path: Path) -> None:
+    common = {"accel": "tcg", "name": "fsmatrix-t", "serial_log": tmp_path / "s.log"}
+    offline = image.qemu_command(tmp_path / "i.qcow2", drives=[(tmp_path / "job.img", "fsmatrix-job", "raw")], **common)
+    assert offline[offline.index("-nic") + 1] == "none"
+    assert "virtio-blk-pci,drive=disk0,serial=fsmatrix-job" in offline
+    assert any("snapshot=on" in arg for arg in offline)
+    online = image.qemu_command(tmp_path / "i.qcow2", ssh_port=2345, **common)
+    netdev = online[online.index("-netdev") + 1]
+    assert "restrict=on" in netdev and "hostfwd=tcp:127.0.0.1:2345-:22" in netdev
+
+
+def test_probe_initramfs_is_newc_cpio(tmp_path: Path) -> None:
+    archive = image.probe_initramfs(tmp_path / "probe.cpio").read_bytes()
+    assert archive.startswith(b"070701") and len(archive) % 4 == 0
+    for name in (b"init\0", b"dev/console\0", b"bin/busybox\0", b"TRAILER!!!\0"):
+        assert name in archive
+    assert image.PROBE_MARKER.encode() in archive
+
+
+def test_shell_scripts_are_shellcheck_clean() -> None:
+    scripts = sorted(str(p) for p in (PACKER / "scripts").glob("*.sh"))
+    assert scripts
+    done = subprocess.run(["shellcheck", *scripts], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout
+
+
+@needs_packer
+def test_packer_files_are_formatted_and_valid(tmp_path: Path) -> None:
+    done = subprocess.run(["packer", "fmt", "-check", "-diff", "."], cwd=PACKER, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    key = image.ssh_key(tmp_path)
+    tarball = image.write_agent_tarball(tmp_path / "agent.tar")
+    base = tmp_path / "base.qcow2"
+    base.write_bytes(b"")
+    args = ["-var", f"ssh_private_key_file={key}", "-var", f"agent_tarball={tarball}", "-var", f"base_image={base}"]
+    env = {**os.environ, "CHECKPOINT_DISABLE": "1"}
+    done = subprocess.run(["packer", "validate", *args, "."], cwd=PACKER, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Error" not in done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# the built image
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _qemu_pids(name: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if args and args[0].endswith(b"qemu-system-x86_64") and name.encode() in args:
+                pids.append(int(entry.name))
+    return pids
+
+
+def _stop(vm: subprocess.Popen[bytes], name: str, grace: float = 60) -> None:
+    try:
+        vm.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        vm.send_signal(signal.SIGTERM)
+        try:
+            vm.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            vm.kill()
+            vm.wait()
+    assert _qemu_pids(name) == [], f"QEMU {name} left running"
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no console output)"
+
+
+@pytest.fixture(scope="session")
+def built() -> image.ImagePaths:
+    started = time.monotonic()
+    paths = image.build(echo=print)
+    print(f"image ready in {time.monotonic() - started:.0f} s: {paths.qcow2}")
+    return paths
+
+
+@pytest.fixture(scope="session")
+def accel(built: image.ImagePaths) -> str:
+    kernels = sorted((image.cache_root() / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
+    return image.probe_accel(kernels[-1])
+
+
+@pytest.fixture(scope="module")
+def guest_host(built: image.ImagePaths, accel: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The image booted with a restricted NIC (as in job mode) and SSH on a free loopback port."""
+    import testinfra
+
+    work = tmp_path_factory.mktemp("boot")
+    name = f"fsmatrix-test-{uuid.uuid4().hex[:8]}"
+    port = _free_port()
+    serial = work / "serial.log"
+    cmd = image.qemu_command(built.qcow2, accel=accel, name=name, serial_log=serial, ssh_port=port)
+    vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    key = image.ssh_key()
+    host = testinfra.get_host(
+        f"ssh://root@127.0.0.1:{port}",
+        ssh_identity_file=str(key),
+        ssh_extra_args="-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "
+        "-o ConnectTimeout=10 -o ControlMaster=no -o ControlPath=none",
+    )
+    started = time.monotonic()
+    try:
+        while True:
+            if vm.poll() is not None:
+                stderr = vm.stderr.read().decode(errors="replace") if vm.stderr else ""
+                pytest.fail(f"QEMU exited ({vm.returncode}): {stderr}\nconsole:\n{_tail(serial)}")
+            if time.monotonic() - started > BOOT_TIMEOUT:
+                pytest.fail(f"no SSH after {BOOT_TIMEOUT} s; console:\n{_tail(serial)}")
+            try:
+                if host.run("true").rc == 0:
+                    break
+            except Exception:
+                pass
+            time.sleep(3)
+        print(f"SSH up after {time.monotonic() - started:.0f} s ({accel})")
+        yield host
+    finally:
+        with contextlib.suppress(Exception):  # the guest may be gone already
+            host.run("systemctl --no-block poweroff")
+        _stop(vm, name)
+        print("guest console:", serial)
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_nine_filesystems_load_and_their_tools_exist(guest_host: Any) -> None:
+    # The agent's own check: the kernel has the filesystem (after modprobe) and its mkfs tools exist.
+    code = (
+        "import json; from fsmatrix.agent.storage.prepare import filesystem_availability as why_not; "
+        f"print(json.dumps({{n: why_not(n) for n in {list(NINE)!r}}}))"
+    )
+    out = guest_host.check_output("python3 -c %s", code)
+    assert json.loads(out) == dict.fromkeys(NINE)
+    registered = guest_host.file("/proc/filesystems").content_string
+    assert all(f"\t{name}\n" in registered for name in NINE)
+    for tool in ("mkfs.ext4", "mkfs.xfs", "mkfs.btrfs", "mkfs.jfs", "mkfs.reiserfs", "mkfs.nilfs2", "mkfs.f2fs"):
+        assert guest_host.exists(tool), tool
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_gtm_runs_a_journaled_threen1(guest_host: Any) -> None:
+    dist = guest_host.check_output("ls -d /usr/lib/x86_64-linux-gnu/fis-gtm/V*")
+    zversion = guest_host.check_output(
+        f"gtm_dist={dist} gtmroutines='{dist}/libgtmutil.so' {dist}/mumps -run %XCMD 'write $zversion,!'"
+    )
+    assert zversion.startswith("GT.M V")
+    # A whole agent run on tmpfs: journaled database (before-image), 3n+1, verification.
+    job = {
+        "axes": {
+            "filesystem": ["tmpfs"],
+            "workload": [{"threen1": {"start": 1, "end": 2000, "workers": 2, "block": 500}}],
+        }
+    }
+    cell = expand_document(job, "t").cells[0]
+    code = (
+        "import json, sys; from pathlib import Path; from fsmatrix.agent.job import run_job; "
+        "cell = json.load(sys.stdin); "
+        "r = run_job(cell, cell_id='t', repeat=1, devices=[], workdir=Path('/var/tmp/fsmatrix-t'), environment={}); "
+        "print(json.dumps({k: r[k] for k in ('status', 'reason', 'verification', 'metrics', 'provenance')}))"
+    )
+    out = guest_host.check_output("echo %s | python3 -c %s", json.dumps(cell.params), code)
+    result = json.loads(out)
+    assert result["status"] == "passed", result["reason"]
+    assert result["verification"]["status"] == "passed"
+    assert result["provenance"]["tools"]["gtm"].startswith("GT.M V")
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_sysbench_fio_and_the_agent_run(guest_host: Any) -> None:
+    assert guest_host.check_output("sysbench --version").startswith("sysbench ")
+    assert "events per second" in guest_host.check_output("sysbench cpu --time=1 run")
+    fio = guest_host.check_output(
+        "fio --name=t --filename=/var/tmp/fio.t --size=4M --rw=write --bs=64k --output-format=json"
+    )
+    assert json.loads(fio)["jobs"][0]["write"]["io_bytes"] == 4 << 20
+    guest_host.run("rm -f /var/tmp/fio.t")
+    assert guest_host.check_output("python3 -m fsmatrix.agent --version") == f"fsmatrix {__version__}"
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_manifest_matches_the_installed_packages(guest_host: Any, built: image.ImagePaths) -> None:
+    manifest = json.loads(guest_host.file("/etc/fsmatrix/image.json").content_string)
+    assert manifest == json.loads(built.manifest.read_text())
+    assert manifest["name"] == built.name and manifest["fsmatrix_version"] == __version__
+    assert manifest["kernel"] == guest_host.check_output("uname -r")
+    wanted = [line.split("#")[0].strip() for line in (PACKER / "packages.txt").read_text().splitlines()]
+    assert {w for w in wanted if w} <= set(manifest["packages"])
+    for name, version in manifest["packages"].items():
+        assert guest_host.package(name).version == version, name
+    assert any(name.startswith("fis-gtm-") for name in manifest["packages"])
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_guest_has_no_route_outside(guest_host: Any) -> None:
+    assert "default" not in guest_host.check_output("ip route show")
+    assert "default" not in guest_host.check_output("ip -6 route show")
+    # 192.0.2.1 is a documentation address: with no route the kernel refuses before sending anything.
+    code = (
+        "import socket, time; t = time.monotonic(); s = socket.socket(); s.settimeout(5)\n"
+        "try:\n    s.connect(('192.0.2.1', 80)); print('connected')\n"
+        "except OSError as e:\n    print(type(e).__name__, e.errno, round(time.monotonic() - t, 2))"
+    )
+    out = guest_host.check_output("python3 -c %s", code)
+    assert out.startswith("OSError 101"), out  # ENETUNREACH, at once
+    assert float(out.split()[-1]) < 1
+    route = guest_host.file("/proc/net/route").content_string
+    ipv6 = guest_host.file("/proc/net/ipv6_route").content_string
+    from fsmatrix.agent.guest import parse_ipv6_route_table, parse_route_table
+
+    assert not [r for r in parse_route_table(route) if r["destination"] == "0.0.0.0"]
+    assert not [r for r in parse_ipv6_route_table(ipv6) if r["destination"].endswith("/0") and r["iface"] != "lo"]
+
+
+def _job_cell(filesystem: str) -> tuple[str, dict[str, Any]]:
+    doc = {
+        "axes": {
+            "filesystem": [filesystem],
+            "workload": [{"threen1": {"start": 1, "end": 3000, "workers": 2, "block": 500}}],
+        },
+        "defaults": {"storage.disk_size": "1G"},
+    }
+    cell = expand_document(doc, "job").cells[0]
+    return cell.id, cell.params
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+@pytest.mark.parametrize("filesystem", ["ext4", pytest.param("jfs", marks=pytest.mark.slow)])
+def test_job_mode_runs_the_cell_and_powers_off(
+    built: image.ImagePaths, accel: str, tmp_path: Path, filesystem: str
+) -> None:
+    cell_id, cell = _job_cell(filesystem)
+    job = {
+        "cell": cell,
+        "cell_id": cell_id,
+        "repeat": 1,
+        "data_serials": ["fsm-data0"],
+        "environment": {"backend": "vm", "accel": accel},
+    }
+    job_img = jobdisk.make_job_disk(tmp_path / "job.img", job)
+    data = tmp_path / "data0.img"
+    with data.open("wb") as fh:
+        fh.truncate(1 << 30)
+    name = f"fsmatrix-job-test-{uuid.uuid4().hex[:8]}"
+    serial = tmp_path / "serial.log"
+    cmd = image.qemu_command(
+        built.qcow2,
+        accel=accel,
+        name=name,
+        serial_log=serial,
+        drives=[(job_img, jobdisk.SERIAL, "raw"), (data, "fsm-data0", "raw")],
+    )
+    started = time.monotonic()
+    vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        vm.wait(timeout=JOB_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _stop(vm, name, grace=0)
+        pytest.fail(f"the guest did not power off within {JOB_TIMEOUT} s; console:\n{_tail(serial)}")
+    _stop(vm, name, grace=0)
+    print(f"job mode ({filesystem}, {accel}): powered off after {time.monotonic() - started:.0f} s")
+    result = jobdisk.read_result(job_img)
+    assert result is not None, f"no result.json; console:\n{_tail(serial)}\nlog:\n{jobdisk.read_log(job_img)}"
+    assert result["status"] == "passed", f"{result['reason']}\nlog:\n{jobdisk.read_log(job_img)}"
+    assert result["verification"]["status"] == "passed"
+    assert result["storage"]["readback"]["data"]["filesystem"] == filesystem
+    provenance = result["provenance"]
+    assert provenance["backend"] == "vm" and provenance["image"]["name"] == built.name
+    assert provenance["guest"]["data_disks"] == {"fsm-data0": "/dev/vdc"}
+    assert provenance["guest"]["network"] == {"interfaces": [], "default_route": False}
+    assert provenance["git"]["sha"] == provenance["image"]["git_sha"]
+    assert "result: passed" in (jobdisk.read_log(job_img) or "")

@@ -1,0 +1,131 @@
+"""Statistics of the gate on synthetic samples of known effect with realistic noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fsmatrix import stats
+
+
+def noisy(rng: np.random.Generator, n: int, centre: float, cv: float = 0.02, outlier: float = 0.1) -> list[float]:
+    """Benchmark-like times: log-normal noise of ``cv``, and now and then one run slowed by a neighbour."""
+    values = centre * np.exp(rng.normal(0.0, cv, n))
+    if rng.random() < outlier:
+        values[rng.integers(n)] *= 1.15
+    return [float(v) for v in values]
+
+
+def regression_rate(effect: float, n: int, *, trials: int = 200, threshold: float = 0.0, seed: int = 1) -> float:
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for t in range(trials):
+        base = noisy(rng, n, 10.0)
+        head = noisy(rng, n, 10.0 * (1 + effect))
+        c = stats.compare_samples(base, head, "lower", seed=t, resamples=500)
+        hits += stats.is_regression(c, threshold)
+    return hits / trials
+
+
+def test_aa_samples_give_no_change_at_most_alpha() -> None:
+    assert regression_rate(0.0, 5) <= 0.05
+    assert regression_rate(0.0, 3) <= 0.05
+
+
+@pytest.mark.parametrize(("effect", "low", "high"), [(0.03, 0.2, 0.9), (0.10, 0.85, 1.0), (0.30, 1.0, 1.0)])
+def test_known_slowdowns_are_detected_by_size(effect: float, low: float, high: float) -> None:
+    """With 2 % noise and 5 runs a side: 3 % is sometimes seen, 10 % nearly always, 30 % always."""
+    rate = regression_rate(effect, 5)
+    assert low <= rate <= high, rate
+
+
+def test_verdicts_for_each_effect() -> None:
+    rng = np.random.default_rng(7)
+    base = noisy(rng, 8, 100.0, outlier=0)
+    assert stats.compare_samples(base, noisy(rng, 8, 100.0, outlier=0), "lower").verdict == "no change"
+    assert stats.compare_samples(base, noisy(rng, 8, 110.0, outlier=0), "lower").verdict == "slower"
+    assert stats.compare_samples(base, noisy(rng, 8, 130.0, outlier=0), "lower").verdict == "slower"
+    assert stats.compare_samples(base, noisy(rng, 8, 70.0, outlier=0), "lower").verdict == "faster"
+    # a rate: higher is better, so a lower value is slower
+    assert stats.compare_samples(base, noisy(rng, 8, 70.0, outlier=0), "higher").verdict == "slower"
+    assert stats.compare_samples(base, noisy(rng, 8, 130.0, outlier=0), "higher").verdict == "faster"
+
+
+def test_threshold_separates_small_from_large_regressions() -> None:
+    base = [10.0, 10.1, 9.9, 10.05, 9.95]
+    small = stats.compare_samples(base, [v * 1.03 for v in base], "lower")
+    large = stats.compare_samples(base, [v * 1.10 for v in base], "lower")
+    assert small.significant and large.significant
+    assert not stats.is_regression(small, 0.05)
+    assert stats.is_regression(large, 0.05)
+    assert large.worse_by == pytest.approx(0.10)
+    better = stats.compare_samples(base, [v * 0.8 for v in base], "lower")
+    assert better.verdict == "faster" and not stats.is_regression(better, 0.0)
+
+
+def test_rate_metric_worse_by_is_relative_to_the_rate() -> None:
+    c = stats.compare_samples([100.0, 101, 99, 100.5, 99.5], [80.0, 80.8, 79.2, 80.4, 79.6], "higher")
+    assert c.ratio == pytest.approx(0.8)
+    assert c.worse_by == pytest.approx(0.25)  # 1/0.8 - 1: takes 25 % longer per operation
+    assert c.verdict == "slower"
+
+
+def test_not_enough_data() -> None:
+    c = stats.compare_samples([1.0, 1.1], [2.0, 2.1, 2.2], "lower")
+    assert c.verdict == "not enough data" and not c.significant and c.test == "-"
+    assert stats.compare_samples([], [], "lower").verdict == "not enough data"
+
+
+def test_identical_and_zero_samples_are_no_change() -> None:
+    assert stats.compare_samples([5.0] * 4, [5.0] * 4, "lower").verdict == "no change"
+    zero = stats.compare_samples([0.0] * 4, [0.0] * 4, "lower")
+    assert zero.verdict == "no change" and zero.ratio == 1.0
+
+
+def test_noise_floor_hides_changes_smaller_than_the_spread() -> None:
+    base = [10.0, 10.1, 9.9, 10.05, 9.95]
+    head = [v * 1.04 for v in base]
+    assert stats.compare_samples(base, head, "lower").verdict == "slower"
+    assert stats.compare_samples(base, head, "lower", noise_floor=0.05).verdict == "no change"
+
+
+def test_test_choice_follows_what_mann_whitney_can_reach() -> None:
+    assert stats.min_mann_whitney_p(3, 3) == pytest.approx(0.1)
+    assert stats.choose_test(3, 3) == "welch-log"
+    assert stats.choose_test(5, 5) == "mann-whitney"
+
+
+def test_bootstrap_interval_covers_the_true_ratio() -> None:
+    rng = np.random.default_rng(3)
+    covered = 0
+    for seed in range(100):
+        base, head = noisy(rng, 10, 10.0, outlier=0), noisy(rng, 10, 12.0, outlier=0)
+        low, high = stats.bootstrap_ratio_ci(base, head, seed=seed, resamples=500)
+        covered += low <= 1.2 <= high
+    assert covered >= 80  # percentile bootstrap of medians at n=10 is a little narrow, not wildly so
+
+
+def test_false_positive_and_detection_rates_from_a_pool() -> None:
+    rng = np.random.default_rng(5)
+    pool = noisy(rng, 10, 10.0, cv=0.02, outlier=0)
+    assert stats.split_rates(pool, 5, "lower", trials=100) <= 0.05
+    assert stats.split_rates(pool, 5, "lower", effect=0.3, trials=100) == 1.0
+    mde = stats.min_detectable_effect(pool, 5, "lower", trials=50)
+    assert 0.01 <= mde <= 0.1
+    noisier = noisy(rng, 10, 10.0, cv=0.10, outlier=0)
+    assert stats.min_detectable_effect(noisier, 5, "lower", trials=50) > mde
+    assert math.isinf(stats.min_detectable_effect(pool[:4], 2, "lower"))  # too few runs to call anything
+
+
+def test_analytic_detectable_effect_grows_with_noise_and_shrinks_with_runs() -> None:
+    assert stats.detectable_effect_lognormal(0.02, 10) < stats.detectable_effect_lognormal(0.02, 5)
+    assert stats.detectable_effect_lognormal(0.05, 5) > stats.detectable_effect_lognormal(0.02, 5)
+    assert stats.log_spread([10.0, 10.0, 10.0]) == 0.0
+    assert stats.log_spread([9.0, 10.0, 11.0]) == pytest.approx(0.105, abs=0.01)
+
+
+def test_bad_direction_is_refused() -> None:
+    with pytest.raises(ValueError, match="direction"):
+        stats.compare_samples([1.0] * 3, [1.0] * 3, "sideways")

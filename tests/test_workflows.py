@@ -1,0 +1,155 @@
+"""The GitHub Actions workflows, replayed here: the exact `run:` commands of their steps, in order.
+
+`uses:` steps are what GitHub does for us (checkout, artifact upload/download) and are simulated
+with directories; every `run:` step that does fsmatrix's work is read from the workflow file and
+executed with bash on the host backend, with the environment the workflow gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import REPO, needs_root
+
+pytestmark = needs_root
+
+WORKFLOWS = REPO / ".github" / "workflows"
+
+SMALL = """\
+name: wf
+axes:
+  filesystem: [tmpfs, ext4]
+defaults:
+  workload.threen1: {start: 1, end: 50000, workers: 2, block: 5000, keys: integer}
+  storage.disk_size: 1G
+  gtm.global_buffers: 4000
+repeat: 2
+"""
+
+
+def workflow(name: str) -> dict[str, Any]:
+    return yaml.safe_load((WORKFLOWS / name).read_text())  # type: ignore[no-any-return]
+
+
+def step(wf: dict[str, Any], job: str, name_or_id: str) -> str:
+    """The `run:` text of a step, found by its id or the start of its name."""
+    for s in wf["jobs"][job]["steps"]:
+        if s.get("id") == name_or_id or s.get("name", "").startswith(name_or_id):
+            assert "${{" not in s["run"], "a replayed step must take its inputs from env, not expressions"
+            return s["run"]  # type: ignore[no-any-return]
+    raise AssertionError(f"no step {name_or_id!r} in job {job}")
+
+
+def checkout(where: Path, runner: Path = REPO / "runner") -> Path:
+    """What actions/checkout gives a job: the repository (here: links to it, and its virtualenv)."""
+    where.mkdir(parents=True, exist_ok=True)
+    for name in (".github", "matrix", "Makefile", "pyproject.toml"):
+        (where / name).symlink_to(REPO / name)
+    venv_bin = where / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    # The checkout's own code: PYTHONPATH puts `runner` first, ahead of the editable install.
+    (venv_bin / "fsmatrix").write_text(
+        f'#!/bin/sh\nPYTHONPATH="{runner}" exec "{REPO}/.venv/bin/python" -m fsmatrix "$@"\n'
+    )
+    (venv_bin / "fsmatrix").chmod(0o755)
+    return where
+
+
+def bash(script: str, cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", script],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode in ok, f"{script}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def test_matrix_workflow_expand_shards_merge_report(tmp_path: Path) -> None:
+    wf = workflow("matrix.yml")
+    matrix_file = tmp_path / "wf.yaml"
+    matrix_file.write_text(SMALL)
+    env = {
+        "MATRIX_FILE": str(matrix_file),
+        "BACKEND": "host",
+        "FILTER": "*",
+        "REPEATS": "2",
+        "GITHUB_OUTPUT": str(tmp_path / "output"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+    }
+
+    # job "expand"
+    bash(step(wf, "expand", "expand"), checkout(tmp_path / "expand"), env)
+    key, _, value = (tmp_path / "output").read_text().strip().partition("=")
+    shards = json.loads(value)["include"]
+    assert key == "shards" and len(shards) == 2
+
+    # job "run", one per shard, each in its own checkout; then its artifact
+    for shard in shards:
+        job_dir = checkout(tmp_path / f"run-{shard['shard']}")
+        bash(step(wf, "run", "Run shard"), job_dir, {**env, "CELLS": shard["cells"]})
+        shutil.copytree(job_dir / "results", tmp_path / "report" / "shards" / f"results-shard-{shard['shard']}")
+
+    # job "report": artifacts downloaded by pattern into shards/<artifact name>/
+    bash(
+        step(wf, "report", "Merge"),
+        checkout(
+            tmp_path / "report",
+        ),
+        env,
+    )
+    merged = tmp_path / "report" / "results" / "matrix"
+    docs = [json.loads(p.read_text()) for p in merged.rglob("r*.json")]
+    assert len(docs) == 4 and {d["status"] for d in docs} == {"passed"}
+    assert len({d["cell_id"] for d in docs}) == 2
+    assert (tmp_path / "report" / "report" / "report.html").stat().st_size > 10_000
+    assert "| 1..50,000 |" in (tmp_path / "summary.md").read_text()
+
+
+def _regressed_runner(where: Path) -> Path:
+    """A copy of the code in which every 3n+1 number costs extra work: a real code regression."""
+    runner = where / "runner"
+    shutil.copytree(REPO / "runner", runner, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    routine = runner / "fsmatrix" / "agent" / "workloads" / "threen1.m"
+    text = routine.read_text()
+    marker = " set len=v\n"
+    assert marker in text
+    routine.write_text(text.replace(marker, " set len=v\n new junk for junk=1:1:60 if junk*junk\n", 1))
+    return runner
+
+
+@pytest.mark.parametrize("head", ["clean", "regressed"])
+def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, head: str) -> None:
+    wf = workflow("pr-gate.yml")
+    workspace = tmp_path / "ws"
+    checkout(workspace / "base")
+    head_runner = _regressed_runner(tmp_path) if head == "regressed" else REPO / "runner"
+    head_dir = checkout(workspace / "head", runner=head_runner)
+    (head_dir / "matrix").unlink()
+    (head_dir / "matrix").mkdir()
+    (head_dir / "matrix" / "pr.yaml").write_text(SMALL.replace("[tmpfs, ext4]", "[tmpfs]"))
+    summary = tmp_path / "summary.md"
+    env = {**{k: str(v) for k, v in wf["env"].items()}, "GITHUB_STEP_SUMMARY": str(summary)}
+    done = bash(step(wf, "gate", "Run base and head"), workspace, env, ok=(0, 1))
+    gate_results = workspace / "gate-results"
+    for side in ("base", "head"):
+        docs = [json.loads(p.read_text()) for p in (gate_results / side).rglob("r*.json")]
+        assert len(docs) == int(wf["env"]["REPEATS"]) and {d["status"] for d in docs} == {"passed"}
+    assert summary.read_text().strip(), "the comparison goes to the job summary"
+    if head == "clean":
+        assert done.returncode == 0, done.stdout + done.stderr
+    else:
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "slower" in summary.read_text()
