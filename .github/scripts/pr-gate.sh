@@ -24,6 +24,14 @@ for ((r = 1; r <= repeats; r++)); do
     fi
   done
 done
+# The runner's own noise, measured once with
+#   fsmatrix calibrate matrix/pr.yaml --runs 5 --results /var/cache/fsmatrix
+# becomes the gate's noise floor (compare --calibration auto looks in <results>/calibration).
+calibration=${FSMATRIX_CALIBRATION_DIR:-/var/cache/fsmatrix/calibration}
+if [ -d "$calibration" ]; then
+  mkdir -p "$results/calibration"
+  cp -r "$calibration/." "$results/calibration/"
+fi
 status=0
 "$head/.venv/bin/fsmatrix" compare "$results/base" "$results/head" --fail-on-regression "$threshold" \
   --format md > "$results/comparison.md" || status=$?
