@@ -121,7 +121,7 @@ def settings() -> None:
 
 @main.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--backend", type=click.Choice(["host"]), default="host", show_default=True)
+@click.option("--backend", type=click.Choice(["host", "qemu"]), default="host", show_default=True)
 @click.option("--only", "only", multiple=True, help="Run cells whose id matches this glob (repeatable, or comma list).")
 @click.option("--results", "results_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
 @click.option("--run-id", default=None, help="Results go to RESULTS/RUN_ID (default: the matrix name).")
@@ -139,7 +139,7 @@ def settings() -> None:
     type=click.Path(path_type=Path),
     default=Path("/var/tmp/fsmatrix"),
     show_default=True,
-    help="Where loop image files and mount points go (host backend).",
+    help="Scratch space for a run: loop image files and mount points (host), overlays and disks (qemu).",
 )
 def run(
     file: Path,
@@ -155,20 +155,29 @@ def run(
 ) -> None:
     """Run the cells of matrix FILE and store one result per repeat."""
     from fsmatrix import runs
+    from fsmatrix.backends import Backend
     from fsmatrix.backends.host import HostBackend
 
     m = matrix.load(file)
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
+    if devices and backend != "host":
+        raise UserError("--device is for the host backend; the qemu backend makes its own virtio disks")
     if devices:
         _confirm_devices(list(devices), yes)
-    host = HostBackend(devices=list(devices), workdir=workdir)
+    chosen: Backend
+    if backend == "qemu":
+        from fsmatrix.backends.qemu import QemuBackend
+
+        chosen = QemuBackend(workdir=workdir)
+    else:
+        chosen = HostBackend(devices=list(devices), workdir=workdir)
     run_id = run_id or m.name
     summary = runs.run_matrix(
         m,
         cells,
-        host,
+        chosen,
         results_root=results_root,
         run_id=run_id,
         repeat=repeat or m.repeat,

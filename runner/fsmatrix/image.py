@@ -266,13 +266,18 @@ def qemu_command(
     ssh_port: int | None = None,
     drives: Sequence[tuple[Path, str, str]] = (),
     snapshot: bool = True,
+    aio: str = "threads",
+    iothreads: bool = False,
+    qmp_socket: Path | None = None,
 ) -> list[str]:
     """The QEMU command line that boots ``image``.
 
     ``drives`` are extra virtio-blk disks as (path, serial, format). With ``ssh_port`` the guest
     gets a user-mode NIC that reaches nothing outside (restrict=on) and 127.0.0.1:ssh_port
     forwards to its SSH; without it, no NIC at all. ``snapshot`` keeps the image unchanged.
-    ``name`` should contain "fsmatrix" so leftover processes can be found.
+    ``name`` should contain "fsmatrix" so leftover processes can be found. The extra disks use
+    ``aio`` (threads, native or io_uring) and, with ``iothreads``, one iothread each, so no disk's
+    IO waits behind another's. ``qmp_socket``: a QMP server on that unix socket.
     """
     cmd = [
         "qemu-system-x86_64", "-name", name, "-accel", accel, "-cpu", "max", "-smp", str(cpus),
@@ -283,10 +288,16 @@ def qemu_command(
         + (",snapshot=on" if snapshot else ""),
         "-device", "virtio-blk-pci,drive=root,bootindex=0",
     ]  # fmt: skip
+    if qmp_socket is not None:
+        cmd += ["-qmp", f"unix:{qmp_socket},server=on,wait=off"]
     for index, (path, serial, fmt) in enumerate(drives):
+        device = f"virtio-blk-pci,drive=disk{index},serial={serial}"
+        if iothreads:
+            cmd += ["-object", f"iothread,id=io{index}"]
+            device += f",iothread=io{index}"
         cmd += [
-            "-drive", f"file={path},if=none,id=disk{index},format={fmt},cache=none,aio=threads",
-            "-device", f"virtio-blk-pci,drive=disk{index},serial={serial}",
+            "-drive", f"file={path},if=none,id=disk{index},format={fmt},cache=none,aio={aio}",
+            "-device", device,
         ]  # fmt: skip
     if ssh_port is None:
         cmd += ["-nic", "none"]

@@ -106,8 +106,14 @@ STORAGE = _object(
         "disk_size": {**_SIZE, "default": "8G"},
         "journal_filesystem": {"enum": list(BLOCK_FILESYSTEMS), "default": "ext2"},
         "journal_mount_options": {"type": "string", "default": ""},
+        # VM backend: sparse data disks fill as the guest writes; preallocated ones are fallocated
+        # first, so the host filesystem's allocation does not land inside the measurement.
+        "disk_allocation": {"enum": ["sparse", "preallocated"], "default": "sparse"},
     }
 )
+
+# The guest's size under the VM backends (the host backend ignores it).
+VM = _object({"cpus": _int(1, 2, 256), "memory": {**_SIZE, "default": "2G"}})
 
 CELL: dict[str, Any] = {
     "type": "object",
@@ -118,6 +124,7 @@ CELL: dict[str, Any] = {
         "mkfs_options": {"type": "string", "default": ""},
         "mount_options": {"type": "string", "default": ""},
         "storage": STORAGE,
+        "vm": VM,
         "gtm": GTM,
         "workload": {
             "type": "object",

@@ -1,4 +1,4 @@
-"""Backends: the ways fsmatrix reaches a kernel to run a cell on (host, and later VMs)."""
+"""Backends: the ways fsmatrix reaches a kernel to run a cell on (host, qemu)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,6 @@ class Backend(Protocol):
 
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
         """Run one repeat of a cell and return its result document."""
+
+    def environment(self) -> dict[str, Any]:
+        """Provenance this backend adds to every result (backend, accel, ...)."""

@@ -1,0 +1,328 @@
+"""The qemu backend: every run boots the guest image once, in job mode, on fresh virtio disks.
+
+Per run (repeats are separate boots): a copy-on-write overlay of the golden image (which is never
+written), raw data disks with serials ``fsm-data<N>``, a job disk holding the cell, and QEMU
+started directly without a NIC. The guest runs the cell and powers off by itself; the host reads
+result.json back from the job disk, adds its provenance and deletes everything the run made. A
+run that outlives the cell's timeout plus a boot allowance is stopped (QMP ``quit``, then
+SIGKILL) and recorded as ``timeout`` with the tail of the guest's console.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from fsmatrix import __version__, image, jobdisk
+from fsmatrix.agent import job, proc, provenance, storage
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import Cell
+
+log = logging.getLogger("fsmatrix")
+
+DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
+ALLOWANCE_ENV = "FSMATRIX_BOOT_ALLOWANCE"
+# Boot plus job setup and power-off, on top of the cell's own timeout: a TCG boot takes 30-100 s here.
+BOOT_ALLOWANCE_S = {"kvm": 60.0, "tcg": 300.0}
+QUIT_GRACE_S = 15.0  # after QMP quit, before SIGKILL
+QMP_CONNECT_S = 10.0
+CONSOLE_TAIL_LINES = 40
+DATA_SERIAL = "fsm-data{}"
+TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
+
+
+def vm_settings(params: dict[str, Any]) -> tuple[int, int]:
+    """(cpus, memory in MiB) of a cell's ``vm`` settings (defaults when the cell has none)."""
+    vm = params.get("vm") or {}
+    return int(vm.get("cpus", 2)), storage.parse_size(str(vm.get("memory", "2G"))) >> 20
+
+
+def running_vms(prefix: str = "fsmatrix-") -> list[tuple[int, str]]:
+    """QEMU processes whose -name starts with ``prefix``: (pid, name). Finds leftovers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if not args or not os.path.basename(args[0]).startswith(b"qemu-system"):
+            continue
+        for flag, value in itertools.pairwise(args):
+            if flag == b"-name" and value.decode(errors="replace").startswith(prefix):
+                found.append((int(entry.name), value.decode(errors="replace")))
+    return found
+
+
+def console_tail(path: Path, lines: int = CONSOLE_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a console log (empty when there is none)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.replace("\r", "").splitlines()[-lines:])
+
+
+def qemu_supports_io_uring(scratch: Path) -> bool:
+    """Whether this host's QEMU opens a disk with aio=io_uring (a build or a kernel may lack it)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    probe = scratch / f"aio-probe-{os.getpid()}.img"
+    try:
+        probe.write_bytes(b"\0" * 4096)
+        cmd = [
+            "qemu-system-x86_64", "-machine", "none", "-nodefaults", "-display", "none", "-qmp", "stdio",
+            "-drive", f"file={probe},if=none,id=probe,format=raw,cache=none,aio=io_uring",
+        ]  # fmt: skip
+        done = proc.run(cmd, input='{"execute":"qmp_capabilities"}\n{"execute":"quit"}\n', timeout=30, check=False)
+        return done.returncode == 0
+    except proc.CommandError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class QemuBackend:
+    name = "qemu"
+
+    def __init__(
+        self,
+        workdir: Path = DEFAULT_WORKDIR,
+        boot_allowance: float | None = None,
+        echo: Callable[[str], None] = log.info,
+    ) -> None:
+        self.workdir = workdir
+        if boot_allowance is None and os.environ.get(ALLOWANCE_ENV):
+            try:
+                boot_allowance = float(os.environ[ALLOWANCE_ENV])
+            except ValueError as exc:
+                raise UserError(f"{ALLOWANCE_ENV} must be a number of seconds") from exc
+        self._allowance = boot_allowance  # None: by accelerator, known after preflight
+        self._echo = echo
+        self._image: image.ImagePaths | None = None
+        self._sha256 = ""
+        self._manifest: dict[str, Any] = {}
+        self.accel = "tcg"
+        self.aio = "threads"
+
+    # ------------------------------------------------------------------ setup
+
+    def preflight(self, cells: list[Cell]) -> None:
+        for tool in TOOLS:
+            if not proc.have(tool):
+                raise UserError(f"{tool} not found: the qemu backend needs it (`make image` installs it)")
+        for pid, name in running_vms():
+            log.warning("a QEMU from an earlier run is still running: pid %d, %s", pid, name)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        try:
+            paths = image.build(echo=self._echo)  # reuses the cached image in well under a second
+        except proc.CommandError as exc:
+            raise UserError(f"cannot build the guest image: {exc}") from exc
+        self._sha256 = paths.sha256.read_text().split()[0]
+        self._manifest = json.loads(paths.manifest.read_text())
+        kernels = sorted((image.cache_root() / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
+        # The probe boots the base stage's kernel; without one, TCG is the safe answer.
+        self.accel = image.probe_accel(kernels[-1]) if kernels else "tcg"
+        self.aio = "io_uring" if qemu_supports_io_uring(self.workdir) else "threads"
+        if self.aio != "io_uring":
+            log.warning("this QEMU cannot use aio=io_uring: data disks use aio=threads")
+        self._image = paths
+
+    @property
+    def boot_allowance(self) -> float:
+        return self._allowance if self._allowance is not None else BOOT_ALLOWANCE_S.get(self.accel, 300.0)
+
+    def environment(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "accel": self.accel,
+            "device_source": "virtio",
+            "image_name": self._image.name if self._image else None,
+            "image_sha256": self._sha256 or None,
+        }
+
+    # ------------------------------------------------------------------ one run
+
+    def command(
+        self, cell: Cell, repeat: int, overlay: Path, job_disk: Path, data: list[Path], console: Path, qmp: Path
+    ) -> list[str]:
+        """The QEMU command line of one run: the overlay as root disk, job disk, data disks."""
+        cpus, memory_mib = vm_settings(cell.params)
+        drives = [(job_disk, jobdisk.SERIAL, "raw")]
+        drives += [(path, DATA_SERIAL.format(i), "raw") for i, path in enumerate(data)]
+        return image.qemu_command(
+            overlay,
+            accel=self.accel,
+            name=f"fsmatrix-{cell.id}-r{repeat}",
+            serial_log=console,
+            memory_mib=memory_mib,
+            cpus=cpus,
+            drives=drives,
+            snapshot=False,  # the overlay takes the writes; the golden image is its read-only backing file
+            aio=self.aio,
+            iothreads=True,
+            qmp_socket=qmp,
+        )
+
+    def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+        if self._image is None:
+            self._prepare()
+        assert self._image is not None
+        run_dir = self.workdir / f"vm-{cell.id}-r{repeat}-{os.getpid()}"
+        started, started_at = time.monotonic(), _now()
+        vm: subprocess.Popen[bytes] | None = None
+        try:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir(parents=True)
+            overlay = run_dir / "root.qcow2"
+            proc.run(
+                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self._image.qcow2), "-F", "qcow2", str(overlay)],
+                timeout=60,
+            )
+            data = self._data_disks(cell, run_dir)
+            cpus, _ = vm_settings(cell.params)
+            vm_info = {"cpus": cpus, "memory": (cell.params.get("vm") or {}).get("memory", "2G")}
+            job_doc = {
+                "cell": cell.params,
+                "cell_id": cell.id,
+                "repeat": repeat,
+                "data_serials": [DATA_SERIAL.format(i) for i in range(len(data))],
+                "environment": {**self.environment(), "vm": vm_info},
+            }
+            job_disk = jobdisk.make_job_disk(run_dir / "job.img", job_doc)
+            console, qmp = run_dir / "console.log", run_dir / "qmp.sock"
+            cmd = self.command(cell, repeat, overlay, job_disk, data, console, qmp)
+            log.info("qemu: %s", " ".join(cmd))
+            limit = float(cell.params["timeout"]) + self.boot_allowance
+            with (run_dir / "qemu.stderr").open("wb") as stderr:
+                vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+            try:
+                code = vm.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                self._stop(vm, qmp)
+                tail = console_tail(console)
+                log.info("guest console (tail):\n%s", tail)
+                return self._host_result(
+                    cell, repeat, started, started_at, "timeout",
+                    f"the guest did not power off within {limit:.0f} s (timeout {cell.params['timeout']} s "
+                    f"+ boot allowance {self.boot_allowance:.0f} s); console tail:\n{tail}",
+                    tail, vm_info,
+                )  # fmt: skip
+            wall = time.monotonic() - started
+            log.info("guest powered off after %.1f s (qemu exit status %d)", wall, code)
+            agent_log = jobdisk.read_log(job_disk)
+            log.info("guest agent.log:\n%s", agent_log or "(none)")
+            log.info("guest console:\n%s", console.read_text(encoding="utf-8", errors="replace").replace("\r", ""))
+            doc = jobdisk.read_result(job_disk)
+            if doc is None:
+                tail = console_tail(console)
+                qemu_err = (run_dir / "qemu.stderr").read_text(errors="replace").strip()
+                why = (
+                    f"qemu exited with status {code}: {qemu_err}" if code else "the guest powered off without a result"
+                )
+                return self._host_result(
+                    cell, repeat, started, started_at, "error", f"{why}; console tail:\n{tail}", tail, vm_info
+                )
+            self._add_provenance(doc, vm_info)
+            doc.setdefault("details", {})["vm_wall_s"] = round(wall, 1)
+            return doc
+        finally:
+            if vm is not None and vm.poll() is None:
+                vm.kill()  # an exception (Ctrl-C included) on the way: no QEMU may outlive its run
+                vm.wait()
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _data_disks(self, cell: Cell, run_dir: Path) -> list[Path]:
+        size = storage.parse_size(cell.params["storage"]["disk_size"])
+        preallocate = cell.params["storage"].get("disk_allocation", "sparse") == "preallocated"
+        disks = []
+        for index in range(storage.required_devices(cell.params)):
+            path = run_dir / f"data{index}.img"
+            with path.open("wb") as fh:
+                if preallocate:
+                    os.posix_fallocate(fh.fileno(), 0, size)
+                else:
+                    fh.truncate(size)
+            disks.append(path)
+        return disks
+
+    def _stop(self, vm: subprocess.Popen[bytes], qmp: Path) -> None:
+        """QMP quit, then SIGKILL when QEMU does not exit within QUIT_GRACE_S."""
+        try:
+            monitor = QEMUMonitorProtocol(str(qmp))
+            monitor.settimeout(QMP_CONNECT_S)
+            try:
+                monitor.connect()
+                monitor.cmd("quit")
+            finally:
+                monitor.close()
+            vm.wait(timeout=QUIT_GRACE_S)
+            log.info("qemu stopped with QMP quit")
+        except Exception as exc:  # a QMP, socket or wait failure alike: kill it
+            log.warning("QMP quit did not stop qemu (%s): killing it", exc)
+            if vm.poll() is None:
+                vm.send_signal(signal.SIGKILL)
+                vm.wait()
+
+    def _image_provenance(self, guest: dict[str, Any] | None) -> dict[str, Any]:
+        assert self._image is not None
+        return {**(guest or self._manifest), "name": self._image.name, "sha256": self._sha256}
+
+    def _add_provenance(self, doc: dict[str, Any], vm_info: dict[str, Any]) -> None:
+        prov = doc.setdefault("provenance", {})
+        prov.update(backend=self.name, accel=self.accel, device_source="virtio", vm=vm_info)
+        prov["image"] = self._image_provenance(prov.get("image"))
+
+    def _host_result(
+        self,
+        cell: Cell,
+        repeat: int,
+        started: float,
+        started_at: str,
+        status: str,
+        reason: str,
+        tail: str,
+        vm_info: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A result document made on the host, for a run whose guest produced none."""
+        kind = next(iter(cell.params["workload"]))
+        doc: dict[str, Any] = {
+            "schema_version": job.SCHEMA_VERSION,
+            "cell_id": cell.id,
+            "repeat": repeat,
+            "workload": kind,
+            "params": cell.params,
+            "status": status,
+            "reason": reason,
+            "started_at": started_at,
+            "finished_at": _now(),
+            "duration_s": round(time.monotonic() - started, 3),
+            "metrics": {},
+            "key_metrics": job.key_metrics(kind, cell.params["workload"][kind]),
+            "verification": {"status": "not-run"},
+            "details": {"console_tail": tail},
+            "storage": {},
+            "samples": None,
+            "provenance": {"fsmatrix_version": __version__, "git": provenance.git_source()},
+        }
+        self._add_provenance(doc, vm_info)
+        return doc
