@@ -21,10 +21,8 @@ from typing import Any
 from rich.table import Table
 
 from fsmatrix import stats
-from fsmatrix.agent import jsonfile
-from fsmatrix.agent.job import SCHEMA_VERSION
 from fsmatrix.errors import UserError
-from fsmatrix.results import load_results
+from fsmatrix.results import load_document, load_results
 
 # Provenance that changes the numbers: runs that differ in any of these are not comparable.
 ENV_KEYS = (
@@ -103,20 +101,8 @@ def load_side(spec: str, results_root: Path) -> Side:
         finally:
             db.close()
         if paths:
-            return Side(spec, [_load_document(p) for p in paths])
+            return Side(spec, [load_document(p) for p in paths])
     raise UserError(f"{spec}: no such results directory, and no run with that id in {index}")
-
-
-def _load_document(path: Path) -> dict[str, Any]:
-    try:
-        doc = jsonfile.read(path)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable result document ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-        found = doc.get("schema_version") if isinstance(doc, dict) else None
-        raise UserError(f"{path}: result schema version {found!r}; this fsmatrix reads version {SCHEMA_VERSION}")
-    doc["_path"] = str(path)
-    return doc
 
 
 # ----------------------------------------------------------------------------------- environment

@@ -42,21 +42,24 @@ def iter_result_files(directory: Path) -> Iterator[Path]:
             yield path
 
 
+def load_document(path: Path) -> dict[str, Any]:
+    """One result document, checked to be of the schema version this fsmatrix reads."""
+    try:
+        doc = jsonfile.read(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable result document ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        found = doc.get("schema_version") if isinstance(doc, dict) else None
+        raise UserError(f"{path}: result schema version {found!r}; this fsmatrix reads version {SCHEMA_VERSION}")
+    doc["_path"] = str(path)
+    return doc
+
+
 def load_results(directory: Path) -> list[dict[str, Any]]:
     """Every result document under ``directory``; UserError when there is nothing usable."""
     if not directory.is_dir():
         raise UserError(f"results directory {directory} does not exist")
-    docs = []
-    for path in iter_result_files(directory):
-        try:
-            doc = jsonfile.read(path)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{path}: not a readable result document ({exc})") from exc
-        if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-            found = doc.get("schema_version") if isinstance(doc, dict) else None
-            raise UserError(f"{path}: result schema version {found!r}; this fsmatrix reads version {SCHEMA_VERSION}")
-        doc["_path"] = str(path)
-        docs.append(doc)
+    docs = [load_document(path) for path in iter_result_files(directory)]
     if not docs:
         raise UserError(f"no result documents under {directory}")
     return docs
