@@ -7,8 +7,25 @@ from pathlib import Path
 
 import pytest
 
+from fsmatrix.agent.storage.devices import read_mounts
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+
+
+def attached_under(directory: Path) -> list[str]:
+    """Loop devices whose backing file lies under ``directory``."""
+    return [
+        backing.parent.parent.name
+        for backing in Path("/sys/block").glob("loop*/loop/backing_file")
+        if backing.read_text().strip().startswith(str(directory))
+    ]
+
+
+def mounted_under(directory: Path) -> list[str]:
+    """Mount points under ``directory``."""
+    return [m.mount_point for m in read_mounts() if m.mount_point.startswith(str(directory))]
+
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
 

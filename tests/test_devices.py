@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import attached_under, mounted_under
 from fsmatrix.agent.storage import UnsafeDevice, check_safe_to_format, describe_device, kernel_name, loop_devices
 from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage.devices import parse_mountinfo, parse_swaps, read_mounts
@@ -27,14 +28,6 @@ LVM_ENV = dict(os.environ, LVM_SUPPRESS_FD_WARNINGS="1")
 
 def sh(*command: str, env: dict[str, str] | None = None) -> None:
     subprocess.run(command, check=True, capture_output=True, env=env)
-
-
-def attached_under(directory: Path) -> list[str]:
-    return [
-        backing.parent.parent.name
-        for backing in Path("/sys/block").glob("loop*/loop/backing_file")
-        if backing.read_text().strip().startswith(str(directory))
-    ]
 
 
 WORK_DIRS: list[Path] = []
@@ -52,7 +45,7 @@ def nothing_left_behind() -> Iterator[None]:
     yield
     for directory in WORK_DIRS:
         assert attached_under(directory) == []
-        assert [m.mount_point for m in read_mounts() if m.mount_point.startswith(str(directory))] == []
+        assert mounted_under(directory) == []
     groups = subprocess.run(["vgs", "-o", "vg_name"], capture_output=True, text=True, env=LVM_ENV).stdout
     assert f"fsmatrixtest{os.getpid()}" not in groups
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from conftest import attached_under, mounted_under
 from fsmatrix.agent.storage import (
     FILESYSTEMS,
     Skipped,
@@ -31,7 +32,6 @@ from fsmatrix.agent.storage import (
 )
 from fsmatrix.agent.storage import filesystems as fsmod
 from fsmatrix.agent.storage import loop as loopmod
-from fsmatrix.agent.storage.devices import read_mounts
 from fsmatrix.agent.storage.filesystems import _ext, btrfs, f2fs, jfs, nilfs2, reiserfs, xfs
 from fsmatrix.agent.storage.prepare import parse_proc_filesystems, processes_using, unmount
 
@@ -55,19 +55,6 @@ def cell(filesystem: str, **overrides: Any) -> dict[str, Any]:
 
 def capture(tool: str, name: str) -> str:
     return (DATA / tool / name).read_text()
-
-
-def attached_under(directory: Path) -> list[str]:
-    """Loop devices whose backing file lies under ``directory``."""
-    found = []
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        if backing.read_text().strip().startswith(str(directory)):
-            found.append(backing.parent.parent.name)
-    return found
-
-
-def mounted_under(directory: Path) -> list[str]:
-    return [m.mount_point for m in read_mounts() if m.mount_point.startswith(str(directory))]
 
 
 def head_digest(device: str) -> str:
