@@ -27,6 +27,15 @@ def mounted_under(directory: Path) -> list[str]:
     return [m.mount_point for m in read_mounts() if m.mount_point.startswith(str(directory))]
 
 
+def sysv_ipc_ids() -> set[tuple[str, str]]:
+    """Every System V shared memory segment and semaphore set on the machine (GT.M uses both)."""
+    ids = set()
+    for kind in ("shm", "sem"):
+        for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
+            ids.add((kind, line.split()[1]))
+    return ids
+
+
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import sysv_ipc_ids
 from fsmatrix.agent.workloads import gtm
 
 DATA = Path(__file__).parent / "data" / "dse"
@@ -23,15 +24,6 @@ def base() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="fsmatrix-test-gtm-", dir="/var/tmp"))
     yield path
     shutil.rmtree(path)
-
-
-def sysv_ipc_ids() -> set[tuple[str, str]]:
-    """Every System V shared memory segment and semaphore set on the machine."""
-    ids = set()
-    for kind in ("shm", "sem"):
-        for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
-            ids.add((kind, line.split()[1]))
-    return ids
 
 
 # --- locating GT.M and checking settings ---------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conftest import sysv_ipc_ids
 from fsmatrix.agent import proc
 from fsmatrix.agent.workloads import Workspace, gtm, threen1, threen1_memory, threen1_reference
 
@@ -47,14 +48,6 @@ def ws() -> Iterator[Workspace]:
     workspace = Workspace(data=base / "data", journal=base / "journal", scratch=base / "scratch")
     yield workspace
     shutil.rmtree(base)
-
-
-def sysv_ipc_ids() -> set[tuple[str, str]]:
-    ids = set()
-    for kind in ("shm", "sem"):
-        for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
-            ids.add((kind, line.split()[1]))
-    return ids
 
 
 def live_processes_under(directory: Path) -> list[str]:
