@@ -318,10 +318,38 @@ def _check_consistency(params: dict[str, Any], flat: Flat, fail: Any) -> None:
                 "storage.layout: tmpfs has no device to split; use layout 'single'",
                 _line_for(flat, "storage.layout"),
             )
+    _check_storage(params, flat, fail)
     if params["storage"]["layout"] == "split-journal" and t is None:
         raise fail(
             "storage.layout 'split-journal' puts the GT.M journal on its own device: it needs the " "threen1 workload",
             _line_for(flat, "storage.layout"),
+        )
+
+
+def _check_storage(params: dict[str, Any], flat: Flat, fail: Any) -> None:
+    """Raw devices, striped layouts and block sizes: what combines and what does not."""
+    layout = params["storage"]["layout"]
+    if params["filesystem"] == "raw":
+        if "threen1" in params["workload"]:
+            raise fail(
+                "filesystem 'raw' runs sysbench or fio on the block device itself; 3n+1 needs a filesystem",
+                _line_for(flat, "filesystem"),
+            )
+        for key in ("mkfs_options", "mount_options"):
+            if params[key]:
+                raise fail(f"{key}: filesystem 'raw' has no filesystem; remove them", _line_for(flat, key))
+        if layout == "split-journal":
+            raise fail(
+                "storage.layout 'split-journal' needs a filesystem, not 'raw'", _line_for(flat, "storage.layout")
+            )
+    if params["filesystem"] == "tmpfs" and params["device"]["profile"] != "native":
+        raise fail("device.profile: tmpfs has no device to shape; use 'native'", _line_for(flat, "device.profile"))
+    device = params["device"]
+    if device["physical_block_size"] < device["logical_block_size"]:
+        raise fail(
+            f"device.physical_block_size {device['physical_block_size']} is below logical_block_size "
+            f"{device['logical_block_size']}; the physical block size must be >= the logical one",
+            _line_for(flat, "device.physical_block_size"),
         )
 
 

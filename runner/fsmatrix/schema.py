@@ -9,9 +9,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs", "jfs", "reiserfs", "nilfs2", "f2fs", "tmpfs")
-BLOCK_FILESYSTEMS = FILESYSTEMS[:-1]
-LAYOUTS = ("single", "split-journal")
+FILESYSTEMS = ("ext2", "ext3", "ext4", "xfs", "btrfs", "jfs", "reiserfs", "nilfs2", "f2fs", "tmpfs", "raw")
+BLOCK_FILESYSTEMS = FILESYSTEMS[:-2]
+LAYOUTS = ("single", "split-journal", "md-raid0", "lvm-stripe")
+STRIPED_LAYOUTS = ("md-raid0", "lvm-stripe")
+# What a data disk behaves like (VM backends): QEMU block throttling per disk; see backends/profiles.py.
+DEVICE_PROFILES = ("native", "ssd", "hdd")
+DEVICE_BUSES = ("virtio-blk", "virtio-scsi", "nvme")
 SYSBENCH_MODES = ("seqwr", "seqrewr", "seqrd", "rndrd", "rndwr", "rndrw")
 FIO_PATTERNS = ("write", "rewrite", "read", "reread", "randread", "randwrite", "randrw")
 
@@ -109,6 +113,22 @@ STORAGE = _object(
         # VM backend: sparse data disks fill as the guest writes; preallocated ones are fallocated
         # first, so the host filesystem's allocation does not land inside the measurement.
         "disk_allocation": {"enum": ["sparse", "preallocated"], "default": "sparse"},
+        # md-raid0 / lvm-stripe: how many disks, and the md chunk / LVM stripe size (seed 004: -i 4 -I 64).
+        "stripe_disks": _int(2, 4, 16),
+        "stripe_size": {**_SIZE, "default": "64K"},
+    }
+)
+
+# How the VM backends attach each data disk (the host backend runs only the 'native' profile).
+DEVICE = _object(
+    {
+        "profile": {"enum": list(DEVICE_PROFILES), "default": "native"},
+        "bus": {"enum": list(DEVICE_BUSES), "default": "virtio-blk"},
+        "cache": {"enum": ["none", "writeback", "writethrough", "directsync", "unsafe"], "default": "none"},
+        "aio": {"enum": ["io_uring", "native", "threads"], "default": "io_uring"},
+        "iothread": {"type": "boolean", "default": True},
+        "logical_block_size": {"enum": [512, 4096], "default": 512},
+        "physical_block_size": {"enum": [512, 4096], "default": 512},
     }
 )
 
@@ -124,6 +144,7 @@ CELL: dict[str, Any] = {
         "mkfs_options": {"type": "string", "default": ""},
         "mount_options": {"type": "string", "default": ""},
         "storage": STORAGE,
+        "device": DEVICE,
         "vm": VM,
         "gtm": GTM,
         "workload": {
