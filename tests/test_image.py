@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from fsmatrix import __version__, image, jobdisk
+from fsmatrix.backends.disks import Disk
 from fsmatrix.matrix import expand_document
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,9 +92,11 @@ def test_agent_tarball_holds_only_the_agent(tmp_path: Path) -> None:
 
 def test_qemu_command_network_and_disks(tmp_path: Path) -> None:
     common = {"accel": "tcg", "name": "fsmatrix-t", "serial_log": tmp_path / "s.log"}
-    offline = image.qemu_command(tmp_path / "i.qcow2", drives=[(tmp_path / "job.img", "fsmatrix-job", "raw")], **common)
+    offline = image.qemu_command(
+        tmp_path / "i.qcow2", drives=[Disk(tmp_path / "job.img", "fsmatrix-job", iothread=False)], **common
+    )
     assert offline[offline.index("-nic") + 1] == "none"
-    assert "virtio-blk-pci,drive=disk0,serial=fsmatrix-job" in offline
+    assert any(a.startswith("virtio-blk-pci,drive=disk0,serial=fsmatrix-job,") for a in offline)
     assert any("snapshot=on" in arg for arg in offline)
     online = image.qemu_command(tmp_path / "i.qcow2", ssh_port=2345, **common)
     netdev = online[online.index("-netdev") + 1]
@@ -359,7 +362,7 @@ def test_job_mode_runs_the_cell_and_powers_off(
         accel=accel,
         name=name,
         serial_log=serial,
-        drives=[(job_img, jobdisk.SERIAL, "raw"), (data, "fsm-data0", "raw")],
+        drives=[Disk(job_img, jobdisk.SERIAL, aio="threads"), Disk(data, "fsm-data0", aio="threads")],
     )
     started = time.monotonic()
     vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

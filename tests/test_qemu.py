@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fsmatrix import image
+from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import QemuBackend, qemu_supports_io_uring, running_vms
 from fsmatrix.matrix import Cell, expand_document
 
@@ -55,7 +56,7 @@ def test_command_line_disks_and_no_network(tmp_path: Path) -> None:
     backend.accel, backend.aio = "tcg", "io_uring"
     cell = _cell({"storage.layout": "split-journal", "vm.cpus": 3, "vm.memory": "512M"})
     overlay, job_img = tmp_path / "root.qcow2", tmp_path / "job.img"
-    data = [tmp_path / "data0.img", tmp_path / "data1.img"]
+    data = [Disk(tmp_path / "data0.img", "fsm-data0"), Disk(tmp_path / "data1.img", "fsm-data1")]
     cmd = backend.command(cell, 2, overlay, job_img, data, tmp_path / "console.log", tmp_path / "qmp.sock")
     line = " ".join(cmd)
 
@@ -70,10 +71,11 @@ def test_command_line_disks_and_no_network(tmp_path: Path) -> None:
     assert f"unix:{tmp_path / 'qmp.sock'},server=on,wait=off" in cmd
     assert f"-serial file:{tmp_path / 'console.log'}" in line
     # Job disk and data disks: each with its serial, O_DIRECT, io_uring and an iothread of its own.
-    for index, (path, serial) in enumerate([(job_img, "fsmatrix-job"), (data[0], "fsm-data0"), (data[1], "fsm-data1")]):
+    for index, path in enumerate([job_img, data[0].path, data[1].path]):
         assert f"file={path},if=none,id=disk{index},format=raw,cache=none,aio=io_uring" in cmd
-        assert f"virtio-blk-pci,drive=disk{index},serial={serial},iothread=io{index}" in cmd
-        assert f"iothread,id=io{index}" in cmd
+    for index in (1, 2):
+        device = next(a for a in cmd if a.startswith(f"virtio-blk-pci,drive=disk{index},serial=fsm-data{index - 1},"))
+        assert device.endswith(f",iothread=io{index}") and f"iothread,id=io{index}" in cmd
 
 
 def test_data_disks_sparse_or_preallocated(tmp_path: Path) -> None:
@@ -81,7 +83,8 @@ def test_data_disks_sparse_or_preallocated(tmp_path: Path) -> None:
     (tmp_path / "s").mkdir()
     (tmp_path / "p").mkdir()
     sparse = backend._data_disks(_cell({"storage.disk_size": "64M"}), tmp_path / "s")
-    assert len(sparse) == 1 and sparse[0].stat().st_size == 64 << 20 and sparse[0].stat().st_blocks == 0
+    assert len(sparse) == 1 and sparse[0].serial == "fsm-data0"
+    assert sparse[0].path.stat().st_size == 64 << 20 and sparse[0].path.stat().st_blocks == 0
     full = backend._data_disks(
         _cell(
             {"storage.disk_size": "64M", "storage.layout": "split-journal", "storage.disk_allocation": "preallocated"}
@@ -89,7 +92,7 @@ def test_data_disks_sparse_or_preallocated(tmp_path: Path) -> None:
         tmp_path / "p",
     )
     assert len(full) == 2
-    assert all(d.stat().st_blocks * 512 >= 64 << 20 for d in full)
+    assert all(d.path.stat().st_blocks * 512 >= 64 << 20 for d in full)
 
 
 def test_io_uring_probe_answers(tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ def settings() -> None:
 
 @main.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--backend", type=click.Choice(["host", "qemu"]), default="host", show_default=True)
+@click.option("--backend", type=click.Choice(["host", "qemu", "libvirt"]), default="host", show_default=True)
 @click.option("--only", "only", multiple=True, help="Run cells whose id matches this glob (repeatable, or comma list).")
 @click.option("--results", "results_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
 @click.option("--run-id", default=None, help="Results go to RESULTS/RUN_ID (default: the matrix name).")
@@ -171,6 +171,10 @@ def run(
         from fsmatrix.backends.qemu import QemuBackend
 
         chosen = QemuBackend(workdir=workdir)
+    elif backend == "libvirt":
+        from fsmatrix.backends.libvirt import LibvirtBackend
+
+        chosen = LibvirtBackend(workdir=workdir)
     else:
         chosen = HostBackend(devices=list(devices), workdir=workdir)
     run_id = run_id or m.name

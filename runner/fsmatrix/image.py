@@ -31,6 +31,7 @@ import click
 
 from fsmatrix import __version__
 from fsmatrix.agent import proc
+from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 
 CACHE_ENV = "FSMATRIX_CACHE"
@@ -264,20 +265,17 @@ def qemu_command(
     memory_mib: int = 1024,
     cpus: int = 2,
     ssh_port: int | None = None,
-    drives: Sequence[tuple[Path, str, str]] = (),
+    drives: Sequence[Disk] = (),
     snapshot: bool = True,
-    aio: str = "threads",
-    iothreads: bool = False,
     qmp_socket: Path | None = None,
 ) -> list[str]:
     """The QEMU command line that boots ``image``.
 
-    ``drives`` are extra virtio-blk disks as (path, serial, format). With ``ssh_port`` the guest
+    ``drives`` are the extra disks (see backends/disks.py). With ``ssh_port`` the guest
     gets a user-mode NIC that reaches nothing outside (restrict=on) and 127.0.0.1:ssh_port
     forwards to its SSH; without it, no NIC at all. ``snapshot`` keeps the image unchanged.
-    ``name`` should contain "fsmatrix" so leftover processes can be found. The extra disks use
-    ``aio`` (threads, native or io_uring) and, with ``iothreads``, one iothread each, so no disk's
-    IO waits behind another's. ``qmp_socket``: a QMP server on that unix socket.
+    ``name`` should contain "fsmatrix" so leftover processes can be found.
+    ``qmp_socket``: a QMP server on that unix socket.
     """
     cmd = [
         "qemu-system-x86_64", "-name", name, "-accel", accel, "-cpu", "max", "-smp", str(cpus),
@@ -290,15 +288,8 @@ def qemu_command(
     ]  # fmt: skip
     if qmp_socket is not None:
         cmd += ["-qmp", f"unix:{qmp_socket},server=on,wait=off"]
-    for index, (path, serial, fmt) in enumerate(drives):
-        device = f"virtio-blk-pci,drive=disk{index},serial={serial}"
-        if iothreads:
-            cmd += ["-object", f"iothread,id=io{index}"]
-            device += f",iothread=io{index}"
-        cmd += [
-            "-drive", f"file={path},if=none,id=disk{index},format={fmt},cache=none,aio={aio}",
-            "-device", device,
-        ]  # fmt: skip
+    for index, disk in enumerate(drives):
+        cmd += disk_arguments(disk, index)
     if ssh_port is None:
         cmd += ["-nic", "none"]
     else:
@@ -307,6 +298,20 @@ def qemu_command(
             "-device", "virtio-net-pci,netdev=net0",
         ]  # fmt: skip
     return cmd
+
+
+def disk_arguments(disk: Disk, index: int) -> list[str]:
+    """QEMU arguments attaching one disk: -drive (cache, aio, throttling), -device (bus, serial,
+    block sizes) and, when asked, an iothread of its own so no disk's IO waits behind another's."""
+    drive = f"file={disk.path},if=none,id=disk{index},format={disk.format},cache={disk.cache},aio={disk.aio}"
+    drive += "".join(f",throttling.{key}={value}" for key, value in sorted(disk.throttle.items()))
+    device = f"virtio-blk-pci,drive=disk{index},serial={disk.serial}"
+    device += f",logical_block_size={disk.logical_block_size},physical_block_size={disk.physical_block_size}"
+    args = []
+    if disk.iothread:
+        args += ["-object", f"iothread,id=io{index}"]
+        device += f",iothread=io{index}"
+    return [*args, "-drive", drive, "-device", device]
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, image, jobdisk
 from fsmatrix.agent import job, proc, provenance, storage
+from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 
@@ -163,12 +164,11 @@ class QemuBackend:
     # ------------------------------------------------------------------ one run
 
     def command(
-        self, cell: Cell, repeat: int, overlay: Path, job_disk: Path, data: list[Path], console: Path, qmp: Path
+        self, cell: Cell, repeat: int, overlay: Path, job_disk: Path, data: list[Disk], console: Path, qmp: Path
     ) -> list[str]:
         """The QEMU command line of one run: the overlay as root disk, job disk, data disks."""
         cpus, memory_mib = vm_settings(cell.params)
-        drives = [(job_disk, jobdisk.SERIAL, "raw")]
-        drives += [(path, DATA_SERIAL.format(i), "raw") for i, path in enumerate(data)]
+        drives = [Disk(job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False), *data]
         return image.qemu_command(
             overlay,
             accel=self.accel,
@@ -178,8 +178,6 @@ class QemuBackend:
             cpus=cpus,
             drives=drives,
             snapshot=False,  # the overlay takes the writes; the golden image is its read-only backing file
-            aio=self.aio,
-            iothreads=True,
             qmp_socket=qmp,
         )
 
@@ -189,7 +187,6 @@ class QemuBackend:
         assert self._image is not None
         run_dir = self.workdir / f"vm-{cell.id}-r{repeat}-{os.getpid()}"
         started, started_at = time.monotonic(), _now()
-        vm: subprocess.Popen[bytes] | None = None
         try:
             shutil.rmtree(run_dir, ignore_errors=True)
             run_dir.mkdir(parents=True)
@@ -205,20 +202,14 @@ class QemuBackend:
                 "cell": cell.params,
                 "cell_id": cell.id,
                 "repeat": repeat,
-                "data_serials": [DATA_SERIAL.format(i) for i in range(len(data))],
+                "data_serials": [disk.serial for disk in data],
                 "environment": {**self.environment(), "vm": vm_info},
             }
             job_disk = jobdisk.make_job_disk(run_dir / "job.img", job_doc)
-            console, qmp = run_dir / "console.log", run_dir / "qmp.sock"
-            cmd = self.command(cell, repeat, overlay, job_disk, data, console, qmp)
-            log.info("qemu: %s", " ".join(cmd))
+            console = run_dir / "console.log"
             limit = float(cell.params["timeout"]) + self.boot_allowance
-            with (run_dir / "qemu.stderr").open("wb") as stderr:
-                vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-            try:
-                code = vm.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                self._stop(vm, qmp)
+            code = self.boot_and_wait(cell, repeat, run_dir, overlay, job_disk, data, console, limit)
+            if code is None:
                 tail = console_tail(console)
                 log.info("guest console (tail):\n%s", tail)
                 return self._host_result(
@@ -235,9 +226,10 @@ class QemuBackend:
             doc = jobdisk.read_result(job_disk)
             if doc is None:
                 tail = console_tail(console)
-                qemu_err = (run_dir / "qemu.stderr").read_text(errors="replace").strip()
                 why = (
-                    f"qemu exited with status {code}: {qemu_err}" if code else "the guest powered off without a result"
+                    f"the VM exited with status {code}: {self.vm_error(run_dir)}"
+                    if code
+                    else "the guest powered off without a result"
                 )
                 return self._host_result(
                     cell, repeat, started, started_at, "error", f"{why}; console tail:\n{tail}", tail, vm_info
@@ -246,14 +238,47 @@ class QemuBackend:
             doc.setdefault("details", {})["vm_wall_s"] = round(wall, 1)
             return doc
         finally:
-            if vm is not None and vm.poll() is None:
-                vm.kill()  # an exception (Ctrl-C included) on the way: no QEMU may outlive its run
-                vm.wait()
             shutil.rmtree(run_dir, ignore_errors=True)
 
-    def _data_disks(self, cell: Cell, run_dir: Path) -> list[Path]:
+    def boot_and_wait(
+        self,
+        cell: Cell,
+        repeat: int,
+        run_dir: Path,
+        overlay: Path,
+        job_disk: Path,
+        data: list[Disk],
+        console: Path,
+        limit: float,
+    ) -> int | None:
+        """Boot the run's VM and wait for it to power off: QEMU's exit status, or None when it was
+        stopped after ``limit`` seconds. No VM outlives this call, whatever happens (Ctrl-C included).
+        The libvirt backend overrides this; everything around it is shared."""
+        qmp = run_dir / "qmp.sock"
+        cmd = self.command(cell, repeat, overlay, job_disk, data, console, qmp)
+        log.info("qemu: %s", " ".join(cmd))
+        vm: subprocess.Popen[bytes] | None = None
+        try:
+            with (run_dir / "qemu.stderr").open("wb") as stderr:
+                vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+            try:
+                return vm.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                self._stop(vm, qmp)
+                return None
+        finally:
+            if vm is not None and vm.poll() is None:
+                vm.kill()  # an exception on the way: no QEMU may outlive its run
+                vm.wait()
+
+    def vm_error(self, run_dir: Path) -> str:
+        """What the VM process said when it failed (QEMU's stderr)."""
+        return (run_dir / "qemu.stderr").read_text(errors="replace").strip()
+
+    def _data_disks(self, cell: Cell, run_dir: Path) -> list[Disk]:
         size = storage.parse_size(cell.params["storage"]["disk_size"])
         preallocate = cell.params["storage"].get("disk_allocation", "sparse") == "preallocated"
+        device = cell.params.get("device") or {}
         disks = []
         for index in range(storage.required_devices(cell.params)):
             path = run_dir / f"data{index}.img"
@@ -262,7 +287,19 @@ class QemuBackend:
                     os.posix_fallocate(fh.fileno(), 0, size)
                 else:
                     fh.truncate(size)
-            disks.append(path)
+            aio = device.get("aio", "io_uring")
+            disks.append(
+                Disk(
+                    path,
+                    DATA_SERIAL.format(index),
+                    bus=device.get("bus", "virtio-blk"),
+                    cache=device.get("cache", "none"),
+                    aio=self.aio if aio == "io_uring" else aio,  # io_uring falls back where QEMU lacks it
+                    iothread=device.get("iothread", True),
+                    logical_block_size=device.get("logical_block_size", 512),
+                    physical_block_size=device.get("physical_block_size", 512),
+                )
+            )
         return disks
 
     def _stop(self, vm: subprocess.Popen[bytes], qmp: Path) -> None:
