@@ -11,7 +11,10 @@ PYTEST_ARGS ?=
 # Debian packages fsmatrix runs (workloads, filesystem tools, device handling) and builds with.
 DEB_PACKAGES := fis-gtm sysbench fio e2fsprogs xfsprogs btrfs-progs jfsutils reiserfsprogs \
 	nilfs-tools f2fs-tools mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck \
-	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client chromium
+	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client chromium \
+	libvirt-daemon-system libvirt-clients iproute2 dnsmasq-base vagrant vagrant-libvirt \
+	libvirt-dev pkg-config gcc python3-dev
+# (the last line builds libvirt-python from PyPI against Debian's libvirt)
 
 .PHONY: all deps deb-deps venv demo test test-slow lint bench clean image
 
