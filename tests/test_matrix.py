@@ -216,6 +216,38 @@ BAD = [
         4,
         ["workload.sysbench.mode", "'randomrw'", "rndrw"],
     ),
+    (
+        "raw device with sysbench",
+        "axes:\n  filesystem: [raw]\n  workload:\n    - sysbench: {mode: rndrd}\n",
+        2,
+        ["filesystem 'raw' runs fio on the block device itself"],
+    ),
+    (
+        "raw device with mount options",
+        "axes:\n  filesystem: [raw]\n  workload: [{fio: {pattern: read}}]\ndefaults:\n  mount_options: noatime\n",
+        5,
+        ["mount_options: filesystem 'raw' has no filesystem"],
+    ),
+    (
+        "physical block below logical",
+        "axes:\n  filesystem: [ext4]\n  workload: [{fio: {pattern: read}}]\n"
+        "defaults:\n  device: {logical_block_size: 4096, physical_block_size: 512}\n",
+        5,
+        ["device.physical_block_size 512 is below logical_block_size 4096"],
+    ),
+    (
+        "unknown device profile",
+        "axes:\n  filesystem: [ext4]\n  device.profile: [floppy]\n  workload: [{fio: {pattern: read}}]\n",
+        3,
+        ["device.profile", "'floppy'", "one of native, ssd, hdd"],
+    ),
+    (
+        "one stripe disk",
+        "axes:\n  filesystem: [xfs]\n  workload: [{fio: {pattern: read}}]\n"
+        "defaults:\n  storage: {layout: md-raid0, stripe_disks: 1}\n",
+        5,
+        ["storage.stripe_disks", "an integer >= 2"],
+    ),
 ]
 
 

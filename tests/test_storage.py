@@ -111,8 +111,11 @@ def test_required_devices() -> None:
     assert required_devices(cell("tmpfs")) == 0
     assert required_devices(cell("xfs", storage={"layout": "split-journal"})) == 2
     assert required_devices(cell("tmpfs", storage={"layout": "split-journal"})) == 1
-    with pytest.raises(ValueError, match="md-raid0"):
-        required_devices(cell("ext4", storage={"layout": "md-raid0"}))
+    # Striped layouts need storage.stripe_disks disks (more cases in test_layouts.py).
+    assert required_devices(cell("ext4", storage={"layout": "md-raid0", "stripe_disks": 3})) == 3
+    assert required_devices(cell("raw")) == 1
+    with pytest.raises(ValueError, match="raid5"):
+        required_devices(cell("ext4", storage={"layout": "raid5"}))
 
 
 def test_registry_describes_every_filesystem() -> None:

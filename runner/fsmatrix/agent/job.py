@@ -11,6 +11,7 @@ import importlib
 import logging
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -100,17 +101,42 @@ def run_job(
     try:
         with contextlib.ExitStack() as stack:
             prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt"))
-            result["storage"] = {"readback": prepared.readback, "devices": prepared.devices}
+            result["storage"] = {
+                "layout": (cell.get("storage") or {}).get("layout", "single"),
+                "filesystem": cell["filesystem"],
+                "data_device": prepared.data_device,
+                "readback": prepared.readback,
+                "devices": prepared.devices,
+            }
             for side in prepared.readback.values():
                 if side.get("mkfs_version"):
                     result["provenance"]["tools"][f"mkfs.{side['filesystem']}"] = side["mkfs_version"]
+            if "stripe" in prepared.readback and prepared.readback["stripe"].get("tool_version"):
+                tool = "mdadm" if prepared.readback["stripe"]["layout"] == "md-raid0" else "lvm"
+                result["provenance"]["tools"][tool] = prepared.readback["stripe"]["tool_version"]
             scratch = workdir / "scratch"
             scratch.mkdir(parents=True, exist_ok=True)
-            log.info("running %s on %s", kind, prepared.data)
-            with Sampler(prepared.diskstat_names) as sampler:
-                workspace = Workspace(prepared.data, prepared.journal, scratch, measure=sampler.measured)
+            log.info("running %s on %s", kind, prepared.data_device if prepared.raw else prepared.data)
+            # A stripe is sampled twice: the md / dm device (the headline numbers, what the filesystem
+            # issued) and, separately, its component disks (what reached the disks).
+            with Sampler(prepared.diskstat_names) as sampler, Sampler(prepared.component_diskstat_names) as parts:
+
+                @contextlib.contextmanager
+                def measured() -> Iterator[None]:
+                    with sampler.measured(), parts.measured():
+                        yield
+
+                workspace = Workspace(
+                    prepared.data,
+                    prepared.journal,
+                    scratch,
+                    measure=measured,
+                    device=prepared.data_device if prepared.raw else None,
+                )
                 outcome = workload_module(kind).run_cell(cell, workspace, float(cell["timeout"]))
             samples = sampler.summary()
+            if prepared.component_diskstat_names:
+                samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
         result["samples"] = samples
         result["metrics"] = {**outcome.metrics, **_device_metrics(kind, outcome, samples)}
         result["verification"] = outcome.verification

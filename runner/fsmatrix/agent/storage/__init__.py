@@ -3,7 +3,8 @@
 Public API (the rest of fsmatrix codes against exactly these names)::
 
     Skipped, UnsafeDevice, StorageError
-    FILESYSTEMS, filesystem_availability(name), parse_size(text), required_devices(cell)
+    FILESYSTEMS, LAYOUTS, RAW, filesystem_availability(name), parse_size(text), required_devices(cell)
+    stripe_geometry(storage), StripeError
     check_safe_to_format(device), describe_device(device), kernel_name(device)
     loop_devices(count, size_bytes, directory, sparse=True)
     PreparedStorage, prepare(cell, devices, mount_root), format_device(filesystem, device, mkfs_options)
@@ -13,6 +14,8 @@ from fsmatrix.agent.storage.devices import UnsafeDevice, check_safe_to_format, d
 from fsmatrix.agent.storage.loop import loop_devices
 from fsmatrix.agent.storage.prepare import (
     FILESYSTEMS,
+    LAYOUTS,
+    RAW,
     PreparedStorage,
     Skipped,
     StorageError,
@@ -21,13 +24,18 @@ from fsmatrix.agent.storage.prepare import (
     parse_size,
     prepare,
     required_devices,
+    stripe_geometry,
 )
+from fsmatrix.agent.storage.stripe import StripeError
 
 __all__ = [
     "FILESYSTEMS",
+    "LAYOUTS",
+    "RAW",
     "PreparedStorage",
     "Skipped",
     "StorageError",
+    "StripeError",
     "UnsafeDevice",
     "check_safe_to_format",
     "describe_device",
@@ -38,4 +46,5 @@ __all__ = [
     "parse_size",
     "prepare",
     "required_devices",
+    "stripe_geometry",
 ]

@@ -9,20 +9,21 @@ import shlex
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import proc
 from fsmatrix.agent.storage import devices as _devices
-from fsmatrix.agent.storage import filesystems
+from fsmatrix.agent.storage import filesystems, stripe
 from fsmatrix.agent.storage._cleanup import close_uninterrupted
 from fsmatrix.agent.storage.devices import check_safe_to_format, describe_device, kernel_name
 
 log = logging.getLogger("fsmatrix.storage")
 
 FILESYSTEMS = filesystems.FILESYSTEMS
-LAYOUTS = ("single", "split-journal")
+LAYOUTS = ("single", "split-journal", *stripe.LAYOUTS)
+RAW = "raw"  # no filesystem: the workload runs on the block device itself
 MKFS_TIMEOUT = 1800  # zeroing inode tables of a large slow disk takes a while
 UMOUNT_ATTEMPTS = 5
 
@@ -73,9 +74,20 @@ def _journal_filesystem(storage: dict[str, Any]) -> str | None:
     return str(storage.get("journal_filesystem") or "ext2")
 
 
+def stripe_geometry(storage: dict[str, Any]) -> tuple[int, int]:
+    """(disks, stripe size in bytes) of a striped layout: storage.stripe_disks and stripe_size."""
+    disks = storage.get("stripe_disks", 4)
+    if isinstance(disks, bool) or not isinstance(disks, int) or disks < 2:
+        raise ValueError(f"storage.stripe_disks must be an integer >= 2, got {disks!r}")
+    return disks, stripe.stripe_bytes(parse_size(storage.get("stripe_size") or "64K"))
+
+
 def required_devices(cell: dict[str, Any]) -> int:
-    """Block devices a cell needs: tmpfs none, single layout one, split-journal two."""
+    """Block devices a cell needs: tmpfs none; md-raid0 / lvm-stripe storage.stripe_disks;
+    single one (raw included); split-journal two (one when the journal is on tmpfs)."""
     storage = _storage(cell)
+    if storage.get("layout", "single") in stripe.LAYOUTS:
+        return stripe_geometry(storage)[0]
     needed = 0 if cell["filesystem"] == "tmpfs" else 1
     journal = _journal_filesystem(storage)
     if journal is not None and journal != "tmpfs":
@@ -285,24 +297,41 @@ def _set_up(
 
 @dataclass
 class PreparedStorage:
-    data: Path  # mount point of the filesystem under test
+    data: Path  # mount point of the filesystem under test (raw: an empty directory, nothing mounted)
     journal: Path  # == data for layout single; mount point of the journal filesystem for split-journal
-    readback: dict[str, Any]  # {"data": {...}, "journal": {...}?}: what mkfs and the kernel made
-    devices: list[dict[str, Any]]  # describe_device() of each device used
-    diskstat_names: list[str]  # kernel names to sample in /proc/diskstats, data device first
+    # {"data": {...}, "journal": {...}?, "stripe": {...}?}: what mkfs, mdadm/LVM and the kernel made
+    readback: dict[str, Any]
+    devices: list[dict[str, Any]]  # describe_device() of each disk used (the components of a stripe)
+    # Kernel names to sample in /proc/diskstats, the data device first: for a stripe the md / dm
+    # device the filesystem (or raw workload) sees, not its components.
+    diskstat_names: list[str]
+    data_device: str | None = None  # the block device holding the data (single disk, md array, LV)
+    raw: bool = False  # filesystem "raw": the workload uses data_device itself
+    component_diskstat_names: list[str] = field(default_factory=list)  # a stripe's disks
+
+
+def _needs_device(fs_name: str) -> bool:
+    return fs_name == RAW or filesystems.get(fs_name).needs_device
 
 
 @contextmanager
 def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> Iterator[PreparedStorage]:
     """mkfs and mount the cell's storage under ``mount_root``/data (and /journal); undo it on exit.
 
-    Before touching anything: every device is checked (UnsafeDevice) and the filesystems must
-    be usable here (Skipped). On exit, whatever happened (KeyboardInterrupt included), the
-    filesystems are unmounted and the directories created here removed, in reverse order.
+    Before touching anything: every device is checked (UnsafeDevice) and the filesystems and the
+    layout (md, device-mapper) must be usable here (Skipped). Striped layouts first assemble an
+    md RAID 0 array or a striped LVM volume over the devices and put the filesystem on that;
+    filesystem "raw" skips mkfs and mount (PreparedStorage.data_device is what the workload uses).
+    On exit, whatever happened (KeyboardInterrupt included), the filesystems are unmounted, the
+    array / volume group torn down and the directories created here removed, in reverse order.
     """
     storage = _storage(cell)
+    layout = storage.get("layout", "single")
     data_fs = str(cell["filesystem"])
+    raw = data_fs == RAW
     journal_fs = _journal_filesystem(storage)
+    if raw and journal_fs is not None:
+        raise ValueError("filesystem raw cannot be combined with layout split-journal")
     needed = required_devices(cell)
     if len(devices) < needed:
         raise ValueError(f"this cell needs {needed} block device(s), got {len(devices)}")
@@ -311,10 +340,16 @@ def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> I
         check_safe_to_format(device)
     if len({kernel_name(d) for d in used}) != len(used):
         raise ValueError(f"the same device was given twice: {used}")
-    for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n):
+    for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n and n != RAW):
         reason = filesystem_availability(name)
         if reason:
             raise Skipped(f"{name}: {reason}")
+    striped = layout in stripe.LAYOUTS
+    if striped:
+        stripe_size = stripe_geometry(storage)[1]
+        reason = stripe.availability(layout)
+        if reason:
+            raise Skipped(f"{layout}: {reason}")
 
     size = storage.get("disk_size")
     tmpfs_size = parse_size(size) if size else None
@@ -326,22 +361,44 @@ def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> I
     stack = ExitStack()
     try:
         _make_dir(mount_root, stack)
-        remaining = iter(used)
         readback: dict[str, Any] = {}
-        used_by_role: list[str] = []
+        components: list[str] = []
+        if striped:
+            components = used
+            assembled = stripe.assemble(layout, components, stripe_size, stack)
+            readback["stripe"] = {**assembled.readback, "device_info": describe_device(assembled.device)}
+            remaining = iter([assembled.device])
+        else:
+            remaining = iter(used)
+        used_by_role: list[str] = []  # the devices the filesystems (or the raw workload) sit on
+        data_device: str | None = None
         for role, fs_name, mkfs_options, mount_options in roles:
-            role_device = next(remaining) if filesystems.get(fs_name).needs_device else None
+            role_device = next(remaining) if _needs_device(fs_name) else None
             if role_device is not None:
                 used_by_role.append(role_device)
+            if role == "data":
+                data_device = role_device
+            if fs_name == RAW:
+                assert role_device is not None
+                readback[role] = {
+                    "filesystem": RAW,
+                    "device": role_device,
+                    "size_bytes": describe_device(role_device)["size_bytes"],
+                }
+                continue
             mount_point = mount_root / role
             readback[role] = _set_up(fs_name, role_device, mkfs_options, mount_options, mount_point, tmpfs_size, stack)
-        data = mount_root / "data"
+        # raw: nothing is mounted; the workload gets the empty mount root as its directory.
+        data = mount_root if raw else mount_root / "data"
         yield PreparedStorage(
             data=data,
             journal=mount_root / "journal" if journal_fs is not None else data,
             readback=readback,
-            devices=[describe_device(d) for d in used_by_role],
+            devices=[describe_device(d) for d in (components or used_by_role)],
             diskstat_names=[kernel_name(d) for d in used_by_role],
+            data_device=data_device,
+            raw=raw,
+            component_diskstat_names=[kernel_name(d) for d in components],
         )
     finally:
         close_uninterrupted(stack)

@@ -29,6 +29,9 @@ class Workspace:
     # Wrap the measured part (not layout, prepare or cleanup) in ``with ws.measure():`` so the
     # sampler's totals cover only it. Without a sampler it does nothing.
     measure: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+    # Filesystem "raw": the block device the workload runs on (data is then an empty directory on
+    # no filesystem under test). None when there is a filesystem.
+    device: str | None = None
 
 
 @dataclass

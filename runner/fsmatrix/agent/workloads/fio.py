@@ -14,6 +14,10 @@ Phases (only the last one is measured):
 
 With ``direct`` false the page cache is dropped before the measured phase (before the first read
 for reread) and fio invalidates the files' cached pages when a job starts.
+
+Filesystem "raw" (``Workspace.device`` set): fio works on the block device itself
+(``--filename=<device>``); each job gets its own region of min(file_size, device size / jobs)
+bytes (``--offset_increment``), so jobs do not overlap, as they do not share files on a filesystem.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import oscache, proc
+from fsmatrix.agent.storage.prepare import parse_size
 from fsmatrix.agent.workloads import Outcome, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
@@ -229,7 +235,31 @@ def _phases(params: Mapping[str, Any]) -> list[_Phase]:
     return phases
 
 
-def _command(params: Mapping[str, Any], phase: _Phase, output: Path) -> list[str]:
+def device_size(device: str) -> int:
+    """Size in bytes of a block device (or file): where its end is."""
+    fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+
+
+def raw_region(params: Mapping[str, Any], size_bytes: int) -> int:
+    """Bytes each job works on when fio runs on a device of ``size_bytes``: file_size, or the
+    device's share per job when that is smaller, in whole records. ValueError when not one record fits."""
+    record = parse_size(params["record_size"])
+    region = min(parse_size(params["file_size"]), size_bytes // int(params["jobs"]))
+    region -= region % record
+    if region <= 0:
+        raise ValueError(f"fio: the device ({size_bytes} bytes) is too small for {params['jobs']} job(s) of one record")
+    return region
+
+
+def _command(params: Mapping[str, Any], phase: _Phase, output: Path, device: str | None = None) -> list[str]:
+    target = [f"--size={params['file_size']}"]
+    if device is not None:
+        region = int(params["raw_region_bytes"])
+        target = [f"--filename={device}", f"--size={region}", f"--offset_increment={region}"]
     cmd = [
         "fio",
         f"--name={JOB_NAME}",
@@ -238,7 +268,7 @@ def _command(params: Mapping[str, Any], phase: _Phase, output: Path) -> list[str
         "--thread",
         f"--rw={phase.rw}",
         f"--bs={params['record_size']}",
-        f"--size={params['file_size']}",
+        *target,
         f"--numjobs={params['jobs']}",
         f"--ioengine={params['ioengine']}",
         f"--direct={int(params['direct'])}",
@@ -266,6 +296,8 @@ def _job_files(params: Mapping[str, Any], ws: Workspace) -> list[Path]:
 
 
 def _remove_files(params: Mapping[str, Any], ws: Workspace) -> None:
+    if ws.device is not None:
+        return  # raw: fio made no files
     for path in _job_files(params, ws):
         path.unlink(missing_ok=True)
 
@@ -285,6 +317,15 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
     versions = {"fio": tool_version()}
     phase_details: list[dict[str, Any]] = []
     details: dict[str, Any] = {"params": params, "phases": phase_details}
+    run_params: dict[str, Any] = dict(params)
+    if ws.device is not None:
+        size = device_size(ws.device)
+        run_params["raw_region_bytes"] = raw_region(params, size)
+        details["raw"] = {
+            "device": ws.device,
+            "device_size_bytes": size,
+            "region_bytes_per_job": run_params["raw_region_bytes"],
+        }
     numbers: dict[str, float | int] = {}
     _remove_files(params, ws)
     try:
@@ -292,14 +333,16 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
             if phase.cold and not params["direct"]:
                 oscache.drop_caches()
             report = ws.scratch / f"fio-{index}-{phase.name}.json"
-            cmd = _command(params, phase, report)
+            cmd = _command(run_params, phase, report, ws.device)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"fio: no time left for the {phase.name} phase (timeout {timeout:g} s)")
             started = time.monotonic()
             try:
                 with ws.measure() if phase.measured else contextlib.nullcontext():
-                    result = proc.run(cmd, timeout=remaining, cwd=ws.data, check=False)
+                    # raw: nothing to put in ws.data; fio's stray files (if any) go to scratch
+                    cwd = ws.scratch if ws.device is not None else ws.data
+                    result = proc.run(cmd, timeout=remaining, cwd=cwd, check=False)
             except proc.CommandError as exc:
                 if exc.returncode is None:
                     raise TimeoutError(f"fio {phase.name} killed: exceeded the timeout of {timeout:g} s") from exc

@@ -2,6 +2,12 @@
 
 Parameters (``cell["workload"]["sysbench"]``): ``mode`` (one of VALID_MODES, required) and the
 optional keys of DEFAULTS. sysbench 1.0's text output is parsed by ``parse_run_output`` only.
+
+Filesystem "raw" is skipped: sysbench 1.0 fileio cannot use a block device as its test file. In
+``run`` it checks each file's size with fstat(), which is 0 for a block device ("Size of file
+'test_file.0' is 0B, but at least ... is expected"), and for seqwr it unlinks test_file.N and
+creates a regular file in its place, so a link to the device would silently measure the
+filesystem holding the link instead.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import oscache, proc
+from fsmatrix.agent.storage.prepare import Skipped
 from fsmatrix.agent.workloads import Outcome, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
@@ -60,6 +67,10 @@ _SIZE = re.compile(r"^\d+[bkmgt]?$", re.IGNORECASE)
 # How long `sysbench cleanup` may take: it only unlinks files, but on a slow device that can
 # mean freeing gigabytes of extents.
 _CLEANUP_TIMEOUT = 300.0
+RAW_UNSUPPORTED = (
+    "sysbench fileio cannot run on a raw block device: it checks the test file's size with fstat() "
+    "(0 for a block device) and re-creates the test files as regular files for seqwr; use fio for raw"
+)
 
 
 def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -233,6 +244,8 @@ def _failed(message: str, details: dict[str, Any], versions: dict[str, str]) -> 
 def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
     """prepare -> drop caches -> run -> cleanup (always) in ws.data; TimeoutError after ``timeout`` s."""
     params = resolve_params(cell["workload"]["sysbench"])
+    if ws.device is not None:
+        raise Skipped(RAW_UNSUPPORTED)
     deadline = time.monotonic() + timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     versions = {"sysbench": tool_version()}
