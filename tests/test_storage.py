@@ -159,6 +159,9 @@ def test_dumpe2fs_parser() -> None:
     assert {"has_journal", "extent", "metadata_csum"} <= set(ext4["features"]) and ext4["has_journal"]
     assert ext4["journal_blocks"] == 4096 and ext4["journal_size"] == "16M"
     assert ext4["default_mount_options"] == ["user_xattr", "acl"]
+    assert ext4["raid_stride"] is None and ext4["raid_stripe_width"] is None
+    striped = _ext.parse_dumpe2fs(capture("dumpe2fs", "ext4-raid-stride.txt"))
+    assert (striped["raid_stride"], striped["raid_stripe_width"]) == (16, 32)
     small = _ext.parse_dumpe2fs(capture("dumpe2fs", "ext4-b1024.txt"))
     assert small["block_size"] == 1024 and small["block_count"] == 524288
     ext3 = _ext.parse_dumpe2fs(capture("dumpe2fs", "ext3-default.txt"))

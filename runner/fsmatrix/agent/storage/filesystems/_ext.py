@@ -59,6 +59,9 @@ def parse_dumpe2fs(text: str) -> dict[str, Any]:
         "inodes_per_group": leading_int(fields.get("Inodes per group")),
         "reserved_block_count": leading_int(fields.get("Reserved block count")),
         "flex_bg_size": leading_int(fields.get("Flex block group size")),
+        # Set by mke2fs from an md/LVM stripe (or -E stride=,stripe_width=), in filesystem blocks.
+        "raid_stride": leading_int(fields.get("RAID stride")),
+        "raid_stripe_width": leading_int(fields.get("RAID stripe width")),
         "features": features,
         "has_journal": "has_journal" in features,
         # e2fsprogs >= 1.46 says "Total journal size/blocks", older ones "Journal size".
