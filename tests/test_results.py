@@ -80,3 +80,13 @@ def test_loading_bad_results_gives_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "r" / "c" / "r1.json").write_text("{not json")
     with pytest.raises(UserError, match="not a readable result document"):
         results.load_results(tmp_path)
+
+
+def test_report_columns_name_the_layout_and_device_profile() -> None:
+    from fsmatrix import report
+
+    base = {"filesystem": "xfs", "mount_options": "", "mkfs_options": "", "storage.layout": "single"}
+    assert report._column_label({**base, "device.profile": "native"}) == "xfs"
+    striped = {**base, "storage.layout": "md-raid0", "storage.stripe_disks": 4, "storage.stripe_size": "64K"}
+    assert report._column_label({**striped, "device.profile": "hdd"}) == "xfs (md-raid0 4×64K, hdd profile)"
+    assert report._column_label({**base, "mount_options": "noatime"}) == "xfs (mount_options=noatime)"

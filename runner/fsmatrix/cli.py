@@ -82,13 +82,17 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None) 
         click.echo(json.dumps(github_matrix(cells, shard_size)))
     else:
         table = Table(title=f"{m.name}: {len(cells)} cells × {m.repeat} repeats")
-        for header in ("id", "filesystem", "mount", "layout", "workload", "gtm"):
+        for header in ("id", "filesystem", "mount", "layout", "device", "workload", "gtm"):
             table.add_column(header)
         for c in cells:
             p = c.params
             gtm = p.get("gtm")
             gtm_text = f"{gtm['access_method']} jnl={gtm['journal']} gb={gtm['global_buffers']}" if gtm else ""
-            table.add_row(c.id, p["filesystem"], p["mount_options"], p["storage"]["layout"], c.summary(), gtm_text)
+            layout = p["storage"]["layout"]
+            if layout in schema.STRIPED_LAYOUTS:
+                layout += f" {p['storage']['stripe_disks']}×{p['storage']['stripe_size']}"
+            device = f"{p['device']['profile']} {p['device']['bus']}"
+            table.add_row(c.id, p["filesystem"], p["mount_options"], layout, device, c.summary(), gtm_text)
         Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 

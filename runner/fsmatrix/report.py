@@ -42,7 +42,16 @@ ROW_KEYS = {
     "sysbench": ("workload.sysbench.mode",),
     "fio": ("workload.fio.pattern",),
 }
-COLUMN_KEYS = ("filesystem", "mount_options", "mkfs_options")
+# Columns: the storage stack a DBA chooses between (filesystem, its options, layout, device profile).
+COLUMN_KEYS = (
+    "filesystem",
+    "mount_options",
+    "mkfs_options",
+    "storage.layout",
+    "storage.stripe_disks",
+    "storage.stripe_size",
+    "device.profile",
+)
 ENV_KEYS = ("backend", "accel", "kernel", "cpu_model", "memory_kib")
 
 
@@ -63,8 +72,15 @@ def _row_label(kind: str, flat: dict[str, Any]) -> str:
 
 
 def _column_label(flat: dict[str, Any]) -> str:
-    extra = ", ".join(f"{k}={flat[k]}" for k in ("mkfs_options", "mount_options") if flat.get(k))
-    return f"{flat['filesystem']} ({extra})" if extra else str(flat["filesystem"])
+    extra = [f"{k}={flat[k]}" for k in ("mkfs_options", "mount_options") if flat.get(k)]
+    layout = flat.get("storage.layout", "single")
+    if layout in ("md-raid0", "lvm-stripe"):
+        extra.append(f"{layout} {flat.get('storage.stripe_disks')}×{flat.get('storage.stripe_size')}")
+    elif layout != "single":
+        extra.append(str(layout))
+    if flat.get("device.profile", "native") != "native":
+        extra.append(f"{flat['device.profile']} profile")
+    return f"{flat['filesystem']} ({', '.join(extra)})" if extra else str(flat["filesystem"])
 
 
 def _fmt(value: float) -> str:
