@@ -12,11 +12,11 @@ PYTEST_ARGS ?=
 DEB_PACKAGES := fis-gtm sysbench fio e2fsprogs xfsprogs btrfs-progs jfsutils reiserfsprogs \
 	nilfs-tools f2fs-tools mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck \
 	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client chromium \
-	libvirt-daemon-system libvirt-clients iproute2 dnsmasq-base vagrant vagrant-libvirt \
+	libvirt-daemon-system libvirt-clients libxml2-utils iproute2 dnsmasq-base vagrant vagrant-libvirt \
 	libvirt-dev pkg-config gcc python3-dev
 # (the last line builds libvirt-python from PyPI against Debian's libvirt)
 
-.PHONY: all deps deb-deps venv demo test test-slow lint bench clean image
+.PHONY: all deps deb-deps venv demo demo-host test test-slow lint bench bench-vm clean image
 
 all: test
 
@@ -42,7 +42,8 @@ $(VENV)/.installed: pyproject.toml
 
 # The last line fsmatrix prints is "report: <absolute path>".
 demo: deps
-	$(BIN)/fsmatrix run matrix/quick.yaml --backend host --results $(RESULTS)
+	$(BIN)/fsmatrix image build
+	$(BIN)/fsmatrix run matrix/quick.yaml --backend qemu --results $(RESULTS)
 
 lint: deps
 	$(BIN)/ruff check runner tests
@@ -61,6 +62,14 @@ test-slow: deps
 
 bench: deps
 	$(BIN)/python -m fsmatrix.bench
+
+# VM benchmarks (README, Performance): boot-to-agent, per-run overhead, guest/host fio fidelity.
+bench-vm: deps
+	$(BIN)/python -m fsmatrix.vmbench
+
+# The quick matrix without VMs: loop devices on this host (cells its kernel cannot run are skipped).
+demo-host: deps
+	$(BIN)/fsmatrix run matrix/quick.yaml --backend host --results $(RESULTS) --run-id quick-host
 
 # The guest image (debootstrap base + Packer) in $${FSMATRIX_CACHE:-/var/cache/fsmatrix}/images;
 # reused when its inputs are unchanged.

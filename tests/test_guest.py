@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -24,6 +25,7 @@ from fsmatrix.agent import guest
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "proc_net_route"
+BY_ID_CAPTURE = Path(__file__).resolve().parent / "data" / "guest_by_id" / "debian12-qemu72.txt"
 
 
 def _job(**overrides: Any) -> dict[str, Any]:
@@ -86,13 +88,74 @@ def test_parse_job_fills_defaults_and_rejects_bad_jobs() -> None:
             guest.parse_job(bad)
 
 
+def test_parse_job_reads_buses_and_stays_compatible() -> None:
+    old = guest.parse_job(_job(data_serials=["fsm-data0", "fsm-data1"]))
+    assert old["data_buses"] == ["virtio-blk", "virtio-blk"]
+    disks = [{"serial": "fsm-data0", "bus": "nvme"}, {"serial": "fsm-data1", "bus": "virtio-scsi"}]
+    new = guest.parse_job(_job(data_serials=["fsm-data0", "fsm-data1"], data_disks=disks))
+    assert new["data_serials"] == ["fsm-data0", "fsm-data1"] and new["data_buses"] == ["nvme", "virtio-scsi"]
+    without_serials = _job(data_disks=disks)
+    del without_serials["data_serials"]
+    assert guest.parse_job(without_serials)["data_serials"] == ["fsm-data0", "fsm-data1"]
+    for bad in (
+        _job(data_disks=[{"serial": "fsm-data0", "bus": "ide"}]),
+        _job(data_disks=[{"serial": "fsm-data0"}]),
+        _job(data_disks="fsm-data0"),
+        _job(data_serials=["fsm-data1"], data_disks=[{"serial": "fsm-data0", "bus": "nvme"}]),
+    ):
+        with pytest.raises(guest.JobError):
+            guest.parse_job(bad)
+
+
+def _guest_by_id(root: Path) -> Path:
+    """The captured guest /dev/disk/by-id, rebuilt under ``root``: links into ``root``/dev, where each
+    target is a block device node (this host's first loop device's numbers under the guest's name)."""
+    by_id, dev = root / "disk" / "by-id", root / "dev"
+    by_id.mkdir(parents=True)
+    dev.mkdir()
+    rdev = os.stat("/dev/loop0").st_rdev
+    for line in BY_ID_CAPTURE.read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        name, _, target = line.split()
+        node = dev / Path(target).name
+        if not node.exists():
+            os.mknod(node, 0o600 | stat.S_IFBLK, rdev)
+        (by_id / name).symlink_to(f"../../dev/{node.name}")
+    return by_id
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mknod")
+def test_data_disks_resolve_by_bus_on_captured_guest_links(tmp_path: Path) -> None:
+    by_id = _guest_by_id(tmp_path)
+    found = guest.resolve_data_disks(
+        ["fsm-data0", "fsm-data1", "fsm-data2"], by_id=by_id, wait_s=0, buses=["virtio-blk", "virtio-scsi", "nvme"]
+    )
+    assert [Path(d).name for d in found] == ["vdb", "sda", "nvme0n1"]
+    for serials, buses, message in (
+        (["fsm-data1"], ["virtio-blk"], "no virtio-blk disk with serial 'fsm-data1'.*by-id has scsi-0QEMU"),
+        (["fsm-data2"], ["virtio-scsi"], "no virtio-scsi disk"),
+        (["fsm-data0"], ["nvme"], "no nvme disk"),
+        (["fsm-data0"], ["sata"], "unknown bus"),
+        (["fsm-data0"], [], "but 0 buses"),
+    ):
+        with pytest.raises(guest.JobError, match=message):
+            guest.resolve_data_disks(serials, by_id=by_id, wait_s=0, buses=buses)
+    # A link with the right name must still lead to that bus's kind of disk.
+    (by_id / "nvme-QEMU_NVMe_Ctrl_fsm-data9").symlink_to("../../dev/sda")
+    with pytest.raises(guest.JobError, match="not a nvme disk"):
+        guest.resolve_data_disks(["fsm-data9"], by_id=by_id, wait_s=0, buses=["nvme"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mknod")
 def test_data_disks_resolve_only_through_by_id(tmp_path: Path) -> None:
     by_id = tmp_path / "by-id"
     by_id.mkdir()
-    block = next(p for p in ("/dev/loop0", "/dev/vda", "/dev/sda", "/dev/nvme0n1") if Path(p).exists())
+    block = tmp_path / "vdb"  # a block device node with a virtio-blk disk's name
+    os.mknod(block, 0o600 | stat.S_IFBLK, os.stat("/dev/loop0").st_rdev)
     (by_id / "virtio-fsm-data0").symlink_to(block)
     (by_id / "virtio-not-a-disk").symlink_to("/dev/null")
-    assert guest.resolve_data_disks(["fsm-data0"], by_id=by_id, wait_s=0) == [str(Path(block).resolve())]
+    assert guest.resolve_data_disks(["fsm-data0"], by_id=by_id, wait_s=0) == [str(block)]
     for serials, message in (
         (["/dev/vda"], "not a plain virtio serial"),
         (["../vda"], "not a plain virtio serial"),

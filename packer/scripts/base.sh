@@ -59,14 +59,25 @@ chroot "$root" update-initramfs -u -k "$version" >"$work/initramfs.log" 2>&1 || 
 	exit 1
 }
 
-# Static address on QEMU's user network and no gateway: SSH port forwarding works, and the guest
-# has no route to anything outside (no DHCP wait either, and nothing when there is no NIC at all).
-cat >"$root/etc/systemd/network/10-fsmatrix.network" <<'EOF'
+# QEMU's user-mode NIC (its default MAC: Packer, the image tests, Vagrant's loopback mode) gets a
+# static address and no gateway: SSH port forwarding works, and the guest has no route to anything
+# outside (no DHCP wait either). Any other NIC (vagrant-libvirt's management network) asks DHCP.
+# Job mode has no NIC at all.
+cat >"$root/etc/systemd/network/10-fsmatrix-usernet.network" <<'EOF'
+[Match]
+MACAddress=52:54:00:12:34:56
+
+[Network]
+Address=10.0.2.15/24
+LinkLocalAddressing=no
+IPv6AcceptRA=no
+EOF
+cat >"$root/etc/systemd/network/20-fsmatrix-dhcp.network" <<'EOF'
 [Match]
 Name=en* eth*
 
 [Network]
-Address=10.0.2.15/24
+DHCP=ipv4
 LinkLocalAddressing=no
 IPv6AcceptRA=no
 EOF

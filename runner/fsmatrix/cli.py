@@ -135,7 +135,8 @@ def settings() -> None:
     "--device",
     "devices",
     multiple=True,
-    help="Format and use this block device instead of loop files (repeatable). DESTROYS ITS DATA.",
+    help="Format and use this block device instead of loop files (host) or image files (qemu: attached to the "
+    "VM as its data disks, one per data disk of every cell) (repeatable). DESTROYS ITS DATA.",
 )
 @click.option("--yes", is_flag=True, help="Do not ask before formatting --device.")
 @click.option(
@@ -166,15 +167,15 @@ def run(
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
-    if devices and backend != "host":
-        raise UserError("--device is for the host backend; the qemu backend makes its own virtio disks")
+    if devices and backend == "libvirt":
+        raise UserError("--device is for the host and qemu backends; the libvirt backend makes its own disks")
     if devices:
         _confirm_devices(list(devices), yes)
     chosen: Backend
     if backend == "qemu":
         from fsmatrix.backends.qemu import QemuBackend
 
-        chosen = QemuBackend(workdir=workdir)
+        chosen = QemuBackend(workdir=workdir, devices=list(devices))
     elif backend == "libvirt":
         from fsmatrix.backends.libvirt import LibvirtBackend
 
@@ -182,16 +183,21 @@ def run(
     else:
         chosen = HostBackend(devices=list(devices), workdir=workdir)
     run_id = run_id or m.name
-    summary = runs.run_matrix(
-        m,
-        cells,
-        chosen,
-        results_root=results_root,
-        run_id=run_id,
-        repeat=repeat or m.repeat,
-        force=force,
-        console=console,
-    )
+    try:
+        summary = runs.run_matrix(
+            m,
+            cells,
+            chosen,
+            results_root=results_root,
+            run_id=run_id,
+            repeat=repeat or m.repeat,
+            force=force,
+            console=console,
+        )
+    finally:
+        close = getattr(chosen, "close", None)
+        if close is not None:
+            close()  # the libvirt backend stops the daemons it started
     console.print(runs.summary_table(summary, cells))
     path = report.write_report(summary.run_dir, f"{m.name} ({run_id})")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
@@ -365,11 +371,16 @@ def fio_cmd(pattern: str, directory: Path, pairs: tuple[str, ...], timeout: floa
 def _register_subcommands() -> None:
     from fsmatrix.cli_results import calibrate_cmd, compare_cmd, report_cmd
     from fsmatrix.image import image_group
+    from fsmatrix.libvirtd import libvirt_group
 
     main.add_command(image_group, "image")
+    main.add_command(libvirt_group, "libvirt")
     main.add_command(report_cmd, "report")
     main.add_command(compare_cmd, "compare")
     main.add_command(calibrate_cmd, "calibrate")
+    from fsmatrix.vagrant import vagrant_group
+
+    main.add_command(vagrant_group, "vagrant")
 
 
 _register_subcommands()

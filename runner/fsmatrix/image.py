@@ -301,17 +301,33 @@ def qemu_command(
 
 
 def disk_arguments(disk: Disk, index: int) -> list[str]:
-    """QEMU arguments attaching one disk: -drive (cache, aio, throttling), -device (bus, serial,
-    block sizes) and, when asked, an iothread of its own so no disk's IO waits behind another's."""
+    """QEMU arguments attaching one disk: -drive (cache, aio, throttling), then per bus:
+
+    - virtio-blk: a virtio-blk-pci device;
+    - virtio-scsi: a virtio-scsi-pci controller of its own and one scsi-hd on it;
+    - nvme: an NVMe controller of its own (namespace 1 is the disk).
+
+    Serial and block sizes go on the disk's device. With ``iothread`` the virtio-blk device or
+    the virtio-scsi controller gets an iothread of its own, so no disk's IO waits behind another's;
+    QEMU 7.2's nvme device has no iothread and runs in the main loop whatever ``iothread`` says.
+    """
     drive = f"file={disk.path},if=none,id=disk{index},format={disk.format},cache={disk.cache},aio={disk.aio}"
     drive += "".join(f",throttling.{key}={value}" for key, value in sorted(disk.throttle.items()))
-    device = f"virtio-blk-pci,drive=disk{index},serial={disk.serial}"
-    device += f",logical_block_size={disk.logical_block_size},physical_block_size={disk.physical_block_size}"
-    args = []
-    if disk.iothread:
-        args += ["-object", f"iothread,id=io{index}"]
-        device += f",iothread=io{index}"
-    return [*args, "-drive", drive, "-device", device]
+    sizes = f",logical_block_size={disk.logical_block_size},physical_block_size={disk.physical_block_size}"
+    iothread = ["-object", f"iothread,id=io{index}"] if disk.iothread and disk.bus != "nvme" else []
+    on_iothread = f",iothread=io{index}" if iothread else ""
+    if disk.bus == "virtio-blk":
+        devices = ["-device", f"virtio-blk-pci,drive=disk{index},serial={disk.serial}{sizes}{on_iothread}"]
+    elif disk.bus == "virtio-scsi":
+        devices = [
+            "-device", f"virtio-scsi-pci,id=scsi{index}{on_iothread}",
+            "-device", f"scsi-hd,bus=scsi{index}.0,drive=disk{index},serial={disk.serial}{sizes}",
+        ]  # fmt: skip
+    elif disk.bus == "nvme":
+        devices = ["-device", f"nvme,drive=disk{index},serial={disk.serial}{sizes}"]
+    else:
+        raise ValueError(f"disk {disk.serial}: unknown bus {disk.bus!r} (virtio-blk, virtio-scsi or nvme)")
+    return [*iothread, "-drive", drive, *devices]
 
 
 # --------------------------------------------------------------------------------------------

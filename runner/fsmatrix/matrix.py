@@ -365,5 +365,14 @@ def cell_id(params: dict[str, Any]) -> str:
         detail = f"{w['mode']}-t{w['threads']}"
     else:
         detail = f"{w['pattern']}-j{w['jobs']}"
-    slug = re.sub(r"[^a-z0-9.]+", "-", f"{params['filesystem']}-{kind}-{detail}".lower()).strip("-")
+    # What is not the default about the storage shows in the id too: cells that differ only there
+    # would otherwise be told apart by their hash alone.
+    storage, device = params.get("storage", {}), params.get("device", {})
+    stack = [params["filesystem"]]
+    if storage.get("layout", "single") != "single":
+        stack.append(storage["layout"])
+    stack += [
+        device[k] for k, default in (("bus", "virtio-blk"), ("profile", "native")) if device.get(k, default) != default
+    ]
+    slug = re.sub(r"[^a-z0-9.]+", "-", f"{'-'.join(stack)}-{kind}-{detail}".lower()).strip("-")
     return f"{slug}-{digest}"

@@ -2,8 +2,8 @@
 
 ``fsmatrix-job.service`` mounts the job disk (serial ``fsmatrix-job``) and runs
 ``python3 -m fsmatrix.agent.guest <mountpoint>``; afterwards it syncs, unmounts and powers off.
-Data disks are named by their virtio serial only and resolved through /dev/disk/by-id, so a job
-can never point the agent at the root disk or the job disk by path.
+Data disks are named by their serial (and bus) only and resolved through /dev/disk/by-id, so a
+job can never point the agent at the root disk or the job disk by path.
 """
 
 from __future__ import annotations
@@ -34,8 +34,19 @@ BY_ID = Path("/dev/disk/by-id")
 WORKDIR = Path("/var/tmp/fsmatrix-job")
 DEVICE_WAIT_S = 30.0  # udev creates the by-id links shortly after boot
 
-# QEMU passes at most 20 bytes of a virtio-blk serial to the guest.
+# QEMU passes at most 20 bytes of a virtio-blk (or NVMe) serial to the guest.
 _SERIAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,19}$")
+# The by-id link udev (Debian 12, systemd 252) makes for a QEMU disk with serial S on each bus, as
+# seen in the guest: virtio-S, scsi-0QEMU_QEMU_HARDDISK_S (scsi-hd's vendor, model and S), and
+# nvme-QEMU_NVMe_Ctrl_S (model and S; the _1 and EUI links name the same namespace).
+BY_ID_NAMES = {
+    "virtio-blk": "virtio-{serial}",
+    "virtio-scsi": "scsi-0QEMU_QEMU_HARDDISK_{serial}",
+    "nvme": "nvme-QEMU_NVMe_Ctrl_{serial}",
+}
+# The kernel's name for a disk on each bus: a link leading anywhere else is refused.
+_KERNEL_NAME = {"virtio-blk": re.compile(r"^vd[a-z]+$"), "virtio-scsi": re.compile(r"^sd[a-z]+$"),
+                "nvme": re.compile(r"^nvme[0-9]+n1$")}  # fmt: skip
 
 
 class JobError(Exception):
@@ -58,33 +69,68 @@ def parse_job(doc: Any) -> dict[str, Any]:
     serials = doc.get("data_serials", [])
     if not isinstance(serials, list) or not all(isinstance(s, str) for s in serials):
         raise JobError("job.json: 'data_serials' must be a list of strings")
+    buses = ["virtio-blk"] * len(serials)  # what a job without 'data_disks' means (older hosts)
+    if "data_disks" in doc:
+        disks = doc["data_disks"]
+        if not isinstance(disks, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("serial"), str) and d.get("bus") in BY_ID_NAMES for d in disks
+        ):
+            raise JobError(
+                "job.json: 'data_disks' must be a list of {serial, bus} with bus one of " + ", ".join(BY_ID_NAMES)
+            )
+        named = [d["serial"] for d in disks]
+        if "data_serials" in doc and serials != named:
+            raise JobError(f"job.json: 'data_serials' {serials} disagree with 'data_disks' {named}")
+        serials, buses = named, [d["bus"] for d in disks]
     environment = doc.get("environment", {})
     if not isinstance(environment, dict):
         raise JobError("job.json: 'environment' must be an object")
-    return {"cell": cell, "cell_id": cell_id, "repeat": repeat, "data_serials": serials, "environment": environment}
+    return {
+        "cell": cell,
+        "cell_id": cell_id,
+        "repeat": repeat,
+        "data_serials": serials,
+        "data_buses": buses,
+        "environment": environment,
+    }
 
 
-def resolve_data_disks(serials: list[str], by_id: Path = BY_ID, wait_s: float = DEVICE_WAIT_S) -> list[str]:
-    """The block devices behind ``by_id``/virtio-<serial>, in order; JobError for anything else.
+def resolve_data_disks(
+    serials: list[str], by_id: Path = BY_ID, wait_s: float = DEVICE_WAIT_S, buses: list[str] | None = None
+) -> list[str]:
+    """The block devices behind the by-id links of ``serials`` on ``buses`` (default: all
+    virtio-blk), in order; JobError for anything else.
 
-    A serial must be a plain name (no path), not the job disk's, and its link must lead to a block
-    device; each device may be used once. Waits up to ``wait_s`` for udev to create the links.
+    A serial must be a plain name (no path), not the job disk's; its link is the one its bus gets
+    (BY_ID_NAMES) and must lead to a block device with that bus's kernel name (vdX, sdX,
+    nvmeNn1); each device may be used once. Waits up to ``wait_s`` for udev to create the links.
     """
+    buses = ["virtio-blk"] * len(serials) if buses is None else buses
+    if len(buses) != len(serials):
+        raise JobError(f"{len(serials)} data disk serials but {len(buses)} buses")
     devices: list[str] = []
-    for serial in serials:
+    for serial, bus in zip(serials, buses, strict=True):
         if not _SERIAL.match(serial):
             raise JobError(f"data disk serial {serial!r} is not a plain virtio serial (letters, digits, . _ -)")
         if serial == JOB_SERIAL:
             raise JobError(f"data disk serial {serial!r} is the job disk")
-        link = by_id / f"virtio-{serial}"
+        if bus not in BY_ID_NAMES:
+            raise JobError(f"data disk {serial!r}: unknown bus {bus!r} (one of {', '.join(BY_ID_NAMES)})")
+        link = by_id / BY_ID_NAMES[bus].format(serial=serial)
         deadline = time.monotonic() + wait_s
         while not link.exists() and time.monotonic() < deadline:
             time.sleep(0.5)
         if not link.exists():
-            raise JobError(f"no disk with serial {serial!r}: {link} does not exist")
+            seen = sorted(p.name for p in by_id.glob(f"*{serial}*")) if by_id.is_dir() else []
+            raise JobError(
+                f"no {bus} disk with serial {serial!r}: {link} does not exist"
+                + (f" (by-id has {', '.join(seen)})" if seen else "")
+            )
         target = link.resolve()
         if not stat.S_ISBLK(target.stat().st_mode):
             raise JobError(f"{link} leads to {target}, which is not a block device")
+        if not _KERNEL_NAME[bus].match(target.name):
+            raise JobError(f"{link} leads to {target}, which is not a {bus} disk")
         if str(target) in devices:
             raise JobError(f"data disk serial {serial!r} names a device already in the job ({target})")
         devices.append(str(target))
@@ -162,7 +208,7 @@ def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str
         if manifest.get("git_sha"):
             # No git in the guest: provenance reads the build's commit from here.
             os.environ.setdefault("FSMATRIX_GIT_SHA", str(manifest["git_sha"]))
-        devices = resolve_data_disks(job["data_serials"], by_id=by_id)
+        devices = resolve_data_disks(job["data_serials"], by_id=by_id, buses=job["data_buses"])
         log.info("job %s repeat %d on %s", job["cell_id"], job["repeat"], ", ".join(devices) or "no disks")
         from fsmatrix.agent.job import run_job  # imported late: a broken agent still writes a result
 

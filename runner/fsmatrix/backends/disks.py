@@ -2,13 +2,18 @@
 
 A run's disks are the job disk plus the cell's data disks. Each data disk carries the cell's
 ``device`` settings (bus, cache, aio, iothread, block sizes) and the QEMU block throttling of its
-device profile; the guest finds every disk by its serial alone.
+device profile (backends/profiles.py); the guest finds every disk by its serial alone, under the
+/dev/disk/by-id name its bus gives it (see fsmatrix.agent.guest.BY_ID_NAMES).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# virtio-blk: one PCI device per disk; virtio-scsi: a virtio-scsi-pci controller per disk with one
+# scsi-hd on it; nvme: one NVMe controller per disk (namespace 1).
+BUSES = ("virtio-blk", "virtio-scsi", "nvme")
 
 
 @dataclass(frozen=True)

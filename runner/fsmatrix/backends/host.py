@@ -1,14 +1,20 @@
-"""The host backend: run cells on this machine's kernel, on loop devices or on named block devices."""
+"""The host backend: run cells on this machine's kernel, on loop devices or on named block devices.
+
+It takes devices as they are: a cell's ``device`` settings (bus, cache, aio, iothread, block sizes)
+mean nothing here and are ignored, and a device profile other than ``native`` cannot be applied,
+so such a cell is recorded as ``skipped`` (run it on a VM backend).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import job, storage
+from fsmatrix.agent import job, provenance, storage
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 
@@ -47,6 +53,14 @@ class HostBackend:
         }
 
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+        profile = (cell.params.get("device") or {}).get("profile", "native")
+        if profile != "native":
+            return self._skipped(
+                cell,
+                repeat,
+                f"device profile {profile!r} needs a VM backend (--backend qemu): "
+                "the host backend cannot shape a device",
+            )
         run_dir = self.workdir / f"{cell.id}-r{repeat}-{os.getpid()}"
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -67,3 +81,27 @@ class HostBackend:
                 )
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _skipped(self, cell: Cell, repeat: int, reason: str) -> dict[str, Any]:
+        """The result document of a run this backend cannot do."""
+        kind = next(iter(cell.params["workload"]))
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        return {
+            "schema_version": job.SCHEMA_VERSION,
+            "cell_id": cell.id,
+            "repeat": repeat,
+            "workload": kind,
+            "params": cell.params,
+            "status": "skipped",
+            "reason": reason,
+            "started_at": now,
+            "finished_at": now,
+            "duration_s": 0.0,
+            "metrics": {},
+            "key_metrics": job.key_metrics(kind, cell.params["workload"][kind]),
+            "verification": {"status": "not-run"},
+            "details": {},
+            "storage": {},
+            "samples": None,
+            "provenance": {**provenance.collect(), **self.environment(), "tools": {}},
+        }

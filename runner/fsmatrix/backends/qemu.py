@@ -1,11 +1,15 @@
-"""The qemu backend: every run boots the guest image once, in job mode, on fresh virtio disks.
+"""The qemu backend: every run boots the guest image once, in job mode, on fresh data disks.
 
 Per run (repeats are separate boots): a copy-on-write overlay of the golden image (which is never
-written), raw data disks with serials ``fsm-data<N>``, a job disk holding the cell, and QEMU
-started directly without a NIC. The guest runs the cell and powers off by itself; the host reads
-result.json back from the job disk, adds its provenance and deletes everything the run made. A
-run that outlives the cell's timeout plus a boot allowance is stopped (QMP ``quit``, then
-SIGKILL) and recorded as ``timeout`` with the tail of the guest's console.
+written), raw data disks with serials ``fsm-data<N>`` on the cell's bus (virtio-blk, virtio-scsi or
+nvme) and throttled by its device profile (backends/profiles.py), a job disk holding the cell, and
+QEMU started directly without a NIC. With ``devices`` (``fsmatrix run --device``) those block
+devices are the data disks instead of fresh image files (format raw, cache none).
+
+The guest runs the cell and powers off by itself; the host reads result.json back from the job
+disk, adds its provenance and deletes everything the run made. A run that outlives the cell's
+timeout plus a boot allowance is stopped (QMP ``quit``, then SIGKILL) and recorded as ``timeout``
+with the tail of the guest's console.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, image, jobdisk
 from fsmatrix.agent import job, proc, provenance, storage
+from fsmatrix.backends import profiles
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
@@ -42,6 +47,10 @@ QMP_CONNECT_S = 10.0
 CONSOLE_TAIL_LINES = 40
 DATA_SERIAL = "fsm-data{}"
 TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
+# The guest agent's first log line (fsmatrix.agent.guest.main), which systemd copies to the serial
+# console: the moment the guest has booted and job mode has started.
+AGENT_MARKER = b"guest agent, job disk"
+CONSOLE_POLL_S = 0.25
 
 
 def vm_settings(params: dict[str, Any]) -> tuple[int, int]:
@@ -95,6 +104,32 @@ def qemu_supports_io_uring(scratch: Path) -> bool:
         probe.unlink(missing_ok=True)
 
 
+class _ConsoleWatcher:
+    """Whether a marker has appeared in a growing console log; reads each byte once."""
+
+    def __init__(self, path: Path, marker: bytes) -> None:
+        self.path, self.marker = path, marker
+        self._offset = 0
+        self._tail = b""
+        self._seen = False
+
+    def seen(self) -> bool:
+        if self._seen:
+            return True
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except OSError:  # QEMU has not created it yet
+            return False
+        self._offset += len(chunk)
+        # Keep the end of the previous chunk: the marker may straddle two reads.
+        text = self._tail + chunk
+        self._seen = self.marker in text
+        self._tail = text[-len(self.marker) :]
+        return self._seen
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -107,8 +142,11 @@ class QemuBackend:
         workdir: Path = DEFAULT_WORKDIR,
         boot_allowance: float | None = None,
         echo: Callable[[str], None] = log.info,
+        devices: list[str] | None = None,
     ) -> None:
         self.workdir = workdir
+        # Passthrough: these block devices (or raw image files, for vmbench) are every run's data disks.
+        self.devices = list(devices or [])
         if boot_allowance is None and os.environ.get(ALLOWANCE_ENV):
             try:
                 boot_allowance = float(os.environ[ALLOWANCE_ENV])
@@ -121,6 +159,8 @@ class QemuBackend:
         self._manifest: dict[str, Any] = {}
         self.accel = "tcg"
         self.aio = "threads"
+        # Seconds from QEMU's start to the agent's first console line, in the last boot (None: not seen).
+        self.boot_to_agent_s: float | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -128,10 +168,38 @@ class QemuBackend:
         for tool in TOOLS:
             if not proc.have(tool):
                 raise UserError(f"{tool} not found: the qemu backend needs it (`make image` installs it)")
+        for cell in cells:
+            try:
+                profiles.profile(str((cell.params.get("device") or {}).get("profile", profiles.NATIVE)))
+            except ValueError as exc:
+                raise UserError(f"cell {cell.id}: {exc}") from exc
+        if self.devices:
+            self._check_devices(cells)
         for pid, name in running_vms():
             log.warning("a QEMU from an earlier run is still running: pid %d, %s", pid, name)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._prepare()
+
+    def _check_devices(self, cells: list[Cell]) -> None:
+        """Passthrough: every device safe to format (as the host backend checks), one per data disk."""
+        resolved = [os.path.realpath(d) for d in self.devices]
+        if len(set(resolved)) != len(resolved):
+            raise UserError(f"--device names the same device twice: {' '.join(self.devices)}")
+        for device in self.devices:
+            if Path(device).is_file():
+                continue  # a raw image file (vmbench); the command line passes block devices only
+            try:
+                storage.check_safe_to_format(device)
+            except storage.UnsafeDevice as exc:
+                raise UserError(f"refusing to use {device}: {exc}") from exc
+        wrong = [c.id for c in cells if storage.required_devices(c.params) != len(self.devices)]
+        if wrong:
+            needs = sorted({storage.required_devices(c.params) for c in cells})
+            raise UserError(
+                f"{len(self.devices)} --device given, but the cells need {' or '.join(map(str, needs))} data "
+                f"disks each ({', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''} do not match); "
+                "select cells of one storage layout with --only"
+            )
 
     def _prepare(self) -> None:
         try:
@@ -149,6 +217,11 @@ class QemuBackend:
         self._image = paths
 
     @property
+    def device_source(self) -> str:
+        # "virtio" (image files) as the vagrant backend says it; "block" as the host backend says it.
+        return "block" if self.devices else "virtio"
+
+    @property
     def boot_allowance(self) -> float:
         return self._allowance if self._allowance is not None else BOOT_ALLOWANCE_S.get(self.accel, 300.0)
 
@@ -156,7 +229,7 @@ class QemuBackend:
         return {
             "backend": self.name,
             "accel": self.accel,
-            "device_source": "virtio",
+            "device_source": self.device_source,
             "image_name": self._image.name if self._image else None,
             "image_sha256": self._sha256 or None,
         }
@@ -202,7 +275,8 @@ class QemuBackend:
                 "cell": cell.params,
                 "cell_id": cell.id,
                 "repeat": repeat,
-                "data_serials": [disk.serial for disk in data],
+                "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
+                "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
                 "environment": {**self.environment(), "vm": vm_info},
             }
             job_disk = jobdisk.make_job_disk(run_dir / "job.img", job_doc)
@@ -236,6 +310,8 @@ class QemuBackend:
                 )
             self._add_provenance(doc, vm_info)
             doc.setdefault("details", {})["vm_wall_s"] = round(wall, 1)
+            if self.boot_to_agent_s is not None:
+                doc["details"]["boot_to_agent_s"] = round(self.boot_to_agent_s, 1)
             return doc
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -258,14 +334,23 @@ class QemuBackend:
         cmd = self.command(cell, repeat, overlay, job_disk, data, console, qmp)
         log.info("qemu: %s", " ".join(cmd))
         vm: subprocess.Popen[bytes] | None = None
+        self.boot_to_agent_s = None
         try:
             with (run_dir / "qemu.stderr").open("wb") as stderr:
+                started = time.monotonic()
                 vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-            try:
-                return vm.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                self._stop(vm, qmp)
-                return None
+            watcher = _ConsoleWatcher(console, AGENT_MARKER)
+            while (code := vm.poll()) is None:
+                now = time.monotonic()
+                if now - started >= limit:
+                    self._stop(vm, qmp)
+                    return None
+                if self.boot_to_agent_s is None and watcher.seen():
+                    self.boot_to_agent_s = now - started
+                time.sleep(min(CONSOLE_POLL_S, max(0.0, limit - (now - started))))
+            if self.boot_to_agent_s is None and watcher.seen():  # the marker came in the last poll interval
+                self.boot_to_agent_s = time.monotonic() - started
+            return code
         finally:
             if vm is not None and vm.poll() is None:
                 vm.kill()  # an exception on the way: no QEMU may outlive its run
@@ -276,28 +361,37 @@ class QemuBackend:
         return (run_dir / "qemu.stderr").read_text(errors="replace").strip()
 
     def _data_disks(self, cell: Cell, run_dir: Path) -> list[Disk]:
+        """The cell's data disks: fresh image files in ``run_dir``, or the passthrough devices."""
         size = storage.parse_size(cell.params["storage"]["disk_size"])
         preallocate = cell.params["storage"].get("disk_allocation", "sparse") == "preallocated"
         device = cell.params.get("device") or {}
+        throttle = profiles.throttle(str(device.get("profile", profiles.NATIVE)))
+        needed = storage.required_devices(cell.params)
+        if self.devices and len(self.devices) != needed:
+            raise UserError(f"cell {cell.id} needs {needed} data disks; {len(self.devices)} --device given")
         disks = []
-        for index in range(storage.required_devices(cell.params)):
-            path = run_dir / f"data{index}.img"
-            with path.open("wb") as fh:
-                if preallocate:
-                    os.posix_fallocate(fh.fileno(), 0, size)
-                else:
-                    fh.truncate(size)
+        for index in range(needed):
+            if self.devices:
+                path, cache = Path(self.devices[index]), "none"  # the device as it is: no host page cache
+            else:
+                path, cache = run_dir / f"data{index}.img", device.get("cache", "none")
+                with path.open("wb") as fh:
+                    if preallocate:
+                        os.posix_fallocate(fh.fileno(), 0, size)
+                    else:
+                        fh.truncate(size)
             aio = device.get("aio", "io_uring")
             disks.append(
                 Disk(
                     path,
                     DATA_SERIAL.format(index),
                     bus=device.get("bus", "virtio-blk"),
-                    cache=device.get("cache", "none"),
+                    cache=cache,
                     aio=self.aio if aio == "io_uring" else aio,  # io_uring falls back where QEMU lacks it
                     iothread=device.get("iothread", True),
                     logical_block_size=device.get("logical_block_size", 512),
                     physical_block_size=device.get("physical_block_size", 512),
+                    throttle=throttle,
                 )
             )
         return disks
@@ -326,7 +420,7 @@ class QemuBackend:
 
     def _add_provenance(self, doc: dict[str, Any], vm_info: dict[str, Any]) -> None:
         prov = doc.setdefault("provenance", {})
-        prov.update(backend=self.name, accel=self.accel, device_source="virtio", vm=vm_info)
+        prov.update(backend=self.name, accel=self.accel, device_source=self.device_source, vm=vm_info)
         prov["image"] = self._image_provenance(prov.get("image"))
 
     def _host_result(

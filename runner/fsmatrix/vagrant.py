@@ -1,0 +1,207 @@
+"""What vagrant/Vagrantfile needs to boot one cell (or the plain image) with vagrant-libvirt.
+
+    fsmatrix vagrant spec [--matrix FILE --cell ID]   # JSON on stdout, read by the Vagrantfile
+
+The spec carries the versioned box (name, version and the file:// catalog that ``make image``
+wrote), the build's SSH key, the libvirt driver (from the accelerator probe unless
+FSMATRIX_LIBVIRT_DRIVER says otherwise), the network mode, and for a cell: its VM size, its data
+disks (the qemu backend's serials, sizes, bus and cache) and the job the guest's session mode
+runs (the same job document the runner writes onto its job disk). Nothing here is retyped from
+the matrix: it all comes from the expanded cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fsmatrix import image, matrix
+from fsmatrix.agent import storage
+from fsmatrix.backends.qemu import DATA_SERIAL, vm_settings
+from fsmatrix.errors import UserError
+
+DRIVER_ENV = "FSMATRIX_LIBVIRT_DRIVER"
+NETWORK_ENV = "FSMATRIX_VAGRANT_NETWORK"
+IMAGE_ENV = "FSMATRIX_IMAGE"  # an image name (fsmatrix-<hash>) in the cache instead of the current sources' one
+NETWORKS = ("management", "loopback")
+DRIVERS = ("kvm", "qemu")
+PLAIN_VM = {"cpus": 2, "memory_mib": 2048}
+SESSION_DIR = "/var/lib/fsmatrix/session"  # fsmatrix.agent.session.SESSION_DIR, in the guest
+MOUNT_ROOT = "/mnt/fsmatrix"  # fsmatrix.agent.session.MOUNT_ROOT
+# vagrant-libvirt's disk buses; the cell's names map onto them.
+LIBVIRT_BUS = {"virtio-blk": "virtio", "virtio-scsi": "scsi"}
+# Defaults of the cell's device settings that vagrant-libvirt can reproduce exactly.
+NATIVE_BLOCK_SIZE = 512
+
+
+def box(paths: image.ImagePaths) -> dict[str, str]:
+    """The box as the catalog names it: Vagrant adds it from the catalog's file:// URL by version."""
+    if not paths.complete():
+        raise UserError(f"no guest image for the current sources ({paths.name}): run `make image` first")
+    catalog = json.loads(paths.catalog.read_text(encoding="utf-8"))
+    versions = catalog.get("versions") or []
+    if len(versions) != 1 or not versions[0].get("version"):
+        raise UserError(f"{paths.catalog}: expected exactly one box version")
+    return {
+        "name": str(catalog["name"]),
+        "version": str(versions[0]["version"]),
+        "url": paths.catalog.as_uri(),
+        "image": paths.name,
+    }
+
+
+def accel_driver(override: str | None = None) -> tuple[str, str]:
+    """(accel, libvirt driver): the probe's answer (kvm or tcg), or the user's driver."""
+    override = override or os.environ.get(DRIVER_ENV) or None
+    if override is not None:
+        if override not in DRIVERS:
+            raise UserError(f"{DRIVER_ENV} must be one of {', '.join(DRIVERS)}, not {override!r}")
+        return ("kvm" if override == "kvm" else "tcg"), override
+    kernels = sorted((image.cache_root() / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
+    accel = image.probe_accel(kernels[-1]) if kernels else "tcg"
+    return accel, ("kvm" if accel == "kvm" else "qemu")
+
+
+def find_cell(matrix_file: Path, cell_id: str) -> matrix.Cell:
+    """The cell with this id (or the one cell a glob matches) in the expanded matrix."""
+    m = matrix.load(matrix_file)
+    exact = [c for c in m.cells if c.id == cell_id]
+    cells = exact or m.select([cell_id])
+    if len(cells) != 1:
+        some = ", ".join(c.id for c in (cells or m.cells)[:5])
+        what = "matches no cell" if not cells else f"matches {len(cells)} cells"
+        raise UserError(f"{cell_id!r} {what} in {matrix_file} (e.g. {some})")
+    return cells[0]
+
+
+def data_disks(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The cell's data disks as vagrant-libvirt storage, plus the device settings it cannot
+    reproduce (which the result then records). Serials, count and size as the qemu backend's."""
+    size = storage.parse_size(params["storage"]["disk_size"])
+    device = params.get("device") or {}
+    deviations = []
+    bus = str(device.get("bus", "virtio-blk"))
+    if bus not in LIBVIRT_BUS:
+        deviations.append(f"device.bus={bus}: attached as virtio-blk")
+        bus = "virtio-blk"
+    elif bus == "virtio-scsi":
+        # vagrant-libvirt declares no controller for extra disks: libvirt adds its default model.
+        deviations.append("device.bus=virtio-scsi: the disks sit on libvirt's default SCSI controller")
+    for key in ("logical_block_size", "physical_block_size"):
+        if int(device.get(key, NATIVE_BLOCK_SIZE)) != NATIVE_BLOCK_SIZE:
+            deviations.append(f"device.{key}={device[key]}: the disks have {NATIVE_BLOCK_SIZE}-byte blocks")
+    if device.get("profile", "native") != "native":
+        deviations.append(f"device.profile={device['profile']}: no throttling")
+    if device.get("iothread", True):
+        deviations.append("device.iothread=true: no iothread per disk")
+    preallocate = params["storage"].get("disk_allocation", "sparse") == "preallocated"
+    disks = [
+        {
+            "serial": DATA_SERIAL.format(index),
+            "size_bytes": size,
+            "size": f"{size // 1024}K",  # what vagrant-libvirt (fog) takes as a capacity
+            "bus": bus,  # as the guest sees it (fsmatrix's name)
+            "libvirt_bus": LIBVIRT_BUS[bus],
+            "cache": str(device.get("cache", "none")),
+            "io": str(device.get("aio", "io_uring")),
+            "preallocate": preallocate,  # libvirt allocates the whole volume up front
+        }
+        for index in range(storage.required_devices(params))
+    ]
+    return disks, deviations
+
+
+def spec(
+    matrix_file: Path | None = None,
+    cell_id: str | None = None,
+    driver: str | None = None,
+    network: str | None = None,
+    image_name: str | None = None,
+) -> dict[str, Any]:
+    """Everything the Vagrantfile reads, for one cell or (no cell) the plain image.
+
+    ``image_name`` (or $FSMATRIX_IMAGE) picks a built image by name, e.g. the one a result's
+    provenance names; by default the image of the current sources, which must be built."""
+    network = network or os.environ.get(NETWORK_ENV) or "management"
+    if network not in NETWORKS:
+        raise UserError(f"{NETWORK_ENV} must be one of {', '.join(NETWORKS)}, not {network!r}")
+    image_name = image_name or os.environ.get(IMAGE_ENV) or None
+    if image_name is not None and not image_name.startswith("fsmatrix-"):
+        raise UserError(f"{IMAGE_ENV} must name an image as fsmatrix-<hash>, not {image_name!r}")
+    paths = image.image_paths(image_name.removeprefix("fsmatrix-") if image_name else None)
+    accel, libvirt_driver = accel_driver(driver)
+    doc: dict[str, Any] = {
+        "box": box(paths),
+        "accel": accel,
+        "driver": libvirt_driver,
+        "network": network,
+        "ssh": {"username": "root", "private_key_path": str(image.ssh_key())},
+        "session": {"dir": SESSION_DIR, "mount_root": MOUNT_ROOT},
+        "cell_id": None,
+        "matrix": None,
+        **PLAIN_VM,
+        "disks": [],
+        "deviations": [],
+        "job": None,
+    }
+    if cell_id is None:
+        return doc
+    if matrix_file is None:
+        raise UserError("a cell needs its matrix file (FSMATRIX_MATRIX / --matrix)")
+    cell = find_cell(matrix_file, cell_id)
+    cpus, memory_mib = vm_settings(cell.params)
+    disks, deviations = data_disks(cell.params)
+    sha256 = paths.sha256.read_text().split()[0]
+    environment = {
+        "backend": "vagrant",
+        "accel": accel,
+        "device_source": "virtio",
+        "image_name": paths.name,
+        "image_sha256": sha256,
+        "vm": {"cpus": cpus, "memory": (cell.params.get("vm") or {}).get("memory", "2G")},
+        "vagrant": {"driver": libvirt_driver, "network": network, "device_deviations": deviations},
+    }
+    doc.update(
+        cell_id=cell.id,
+        matrix=str(matrix_file),
+        cpus=cpus,
+        memory_mib=memory_mib,
+        disks=disks,
+        deviations=deviations,
+        job={
+            "cell": cell.params,
+            "cell_id": cell.id,
+            "repeat": 1,
+            "data_serials": [d["serial"] for d in disks],
+            "data_disks": [{"serial": d["serial"], "bus": d["bus"]} for d in disks],
+            "environment": environment,
+        },
+    )
+    return doc
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+
+
+@click.group("vagrant")
+def vagrant_group() -> None:
+    """`vagrant up` of one cell (see vagrant/README.md)."""
+
+
+@vagrant_group.command("spec")
+@click.option("--matrix", "matrix_file", type=click.Path(path_type=Path), envvar="FSMATRIX_MATRIX", default=None)
+@click.option("--cell", "cell_id", envvar="FSMATRIX_CELL", default=None, help="Cell id (or a glob matching one).")
+@click.option(
+    "--driver", type=click.Choice(DRIVERS), default=None, help=f"libvirt driver (default: ${DRIVER_ENV}, else probed)."
+)
+@click.option(
+    "--network", type=click.Choice(NETWORKS), default=None, help=f"(default: ${NETWORK_ENV}, else management)"
+)
+def spec_command(matrix_file: Path | None, cell_id: str | None, driver: str | None, network: str | None) -> None:
+    """Print the JSON vagrant/Vagrantfile boots: box, driver, VM size, data disks, the cell's job."""
+    click.echo(json.dumps(spec(matrix_file, cell_id or None, driver, network), indent=1))
