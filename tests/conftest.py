@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,12 @@ from fsmatrix.agent.storage.devices import read_mounts
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+
+# A shell without job control starts background commands with SIGINT ignored, and an ignored signal
+# stays ignored across exec: the Ctrl-C tests' children would then never see their SIGINT. Python
+# keeps an inherited SIG_IGN, so put the default back for this process and so for every child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def attached_under(directory: Path) -> list[str]:

@@ -43,6 +43,20 @@ def _cell(defaults: dict[str, object] | None = None, filesystem: str = "ext4") -
     return expand_document(doc, "t").cells[0]
 
 
+def _run_qemu_matrix(matrix: Path, results: Path, workdir: Path, timeout: float) -> None:
+    """`fsmatrix run --backend qemu` on ``matrix``; fails the test unless every run passed."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    print(f"qemu runs of {matrix.name}: {time.monotonic() - started:.0f} s")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     # cache=none opens the disks with O_DIRECT, which a tmpfs /tmp refuses.
@@ -293,16 +307,7 @@ def test_run_on_ext4_and_jfs_in_the_guest(built: image.ImagePaths, tmp_path: Pat
         "repeat: 1\n"
     )
     results = tmp_path / "results"
-    started = time.monotonic()
-    done = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    print(f"two qemu runs: {time.monotonic() - started:.0f} s")
-    assert done.returncode == 0, done.stdout + done.stderr
+    _run_qemu_matrix(matrix, results, workdir, timeout=1200)
     docs = {json.loads(p.read_text())["params"]["filesystem"]: p for p in results.glob("vm/*/r1.json")}
     assert sorted(docs) == ["ext4", "jfs"]
     sha = built.sha256.read_text().split()[0]
@@ -407,16 +412,7 @@ def test_hdd_profile_caps_guest_iops_and_nvme_runs(built: image.ImagePaths, tmp_
     matrix = tmp_path / "devices.yaml"
     matrix.write_text(_fio_cell_yaml("devices", ["device.profile: hdd", "device.profile: native, device.bus: nvme"]))
     results = tmp_path / "results"
-    started = time.monotonic()
-    done = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=2400,
-        check=False,
-    )
-    print(f"two qemu runs: {time.monotonic() - started:.0f} s")
-    assert done.returncode == 0, done.stdout + done.stderr
+    _run_qemu_matrix(matrix, results, workdir, timeout=2400)
     docs = [json.loads(p.read_text()) for p in results.glob("devices/*/r1.json")]
     by_profile = {doc["params"]["device"]["profile"]: doc for doc in docs}
     assert sorted(by_profile) == ["hdd", "native"]
