@@ -232,6 +232,8 @@ def test_several_jobs_for_a_fixed_time(ws: Workspace) -> None:
     command = outcome.details["phases"][-1]["command"]
     assert "--numjobs=2" in command and "--time_based" in command and "--rwmixread=70" in command
     assert "--time_based" not in outcome.details["phases"][0]["command"]  # layout writes it all
+    # The layout pass writes in 1 MiB requests whatever the record size; the measured pass uses the record.
+    assert "--bs=1048576" in outcome.details["phases"][0]["command"] and "--bs=8k" in command
 
 
 @pytest.mark.root
