@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -234,7 +235,11 @@ def _remove_mount_dir(path: Path) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        log.warning("leaving %s in place: %s", path, exc)
+        if exc.errno == errno.ENOTEMPTY:
+            # A parent made here that other files now share (the job's scratch space): keep it, quietly.
+            log.info("keeping %s: not empty", path)
+        else:
+            log.warning("leaving %s in place: %s", path, exc)
 
 
 def _mount(fstype: str, source: str, mount_point: Path, options: list[str], stack: ExitStack) -> None:
