@@ -384,3 +384,19 @@ def test_job_mode_runs_the_cell_and_powers_off(
     assert provenance["guest"]["network"] == {"interfaces": [], "default_route": False}
     assert provenance["git"]["sha"] == provenance["image"]["git_sha"]
     assert "result: passed" in (jobdisk.read_log(job_img) or "")
+
+
+def test_prune_keeps_the_current_image_and_the_newest_others(tmp_path: Path) -> None:
+    current = image.image_paths(cache=tmp_path)
+    old = [image.image_paths(f"{n:016x}", cache=tmp_path) for n in range(3)]
+    # The current sources' image is the oldest file here: it is kept anyway.
+    for stamp, paths in enumerate([current, *old]):
+        paths.qcow2.parent.mkdir(parents=True, exist_ok=True)
+        for path in paths.files:
+            path.write_text("x")
+            os.utime(path, (1_000_000 + stamp, 1_000_000 + stamp))
+    assert [p.name for p in image.built_images(tmp_path)] == [old[2].name, old[1].name, old[0].name, current.name]
+    deleted = image.prune(1, cache=tmp_path)
+    assert [p.name for p in deleted] == [old[1].name, old[0].name]
+    assert current.complete() and old[2].complete()
+    assert not any(p.exists() for gone in deleted for p in gone.files)

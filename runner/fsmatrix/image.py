@@ -131,6 +131,27 @@ def image_paths(digest: str | None = None, cache: Path | None = None) -> ImagePa
     )
 
 
+def built_images(cache: Path | None = None) -> list[ImagePaths]:
+    """Every image in the cache (complete or not), newest first."""
+    images = (cache or cache_root()) / "images"
+    qcow2s = sorted(images.glob("fsmatrix-*.qcow2"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return [image_paths(q.name.removeprefix("fsmatrix-").removesuffix(".qcow2"), cache) for q in qcow2s]
+
+
+def prune(keep: int, cache: Path | None = None) -> list[ImagePaths]:
+    """Delete all images but the current sources' one and the ``keep`` newest others; return the deleted.
+
+    Every agent change builds a new image (~0.6 GB with its box), and results name the image they
+    ran on, so old ones stay until pruned. Running VMs keep their open backing file until they exit.
+    """
+    current = image_paths(cache=cache).name
+    older = [paths for paths in built_images(cache) if paths.name != current]
+    for paths in older[keep:]:
+        for path in [*paths.files, paths.qcow2.parent / f"{paths.name}.packer.log"]:
+            path.unlink(missing_ok=True)
+    return older[keep:]
+
+
 def ssh_key(cache: Path | None = None) -> Path:
     """The build's SSH key (private half; ``.pub`` beside it), made once per cache."""
     key = (cache or cache_root()) / "ssh" / "id_ed25519"
@@ -502,6 +523,28 @@ def path_command() -> None:
     if not paths.complete():
         _echo("not built yet: run `make image`")
         sys.exit(1)
+
+
+@image_group.command("list")
+def list_command() -> None:
+    """List the images in the cache, newest first; * marks the current sources' image."""
+    current = image_paths().name
+    for paths in built_images():
+        size = sum(p.stat().st_size for p in paths.files if p.is_file())
+        state = "" if paths.complete() else " (incomplete)"
+        mark = "*" if paths.name == current else " "
+        click.echo(f"{mark} {paths.name}  {size / 2**30:.2f} GiB{state}")
+
+
+@image_group.command("prune")
+@click.option("--keep", type=click.IntRange(0), default=1, show_default=True, help="Older images to keep.")
+def prune_command(keep: int) -> None:
+    """Delete old images from the cache: all but the current sources' one and the --keep newest others."""
+    deleted = prune(keep)
+    for paths in deleted:
+        click.echo(f"deleted {paths.name}")
+    if not deleted:
+        _echo("nothing to delete")
 
 
 @image_group.command("probe-accel")
