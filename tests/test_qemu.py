@@ -24,7 +24,7 @@ from fsmatrix import image
 from fsmatrix.agent import storage
 from fsmatrix.backends import profiles
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import QemuBackend, _ConsoleWatcher, qemu_supports_io_uring, running_vms
+from fsmatrix.backends.qemu import ConsoleWatcher, QemuBackend, qemu_supports_io_uring, running_vms
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 
@@ -227,7 +227,7 @@ def test_qemu_device_refusals_on_the_command_line(tmp_path: Path) -> None:
 
 def test_console_watcher_finds_a_marker_split_across_reads(tmp_path: Path) -> None:
     console = tmp_path / "console.log"
-    watcher = _ConsoleWatcher(console, b"guest agent, job disk")
+    watcher = ConsoleWatcher(console, b"guest agent, job disk")
     assert not watcher.seen()  # no file yet
     console.write_bytes(b"[  OK  ] Started fsmatrix job\r\nfsmatrix 0.1 guest ag")
     assert not watcher.seen()

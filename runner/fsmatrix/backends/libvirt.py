@@ -29,7 +29,7 @@ from typing import Any
 
 from fsmatrix import jobdisk, libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import AGENT_MARKER, CONSOLE_POLL_S, QemuBackend, _ConsoleWatcher, vm_settings
+from fsmatrix.backends.qemu import AGENT_MARKER, CONSOLE_POLL_S, ConsoleWatcher, QemuBackend, vm_settings
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 
@@ -329,7 +329,7 @@ class LibvirtBackend(QemuBackend):
             except libvirt.libvirtError as exc:
                 errors.write_text(f"libvirt could not start the domain: {exc}\n{self._qemu_log(name)}")
                 return 1
-            watcher = _ConsoleWatcher(console, AGENT_MARKER)
+            watcher = ConsoleWatcher(console, AGENT_MARKER)
             checked = started
             while not stopped.wait(min(CONSOLE_POLL_S, max(0.0, started + limit - time.monotonic()))):
                 now = time.monotonic()

@@ -104,7 +104,7 @@ def qemu_supports_io_uring(scratch: Path) -> bool:
         probe.unlink(missing_ok=True)
 
 
-class _ConsoleWatcher:
+class ConsoleWatcher:
     """Whether a marker has appeared in a growing console log; reads each byte once."""
 
     def __init__(self, path: Path, marker: bytes) -> None:
@@ -339,7 +339,7 @@ class QemuBackend:
             with (run_dir / "qemu.stderr").open("wb") as stderr:
                 started = time.monotonic()
                 vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-            watcher = _ConsoleWatcher(console, AGENT_MARKER)
+            watcher = ConsoleWatcher(console, AGENT_MARKER)
             while (code := vm.poll()) is None:
                 now = time.monotonic()
                 if now - started >= limit:
