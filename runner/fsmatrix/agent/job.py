@@ -67,6 +67,40 @@ def _device_metrics(kind: str, outcome: Outcome, samples: dict[str, Any]) -> dic
     return metrics
 
 
+def result_document(
+    cell: dict[str, Any],
+    *,
+    cell_id: str,
+    repeat: int,
+    status: str,
+    reason: str | None,
+    started_at: str,
+    provenance: dict[str, Any],
+) -> dict[str, Any]:
+    """A result document with nothing measured yet: what run_job fills in, and what a backend
+    stores for a run that never reached the workload (skipped, timed out, no result from the guest)."""
+    kind = next(iter(cell["workload"]))
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cell_id": cell_id,
+        "repeat": repeat,
+        "workload": kind,
+        "params": cell,
+        "status": status,
+        "reason": reason,
+        "started_at": started_at,
+        "finished_at": None,
+        "duration_s": None,
+        "metrics": {},
+        "key_metrics": key_metrics(kind, cell["workload"][kind]),
+        "verification": {"status": "not-run"},
+        "details": {},
+        "storage": {},
+        "samples": None,
+        "provenance": provenance,
+    }
+
+
 def run_job(
     cell: dict[str, Any],
     *,
@@ -78,25 +112,15 @@ def run_job(
 ) -> dict[str, Any]:
     """Run ``cell`` once and return its result document (the caller stores it)."""
     kind = next(iter(cell["workload"]))
-    result: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "cell_id": cell_id,
-        "repeat": repeat,
-        "workload": kind,
-        "params": cell,
-        "status": "error",
-        "reason": None,
-        "started_at": _now(),
-        "finished_at": None,
-        "duration_s": None,
-        "metrics": {},
-        "key_metrics": key_metrics(kind, cell["workload"][kind]),
-        "verification": {"status": "not-run"},
-        "details": {},
-        "storage": {},
-        "samples": None,
-        "provenance": {**provenance.collect(), **environment, "tools": {}},
-    }
+    result = result_document(
+        cell,
+        cell_id=cell_id,
+        repeat=repeat,
+        status="error",
+        reason=None,
+        started_at=_now(),
+        provenance={**provenance.collect(), **environment, "tools": {}},
+    )
     t0 = time.monotonic()
     try:
         with contextlib.ExitStack() as stack:

@@ -84,24 +84,15 @@ class HostBackend:
 
     def _skipped(self, cell: Cell, repeat: int, reason: str) -> dict[str, Any]:
         """The result document of a run this backend cannot do."""
-        kind = next(iter(cell.params["workload"]))
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        return {
-            "schema_version": job.SCHEMA_VERSION,
-            "cell_id": cell.id,
-            "repeat": repeat,
-            "workload": kind,
-            "params": cell.params,
-            "status": "skipped",
-            "reason": reason,
-            "started_at": now,
-            "finished_at": now,
-            "duration_s": 0.0,
-            "metrics": {},
-            "key_metrics": job.key_metrics(kind, cell.params["workload"][kind]),
-            "verification": {"status": "not-run"},
-            "details": {},
-            "storage": {},
-            "samples": None,
-            "provenance": {**provenance.collect(), **self.environment(), "tools": {}},
-        }
+        doc = job.result_document(
+            cell.params,
+            cell_id=cell.id,
+            repeat=repeat,
+            status="skipped",
+            reason=reason,
+            started_at=now,
+            provenance={**provenance.collect(), **self.environment(), "tools": {}},
+        )
+        doc.update(finished_at=now, duration_s=0.0)
+        return doc

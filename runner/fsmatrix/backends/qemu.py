@@ -435,25 +435,15 @@ class QemuBackend:
         vm_info: dict[str, Any],
     ) -> dict[str, Any]:
         """A result document made on the host, for a run whose guest produced none."""
-        kind = next(iter(cell.params["workload"]))
-        doc: dict[str, Any] = {
-            "schema_version": job.SCHEMA_VERSION,
-            "cell_id": cell.id,
-            "repeat": repeat,
-            "workload": kind,
-            "params": cell.params,
-            "status": status,
-            "reason": reason,
-            "started_at": started_at,
-            "finished_at": _now(),
-            "duration_s": round(time.monotonic() - started, 3),
-            "metrics": {},
-            "key_metrics": job.key_metrics(kind, cell.params["workload"][kind]),
-            "verification": {"status": "not-run"},
-            "details": {"console_tail": tail},
-            "storage": {},
-            "samples": None,
-            "provenance": {"fsmatrix_version": __version__, "git": provenance.git_source()},
-        }
+        doc = job.result_document(
+            cell.params,
+            cell_id=cell.id,
+            repeat=repeat,
+            status=status,
+            reason=reason,
+            started_at=started_at,
+            provenance={"fsmatrix_version": __version__, "git": provenance.git_source()},
+        )
+        doc.update(finished_at=_now(), duration_s=round(time.monotonic() - started, 3), details={"console_tail": tail})
         self._add_provenance(doc, vm_info)
         return doc
