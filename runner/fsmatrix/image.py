@@ -240,6 +240,18 @@ def _boot_id() -> str:
         return "unknown"
 
 
+def newest_base_kernel(cache: Path | None = None) -> Path | None:
+    """The kernel of the newest base stage: what the accelerator probe boots (None before any build)."""
+    kernels = sorted(((cache or cache_root()) / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
+    return kernels[-1] if kernels else None
+
+
+def host_accel() -> str:
+    """kvm or tcg for the VMs of this host: the probe's answer; tcg, the safe one, before any build."""
+    kernel = newest_base_kernel()
+    return probe_accel(kernel) if kernel is not None else "tcg"
+
+
 def probe_accel(kernel: Path, timeout: float = 30.0, cache: Path | None = None, refresh: bool = False) -> str:
     """ "kvm" when a KVM guest really boots here (a tiny kernel + initramfs prints a marker in time),
     else "tcg". /dev/kvm existing proves nothing. Cached for this host boot."""
@@ -551,10 +563,10 @@ def prune_command(keep: int) -> None:
 @click.option("--refresh", is_flag=True, help="Probe again instead of using this boot's cached answer.")
 def probe_command(refresh: bool) -> None:
     """Print kvm when a KVM guest really runs here, else tcg (boots a tiny guest with a timeout)."""
-    kernels = sorted((cache_root() / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
-    if not kernels:
+    kernel = newest_base_kernel()
+    if kernel is None:
         raise click.ClickException("no guest kernel to probe with yet: run `make image` first")
-    click.echo(probe_accel(kernels[-1], refresh=refresh))
+    click.echo(probe_accel(kernel, refresh=refresh))
 
 
 if __name__ == "__main__":

@@ -61,8 +61,7 @@ def accel_driver(override: str | None = None) -> tuple[str, str]:
         if override not in DRIVERS:
             raise UserError(f"{DRIVER_ENV} must be one of {', '.join(DRIVERS)}, not {override!r}")
         return ("kvm" if override == "kvm" else "tcg"), override
-    kernels = sorted((image.cache_root() / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
-    accel = image.probe_accel(kernels[-1]) if kernels else "tcg"
+    accel = image.host_accel()
     return accel, ("kvm" if accel == "kvm" else "qemu")
 
 

@@ -208,9 +208,7 @@ class QemuBackend:
             raise UserError(f"cannot build the guest image: {exc}") from exc
         self._sha256 = paths.sha256.read_text().split()[0]
         self._manifest = json.loads(paths.manifest.read_text())
-        kernels = sorted((image.cache_root() / "base").glob("base-*.vmlinuz"), key=lambda p: p.stat().st_mtime)
-        # The probe boots the base stage's kernel; without one, TCG is the safe answer.
-        self.accel = image.probe_accel(kernels[-1]) if kernels else "tcg"
+        self.accel = image.host_accel()
         self.aio = "io_uring" if qemu_supports_io_uring(self.workdir) else "threads"
         if self.aio != "io_uring":
             log.warning("this QEMU cannot use aio=io_uring: data disks use aio=threads")
