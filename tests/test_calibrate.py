@@ -8,8 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from conftest import needs_root
-from fsmatrix import calibrate
 from fsmatrix.cli import main
+from fsmatrix.results import calibrate
 from test_compare import make_doc, samples, write_run
 
 

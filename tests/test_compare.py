@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fsmatrix import compare, results
+from fsmatrix import results
 from fsmatrix.agent.job import SCHEMA_VERSION
 from fsmatrix.cli import main
+from fsmatrix.results import compare
 
 PROVENANCE = {
     "backend": "host",

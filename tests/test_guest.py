@@ -1,4 +1,4 @@
-"""The guest side of job mode (fsmatrix.agent.guest) and the host's job disk (fsmatrix.jobdisk).
+"""The guest side of job mode (fsmatrix.agent.guest) and the host's job disk (fsmatrix.backends.jobdisk).
 
 Covers: the agent imports nothing outside the standard library; job.json checks; data disks
 resolved only through by-id links; the route-table parsers on captured /proc files; a job disk
@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from fsmatrix import __version__, jobdisk
+from fsmatrix import __version__
 from fsmatrix.agent import guest
+from fsmatrix.backends import jobdisk
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "proc_net_route"

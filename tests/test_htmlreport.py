@@ -17,10 +17,11 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from conftest import needs_root
-from fsmatrix import htmlreport, matrix, results, runs
+from fsmatrix import matrix, results, runs
 from fsmatrix.agent import proc
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.cli import main
+from fsmatrix.results import htmlreport
 
 MATRIX = {
     "name": "htmltest",

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from fsmatrix import __version__, image, jobdisk
+from fsmatrix import __version__
+from fsmatrix.backends import image, jobdisk
 from fsmatrix.backends.disks import Disk
 from fsmatrix.matrix import expand_document
 

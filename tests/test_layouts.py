@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from conftest import attached_under, mounted_under
-from fsmatrix import image
 from fsmatrix.agent import storage
 from fsmatrix.agent.job import run_job
 from fsmatrix.agent.sampler import parse_diskstats
 from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage import stripe
 from fsmatrix.agent.workloads import Workspace, fio, sysbench
+from fsmatrix.backends import image
 from fsmatrix.backends.qemu import QemuBackend, running_vms
 from fsmatrix.matrix import Cell, expand_document
 

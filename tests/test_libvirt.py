@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fsmatrix import image, libvirtd
 from fsmatrix.agent import proc
+from fsmatrix.backends import image, libvirtd
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import QEMU_LOG_DIR, LibvirtBackend, check_buses, domain_name, domain_xml, iotune
 from fsmatrix.errors import UserError

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fsmatrix import image, matrix, schema
-from fsmatrix.backends import profiles
+from fsmatrix import matrix
+from fsmatrix.backends import image, profiles
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
+from fsmatrix.matrix import schema
 
 REPO = Path(__file__).resolve().parent.parent
 

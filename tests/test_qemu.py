@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from fsmatrix import image
 from fsmatrix.agent import storage
-from fsmatrix.backends import profiles
+from fsmatrix.backends import image, profiles
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import ConsoleWatcher, QemuBackend, qemu_supports_io_uring, running_vms
 from fsmatrix.errors import UserError

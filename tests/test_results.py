@@ -83,7 +83,7 @@ def test_loading_bad_results_gives_clear_errors(tmp_path: Path) -> None:
 
 
 def test_report_columns_name_the_layout_and_device_profile() -> None:
-    from fsmatrix import report
+    from fsmatrix.results import report
 
     base = {"filesystem": "xfs", "mount_options": "", "mkfs_options": "", "storage.layout": "single"}
     assert report._column_label({**base, "device.profile": "native"}) == "xfs"

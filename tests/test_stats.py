@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fsmatrix import stats
+from fsmatrix.results import stats
 
 
 def noisy(rng: np.random.Generator, n: int, centre: float, cv: float = 0.02, outlier: float = 0.1) -> list[float]:

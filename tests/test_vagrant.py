@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from conftest import REPO, attached_under, mounted_under, needs_root
-from fsmatrix import image, libvirtd, matrix, vagrant
+from fsmatrix import matrix
 from fsmatrix.agent import guest, jsonfile, proc, session, storage
+from fsmatrix.backends import image, libvirtd, vagrant
 from fsmatrix.backends.qemu import running_vms
 from fsmatrix.errors import UserError
 

@@ -28,9 +28,10 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from fsmatrix import compare, matrix, runs
+from fsmatrix import matrix, runs
 from fsmatrix.agent import provenance
 from fsmatrix.backends.host import HostBackend
+from fsmatrix.results import compare
 
 CELL = {
     "name": "gate",

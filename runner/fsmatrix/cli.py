@@ -14,8 +14,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import __version__, matrix, report, results, schema
+from fsmatrix import __version__, matrix, results
 from fsmatrix.errors import UserError
+from fsmatrix.matrix import schema
+from fsmatrix.results import report
 
 # Logs and progress go to stderr; wide tables when stderr is a log file rather than a terminal.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -369,16 +371,16 @@ def fio_cmd(pattern: str, directory: Path, pairs: tuple[str, ...], timeout: floa
 
 
 def _register_subcommands() -> None:
+    from fsmatrix.backends.image import image_group
+    from fsmatrix.backends.libvirtd import libvirt_group
     from fsmatrix.cli_results import calibrate_cmd, compare_cmd, report_cmd
-    from fsmatrix.image import image_group
-    from fsmatrix.libvirtd import libvirt_group
 
     main.add_command(image_group, "image")
     main.add_command(libvirt_group, "libvirt")
     main.add_command(report_cmd, "report")
     main.add_command(compare_cmd, "compare")
     main.add_command(calibrate_cmd, "calibrate")
-    from fsmatrix.vagrant import vagrant_group
+    from fsmatrix.backends.vagrant import vagrant_group
 
     main.add_command(vagrant_group, "vagrant")
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from fsmatrix import calibrate, compare, htmlreport, report, results, stats
+from fsmatrix import results
 from fsmatrix.errors import UserError
+from fsmatrix.results import calibrate, compare, htmlreport, report, stats
 
 _RESULTS_OPTION = click.option(
     "--results",

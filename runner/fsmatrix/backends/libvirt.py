@@ -6,7 +6,7 @@ written to the run's console file; on power-off the domain is destroyed, so noth
 defined), waits for its lifecycle "stopped" event up to the time limit and destroys it on every
 other way out, Ctrl-C included.
 
-The daemons come from fsmatrix.libvirtd: the system's libvirtd when one answers, else fsmatrix's
+The daemons come from fsmatrix.backends.libvirtd: the system's libvirtd when one answers, else fsmatrix's
 own in a network namespace, started in preflight and stopped by ``close()`` (also registered with
 atexit, so an interrupted run stops them too).
 
@@ -27,7 +27,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from fsmatrix import jobdisk, libvirtd
+from fsmatrix.backends import jobdisk, libvirtd
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import AGENT_MARKER, CONSOLE_POLL_S, ConsoleWatcher, QemuBackend, vm_settings
 from fsmatrix.errors import UserError

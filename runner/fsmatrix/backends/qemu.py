@@ -29,9 +29,9 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from fsmatrix import __version__, image, jobdisk
+from fsmatrix import __version__
 from fsmatrix.agent import job, proc, provenance, storage
-from fsmatrix.backends import profiles
+from fsmatrix.backends import image, jobdisk, profiles
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell

@@ -5,9 +5,9 @@ a hash of their inputs: the package list, packer/*.pkr.hcl, packer/scripts/* and
 source. Unchanged inputs reuse the image; a changed agent reruns only the Packer stage; a changed
 package list or base script reruns debootstrap too (from its package cache).
 
-    python -m fsmatrix.image build          # or: fsmatrix image build / make image
-    python -m fsmatrix.image path
-    python -m fsmatrix.image probe-accel
+    python -m fsmatrix.backends.image build          # or: fsmatrix image build / make image
+    python -m fsmatrix.backends.image path
+    python -m fsmatrix.backends.image probe-accel
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from fsmatrix.errors import UserError
 
 CACHE_ENV = "FSMATRIX_CACHE"
 DEFAULT_CACHE = Path("/var/cache/fsmatrix")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKER_DIR = REPO / "packer"
 PACKAGES_FILE = "packages.txt"
 DISK_MIB = 3072  # the guest's root disk; data disks are separate

@@ -19,8 +19,9 @@ from typing import Any
 
 import click
 
-from fsmatrix import image, matrix
+from fsmatrix import matrix
 from fsmatrix.agent import storage
+from fsmatrix.backends import image
 from fsmatrix.backends.qemu import DATA_SERIAL, vm_settings
 from fsmatrix.errors import UserError
 

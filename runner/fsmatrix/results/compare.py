@@ -20,9 +20,8 @@ from typing import Any
 
 from rich.table import Table
 
-from fsmatrix import stats
 from fsmatrix.errors import UserError
-from fsmatrix.results import load_document, load_results
+from fsmatrix.results import load_document, load_results, stats
 
 # Provenance that changes the numbers: runs that differ in any of these are not comparable.
 ENV_KEYS = (

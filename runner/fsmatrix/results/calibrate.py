@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix import compare, stats
 from fsmatrix.agent import jsonfile
 from fsmatrix.errors import UserError
+from fsmatrix.results import compare, stats
 
 CALIBRATION_DIR = "calibration"
 FORMAT_VERSION = 1

@@ -22,7 +22,7 @@ import matplotlib
 import yaml
 from matplotlib.figure import Figure
 
-from fsmatrix import report
+from fsmatrix.results import report
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
