@@ -8,15 +8,16 @@ BIN := $(VENV)/bin
 RESULTS ?= results
 PYTEST_ARGS ?=
 
-# Debian packages fsmatrix runs (workloads, filesystem tools, device handling) and builds with.
-DEB_PACKAGES := fis-gtm sysbench fio e2fsprogs xfsprogs btrfs-progs jfsutils reiserfsprogs \
-	nilfs-tools f2fs-tools mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck \
+# Debian packages fsmatrix runs and builds with. What the workloads and filesystems need comes from
+# their declarations (runner/fsmatrix/agent/packages.py); the rest is device handling and tooling.
+REGISTRY_PACKAGES := $(shell PYTHONPATH=runner $(PYTHON) -m fsmatrix.agent.packages host)
+DEB_PACKAGES := $(REGISTRY_PACKAGES) mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck \
 	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client chromium \
 	libvirt-daemon-system libvirt-clients libxml2-utils iproute2 dnsmasq-base vagrant vagrant-libvirt \
 	libvirt-dev pkg-config gcc python3-dev
 # (the last line builds libvirt-python from PyPI against Debian's libvirt)
 
-.PHONY: all deps deb-deps venv demo demo-host test test-slow lint bench bench-vm clean image
+.PHONY: all deps deb-deps print-deb-packages venv demo demo-host test test-slow lint bench bench-vm clean image
 
 all: test
 
@@ -32,6 +33,9 @@ deb-deps:
 		apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+print-deb-packages:
+	@echo $(DEB_PACKAGES)
 
 venv: $(VENV)/.installed
 

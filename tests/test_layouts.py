@@ -228,7 +228,7 @@ def _diskstats(name: str) -> tuple[int, int]:
 def test_prepare_raw_single_neither_formats_nor_mounts(loops: list[str], tmp_path: Path) -> None:
     before = _head(loops[0])
     with storage.prepare(cell("raw"), loops[:1], tmp_path / "mnt") as prepared:
-        assert prepared.raw and prepared.data_device == loops[0]
+        assert prepared.bare_device and prepared.data_device == loops[0]
         assert prepared.readback == {"data": {"filesystem": "raw", "device": loops[0], "size_bytes": 128 << 20}}
         assert prepared.diskstat_names == [devmod.kernel_name(loops[0])]
         assert prepared.component_diskstat_names == []

@@ -15,6 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fsmatrix import __version__, matrix, results
+from fsmatrix.agent import declare, workloads
+from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema
 from fsmatrix.results import report
@@ -84,17 +87,16 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None) 
         click.echo(json.dumps(github_matrix(cells, shard_size)))
     else:
         table = Table(title=f"{m.name}: {len(cells)} cells × {m.repeat} repeats")
-        for header in ("id", "filesystem", "mount", "layout", "device", "workload", "gtm"):
+        for header in ("id", "filesystem", "mount", "layout", "device", "workload", "database"):
             table.add_column(header)
         for c in cells:
-            p = c.params
-            gtm = p.get("gtm")
-            gtm_text = f"{gtm['access_method']} jnl={gtm['journal']} gb={gtm['global_buffers']}" if gtm else ""
-            layout = p["storage"]["layout"]
-            if layout in schema.STRIPED_LAYOUTS:
-                layout += f" {p['storage']['stripe_disks']}×{p['storage']['stripe_size']}"
-            device = f"{p['device']['profile']} {p['device']['bus']}"
-            table.add_row(c.id, p["filesystem"], p["mount_options"], layout, device, c.summary(), gtm_text)
+            spec = c.spec
+            layout = spec.storage.layout
+            if spec.storage.striped:
+                layout += f" {spec.storage.stripe_disks}×{spec.storage.stripe_size}"
+            device = f"{spec.device.profile} {spec.device.bus}"
+            database = " ".join(b.summary(spec.settings[b.name]) for b in spec.declaration.settings)
+            table.add_row(c.id, spec.filesystem, spec.mount_options, layout, device, c.summary(), database)
         Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
@@ -127,7 +129,7 @@ def settings() -> None:
 
 @main.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--backend", type=click.Choice(["host", "qemu", "libvirt"]), default="host", show_default=True)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default="host", show_default=True)
 @click.option("--only", "only", multiple=True, help="Run cells whose id matches this glob (repeatable, or comma list).")
 @click.option("--results", "results_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
 @click.option("--run-id", default=None, help="Results go to RESULTS/RUN_ID (default: the matrix name).")
@@ -162,28 +164,18 @@ def run(
 ) -> None:
     """Run the cells of matrix FILE and store one result per repeat."""
     from fsmatrix import runs
-    from fsmatrix.backends import Backend
-    from fsmatrix.backends.host import HostBackend
 
     m = matrix.load(file)
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
-    if devices and backend == "libvirt":
-        raise UserError("--device is for the host and qemu backends; the libvirt backend makes its own disks")
+    entry = BACKENDS[backend]
+    if devices and not entry.takes_devices:
+        takers = ", ".join(name for name, e in BACKENDS.items() if e.takes_devices)
+        raise UserError(f"--device is for the {takers} backends; the {backend} backend makes its own disks")
     if devices:
         _confirm_devices(list(devices), yes)
-    chosen: Backend
-    if backend == "qemu":
-        from fsmatrix.backends.qemu import QemuBackend
-
-        chosen = QemuBackend(workdir=workdir, devices=list(devices))
-    elif backend == "libvirt":
-        from fsmatrix.backends.libvirt import LibvirtBackend
-
-        chosen = LibvirtBackend(workdir=workdir)
-    else:
-        chosen = HostBackend(devices=list(devices), workdir=workdir)
+    chosen = entry.make(workdir, list(devices))
     run_id = run_id or m.name
     try:
         summary = runs.run_matrix(
@@ -197,9 +189,7 @@ def run(
             console=console,
         )
     finally:
-        close = getattr(chosen, "close", None)
-        if close is not None:
-            close()  # the libvirt backend stops the daemons it started
+        chosen.close()  # e.g. the libvirt backend stops the daemons it started
     console.print(runs.summary_table(summary, cells))
     path = report.write_report(summary.run_dir, f"{m.name} ({run_id})")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
@@ -275,34 +265,6 @@ def _print_outcome(outcome: Any, as_json: bool) -> None:
         sys.exit(1)
 
 
-@workload_group.command("threen1")
-@click.argument("start", type=click.IntRange(1))
-@click.argument("end", type=click.IntRange(1))
-@click.option("--workers", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--block", type=click.IntRange(1), default=5000, show_default=True)
-@click.option("--keys", type=click.Choice(["spelled", "integer"]), default="spelled", show_default=True)
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Directory for the database and journal (created; must not hold a database already).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def threen1_cmd(start: int, end: int, workers: int, block: int, keys: str, directory: Path, as_json: bool) -> None:
-    """The 3n+1 benchmark on GT.M for START..END."""
-    from fsmatrix.agent.workloads import threen1
-
-    if end < start:
-        raise UserError(f"END {end} is below START {start}")
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        outcome = threen1.run_standalone(start, end, workers, block, keys, directory)
-    except (FileExistsError, ValueError) as exc:
-        raise UserError(f"{directory}: {exc}") from exc
-    _print_outcome(outcome, as_json)
-
-
 def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
     """``key=value`` options into parameters; values are read as YAML scalars (8, true, 1G)."""
     import yaml
@@ -316,58 +278,70 @@ def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
     return params
 
 
-def _file_workload(
-    kind: str, first_key: str, first: str, directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool
-) -> None:
-    from fsmatrix.agent.workloads import fio, sysbench
-
-    module = sysbench if kind == "sysbench" else fio
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        outcome = module.run_standalone({first_key: first, **_params(pairs)}, directory, timeout)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
-    _print_outcome(outcome, as_json)
+def _click_type(f: declare.Field) -> Any:
+    if f.spec.choices:
+        return click.Choice([str(c) for c in f.spec.choices])
+    if f.kind is int:
+        return click.IntRange(None if f.spec.minimum is None else int(f.spec.minimum))
+    types: dict[type, click.ParamType[Any]] = {bool: click.BOOL, float: click.FLOAT}
+    return types.get(f.kind, click.STRING)
 
 
-_DIR_OPTION = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Directory on the filesystem to test (its test files are removed afterwards).",
-)
-_SET_OPTION = click.option(
-    "--set",
-    "pairs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A workload parameter (see `fsmatrix matrix settings`), repeatable.",
-)
-_TIMEOUT_OPTION = click.option("--timeout", type=click.FloatRange(1), default=3600, show_default=True)
-_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def _workload_command(workload: workloads.Workload[Any]) -> click.Command:
+    """``fsmatrix workload NAME``, built from the workload's declaration: its ``cli`` parameters are
+    arguments, every other one an option (default: the declared one), ``--set`` reaches the rest
+    (``--set gtm.journal=off`` for a settings block the workload owns)."""
+    fields = declare.fields(workload.params)
+
+    def command(directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool, **given: Any) -> None:
+        values: dict[str, Any] = {}
+        blocks: dict[str, dict[str, Any]] = {}
+        for key, value in _params(pairs).items():
+            block, dot, name = key.partition(".")
+            if dot:
+                blocks.setdefault(block, {})[name] = value
+            else:
+                values[key] = value
+        for f in fields:
+            if given.get(f.name) is not None:
+                raw = given[f.name]
+                values[f.name] = f.kind(raw) if f.spec.choices else raw
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            cell = CellSpec.standalone(workload.name, values, **blocks)
+            outcome = workloads.run_in_directory(workload, cell, directory, timeout)
+        except (FileExistsError, NotADirectoryError, ValueError) as exc:
+            raise UserError(f"{directory}: {exc}") from exc
+        _print_outcome(outcome, as_json)
+
+    params: list[click.Parameter] = []
+    for f in fields:
+        if f.spec.cli:
+            params.append(click.Argument([f.name], type=_click_type(f)))
+        else:
+            params.append(click.Option([f"--{f.name.replace('_', '-')}", f.name], type=_click_type(f), default=None,
+                                       help=f"{f.spec.help} [default: {f.default}]"))  # fmt: skip
+    params += [
+        click.Option(
+            ["--dir", "directory"],
+            type=click.Path(path_type=Path),
+            required=True,
+            help="Directory on the filesystem to test (created; the workload's files are removed afterwards).",
+        ),
+        click.Option(
+            ["--set", "pairs"],
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A parameter or a settings-block value (gtm.journal=off), repeatable; see `fsmatrix matrix settings`.",
+        ),
+        click.Option(["--timeout"], type=click.FloatRange(1), default=3600, show_default=True),
+        click.Option(["--json", "as_json"], is_flag=True, help="Print the result as JSON."),
+    ]
+    return click.Command(workload.name, callback=command, params=params, help=workload.help)
 
 
-@workload_group.command("sysbench")
-@click.argument("mode", type=click.Choice(schema.SYSBENCH_MODES))
-@_DIR_OPTION
-@_SET_OPTION
-@_TIMEOUT_OPTION
-@_JSON_OPTION
-def sysbench_cmd(mode: str, directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    """sysbench fileio MODE in a directory: prepare, drop caches, run, cleanup."""
-    _file_workload("sysbench", "mode", mode, directory, pairs, timeout, as_json)
-
-
-@workload_group.command("fio")
-@click.argument("pattern", type=click.Choice(schema.FIO_PATTERNS))
-@_DIR_OPTION
-@_SET_OPTION
-@_TIMEOUT_OPTION
-@_JSON_OPTION
-def fio_cmd(pattern: str, directory: Path, pairs: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    """An iozone-style fio PATTERN in a directory (seed 001)."""
-    _file_workload("fio", "pattern", pattern, directory, pairs, timeout, as_json)
+for _workload in workloads.all_workloads():
+    workload_group.add_command(_workload_command(_workload))
 
 
 def _register_subcommands() -> None:

@@ -57,9 +57,14 @@ def parse_job(doc: Any) -> dict[str, Any]:
     """Check a job.json document and return it with defaults filled (repeat 1, no environment)."""
     if not isinstance(doc, dict):
         raise JobError("job.json must hold a JSON object")
-    cell = doc.get("cell")
-    if not isinstance(cell, dict) or not isinstance(cell.get("workload"), dict) or len(cell["workload"]) != 1:
+    if not isinstance(doc.get("cell"), dict):
         raise JobError("job.json: 'cell' must be a cell with exactly one workload")
+    from fsmatrix.agent.cell import Cell  # imported late, as run_job: a broken agent still writes a result
+
+    try:
+        cell = Cell.from_dict(doc["cell"])  # parsed once, here: the job runs the typed cell
+    except ValueError as exc:
+        raise JobError(f"job.json: 'cell': {exc}") from exc
     cell_id = doc.get("cell_id")
     if not isinstance(cell_id, str) or not cell_id:
         raise JobError("job.json: 'cell_id' must be a non-empty string")
@@ -188,7 +193,7 @@ def _error_result(job: dict[str, Any] | None, reason: str) -> dict[str, Any]:
         "schema_version": 1,
         "cell_id": (job or {}).get("cell_id"),
         "repeat": (job or {}).get("repeat"),
-        "params": (job or {}).get("cell"),
+        "params": job["cell"].to_dict() if job else None,
         "status": "error",
         "reason": reason,
         "started_at": now,

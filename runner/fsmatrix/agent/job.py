@@ -7,17 +7,16 @@ Cleanup (unmount, detach) happens on every exit path through the context manager
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import time
 import traceback
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from fsmatrix.agent import provenance, storage
+from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.sampler import Sampler
 from fsmatrix.agent.workloads import Outcome, Workspace
 
@@ -31,20 +30,16 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def workload_module(kind: str) -> ModuleType:
-    return importlib.import_module(f"fsmatrix.agent.workloads.{kind}")
-
-
-def key_metrics(kind: str, params: dict[str, Any]) -> dict[str, str]:
-    """The metrics a comparison looks at for this workload and parameters, with their better direction."""
-    module = workload_module(kind)
-    chosen: dict[str, str] = module.key_metrics(params) if hasattr(module, "key_metrics") else dict(module.KEY_METRICS)
+def key_metrics(cell: Cell) -> dict[str, str]:
+    """The metrics a comparison looks at for this cell's workload, with their better direction
+    (the workload's primary metric first)."""
+    chosen = cell.declaration.key_metrics(cell.params)
     # Noise-robust companions of wall-clock metrics: they move far less on a busy machine.
     chosen.update({"cpu_busy_s": "lower", "device_write_bytes_per_op": "lower"})
     return chosen
 
 
-def _device_metrics(kind: str, outcome: Outcome, samples: dict[str, Any]) -> dict[str, float | int]:
+def _device_metrics(cell: Cell, outcome: Outcome, samples: dict[str, Any]) -> dict[str, float | int]:
     io = samples["io"]
     cpu = samples["cpu_s"]
     metrics: dict[str, float | int] = {
@@ -58,9 +53,8 @@ def _device_metrics(kind: str, outcome: Outcome, samples: dict[str, Any]) -> dic
         "cpu_iowait_s": cpu["iowait"],
     }
     metrics["cpu_busy_s"] = round(metrics["cpu_user_s"] + metrics["cpu_system_s"], 3)
-    # "Per operation" = per database update for 3n+1, per IO request for the file benchmarks.
-    m = outcome.metrics
-    ops = m.get("updates") if kind == "threen1" else m.get("iops", 0) * m.get("runtime_s", m.get("total_time_s", 0))
+    # "Per operation": what one operation is, the workload declares (a database update, an I/O request).
+    ops = cell.declaration.operations(outcome.metrics)
     if ops:
         metrics["device_write_bytes_per_op"] = round(io["write_bytes"] / ops, 3)
         metrics["device_read_bytes_per_op"] = round(io["read_bytes"] / ops, 3)
@@ -68,7 +62,7 @@ def _device_metrics(kind: str, outcome: Outcome, samples: dict[str, Any]) -> dic
 
 
 def result_document(
-    cell: dict[str, Any],
+    cell: Cell,
     *,
     cell_id: str,
     repeat: int,
@@ -79,20 +73,19 @@ def result_document(
 ) -> dict[str, Any]:
     """A result document with nothing measured yet: what run_job fills in, and what a backend
     stores for a run that never reached the workload (skipped, timed out, no result from the guest)."""
-    kind = next(iter(cell["workload"]))
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": cell_id,
         "repeat": repeat,
-        "workload": kind,
-        "params": cell,
+        "workload": cell.workload,
+        "params": cell.to_dict(),
         "status": status,
         "reason": reason,
         "started_at": started_at,
         "finished_at": None,
         "duration_s": None,
         "metrics": {},
-        "key_metrics": key_metrics(kind, cell["workload"][kind]),
+        "key_metrics": key_metrics(cell),
         "verification": {"status": "not-run"},
         "details": {},
         "storage": {},
@@ -102,7 +95,7 @@ def result_document(
 
 
 def run_job(
-    cell: dict[str, Any],
+    cell: Cell,
     *,
     cell_id: str,
     repeat: int,
@@ -111,7 +104,6 @@ def run_job(
     environment: dict[str, Any],
 ) -> dict[str, Any]:
     """Run ``cell`` once and return its result document (the caller stores it)."""
-    kind = next(iter(cell["workload"]))
     result = result_document(
         cell,
         cell_id=cell_id,
@@ -126,8 +118,8 @@ def run_job(
         with contextlib.ExitStack() as stack:
             prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt"))
             result["storage"] = {
-                "layout": (cell.get("storage") or {}).get("layout", "single"),
-                "filesystem": cell["filesystem"],
+                "layout": cell.storage.layout,
+                "filesystem": cell.filesystem,
                 "data_device": prepared.data_device,
                 "readback": prepared.readback,
                 "devices": prepared.devices,
@@ -140,7 +132,7 @@ def run_job(
                 result["provenance"]["tools"][tool] = prepared.readback["stripe"]["tool_version"]
             scratch = workdir / "scratch"
             scratch.mkdir(parents=True, exist_ok=True)
-            log.info("running %s on %s", kind, prepared.data_device if prepared.raw else prepared.data)
+            log.info("running %s on %s", cell.workload, prepared.data_device if prepared.bare_device else prepared.data)
             # A stripe is sampled twice: the md / dm device (the headline numbers, what the filesystem
             # issued) and, separately, its component disks (what reached the disks).
             with Sampler(prepared.diskstat_names) as sampler, Sampler(prepared.component_diskstat_names) as parts:
@@ -155,14 +147,14 @@ def run_job(
                     prepared.journal,
                     scratch,
                     measure=measured,
-                    device=prepared.data_device if prepared.raw else None,
+                    device=prepared.data_device if prepared.bare_device else None,
                 )
-                outcome = workload_module(kind).run_cell(cell, workspace, float(cell["timeout"]))
+                outcome = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
             samples = sampler.summary()
             if prepared.component_diskstat_names:
                 samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
         result["samples"] = samples
-        result["metrics"] = {**outcome.metrics, **_device_metrics(kind, outcome, samples)}
+        result["metrics"] = {**outcome.metrics, **_device_metrics(cell, outcome, samples)}
         result["verification"] = outcome.verification
         result["details"] = outcome.details
         result["provenance"]["tools"].update(outcome.versions)
@@ -173,7 +165,7 @@ def run_job(
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)
     except TimeoutError as exc:
-        result["status"], result["reason"] = "timeout", str(exc) or f"exceeded {cell['timeout']} s"
+        result["status"], result["reason"] = "timeout", str(exc) or f"exceeded {cell.timeout} s"
     except Exception as exc:  # a failed run is recorded, and the matrix goes on
         log.debug("run failed:\n%s", traceback.format_exc())
         result["status"], result["reason"] = "error", f"{type(exc).__name__}: {exc}"

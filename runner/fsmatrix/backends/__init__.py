@@ -1,7 +1,14 @@
-"""Backends: the ways fsmatrix reaches a kernel to run a cell on (host, qemu)."""
+"""Backends: the ways fsmatrix reaches a kernel to run a cell on (host, qemu, libvirt).
+
+The registry is ``BACKENDS``: one entry per backend, each making its backend from the run's
+work directory and the block devices the user named. ``fsmatrix run --backend`` offers exactly these.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from fsmatrix.matrix import Cell
@@ -18,3 +25,42 @@ class Backend(Protocol):
 
     def environment(self) -> dict[str, Any]:
         """Provenance this backend adds to every result (backend, accel, ...)."""
+
+    def close(self) -> None:
+        """Release what the backend holds for the whole run (daemons it started); called once, always."""
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    name: str
+    help: str
+    takes_devices: bool  # whether --device (the user's own block devices) means anything to it
+    make: Callable[[Path, list[str]], Backend]  # (workdir, devices) -> backend; imports lazily
+
+
+def _host(workdir: Path, devices: list[str]) -> Backend:
+    from fsmatrix.backends.host import HostBackend
+
+    return HostBackend(devices=devices, workdir=workdir)
+
+
+def _qemu(workdir: Path, devices: list[str]) -> Backend:
+    from fsmatrix.backends.qemu import QemuBackend
+
+    return QemuBackend(workdir=workdir, devices=devices)
+
+
+def _libvirt(workdir: Path, devices: list[str]) -> Backend:
+    from fsmatrix.backends.libvirt import LibvirtBackend
+
+    return LibvirtBackend(workdir=workdir)
+
+
+BACKENDS: dict[str, BackendEntry] = {
+    e.name: e
+    for e in (
+        BackendEntry("host", "this machine's kernel, loop devices (root)", True, _host),
+        BackendEntry("qemu", "a QEMU guest from the built image, one per cell", True, _qemu),
+        BackendEntry("libvirt", "the same guest, run by libvirt", False, _libvirt),
+    )
+}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import job, provenance, storage
+from fsmatrix.agent.cell import NATIVE
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 
@@ -37,7 +38,7 @@ class HostBackend:
             except storage.UnsafeDevice as exc:
                 raise UserError(f"refusing to use {device}: {exc}") from exc
         if self.devices:
-            needed = max((storage.required_devices(c.params) for c in cells), default=0)
+            needed = max((c.spec.required_devices for c in cells), default=0)
             if needed > len(self.devices):
                 raise UserError(
                     f"some cells need {needed} devices (storage.layout split-journal) but only "
@@ -53,8 +54,8 @@ class HostBackend:
         }
 
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
-        profile = (cell.params.get("device") or {}).get("profile", "native")
-        if profile != "native":
+        profile = cell.spec.device.profile
+        if profile != NATIVE:
             return self._skipped(
                 cell,
                 repeat,
@@ -65,14 +66,14 @@ class HostBackend:
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
             with contextlib.ExitStack() as stack:
-                needed = storage.required_devices(cell.params)
+                needed = cell.spec.required_devices
                 if self.devices:
                     devices = self.devices[:needed]
                 else:
-                    size = storage.parse_size(cell.params["storage"]["disk_size"])
+                    size = storage.parse_size(cell.spec.storage.disk_size)
                     devices = stack.enter_context(storage.loop_devices(needed, size, run_dir)) if needed else []
                 return job.run_job(
-                    cell.params,
+                    cell.spec,
                     cell_id=cell.id,
                     repeat=repeat,
                     devices=devices,
@@ -82,11 +83,14 @@ class HostBackend:
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
+    def close(self) -> None:
+        """Nothing outlives a run here (each run's loop devices and mounts go with it)."""
+
     def _skipped(self, cell: Cell, repeat: int, reason: str) -> dict[str, Any]:
         """The result document of a run this backend cannot do."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
         doc = job.result_document(
-            cell.params,
+            cell.spec,
             cell_id=cell.id,
             repeat=repeat,
             status="skipped",

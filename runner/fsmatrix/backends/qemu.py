@@ -232,6 +232,9 @@ class QemuBackend:
             "image_sha256": self._sha256 or None,
         }
 
+    def close(self) -> None:
+        """Nothing outlives a run here: each cell's VM and disks go with it."""
+
     # ------------------------------------------------------------------ one run
 
     def command(
@@ -434,7 +437,7 @@ class QemuBackend:
     ) -> dict[str, Any]:
         """A result document made on the host, for a run whose guest produced none."""
         doc = job.result_document(
-            cell.params,
+            cell.spec,
             cell_id=cell.id,
             repeat=repeat,
             status=status,

@@ -21,6 +21,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from fsmatrix.agent import cell as cells
+from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.agent.declare import Invalid
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema, yamlpos
 
@@ -39,25 +42,28 @@ Flat = dict[str, Leaf]
 
 @dataclass(frozen=True)
 class Cell:
-    """One combination of settings. ``params`` is complete (every default filled)."""
+    """One combination of settings: its id and the parsed, typed cell (``spec``)."""
 
     id: str
-    params: dict[str, Any]
+    spec: CellSpec
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The complete JSON form (every default filled): what results store and the id hashes."""
+        return self.spec.to_dict()
 
     @property
     def workload_kind(self) -> str:
-        kind: str = next(iter(self.params["workload"]))
-        return kind
+        return self.spec.workload
 
     def summary(self) -> str:
         """A short human description of the workload, for tables and progress."""
-        kind = self.workload_kind
-        w = self.params["workload"][kind]
-        if kind == "threen1":
-            return f"threen1 {w['start']}..{w['end']} w{w['workers']} b{w['block']} {w['keys']}"
-        if kind == "sysbench":
-            return f"sysbench {w['mode']} {w['total_size']} bs{w['block_size']} t{w['threads']} {w['io']}"
-        return f"fio {w['pattern']} rs{w['record_size']} {w['file_size']} j{w['jobs']}"
+        return self.spec.declaration.summary(self.spec.params)
+
+    @classmethod
+    def from_params(cls, cell_id: str, params: dict[str, Any]) -> Cell:
+        """A cell from its stored JSON form (a result's or a job's ``params``)."""
+        return cls(cell_id, CellSpec.from_dict(params))
 
 
 @dataclass
@@ -277,10 +283,11 @@ def _make_cell(flat: Flat, fail: Any) -> Cell:
         err = errors[0]
         path = ".".join(str(p) for p in err.absolute_path)
         raise fail(_schema_message(err, path), _line_for(flat, path))
-    _check_consistency(params, flat, fail)
-    if "threen1" not in params["workload"]:
-        params.pop("gtm")  # GT.M settings mean nothing to sysbench and fio
-    return Cell(id=cell_id(params), params=params)
+    try:
+        spec = CellSpec.from_dict(params)  # also the rules that span settings (declare.Invalid)
+    except Invalid as exc:
+        raise fail(str(exc), _line_for(flat, exc.path)) from exc
+    return Cell(id=cell_id(spec), spec=spec)
 
 
 def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
@@ -291,88 +298,26 @@ def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
         target = f"{path}.{missing}" if path else missing
         return f"{target} is required but not set (in this cell, from axes, include or defaults)"
     if err.validator in ("minProperties", "maxProperties") and path == "workload":
-        return f"workload must name exactly one of {', '.join(schema.WORKLOADS)}, got {_show(err.instance)}"
+        return f"workload must name exactly one of {', '.join(schema.WORKLOAD_NAMES)}, got {_show(err.instance)}"
     return f"{where}: {_show(err.instance)} is not allowed; expected {schema.describe(spec)}"
 
 
-def _check_consistency(params: dict[str, Any], flat: Flat, fail: Any) -> None:
-    """Contradictions a schema cannot express."""
-    gtm = params["gtm"]
-    if gtm["access_method"] == "MM" and gtm["journal"] == "before":
-        raise fail(
-            "gtm.access_method 'MM' cannot be combined with gtm.journal 'before' (GT.M cannot write "
-            "before-images for memory-mapped databases); use journal 'nobefore' or 'off', or access_method 'BG'",
-            _line_for(flat, "gtm.access_method") or _line_for(flat, "gtm.journal"),
-        )
-    t = params["workload"].get("threen1")
-    if t is not None and t["end"] < t["start"]:
-        raise fail(
-            f"workload.threen1.end {t['end']} is below start {t['start']}; the range must have end >= start",
-            _line_for(flat, "workload.threen1.end"),
-        )
-    if params["filesystem"] == "tmpfs":
-        if params["mkfs_options"]:
-            raise fail("mkfs_options: tmpfs has no mkfs; remove them", _line_for(flat, "mkfs_options"))
-        if params["storage"]["layout"] != "single":
-            raise fail(
-                "storage.layout: tmpfs has no device to split; use layout 'single'",
-                _line_for(flat, "storage.layout"),
-            )
-    _check_storage(params, flat, fail)
-    if params["storage"]["layout"] == "split-journal" and t is None:
-        raise fail(
-            "storage.layout 'split-journal' puts the GT.M journal on its own device: it needs the " "threen1 workload",
-            _line_for(flat, "storage.layout"),
-        )
-
-
-def _check_storage(params: dict[str, Any], flat: Flat, fail: Any) -> None:
-    """Raw devices, striped layouts and block sizes: what combines and what does not."""
-    layout = params["storage"]["layout"]
-    if params["filesystem"] == "raw":
-        if "fio" not in params["workload"]:
-            # sysbench fileio sizes its files with fstat, which says 0 for a block device.
-            raise fail(
-                "filesystem 'raw' runs fio on the block device itself; 3n+1 and sysbench fileio need a filesystem",
-                _line_for(flat, "filesystem"),
-            )
-        for key in ("mkfs_options", "mount_options"):
-            if params[key]:
-                raise fail(f"{key}: filesystem 'raw' has no filesystem; remove them", _line_for(flat, key))
-        if layout == "split-journal":
-            raise fail(
-                "storage.layout 'split-journal' needs a filesystem, not 'raw'", _line_for(flat, "storage.layout")
-            )
-    if params["filesystem"] == "tmpfs" and params["device"]["profile"] != "native":
-        raise fail("device.profile: tmpfs has no device to shape; use 'native'", _line_for(flat, "device.profile"))
-    device = params["device"]
-    if device["physical_block_size"] < device["logical_block_size"]:
-        raise fail(
-            f"device.physical_block_size {device['physical_block_size']} is below logical_block_size "
-            f"{device['logical_block_size']}; the physical block size must be >= the logical one",
-            _line_for(flat, "device.physical_block_size"),
-        )
-
-
-def cell_id(params: dict[str, Any]) -> str:
+def cell_id(cell: CellSpec | dict[str, Any]) -> str:
     """Readable slug + hash of the canonical parameters: the same settings give the same id anywhere."""
+    spec = cell if isinstance(cell, CellSpec) else CellSpec.from_dict(cell)
+    params = spec.to_dict()
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
-    kind, w = next(iter(params["workload"].items()))
-    if kind == "threen1":
-        detail = f"{w['start']}-{w['end']}-w{w['workers']}"
-    elif kind == "sysbench":
-        detail = f"{w['mode']}-t{w['threads']}"
-    else:
-        detail = f"{w['pattern']}-j{w['jobs']}"
+    detail = spec.declaration.slug(spec.params)
     # What is not the default about the storage shows in the id too: cells that differ only there
     # would otherwise be told apart by their hash alone.
-    storage, device = params.get("storage", {}), params.get("device", {})
-    stack = [params["filesystem"]]
-    if storage.get("layout", "single") != "single":
-        stack.append(storage["layout"])
+    stack = [spec.filesystem]
+    if spec.storage.layout != cells.SINGLE:
+        stack.append(spec.storage.layout)
     stack += [
-        device[k] for k, default in (("bus", "virtio-blk"), ("profile", "native")) if device.get(k, default) != default
+        value
+        for value, default in ((spec.device.bus, cells.DEFAULT_BUS), (spec.device.profile, cells.NATIVE))
+        if value != default
     ]
-    slug = re.sub(r"[^a-z0-9.]+", "-", f"{'-'.join(stack)}-{kind}-{detail}".lower()).strip("-")
+    slug = re.sub(r"[^a-z0-9.]+", "-", f"{'-'.join(stack)}-{spec.workload}-{detail}".lower()).strip("-")
     return f"{slug}-{digest}"

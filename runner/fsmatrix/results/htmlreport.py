@@ -165,7 +165,7 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
     by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in docs:
         by_cell[doc["cell_id"]].append(doc)
-    for kind, tables in report.METRIC_TABLES.items():
+    for kind, tables in report.metric_tables(by_cell).items():
         cells = {cid: ds for cid, ds in by_cell.items() if ds[0]["workload"] == kind}
         if not cells:
             continue

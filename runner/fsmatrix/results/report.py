@@ -15,32 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix import results
+from fsmatrix.agent import workloads
 
-# Per workload: how a cell's row is named, and which metrics get a table (name, title, direction).
+# Per workload, from its declaration: which metrics get a table (name, title, direction), and the
+# parameters that name a row. A workload the registry does not know (an old result) still gets a
+# section, with a table per key metric its documents name.
 METRIC_TABLES: dict[str, list[tuple[str, str, str]]] = {
-    "threen1": [
-        ("elapsed_s", "Elapsed time (s)", "lower"),
-        ("reads_per_s", "Read rate (reads/s)", "higher"),
-        ("updates_per_s", "Update rate (updates/s)", "higher"),
-        ("worker_cpu_s", "Worker CPU time (s)", "lower"),
-    ],
-    "sysbench": [
-        ("iops", "IO requests per second", "higher"),
-        ("read_mib_s", "Read throughput (MiB/s)", "higher"),
-        ("write_mib_s", "Write throughput (MiB/s)", "higher"),
-        ("latency_p95_ms", "95th percentile latency (ms)", "lower"),
-    ],
-    "fio": [
-        ("iops", "IO requests per second", "higher"),
-        ("read_mib_s", "Read throughput (MiB/s)", "higher"),
-        ("write_mib_s", "Write throughput (MiB/s)", "higher"),
-        ("lat_p95_us", "95th percentile latency (µs)", "lower"),
-    ],
+    w.name: [(m.name, m.title, m.better) for m in sorted(w.metrics, key=lambda m: m.name != w.primary)]
+    for w in workloads.all_workloads()
 }
-ROW_KEYS = {
-    "threen1": ("workload.threen1.start", "workload.threen1.end"),
-    "sysbench": ("workload.sysbench.mode",),
-    "fio": ("workload.fio.pattern",),
+ROW_KEYS: dict[str, tuple[str, ...]] = {
+    w.name: tuple(f"workload.{w.name}.{k}" for k in w.row_keys) for w in workloads.all_workloads()
 }
 # Columns: the storage stack a DBA chooses between (filesystem, its options, layout, device profile).
 COLUMN_KEYS = (
@@ -66,9 +51,23 @@ def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _row_label(kind: str, flat: dict[str, Any]) -> str:
-    if kind == "threen1":
-        return f"{flat['workload.threen1.start']:,}..{flat['workload.threen1.end']:,}"
-    return str(flat[ROW_KEYS[kind][0]])
+    if kind not in workloads.WORKLOADS:
+        return ""
+    workload = workloads.get(kind)
+    return workload.label({k: flat[f"workload.{kind}.{k}"] for k in workload.row_keys})
+
+
+def metric_tables(by_cell: dict[str, list[dict[str, Any]]]) -> dict[str, list[tuple[str, str, str]]]:
+    """The tables of every workload these results hold: registered ones in registry order, then others."""
+    kinds = dict.fromkeys(ds[0]["workload"] for ds in by_cell.values())
+    tables = {k: v for k, v in METRIC_TABLES.items() if k in kinds}
+    for kind in kinds:
+        if kind not in tables:
+            keys = {
+                m: d for ds in by_cell.values() if ds[0]["workload"] == kind for m, d in ds[0]["key_metrics"].items()
+            }
+            tables[kind] = [(m, m, d) for m, d in keys.items()]
+    return tables
 
 
 def _column_label(flat: dict[str, Any]) -> str:
@@ -105,7 +104,7 @@ def markdown(docs: list[dict[str, Any]], title: str) -> str:
     by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in docs:
         by_cell[doc["cell_id"]].append(doc)
-    for kind, tables in METRIC_TABLES.items():
+    for kind, tables in metric_tables(by_cell).items():
         cells = {cid: ds for cid, ds in by_cell.items() if ds[0]["workload"] == kind}
         if cells:
             lines += _workload_section(kind, tables, cells)
@@ -143,7 +142,7 @@ def workload_groups(
     groups: dict[tuple[tuple[str, str], ...], dict[str, list[dict[str, Any]]]] = defaultdict(dict)
     for cid, ds in cells.items():
         flat = flatten(ds[0]["params"])
-        rest = tuple(sorted((k, str(v)) for k, v in flat.items() if k not in ROW_KEYS[kind] + COLUMN_KEYS))
+        rest = tuple(sorted((k, str(v)) for k, v in flat.items() if k not in ROW_KEYS.get(kind, ()) + COLUMN_KEYS))
         groups[rest][cid] = ds
     varying = {k for k, _ in set().union(*groups)} if len(groups) > 1 else set()
     varying = {k for k in varying if len({dict(g).get(k) for g in groups}) > 1}
@@ -220,7 +219,7 @@ def relative_speed_tables(
 ) -> list[tuple[str, list[str], list[list[str]]]]:
     """Seed 000's "relative speed" tables: cells that differ only in database (gtm.*) settings, the
     first metric's median and each one's speed relative to the first (default-most) setting."""
-    metric, title, direction = METRIC_TABLES[kind][0]
+    metric, title, direction = metric_tables(cells)[kind][0]
     families: dict[tuple[tuple[str, str], ...], list[tuple[dict[str, Any], list[float]]]] = defaultdict(list)
     for ds in cells.values():
         flat = flatten(ds[0]["params"])

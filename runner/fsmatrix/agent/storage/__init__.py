@@ -3,25 +3,24 @@
 Public API (the rest of fsmatrix codes against exactly these names)::
 
     Skipped, UnsafeDevice, StorageError
-    FILESYSTEMS, LAYOUTS, RAW, filesystem_availability(name), parse_size(text), required_devices(cell)
+    FILESYSTEMS, filesystem_availability(name), parse_size(text), required_devices(cell)
     stripe_geometry(storage), StripeError
     check_safe_to_format(device), describe_device(device), kernel_name(device)
     loop_devices(count, size_bytes, directory, sparse=True)
     PreparedStorage, prepare(cell, devices, mount_root), format_device(filesystem, device, mkfs_options)
 """
 
+from fsmatrix.agent.declare import parse_size
 from fsmatrix.agent.storage.devices import UnsafeDevice, check_safe_to_format, describe_device, kernel_name
 from fsmatrix.agent.storage.loop import loop_devices
 from fsmatrix.agent.storage.prepare import (
     FILESYSTEMS,
-    LAYOUTS,
-    RAW,
     PreparedStorage,
     Skipped,
     StorageError,
+    StorageSpec,
     filesystem_availability,
     format_device,
-    parse_size,
     prepare,
     required_devices,
     stripe_geometry,
@@ -30,11 +29,10 @@ from fsmatrix.agent.storage.stripe import StripeError
 
 __all__ = [
     "FILESYSTEMS",
-    "LAYOUTS",
-    "RAW",
     "PreparedStorage",
     "Skipped",
     "StorageError",
+    "StorageSpec",
     "StripeError",
     "UnsafeDevice",
     "check_safe_to_format",

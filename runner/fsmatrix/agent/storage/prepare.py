@@ -5,16 +5,20 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import shlex
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fsmatrix.agent import proc
+if TYPE_CHECKING:
+    from fsmatrix.agent.cell import Cell, Storage
+
+from fsmatrix.agent import cell as _cells  # (a partly imported module here: cell imports storage)
+from fsmatrix.agent import declare, proc
+from fsmatrix.agent.declare import parse_size
 from fsmatrix.agent.storage import devices as _devices
 from fsmatrix.agent.storage import filesystems, stripe
 from fsmatrix.agent.storage._cleanup import close_uninterrupted
@@ -23,8 +27,6 @@ from fsmatrix.agent.storage.devices import check_safe_to_format, describe_device
 log = logging.getLogger("fsmatrix.storage")
 
 FILESYSTEMS = filesystems.FILESYSTEMS
-LAYOUTS = ("single", "split-journal", *stripe.LAYOUTS)
-RAW = "raw"  # no filesystem: the workload runs on the block device itself
 MKFS_TIMEOUT = 1800  # zeroing inode tables of a large slow disk takes a while
 UMOUNT_ATTEMPTS = 5
 
@@ -40,60 +42,40 @@ class StorageError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 # small pure helpers
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """What prepare needs of a cell: the filesystem, its options and the storage block, typed."""
+
+    filesystem: str
+    mkfs_options: str
+    mount_options: str
+    storage: Storage
+
+    @classmethod
+    def of(cls, cell: Cell | StorageSpec | Mapping[str, Any]) -> StorageSpec:
+        """From a parsed cell, or from a cell's JSON form (its storage block checked and defaulted here)."""
+        if isinstance(cell, StorageSpec | _cells.Cell):
+            return cls(cell.filesystem, cell.mkfs_options, cell.mount_options, cell.storage)
+        name = cell["filesystem"]
+        if name not in FILESYSTEMS:
+            raise ValueError(f"unknown filesystem {name!r}; known: {', '.join(FILESYSTEMS)}")
+        storage = declare.parse(_cells.Storage, cell.get("storage"), "storage")
+        return cls(name, str(cell.get("mkfs_options") or ""), str(cell.get("mount_options") or ""), storage)
 
 
-def parse_size(text: str | int) -> int:
-    """Bytes in a size such as "8G", "512M", "1T", "4096" (binary units, as qemu-img and fio)."""
-    if isinstance(text, bool):
-        raise ValueError(f"not a size: {text!r}")
-    if isinstance(text, int):
-        if text < 0:
-            raise ValueError(f"negative size: {text}")
-        return text
-    match = _SIZE.match(text) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"not a size: {text!r} (expected e.g. 4096, 512M, 8G, 1T)")
-    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if value != int(value):
-        raise ValueError(f"size {text!r} is not a whole number of bytes")
-    return int(value)
-
-
-def _storage(cell: dict[str, Any]) -> dict[str, Any]:
-    storage = cell.get("storage") or {}
-    layout = storage.get("layout", "single")
-    if layout not in LAYOUTS:
-        raise ValueError(f"storage layout {layout!r} is not supported here (supported: {', '.join(LAYOUTS)})")
-    return dict(storage)
-
-
-def _journal_filesystem(storage: dict[str, Any]) -> str | None:
-    if storage.get("layout", "single") != "split-journal":
-        return None
-    return str(storage.get("journal_filesystem") or "ext2")
-
-
-def stripe_geometry(storage: dict[str, Any]) -> tuple[int, int]:
+def stripe_geometry(storage: Storage) -> tuple[int, int]:
     """(disks, stripe size in bytes) of a striped layout: storage.stripe_disks and stripe_size."""
-    disks = storage.get("stripe_disks", 4)
-    if isinstance(disks, bool) or not isinstance(disks, int) or disks < 2:
-        raise ValueError(f"storage.stripe_disks must be an integer >= 2, got {disks!r}")
-    return disks, stripe.stripe_bytes(parse_size(storage.get("stripe_size") or "64K"))
+    return storage.stripe_disks, stripe.stripe_bytes(parse_size(storage.stripe_size))
 
 
-def required_devices(cell: dict[str, Any]) -> int:
+def required_devices(cell: Cell | StorageSpec | Mapping[str, Any]) -> int:
     """Block devices a cell needs: tmpfs none; md-raid0 / lvm-stripe storage.stripe_disks;
     single one (raw included); split-journal two (one when the journal is on tmpfs)."""
-    storage = _storage(cell)
-    if storage.get("layout", "single") in stripe.LAYOUTS:
-        return stripe_geometry(storage)[0]
-    needed = 0 if cell["filesystem"] == "tmpfs" else 1
-    journal = _journal_filesystem(storage)
-    if journal is not None and journal != "tmpfs":
-        needed += 1
-    return needed
+    spec = StorageSpec.of(cell)
+    if spec.storage.striped:
+        return stripe_geometry(spec.storage)[0]
+    return _cells.required_devices(spec.filesystem, spec.storage)
 
 
 def parse_proc_filesystems(text: str) -> set[str]:
@@ -311,16 +293,14 @@ class PreparedStorage:
     # device the filesystem (or raw workload) sees, not its components.
     diskstat_names: list[str]
     data_device: str | None = None  # the block device holding the data (single disk, md array, LV)
-    raw: bool = False  # filesystem "raw": the workload uses data_device itself
+    bare_device: bool = False  # no filesystem (raw): the workload uses data_device itself
     component_diskstat_names: list[str] = field(default_factory=list)  # a stripe's disks
 
 
-def _needs_device(fs_name: str) -> bool:
-    return fs_name == RAW or filesystems.get(fs_name).needs_device
-
-
 @contextmanager
-def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> Iterator[PreparedStorage]:
+def prepare(
+    cell: Cell | StorageSpec | Mapping[str, Any], devices: Sequence[str], mount_root: Path
+) -> Iterator[PreparedStorage]:
     """mkfs and mount the cell's storage under ``mount_root``/data (and /journal); undo it on exit.
 
     Before touching anything: every device is checked (UnsafeDevice) and the filesystems and the
@@ -330,14 +310,15 @@ def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> I
     On exit, whatever happened (KeyboardInterrupt included), the filesystems are unmounted, the
     array / volume group torn down and the directories created here removed, in reverse order.
     """
-    storage = _storage(cell)
-    layout = storage.get("layout", "single")
-    data_fs = str(cell["filesystem"])
-    raw = data_fs == RAW
-    journal_fs = _journal_filesystem(storage)
-    if raw and journal_fs is not None:
-        raise ValueError("filesystem raw cannot be combined with layout split-journal")
-    needed = required_devices(cell)
+    spec = StorageSpec.of(cell)
+    storage = spec.storage
+    layout = storage.layout
+    data_fs = spec.filesystem
+    bare = not filesystems.get(data_fs).mounts
+    journal_fs = storage.journal_on_own_filesystem
+    if bare and journal_fs is not None:
+        raise ValueError(f"filesystem {data_fs} cannot be combined with layout split-journal")
+    needed = required_devices(spec)
     if len(devices) < needed:
         raise ValueError(f"this cell needs {needed} block device(s), got {len(devices)}")
     used = list(devices[:needed])
@@ -345,23 +326,22 @@ def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> I
         check_safe_to_format(device)
     if len({kernel_name(d) for d in used}) != len(used):
         raise ValueError(f"the same device was given twice: {used}")
-    for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n and n != RAW):
+    for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n and filesystems.get(n).mounts):
         reason = filesystem_availability(name)
         if reason:
             raise Skipped(f"{name}: {reason}")
-    striped = layout in stripe.LAYOUTS
+    striped = storage.striped
     if striped:
         stripe_size = stripe_geometry(storage)[1]
         reason = stripe.availability(layout)
         if reason:
             raise Skipped(f"{layout}: {reason}")
 
-    size = storage.get("disk_size")
-    tmpfs_size = parse_size(size) if size else None
+    tmpfs_size = parse_size(storage.disk_size)  # a filesystem without a device is sized by disk_size
     mount_root = Path(os.path.realpath(mount_root))  # mountinfo shows resolved paths
-    roles = [("data", data_fs, str(cell.get("mkfs_options") or ""), str(cell.get("mount_options") or ""))]
+    roles = [("data", data_fs, spec.mkfs_options, spec.mount_options)]
     if journal_fs is not None:
-        roles.append(("journal", journal_fs, "", str(storage.get("journal_mount_options") or "")))
+        roles.append(("journal", journal_fs, "", storage.journal_mount_options))
 
     stack = ExitStack()
     try:
@@ -378,23 +358,23 @@ def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> I
         used_by_role: list[str] = []  # the devices the filesystems (or the raw workload) sit on
         data_device: str | None = None
         for role, fs_name, mkfs_options, mount_options in roles:
-            role_device = next(remaining) if _needs_device(fs_name) else None
+            role_device = next(remaining) if filesystems.get(fs_name).device else None
             if role_device is not None:
                 used_by_role.append(role_device)
             if role == "data":
                 data_device = role_device
-            if fs_name == RAW:
+            if not filesystems.get(fs_name).mounts:
                 assert role_device is not None
                 readback[role] = {
-                    "filesystem": RAW,
+                    "filesystem": fs_name,
                     "device": role_device,
                     "size_bytes": describe_device(role_device)["size_bytes"],
                 }
                 continue
             mount_point = mount_root / role
             readback[role] = _set_up(fs_name, role_device, mkfs_options, mount_options, mount_point, tmpfs_size, stack)
-        # raw: nothing is mounted; the workload gets the empty mount root as its directory.
-        data = mount_root if raw else mount_root / "data"
+        # No filesystem (raw): nothing is mounted; the workload gets the empty mount root as its directory.
+        data = mount_root if bare else mount_root / "data"
         yield PreparedStorage(
             data=data,
             journal=mount_root / "journal" if journal_fs is not None else data,
@@ -402,7 +382,7 @@ def prepare(cell: dict[str, Any], devices: Sequence[str], mount_root: Path) -> I
             devices=[describe_device(d) for d in (components or used_by_role)],
             diskstat_names=[kernel_name(d) for d in used_by_role],
             data_device=data_device,
-            raw=raw,
+            bare_device=bare,
             component_diskstat_names=[kernel_name(d) for d in components],
         )
     finally:

@@ -1,22 +1,40 @@
 """Workloads: each module runs one benchmark tool against a prepared workspace and parses its output.
 
-Every workload module exposes:
+Every workload module declares one ``WORKLOAD = Workload(...)``: everything the rest of fsmatrix
+knows about it (parameters with defaults and bounds, key metrics, primary metric, cell-id slug,
+report rows, what one operation is, packages, the database settings block it owns, ...). The
+registry is the ``WORKLOADS`` tuple below: adding a workload is one module and one line there.
+See docs/adding-a-workload.md.
 
-- ``KEY_METRICS``: ``{metric name: "lower" | "higher"}``, the metrics a comparison looks at and
-  which direction is better;
-- ``run_cell(cell, workspace, timeout) -> Outcome``: run the workload the cell describes
-  (``cell["workload"][<name>]`` holds its parameters, fully defaulted by the matrix layer).
+The entry point is ``WORKLOAD.run_cell(cell, workspace, timeout) -> Outcome``: ``cell`` is the
+parsed, typed cell (``fsmatrix.agent.cell.Cell``); ``cell.params`` is an instance of the
+workload's ``params`` dataclass, ``cell.settings[block]`` one of each settings block it owns.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import tempfile
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from fsmatrix.agent import declare
+
+if TYPE_CHECKING:
+    from fsmatrix.agent.cell import Cell
+
+# The registry: one line per workload module in this package, in the order reports list them.
+WORKLOADS: tuple[str, ...] = (
+    "threen1",
+    "sysbench",
+    "fio",
+)
+
+P = TypeVar("P")
 
 
 @dataclass(frozen=True)
@@ -44,16 +62,117 @@ class Outcome:
     versions: dict[str, str] = field(default_factory=dict)  # versions of tools that affect numbers
 
 
+@dataclass(frozen=True)
+class Metric:
+    """A key metric: what a comparison and the reports look at."""
+
+    name: str  # the key in Outcome.metrics
+    title: str  # report table heading, e.g. "Elapsed time (s)"
+    unit: str  # "s", "reads/s", "MiB/s", ...
+    better: str  # "lower" | "higher"
+
+
+@dataclass(frozen=True)
+class SettingsBlock:
+    """A top-level settings block of a cell that a database owns (``gtm``, later ``postgres``).
+
+    ``settings`` is its declared dataclass (``fsmatrix.agent.declare.setting`` fields); a cell
+    carries the block only when its workload owns it.
+    """
+
+    name: str
+    settings: type
+    help: str
+    summary: Callable[[Any], str]  # a few words for the `matrix expand` table, e.g. "BG jnl=before"
+
+
+@dataclass(frozen=True)
+class Workload(Generic[P]):
+    """Everything fsmatrix knows about one workload. ``P`` is its parameters dataclass."""
+
+    name: str
+    help: str  # one line: `fsmatrix matrix settings`, `fsmatrix workload --help`
+    params: type[P]  # frozen dataclass of declare.setting fields: defaults, bounds, help
+    run_cell: Callable[[Cell, Workspace, float], Outcome]
+    metrics: tuple[Metric, ...]  # the key metrics, in report order
+    primary: str  # the metric the regression gate decides on (one of ``metrics``)
+    slug: Callable[[P], str]  # the workload part of a cell id, e.g. "1-100000-w4"
+    summary: Callable[[P], str]  # a short description for tables and progress
+    row_keys: tuple[str, ...]  # parameters that name a report row (its input)
+    operation: str  # what one operation is, for the per-operation device metrics
+    operations: Callable[[Mapping[str, float | int]], float | None]  # how many, from Outcome.metrics
+    needs_filesystem: bool = True  # False: can run on filesystem "raw" (the block device itself)
+    settings: tuple[SettingsBlock, ...] = ()  # the database settings blocks it owns
+    # What layout "split-journal" puts on the second device ("the GT.M journal"); None: not supported.
+    journal: str | None = None
+    guest_packages: tuple[str, ...] = ()  # Debian packages the guest image needs
+    host_packages: tuple[str, ...] = ()  # Debian packages the host backend needs (usually the same)
+    # The key metrics for given parameters (a direction a mode never does is left out); default all.
+    key_metrics_for: Callable[[P], tuple[str, ...]] | None = None
+    # Formats a row label from the row_keys' values (default: the values joined by " ").
+    row_label: Callable[[Mapping[str, Any]], str] | None = None
+
+    def parse_params(self, values: Mapping[str, Any] | None) -> P:
+        return declare.parse(self.params, values, f"workload.{self.name}")
+
+    def key_metrics(self, params: P) -> dict[str, str]:
+        """{metric: better direction} for these parameters, the primary metric first."""
+        chosen = self.key_metrics_for(params) if self.key_metrics_for else tuple(m.name for m in self.metrics)
+        by_name = {m.name: m for m in self.metrics}
+        ordered = [self.primary] + [n for n in chosen if n != self.primary]
+        return {n: by_name[n].better for n in ordered if n in chosen or n == self.primary}
+
+    def label(self, values: Mapping[str, Any]) -> str:
+        """The report row label from ``{row key: value}``."""
+        if self.row_label is not None:
+            return self.row_label(values)
+        return " ".join(str(values[k]) for k in self.row_keys)
+
+    @property
+    def cli_params(self) -> list[declare.Field]:
+        """Parameters that are arguments of `fsmatrix workload NAME` (the others are --set KEY=VALUE)."""
+        return [f for f in declare.fields(self.params) if f.spec.cli]
+
+
+_loaded: dict[str, Workload[Any]] = {}
+
+
+def get(name: str) -> Workload[Any]:
+    """The declaration of workload ``name``; ValueError for names not in the registry."""
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    if name not in _loaded:
+        module = importlib.import_module(f"{__name__}.{name}")
+        declared = getattr(module, "WORKLOAD", None)
+        if not isinstance(declared, Workload) or declared.name != name:
+            raise TypeError(f"{module.__name__}.WORKLOAD does not declare workload {name}")
+        _loaded[name] = declared
+    return _loaded[name]
+
+
+def all_workloads() -> list[Workload[Any]]:
+    return [get(name) for name in WORKLOADS]
+
+
+def settings_blocks() -> dict[str, SettingsBlock]:
+    """Every settings block some workload owns, by name."""
+    return {b.name: b for w in all_workloads() for b in w.settings}
+
+
 def run_in_directory(
-    run_cell: Callable[[Mapping[str, Any], Workspace, float], Outcome],
-    kind: str,
-    params: Mapping[str, Any],
+    workload: Workload[Any],
+    params: Cell | Mapping[str, Any],
     directory: Path,
     timeout: float,
 ) -> Outcome:
-    """Run a file workload directly in an existing ``directory`` (no matrix, no mkfs); scratch in /tmp."""
+    """Run a workload directly in an existing ``directory`` (no matrix, no mkfs); scratch in /tmp.
+
+    ``params``: the workload's parameters, or a whole standalone cell (``Cell.standalone``)."""
+    from fsmatrix.agent.cell import Cell  # the cell module imports this package
+
     if not directory.is_dir():
-        raise NotADirectoryError(f"{kind}: {directory} is not a directory")
-    with tempfile.TemporaryDirectory(prefix=f"fsmatrix-{kind}-") as scratch:
+        raise NotADirectoryError(f"{workload.name}: {directory} is not a directory")
+    cell = params if isinstance(params, Cell) else Cell.standalone(workload.name, params)
+    with tempfile.TemporaryDirectory(prefix=f"fsmatrix-{workload.name}-") as scratch:
         ws = Workspace(data=directory, journal=directory, scratch=Path(scratch))
-        return run_cell({"workload": {kind: dict(params)}}, ws, timeout)
+        return workload.run_cell(cell, ws, timeout)

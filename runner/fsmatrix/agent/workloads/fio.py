@@ -1,8 +1,8 @@
 """fio, driven like the iozone runs of seed 001: write, rewrite, read, reread and random I/O.
 
-Parameters (``cell["workload"]["fio"]``): ``pattern`` (one of VALID_PATTERNS, required) and the
-optional keys of DEFAULTS. Each of ``jobs`` jobs works on its own file of ``file_size`` (as iozone
--t N does); the measured group is reported aggregated. fio's JSON is parsed by ``parse_json`` only.
+Parameters (``cell["workload"]["fio"]``): the ``Params`` dataclass, declared once. Each of
+``jobs`` jobs works on its own file of ``file_size`` (as iozone -t N does); the measured group
+is reported aggregated. fio's JSON is parsed by ``parse_json`` only.
 
 Phases (only the last one is measured):
 
@@ -33,31 +33,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import oscache, proc
-from fsmatrix.agent.storage.prepare import parse_size
-from fsmatrix.agent.workloads import Outcome, Workspace, run_in_directory
+from fsmatrix.agent import declare, oscache, proc
+from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.declare import parse_size, setting
+from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
 
 VALID_PATTERNS = ("write", "rewrite", "read", "reread", "randread", "randwrite", "randrw")
+IO_ENGINES = ("psync", "sync", "libaio", "io_uring")
 
-DEFAULTS: dict[str, Any] = {
-    "record_size": "8k",
-    "file_size": "1G",
-    "jobs": 1,
-    "direct": True,
-    "rwmixread": 50,
-    "runtime": 0,
-    "ioengine": "psync",
-    "fsync_on_close": True,
-}
 
-KEY_METRICS: dict[str, str] = {
-    "iops": "higher",
-    "read_mib_s": "higher",
-    "write_mib_s": "higher",
-    "lat_p95_us": "lower",
-}
+@dataclass(frozen=True)
+class Params:
+    """``cell["workload"]["fio"]``, declared once: defaults, bounds and help."""
+
+    pattern: str = setting(choices=VALID_PATTERNS, cli=True, help="iozone-style test: write, reread, randrw, ...")
+    record_size: str = setting("8K", size=True, help="--bs of the measured phase")
+    file_size: str = setting("1G", size=True, help="--size per job (raw: at most device size / jobs)")
+    jobs: int = setting(1, minimum=1, maximum=256, help="--numjobs, one file each")
+    direct: bool = setting(True, help="--direct=1 (O_DIRECT); false drops the page cache first")
+    rwmixread: int = setting(50, minimum=0, maximum=100, help="--rwmixread for randrw, percent")
+    runtime: int = setting(0, minimum=0, help="--runtime in seconds (0: the whole file once)")
+    ioengine: str = setting("psync", choices=IO_ENGINES, help="--ioengine")
+    fsync_on_close: bool = setting(True, help="--fsync_on_close")
+
 
 # Outcome.metrics; the other numbers parse_json returns (per-direction percentiles, byte counts
 # per direction) stay in details.
@@ -90,50 +90,22 @@ _MEASURED_RW = {
 }
 _READ_PATTERNS = ("read", "reread", "randread")
 _WRITE_PATTERNS = ("write", "rewrite", "randwrite")
-_SIZE = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
-_ENGINE = re.compile(r"^[a-z0-9_]+$")
 
 
 def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with DEFAULTS filled in and every value checked; ValueError names the bad key."""
-    unknown = sorted(set(params) - set(DEFAULTS) - {"pattern"})
-    if unknown:
-        raise ValueError(f"fio: unknown parameter(s) {', '.join(unknown)}")
-    merged = {**DEFAULTS, **params}
-    if merged.get("pattern") not in VALID_PATTERNS:
-        raise ValueError(f"fio: pattern must be one of {', '.join(VALID_PATTERNS)}, not {merged.get('pattern')!r}")
-    for key in ("record_size", "file_size"):
-        value = merged[key]
-        if isinstance(value, bool) or not _SIZE.match(str(value).strip()):
-            raise ValueError(f"fio: {key} must look like 8k, 1G or a byte count, not {value!r}")
-        merged[key] = str(value).strip()
-    for key, low, high in (("jobs", 1, None), ("rwmixread", 0, 100), ("runtime", 0, None)):
-        value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
-            bounds = f"between {low} and {high}" if high else f">= {low}"
-            raise ValueError(f"fio: {key} must be an integer {bounds}, not {value!r}")
-    for key in ("direct", "fsync_on_close"):
-        if not isinstance(merged[key], bool):
-            raise ValueError(f"fio: {key} must be true or false, not {merged[key]!r}")
-    if not isinstance(merged["ioengine"], str) or not _ENGINE.match(merged["ioengine"]):
-        raise ValueError(f"fio: ioengine must be an engine name like psync, not {merged['ioengine']!r}")
-    return merged
+    """``params`` with the defaults filled in and every value checked; ValueError names the bad key."""
+    return declare.to_dict(declare.parse(Params, params, "workload.fio"))
+
+
+def _key_metrics(p: Params) -> tuple[str, ...]:
+    """The key metrics for this pattern: a direction it never does (writes in randread) is left out."""
+    reads = p.pattern in _READ_PATTERNS or (p.pattern == "randrw" and p.rwmixread > 0)
+    writes = p.pattern in _WRITE_PATTERNS or (p.pattern == "randrw" and p.rwmixread < 100)
+    return ("iops", *(("read_mib_s",) if reads else ()), *(("write_mib_s",) if writes else ()), "lat_p95_us")
 
 
 def key_metrics(params: Mapping[str, Any]) -> dict[str, str]:
-    """The key metrics for this pattern: a direction it never does (writes in randread) is left out."""
-    resolved = resolve_params(params)
-    pattern = resolved["pattern"]
-    mix = resolved["rwmixread"]
-    reads = pattern in _READ_PATTERNS or (pattern == "randrw" and mix > 0)
-    writes = pattern in _WRITE_PATTERNS or (pattern == "randrw" and mix < 100)
-    keys = {"iops": "higher"}
-    if reads:
-        keys["read_mib_s"] = "higher"
-    if writes:
-        keys["write_mib_s"] = "higher"
-    keys["lat_p95_us"] = "lower"
-    return keys
+    return WORKLOAD.key_metrics(declare.parse(Params, params, "workload.fio"))
 
 
 def _percentiles(stats: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -321,9 +293,9 @@ def _failure_text(result_output: str, report: Path) -> str:
     return (before_json + "\n" + result_output).strip()
 
 
-def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
     """Run the pattern's phases in ws.data, reports in ws.scratch; TimeoutError after ``timeout`` s."""
-    params = resolve_params(cell["workload"]["fio"])
+    params = declare.to_dict(Cell.coerce(cell).typed_params(Params))
     deadline = time.monotonic() + timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     versions = {"fio": tool_version()}
@@ -390,4 +362,30 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
 
 def run_standalone(params: Mapping[str, Any], directory: Path, timeout: float) -> Outcome:
     """Run one fio pattern in ``directory`` (which must exist), DEFAULTS filling missing parameters."""
-    return run_in_directory(run_cell, "fio", resolve_params(params), directory, timeout)
+    return run_in_directory(WORKLOAD, params, directory, timeout)
+
+
+WORKLOAD = Workload(
+    name="fio",
+    help="fio, driven like seed 001's iozone runs: write, rewrite, read, reread, random I/O",
+    params=Params,
+    run_cell=run_cell,
+    metrics=(
+        Metric("iops", "IO requests per second", "requests/s", "higher"),
+        Metric("read_mib_s", "Read throughput (MiB/s)", "MiB/s", "higher"),
+        Metric("write_mib_s", "Write throughput (MiB/s)", "MiB/s", "higher"),
+        Metric("lat_p95_us", "95th percentile latency (µs)", "µs", "lower"),
+    ),
+    primary="iops",
+    slug=lambda p: f"{p.pattern}-j{p.jobs}",
+    summary=lambda p: f"fio {p.pattern} rs{p.record_size} {p.file_size} j{p.jobs}",
+    row_keys=("pattern",),
+    operation="I/O request",
+    operations=lambda m: m.get("iops", 0) * m.get("runtime_s", 0),
+    needs_filesystem=False,  # filesystem raw: fio runs on the block device itself
+    guest_packages=("fio",),
+    host_packages=("fio",),
+    key_metrics_for=_key_metrics,
+)
+KEY_METRICS = {m.name: m.better for m in WORKLOAD.metrics}
+DEFAULTS = declare.defaults(Params)

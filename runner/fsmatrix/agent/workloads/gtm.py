@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
+from fsmatrix.agent import declare, proc
+from fsmatrix.agent.declare import Invalid, setting
+from fsmatrix.agent.workloads import SettingsBlock
 
 log = logging.getLogger("fsmatrix")
 
@@ -38,74 +40,54 @@ MAX_KEY_SIZE = 1019
 # GDE: "block size B and reserved bytes 0 limit key size to B - 40".
 KEY_SIZE_OVERHEAD = 40
 
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "block_size": 4096,
-    "global_buffers": 35000,
-    "journal_buffers": 2312,
-    "access_method": "BG",
-    "journal": "before",
-    "sync_io": False,
-    "full_block_writes": False,
-}
 ACCESS_METHODS = ("BG", "MM")
 JOURNAL_MODES = ("before", "nobefore", "off")
-OPTIONAL_SETTINGS = ("allocation", "extension")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What to ask GT.M for; ``from_mapping`` checks every value."""
+    """What to ask GT.M for: the cell's ``gtm`` block, declared once (defaults, bounds, help)."""
 
-    block_size: int = 4096
-    global_buffers: int = 35000
-    journal_buffers: int = 2312
-    access_method: str = "BG"
-    journal: str = "before"
-    sync_io: bool = False
-    full_block_writes: bool = False
-    allocation: int = ALLOCATION
-    extension: int = EXTENSION
+    block_size: int = setting(4096, minimum=512, maximum=65024, multiple_of=512, help="database block size, bytes")
+    global_buffers: int = setting(35000, minimum=64, maximum=2097151, help="GDE -global_buffer_count")
+    # GT.M V7 accepts 2307.. and rounds up to a multiple of 8.
+    journal_buffers: int = setting(2312, minimum=2307, maximum=1048576, help="mupip set -journal=buffer_size")
+    access_method: str = setting("BG", choices=ACCESS_METHODS, help="BG (buffered global) or MM (memory-mapped)")
+    journal: str = setting("before", choices=JOURNAL_MODES, help="before-image, nobefore-image or no journal")
+    sync_io: bool = setting(False, help="mupip set -journal=sync_io")
+    full_block_writes: bool = setting(False, help="GDE -fullblkwrt=1 (whole blocks written)")
+    # Not matrix settings: GT.M's own defaults, as the published runs used.
+    allocation: int = setting(ALLOCATION, minimum=1, matrix=False)
+    extension: int = setting(EXTENSION, minimum=1, matrix=False)
+
+    def __post_init__(self) -> None:
+        if self.access_method == "MM" and self.journal == "before":
+            raise Invalid(
+                "gtm.access_method",
+                "gtm.access_method 'MM' cannot be combined with gtm.journal 'before' (GT.M cannot write "
+                "before-images for memory-mapped databases); use journal 'nobefore' or 'off', or access_method 'BG'",
+            )
 
     @classmethod
     def from_mapping(cls, gtm: Mapping[str, Any] | None) -> Settings:
-        values: dict[str, Any] = {**DEFAULT_SETTINGS, **(gtm or {})}
-        unknown = sorted(set(values) - set(DEFAULT_SETTINGS) - set(OPTIONAL_SETTINGS))
-        if unknown:
-            raise ValueError(f"gtm: unknown setting(s) {', '.join(unknown)}")
-        for key in ("block_size", "global_buffers", "journal_buffers", "allocation", "extension"):
-            value = values.get(key, getattr(cls, key))
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"gtm.{key} must be a positive integer, not {value!r}")
-        if values["block_size"] % 512 or not 512 <= values["block_size"] <= 65024:
-            raise ValueError(f"gtm.block_size must be a multiple of 512 in 512..65024, not {values['block_size']}")
-        access = str(values["access_method"]).upper()
-        if access not in ACCESS_METHODS:
-            raise ValueError(f"gtm.access_method must be BG or MM, not {values['access_method']!r}")
-        if values["journal"] not in JOURNAL_MODES:
-            raise ValueError(f"gtm.journal must be one of {', '.join(JOURNAL_MODES)}, not {values['journal']!r}")
-        if access == "MM" and values["journal"] == "before":
-            raise ValueError(
-                "gtm: access_method MM cannot be combined with journal 'before' "
-                "(GT.M cannot order before-images ahead of blocks the OS writes back); use 'nobefore' or 'off'"
-            )
-        for key in ("sync_io", "full_block_writes"):
-            if not isinstance(values[key], bool):
-                raise ValueError(f"gtm.{key} must be true or false, not {values[key]!r}")
-        return cls(
-            block_size=values["block_size"],
-            global_buffers=values["global_buffers"],
-            journal_buffers=values["journal_buffers"],
-            access_method=access,
-            journal=values["journal"],
-            sync_io=values["sync_io"],
-            full_block_writes=values["full_block_writes"],
-            allocation=values.get("allocation", ALLOCATION),
-            extension=values.get("extension", EXTENSION),
-        )
+        """Parse a ``gtm`` block (ValueError for a bad value); lower-case access methods are accepted."""
+        values = dict(gtm or {})
+        if isinstance(values.get("access_method"), str):
+            values["access_method"] = values["access_method"].upper()
+        return declare.parse(cls, values, "gtm")
 
     @property
     def key_size(self) -> int:
         return min(MAX_KEY_SIZE, self.block_size - KEY_SIZE_OVERHEAD)
+
+
+# The cell's ``gtm`` block; the workloads that run on GT.M list it in their ``settings``.
+BLOCK = SettingsBlock(
+    "gtm",
+    Settings,
+    "GT.M database settings (workloads that run on GT.M)",
+    summary=lambda s: f"{s.access_method} jnl={s.journal} gb={s.global_buffers}",
+)
 
 
 def _version_key(path: str) -> list[tuple[int, int, str]]:

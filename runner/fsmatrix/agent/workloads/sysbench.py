@@ -1,7 +1,7 @@
 """sysbench fileio (seed 003): prepare the test files, drop the caches, run one mode, clean up.
 
-Parameters (``cell["workload"]["sysbench"]``): ``mode`` (one of VALID_MODES, required) and the
-optional keys of DEFAULTS. sysbench 1.0's text output is parsed by ``parse_run_output`` only.
+Parameters (``cell["workload"]["sysbench"]``): the ``Params`` dataclass, declared once.
+sysbench 1.0's text output is parsed by ``parse_run_output`` only.
 
 Filesystem "raw" is skipped: sysbench 1.0 fileio cannot use a block device as its test file. In
 ``run`` it checks each file's size with fstat(), which is 0 for a block device ("Size of file
@@ -16,35 +16,36 @@ import logging
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import oscache, proc
+from fsmatrix.agent import declare, oscache, proc
+from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.declare import setting
 from fsmatrix.agent.storage.prepare import Skipped
-from fsmatrix.agent.workloads import Outcome, Workspace, run_in_directory
+from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
 
 VALID_MODES = ("seqwr", "seqrewr", "seqrd", "rndrd", "rndwr", "rndrw")
-VALID_IO = ("buffered", "direct")
+VALID_IO = ("direct", "buffered")
 
-DEFAULTS: dict[str, Any] = {
-    "total_size": "1G",
-    "block_size": 16384,
-    "threads": 1,
-    "duration": 30,
-    "io": "direct",
-    "num_files": 128,
-    "fsync_freq": 100,
-    "rw_ratio": 1.5,
-}
 
-KEY_METRICS: dict[str, str] = {
-    "iops": "higher",
-    "read_mib_s": "higher",
-    "write_mib_s": "higher",
-    "latency_p95_ms": "lower",
-}
+@dataclass(frozen=True)
+class Params:
+    """``cell["workload"]["sysbench"]``, declared once: defaults, bounds and help."""
+
+    mode: str = setting(choices=VALID_MODES, cli=True, help="sysbench fileio --file-test-mode")
+    total_size: str = setting("1G", size=True, help="--file-total-size, over all files")
+    block_size: int = setting(16384, minimum=512, help="--file-block-size, bytes")
+    threads: int = setting(1, minimum=1, maximum=1024, help="--threads")
+    duration: int = setting(30, minimum=1, help="--time, seconds")
+    io: str = setting("direct", choices=VALID_IO, help="--file-extra-flags=direct or buffered I/O")
+    num_files: int = setting(128, minimum=1, help="--file-num")
+    fsync_freq: int = setting(100, minimum=0, help="--file-fsync-freq (0: never)")
+    rw_ratio: float = setting(1.5, minimum=0, help="--file-rw-ratio for rndrw (0: writes only)")
+
 
 # Outcome.metrics; the other parsed numbers (latency min and sum) stay in details["raw"].
 METRICS = (
@@ -63,7 +64,6 @@ METRICS = (
 
 _READ_MODES = ("seqrd", "rndrd")
 _WRITE_MODES = ("seqwr", "seqrewr", "rndwr")
-_SIZE = re.compile(r"^\d+[bkmgt]?$", re.IGNORECASE)
 # How long `sysbench cleanup` may take: it only unlinks files, but on a slow device that can
 # mean freeing gigabytes of extents.
 _CLEANUP_TIMEOUT = 300.0
@@ -74,49 +74,20 @@ RAW_UNSUPPORTED = (
 
 
 def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with DEFAULTS filled in and every value checked; ValueError names the bad key."""
-    unknown = sorted(set(params) - set(DEFAULTS) - {"mode"})
-    if unknown:
-        raise ValueError(f"sysbench: unknown parameter(s) {', '.join(unknown)}")
-    merged = {**DEFAULTS, **params}
-    if merged.get("mode") not in VALID_MODES:
-        raise ValueError(f"sysbench: mode must be one of {', '.join(VALID_MODES)}, not {merged.get('mode')!r}")
-    if merged["io"] not in VALID_IO:
-        raise ValueError(f"sysbench: io must be one of {', '.join(VALID_IO)}, not {merged['io']!r}")
-    size = str(merged["total_size"]).strip()
-    if isinstance(merged["total_size"], bool) or not _SIZE.match(size):
-        raise ValueError(f"sysbench: total_size must look like 1G, 512M or a byte count, not {size!r}")
-    merged["total_size"] = size
-    for key, minimum in (
-        ("block_size", 1),
-        ("threads", 1),
-        ("duration", 1),
-        ("num_files", 1),
-        ("fsync_freq", 0),
-    ):
-        value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"sysbench: {key} must be an integer >= {minimum}, not {value!r}")
-    ratio = merged["rw_ratio"]
-    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or ratio < 0:
-        raise ValueError(f"sysbench: rw_ratio must be a number >= 0, not {ratio!r}")
-    return merged
+    """``params`` with the defaults filled in and every value checked; ValueError names the bad key."""
+    return declare.to_dict(declare.parse(Params, params, "workload.sysbench"))
+
+
+def _key_metrics(p: Params) -> tuple[str, ...]:
+    """The key metrics for this mode: a direction the mode never does (reads in seqwr) is left out."""
+    # rndrw reads only when the read/write ratio is positive; it always writes.
+    reads = p.mode in _READ_MODES or (p.mode == "rndrw" and p.rw_ratio > 0)
+    writes = p.mode in _WRITE_MODES or p.mode == "rndrw"
+    return ("iops", *(("read_mib_s",) if reads else ()), *(("write_mib_s",) if writes else ()), "latency_p95_ms")
 
 
 def key_metrics(params: Mapping[str, Any]) -> dict[str, str]:
-    """The key metrics for this mode: a direction the mode never does (reads in seqwr) is left out."""
-    resolved = resolve_params(params)
-    mode = resolved["mode"]
-    # rndrw reads only when the read/write ratio is positive; it always writes.
-    reads = mode in _READ_MODES or (mode == "rndrw" and resolved["rw_ratio"] > 0)
-    writes = mode in _WRITE_MODES or mode == "rndrw"
-    keys = {"iops": "higher"}
-    if reads:
-        keys["read_mib_s"] = "higher"
-    if writes:
-        keys["write_mib_s"] = "higher"
-    keys["latency_p95_ms"] = "lower"
-    return keys
+    return WORKLOAD.key_metrics(declare.parse(Params, params, "workload.sysbench"))
 
 
 # (section, label) in sysbench's report -> metric name
@@ -241,9 +212,9 @@ def _failed(message: str, details: dict[str, Any], versions: dict[str, str]) -> 
     )
 
 
-def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
     """prepare -> drop caches -> run -> cleanup (always) in ws.data; TimeoutError after ``timeout`` s."""
-    params = resolve_params(cell["workload"]["sysbench"])
+    params = declare.to_dict(Cell.coerce(cell).typed_params(Params))
     if ws.device is not None:
         raise Skipped(RAW_UNSUPPORTED)
     deadline = time.monotonic() + timeout
@@ -281,4 +252,29 @@ def run_cell(cell: Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
 
 def run_standalone(params: Mapping[str, Any], directory: Path, timeout: float) -> Outcome:
     """Run sysbench fileio in ``directory`` (which must exist), DEFAULTS filling missing parameters."""
-    return run_in_directory(run_cell, "sysbench", resolve_params(params), directory, timeout)
+    return run_in_directory(WORKLOAD, params, directory, timeout)
+
+
+WORKLOAD = Workload(
+    name="sysbench",
+    help="sysbench fileio (seed 003): prepare the files, drop the caches, run one mode",
+    params=Params,
+    run_cell=run_cell,
+    metrics=(
+        Metric("iops", "IO requests per second", "requests/s", "higher"),
+        Metric("read_mib_s", "Read throughput (MiB/s)", "MiB/s", "higher"),
+        Metric("write_mib_s", "Write throughput (MiB/s)", "MiB/s", "higher"),
+        Metric("latency_p95_ms", "95th percentile latency (ms)", "ms", "lower"),
+    ),
+    primary="iops",
+    slug=lambda p: f"{p.mode}-t{p.threads}",
+    summary=lambda p: f"sysbench {p.mode} {p.total_size} bs{p.block_size} t{p.threads} {p.io}",
+    row_keys=("mode",),
+    operation="I/O request",
+    operations=lambda m: m.get("iops", 0) * m.get("total_time_s", 0),
+    guest_packages=("sysbench",),
+    host_packages=("sysbench",),
+    key_metrics_for=_key_metrics,
+)
+KEY_METRICS = {m.name: m.better for m in WORKLOAD.metrics}
+DEFAULTS = declare.defaults(Params)

@@ -27,22 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
-from fsmatrix.agent.workloads import Outcome, Workspace, gtm, threen1_memory, threen1_reference
+from fsmatrix.agent import declare, proc
+from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.declare import Invalid, setting
+from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, gtm, threen1_memory, threen1_reference
 
 log = logging.getLogger("fsmatrix")
-
-KEY_METRICS: dict[str, str] = {
-    "elapsed_s": "lower",
-    "reads_per_s": "higher",
-    "updates_per_s": "higher",
-    "worker_cpu_s": "lower",
-}
 
 ROUTINE = Path(__file__).with_name("threen1.m")
 WORDS_FILE = threen1_memory.WORDS_FILE
 DB_NAME = "threen1"
-DEFAULTS: dict[str, Any] = {"workers": 4, "block": 5000, "keys": "spelled"}
 KEY_MODES = threen1_memory.KEY_MODES
 # Time allowed for creating the database, compiling and reading the header, out of `timeout`.
 SETUP_TIMEOUT = 300.0
@@ -50,27 +44,24 @@ SETUP_TIMEOUT = 300.0
 
 @dataclass(frozen=True)
 class Params:
-    start: int
-    end: int
-    workers: int = 4
-    block: int = 5000
-    keys: str = "spelled"
+    """``cell["workload"]["threen1"]``, declared once: defaults, bounds and help."""
+
+    start: int = setting(minimum=1, cli=True, help="first starting number")
+    end: int = setting(minimum=1, cli=True, help="last starting number (>= start)")
+    workers: int = setting(4, minimum=1, maximum=1024, help="GT.M worker processes")
+    block: int = setting(5000, minimum=1, help="starting numbers a worker claims at a time")
+    keys: str = setting("spelled", choices=KEY_MODES, help="subscripts and values as digit words or integers")
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise Invalid(
+                "workload.threen1.end",
+                f"workload.threen1.end {self.end} is below start {self.start}; the range must have end >= start",
+            )
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> Params:
-        unknown = sorted(set(params) - {"start", "end", *DEFAULTS})
-        if unknown:
-            raise ValueError(f"threen1: unknown parameter(s) {', '.join(unknown)}")
-        merged = {**DEFAULTS, **params}
-        for key in ("start", "end", "workers", "block"):
-            value = merged.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"threen1: {key} must be a positive integer, not {value!r}")
-        if merged["end"] < merged["start"]:
-            raise ValueError(f"threen1: end {merged['end']} is below start {merged['start']}")
-        if merged["keys"] not in KEY_MODES:
-            raise ValueError(f"threen1: keys must be one of {', '.join(KEY_MODES)}, not {merged['keys']!r}")
-        return cls(merged["start"], merged["end"], merged["workers"], merged["block"], merged["keys"])
+        return declare.parse(cls, params, "workload.threen1")
 
     @property
     def count(self) -> int:
@@ -160,11 +151,10 @@ def read_pid_file(path: Path) -> list[int]:
     return [int(p[2]) for p in (line.split() for line in lines) if len(p) == 3 and p[2].isdigit()]
 
 
-def run_cell(cell: dict[str, Any], ws: Workspace, timeout: float) -> Outcome:
+def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
     """Run the cell's 3n+1 range on a fresh database in ``ws.data`` (journal in ``ws.journal``)."""
-    params = Params.from_mapping(cell["workload"]["threen1"])
-    settings = gtm.Settings.from_mapping(cell.get("gtm"))
-    return run(params, settings, ws, timeout)
+    cell = Cell.coerce(cell)
+    return run(cell.typed_params(Params), cell.settings_of(gtm.Settings), ws, timeout)
 
 
 def run_standalone(
@@ -348,3 +338,30 @@ def verify(params: Params, run: RunOutput) -> dict[str, Any]:
         if problems
         else f"longest {longest} and largest {largest} match the {source} reference",
     }
+
+
+WORKLOAD = Workload(
+    name="threen1",
+    help="the GT.M 3n+1 benchmark (seeds 000, 002): a fresh database, N workers, verified",
+    params=Params,
+    run_cell=run_cell,
+    metrics=(
+        Metric("elapsed_s", "Elapsed time (s)", "s", "lower"),
+        Metric("reads_per_s", "Read rate (reads/s)", "reads/s", "higher"),
+        Metric("updates_per_s", "Update rate (updates/s)", "updates/s", "higher"),
+        Metric("worker_cpu_s", "Worker CPU time (s)", "s", "lower"),
+    ),
+    primary="elapsed_s",
+    slug=lambda p: f"{p.start}-{p.end}-w{p.workers}",
+    summary=lambda p: f"threen1 {p.start}..{p.end} w{p.workers} b{p.block} {p.keys}",
+    row_keys=("start", "end"),
+    row_label=lambda v: f"{v['start']:,}..{v['end']:,}",
+    operation="database update",
+    operations=lambda m: m.get("updates"),
+    settings=(gtm.BLOCK,),
+    journal="the GT.M journal",
+    guest_packages=("fis-gtm",),
+    host_packages=("fis-gtm",),
+)
+KEY_METRICS = {m.name: m.better for m in WORKLOAD.metrics}
+DEFAULTS = declare.defaults(Params)

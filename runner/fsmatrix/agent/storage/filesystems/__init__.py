@@ -2,8 +2,10 @@
 
 Each module declares a ``FILESYSTEM``: its name, mkfs tool and default (non-interactive) options,
 the kernel module that provides it, default mount options, and a geometry reader that runs the
-filesystem's own inspection tool and parses its output in one function. This package holds the
-shared description and the registry.
+filesystem's own inspection tool and parses its output in one function. What makes tmpfs (no
+device) and raw (no filesystem) special is in their fields, not in rules elsewhere. This package
+holds the shared description and the registry, the ``FILESYSTEMS`` tuple: adding a filesystem is
+one module and one line there (docs/adding-a-filesystem.md).
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ FILESYSTEMS: tuple[str, ...] = (
     "nilfs2",
     "f2fs",
     "tmpfs",
+    "raw",
 )
+
+# Where layout split-journal puts a database journal unless the cell says otherwise: a filesystem
+# without a journal of its own, so the database's journal is not journaled twice.
+DEFAULT_JOURNAL_FILESYSTEM = "ext2"
 
 GeometryReader = Callable[[str | None, Path | None], dict[str, Any]]
 
@@ -44,7 +51,7 @@ class Filesystem:
 
     name: str
     package: str | None  # Debian package with the tools, for "install X" hints
-    mkfs: tuple[str, ...]  # tool + default options; () when there is nothing to format (tmpfs)
+    mkfs: tuple[str, ...]  # tool + default options; () when there is nothing to format (tmpfs, raw)
     kernel_module: str | None  # module that registers the type; None = always built in
     read_geometry: GeometryReader  # (device, mount point) -> parsed geometry, always with block_size
     geometry_tool: str | None = None
@@ -52,10 +59,18 @@ class Filesystem:
     mount_options: tuple[str, ...] = ()
     # How the cell's mkfs options combine with the defaults (ext merges its -E lists).
     combine_mkfs_options: Callable[[Sequence[str], Sequence[str]], list[str]] = field(default=append_options)
+    device: bool = True  # needs a block device (False: tmpfs, sized by storage.disk_size instead)
+    mounts: bool = True  # a filesystem is mounted (False: raw, the workload uses the device itself)
+    host_packages: tuple[str, ...] = ()  # Debian packages the host needs beyond ``package``
 
     @property
     def needs_device(self) -> bool:
-        return bool(self.mkfs)
+        return self.device
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """Debian packages with this filesystem's tools (guest image and host)."""
+        return ((self.package,) if self.package else ()) + self.host_packages
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -114,6 +129,10 @@ def leading_int(text: str | None) -> int | None:
 
 
 _registry: dict[str, Filesystem] = {}
+
+
+def all_filesystems() -> list[Filesystem]:
+    return [get(name) for name in FILESYSTEMS]
 
 
 def get(name: str) -> Filesystem:

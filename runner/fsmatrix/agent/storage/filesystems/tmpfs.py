@@ -27,4 +27,5 @@ FILESYSTEM = Filesystem(
     mkfs=(),
     kernel_module=None,  # built into every kernel
     read_geometry=read_geometry,
+    device=False,  # memory-backed: mounted with size=storage.disk_size; layout single, profile native only
 )

@@ -1,0 +1,253 @@
+"""A cell, parsed once: frozen, typed dataclasses built from the registries' declarations.
+
+The matrix layer builds a ``Cell`` when it expands a matrix file, and the guest when it reads its
+job; nothing after that re-applies a default. ``to_dict`` gives back the complete JSON form (every
+default filled) that cell ids hash and result documents store.
+
+Rules that span several settings (tmpfs has no device to split, raw has no filesystem, a layout a
+workload does not support) are checked here too, from the fields of ``Filesystem`` and
+``Workload``, and raise ``declare.Invalid`` naming the setting at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fsmatrix.agent import declare
+from fsmatrix.agent.declare import Invalid, setting
+from fsmatrix.agent.storage import filesystems, stripe
+from fsmatrix.agent.workloads import WORKLOADS, Workload, all_workloads, get, settings_blocks
+
+T = TypeVar("T")
+
+SINGLE = "single"
+SPLIT_JOURNAL = "split-journal"
+LAYOUTS = (SINGLE, SPLIT_JOURNAL, *stripe.LAYOUTS)
+STRIPED_LAYOUTS = stripe.LAYOUTS
+# What a data disk behaves like (VM backends): QEMU block throttling per disk; see backends/profiles.py.
+NATIVE = "native"
+DEVICE_PROFILES = (NATIVE, "ssd", "hdd")
+DEFAULT_BUS = "virtio-blk"
+DEVICE_BUSES = (DEFAULT_BUS, "virtio-scsi", "nvme")
+# A split-off journal needs a filesystem on a device of its own.
+JOURNAL_FILESYSTEMS = tuple(
+    n for n in filesystems.FILESYSTEMS if filesystems.get(n).device and filesystems.get(n).mounts
+)
+CELL_KEYS = ("filesystem", "mkfs_options", "mount_options", "storage", "device", "vm", "workload", "timeout")
+
+
+@dataclass(frozen=True)
+class Storage:
+    layout: str = setting(SINGLE, choices=LAYOUTS)
+    disk_size: str = setting("8G", size=True)
+    journal_filesystem: str = setting(filesystems.DEFAULT_JOURNAL_FILESYSTEM, choices=JOURNAL_FILESYSTEMS)
+    journal_mount_options: str = setting("")
+    # VM backend: sparse data disks fill as the guest writes; preallocated ones are fallocated
+    # first, so the host filesystem's allocation does not land inside the measurement.
+    disk_allocation: str = setting("sparse", choices=("sparse", "preallocated"))
+    # md-raid0 / lvm-stripe: how many disks, and the md chunk / LVM stripe size (seed 004: -i 4 -I 64).
+    stripe_disks: int = setting(4, minimum=2, maximum=16)
+    stripe_size: str = setting("64K", size=True)
+
+    @property
+    def journal_on_own_filesystem(self) -> str | None:
+        """The journal's filesystem when the layout splits it off, else None."""
+        return self.journal_filesystem if self.layout == SPLIT_JOURNAL else None
+
+    @property
+    def striped(self) -> bool:
+        return self.layout in STRIPED_LAYOUTS
+
+
+@dataclass(frozen=True)
+class Device:
+    """How the VM backends attach each data disk (the host backend runs only the 'native' profile)."""
+
+    profile: str = setting(NATIVE, choices=DEVICE_PROFILES)
+    bus: str = setting(DEFAULT_BUS, choices=DEVICE_BUSES)
+    cache: str = setting("none", choices=("none", "writeback", "writethrough", "directsync", "unsafe"))
+    aio: str = setting("io_uring", choices=("io_uring", "native", "threads"))
+    iothread: bool = setting(True)
+    logical_block_size: int = setting(512, choices=(512, 4096))
+    physical_block_size: int = setting(512, choices=(512, 4096))
+
+    def __post_init__(self) -> None:
+        if self.physical_block_size < self.logical_block_size:
+            raise Invalid(
+                "device.physical_block_size",
+                f"device.physical_block_size {self.physical_block_size} is below logical_block_size "
+                f"{self.logical_block_size}; the physical block size must be >= the logical one",
+            )
+
+
+@dataclass(frozen=True)
+class Vm:
+    """The guest's size under the VM backends (the host backend ignores it)."""
+
+    cpus: int = setting(2, minimum=1, maximum=256)
+    memory: str = setting("2G", size=True)
+
+    @property
+    def memory_mib(self) -> int:
+        return declare.parse_size(self.memory) >> 20
+
+
+@dataclass(frozen=True)
+class Options:
+    """The cell's top-level scalar settings."""
+
+    filesystem: str = setting(choices=filesystems.FILESYSTEMS)
+    mkfs_options: str = setting("")
+    mount_options: str = setting("")
+    timeout: int = setting(3600, minimum=1)
+
+
+BLOCKS: dict[str, type] = {"storage": Storage, "device": Device, "vm": Vm}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of settings, complete and checked."""
+
+    filesystem: str
+    workload: str  # the registry name of the workload
+    params: Any  # an instance of the workload's ``params`` dataclass
+    mkfs_options: str = ""
+    mount_options: str = ""
+    storage: Storage = field(default_factory=Storage)
+    device: Device = field(default_factory=Device)
+    vm: Vm = field(default_factory=Vm)
+    timeout: int = 3600
+    settings: Mapping[str, Any] = field(default_factory=dict)  # block name -> its settings instance
+
+    @property
+    def declaration(self) -> Workload[Any]:
+        return get(self.workload)
+
+    @property
+    def fs(self) -> filesystems.Filesystem:
+        return filesystems.get(self.filesystem)
+
+    def typed_params(self, cls: type[T]) -> T:
+        """``params`` as the workload's own dataclass (a TypeError if the cell is for another)."""
+        if not isinstance(self.params, cls):
+            raise TypeError(f"cell for workload {self.workload} has no {cls.__name__} parameters")
+        return self.params
+
+    def settings_of(self, cls: type[T]) -> T:
+        """The settings block of type ``cls`` this cell carries."""
+        for value in self.settings.values():
+            if isinstance(value, cls):
+                return value
+        raise TypeError(f"cell for workload {self.workload} has no {cls.__name__} settings")
+
+    @property
+    def required_devices(self) -> int:
+        return required_devices(self.filesystem, self.storage)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Cell:
+        """Parse a cell's JSON form (defaults filled here); Invalid names the setting at fault."""
+        unknown = sorted(set(doc) - set(CELL_KEYS) - set(settings_blocks()))
+        if unknown:
+            raise Invalid(unknown[0], f"unknown setting(s) {', '.join(unknown)}")
+        scalars = {k: doc[k] for k in ("filesystem", "mkfs_options", "mount_options", "timeout") if k in doc}
+        options = declare.parse(Options, scalars, "cell")
+        workload_doc = doc.get("workload")
+        if not isinstance(workload_doc, Mapping) or len(workload_doc) != 1:
+            raise Invalid("workload", f"workload must name exactly one of {', '.join(WORKLOADS)}, got {workload_doc!r}")
+        ((name, values),) = workload_doc.items()
+        if name not in WORKLOADS:
+            raise Invalid("workload", f"workload: unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+        workload = get(name)
+        cell = cls(
+            filesystem=options.filesystem,
+            workload=name,
+            params=workload.parse_params(values),
+            mkfs_options=options.mkfs_options,
+            mount_options=options.mount_options,
+            storage=declare.parse(Storage, doc.get("storage"), "storage"),
+            device=declare.parse(Device, doc.get("device"), "device"),
+            vm=declare.parse(Vm, doc.get("vm"), "vm"),
+            timeout=options.timeout,
+            # A block the workload does not own means nothing to it and is dropped (GT.M settings
+            # in a matrix that also runs fio); one it owns is filled with its defaults.
+            settings={b.name: declare.parse(b.settings, doc.get(b.name), b.name) for b in workload.settings},
+        )
+        cell.check()
+        return cell
+
+    @classmethod
+    def coerce(cls, cell: Cell | Mapping[str, Any]) -> Cell:
+        """``cell`` itself, or a cell parsed from a JSON form (which may leave out the filesystem)."""
+        if isinstance(cell, Cell):
+            return cell
+        return cls.from_dict({"filesystem": filesystems.FILESYSTEMS[0], **cell})
+
+    @classmethod
+    def standalone(cls, workload: str, params: Mapping[str, Any], **blocks: Mapping[str, Any] | None) -> Cell:
+        """A cell for running a workload outside a matrix (``fsmatrix workload NAME``, tests)."""
+        doc: dict[str, Any] = {"filesystem": filesystems.FILESYSTEMS[0], "workload": {workload: dict(params)}}
+        doc.update({k: v for k, v in blocks.items() if v is not None})
+        return cls.from_dict(doc)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The complete JSON form: what cell ids hash and result documents store as ``params``."""
+        doc: dict[str, Any] = {
+            "filesystem": self.filesystem,
+            "mkfs_options": self.mkfs_options,
+            "mount_options": self.mount_options,
+            "storage": declare.to_dict(self.storage),
+            "device": declare.to_dict(self.device),
+            "vm": declare.to_dict(self.vm),
+        }
+        for name, value in self.settings.items():
+            doc[name] = declare.to_dict(value)
+        doc["workload"] = {self.workload: declare.to_dict(self.params)}
+        doc["timeout"] = self.timeout
+        return doc
+
+    def check(self) -> None:
+        """Contradictions between settings that no single field can express."""
+        fs, workload, layout = self.fs, self.declaration, self.storage.layout
+        if not fs.mounts:
+            if workload.needs_filesystem:
+                runs_raw = ", ".join(w.name for w in all_workloads() if not w.needs_filesystem) or "none"
+                raise Invalid(
+                    "filesystem",
+                    f"filesystem {fs.name!r} runs {runs_raw} on the block device itself; "
+                    f"{workload.name} needs a filesystem",
+                )
+            for key in ("mkfs_options", "mount_options"):
+                if getattr(self, key):
+                    raise Invalid(key, f"{key}: filesystem {fs.name!r} has no filesystem; remove them")
+            if layout == SPLIT_JOURNAL:
+                raise Invalid("storage.layout", f"storage.layout 'split-journal' needs a filesystem, not {fs.name!r}")
+        elif not fs.mkfs and self.mkfs_options:
+            raise Invalid("mkfs_options", f"mkfs_options: {fs.name} has no mkfs; remove them")
+        if not fs.device:
+            if layout != SINGLE:
+                message = f"storage.layout: {fs.name} has no device to split; use layout 'single'"
+                raise Invalid("storage.layout", message)
+            if self.device.profile != NATIVE:
+                raise Invalid("device.profile", f"device.profile: {fs.name} has no device to shape; use 'native'")
+        if layout == SPLIT_JOURNAL and workload.journal is None:
+            with_journal = ", ".join(w.name for w in all_workloads() if w.journal) or "none"
+            raise Invalid(
+                "storage.layout",
+                f"storage.layout 'split-journal' puts a database journal on its own device: "
+                f"{workload.name} has none (workloads with one: {with_journal})",
+            )
+
+
+def required_devices(filesystem: str, storage: Storage) -> int:
+    """Block devices a cell needs: a stripe's disks; else one per filesystem that has a device."""
+    if storage.striped:
+        return storage.stripe_disks
+    needed = 1 if filesystems.get(filesystem).device else 0
+    journal = storage.journal_on_own_filesystem
+    if journal is not None and filesystems.get(journal).device:
+        needed += 1
+    return needed

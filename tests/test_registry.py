@@ -1,0 +1,168 @@
+"""The registries own their members: workloads, filesystems and backends are declared once.
+
+- outside the package that holds its module and its registry, a workload's or filesystem's name
+  appears (as an identifier or a string, docstrings and comments aside) in at most one file under
+  runner/fsmatrix (the benchmark scripts bench*.py and vmbench.py may use workloads by name);
+- every declaration is complete: metrics with titles and directions, a primary metric among them,
+  every parameter with a default (or required) and a bound, each in `fsmatrix matrix settings`;
+- the Debian package lists (Makefile, packer/packages.txt) hold every package a declaration needs.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsmatrix.agent import declare, workloads
+from fsmatrix.agent.storage import filesystems
+from fsmatrix.backends import BACKENDS
+from fsmatrix.matrix import schema
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "runner" / "fsmatrix"
+EXEMPT = re.compile(r"^(bench.*|vmbench)\.py$")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def names_used(path: Path) -> set[str]:
+    """Identifiers and the words of string literals in a Python file (docstrings and comments left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = _docstrings(tree)
+    used: set[str] = set()
+    # Identifiers count where they reach a module or a member (imports, attributes, keywords); a
+    # local variable cannot reach a workload without one of those.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.alias):
+            used.update(node.name.split("."))
+            if node.asname:
+                used.add(node.asname)
+        elif isinstance(node, ast.keyword) and node.arg:
+            used.add(node.arg)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            # A string that is a name or a dotted setting path ("fio", "workload.fio.pattern",
+            # f"...{x}.threen1"); words in messages are prose ("a raw image").
+            and re.fullmatch(r"[A-Za-z0-9_.-]*", node.value)
+        ):
+            used.update(p for p in node.value.split(".") if p)
+    return used
+
+
+# The same word meaning something else, in a file that does not deal with the member of that name.
+HOMONYMS = {
+    ("raw", "backends/disks.py"): "QEMU's raw disk image format",
+    ("raw", "agent/workloads/fio.py"): 'details["raw"]: the tool\'s raw numbers (a result-document key)',
+    ("raw", "agent/workloads/sysbench.py"): 'details["raw"]: the tool\'s raw numbers (a result-document key)',
+}
+
+
+def files_naming(name: str, owner: Path) -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        if path.is_relative_to(owner) or EXEMPT.match(path.name) or (name, rel) in HOMONYMS:
+            continue
+        if name in names_used(path):
+            found.append(str(path.relative_to(PACKAGE)))
+    return found
+
+
+@pytest.mark.parametrize("name", workloads.WORKLOADS)
+def test_a_workload_is_named_in_at_most_one_file_outside_its_package(name: str) -> None:
+    found = files_naming(name, PACKAGE / "agent" / "workloads")
+    assert len(found) <= 1, f"workload {name} is named in {found}"
+
+
+@pytest.mark.parametrize("name", filesystems.FILESYSTEMS)
+def test_a_filesystem_is_named_in_at_most_one_file_outside_its_package(name: str) -> None:
+    found = files_naming(name, PACKAGE / "agent" / "storage" / "filesystems")
+    assert len(found) <= 1, f"filesystem {name} is named in {found}"
+
+
+def test_the_name_check_sees_identifiers_and_strings_not_docstrings(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('"""About xfs."""\n# btrfs\nx = {"threen1": 1}\ny = a.fio\nz = f"{w}.nilfs2"\nm = "a raw disk"\n')
+    used = names_used(sample)
+    assert {"threen1", "fio", "nilfs2"} <= used and not {"xfs", "btrfs", "raw"} & used
+
+
+@pytest.mark.parametrize("name", workloads.WORKLOADS)
+def test_workload_declarations_are_complete(name: str) -> None:
+    w = workloads.get(name)
+    assert w.metrics and w.primary in {m.name for m in w.metrics}
+    for m in w.metrics:
+        assert m.title and m.unit and m.better in ("lower", "higher"), m
+    assert w.operation and w.guest_packages and w.help
+    fields = declare.fields(w.params)
+    assert fields and any(f.spec.cli for f in fields), "the standalone command needs an argument"
+    for block in [w.params, *(b.settings for b in w.settings)]:
+        for f in declare.fields(block):
+            bounded = f.spec.choices or f.spec.size or f.kind in (bool, str) or f.spec.minimum is not None
+            assert bounded, f"{block.__name__}.{f.name} has no bound"
+            assert f.spec.help or block is not w.params, f"{name}.{f.name} has no help text"
+    assert set(w.row_keys) <= {f.name for f in fields}
+    assert w.journal is None or isinstance(w.journal, str)
+
+
+def test_every_declared_setting_is_in_matrix_settings() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fsmatrix", "matrix", "settings"], capture_output=True, text=True, check=True
+    ).stdout
+    for w in workloads.all_workloads():
+        for f in declare.fields(w.params):
+            assert f"workload.{w.name}.{f.name}" in out
+        for b in w.settings:
+            for f in declare.fields(b.settings):
+                assert (f"{b.name}.{f.name}" in out) == f.spec.matrix
+    assert schema.CELL["properties"]["filesystem"]["enum"] == list(filesystems.FILESYSTEMS)
+
+
+def test_filesystem_declarations() -> None:
+    for fs in filesystems.all_filesystems():
+        assert fs.mounts or fs.device, f"{fs.name}: neither a device nor a filesystem"
+        assert bool(fs.mkfs) == bool(fs.package) or not fs.mkfs, fs.name
+
+
+def test_backends_registry() -> None:
+    assert set(BACKENDS) == {"host", "qemu", "libvirt"}
+    for entry in BACKENDS.values():
+        assert entry.help
+
+
+def _makefile_packages() -> set[str]:
+    out = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "print-deb-packages"], capture_output=True, text=True, check=True
+    ).stdout
+    return set(out.split())
+
+
+def _image_packages() -> set[str]:
+    lines = (REPO / "packer" / "packages.txt").read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def test_package_lists_hold_what_the_registries_need() -> None:
+    guest = {p for w in workloads.all_workloads() for p in w.guest_packages}
+    guest |= {p for fs in filesystems.all_filesystems() for p in fs.packages}
+    host = {p for w in workloads.all_workloads() for p in w.host_packages}
+    host |= {p for fs in filesystems.all_filesystems() for p in fs.packages}
+    assert guest <= _image_packages(), f"packer/packages.txt lacks {sorted(guest - _image_packages())}"
+    assert host <= _makefile_packages(), f"the Makefile's DEB_PACKAGES lacks {sorted(host - _makefile_packages())}"
