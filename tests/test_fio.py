@@ -160,7 +160,7 @@ def test_parse_rejects_what_is_not_a_fio_report() -> None:
 
 def test_defaults_are_filled_and_checked() -> None:
     assert fio.resolve_params({"pattern": "read"}) == {"pattern": "read", **fio.DEFAULTS}
-    assert fio.DEFAULTS["record_size"] == "8k" and fio.DEFAULTS["direct"] is True
+    assert fio.DEFAULTS["record_size"] == "8K" and fio.DEFAULTS["direct"] is True
     for bad in (
         {},
         {"pattern": "stride"},
@@ -233,7 +233,7 @@ def test_several_jobs_for_a_fixed_time(ws: Workspace) -> None:
     assert "--numjobs=2" in command and "--time_based" in command and "--rwmixread=70" in command
     assert "--time_based" not in outcome.details["phases"][0]["command"]  # layout writes it all
     # The layout pass writes in 1 MiB requests whatever the record size; the measured pass uses the record.
-    assert "--bs=1048576" in outcome.details["phases"][0]["command"] and "--bs=8k" in command
+    assert "--bs=1048576" in outcome.details["phases"][0]["command"] and "--bs=8K" in command
 
 
 @pytest.mark.root
@@ -295,7 +295,7 @@ def test_standalone_fills_defaults(ws: Workspace) -> None:
     assert outcome.verification["status"] == "passed"
     json.dumps(dataclasses.asdict(outcome), allow_nan=False)  # results are written as JSON
     params = outcome.details["params"]
-    assert params["record_size"] == "8k" and params["ioengine"] == "psync" and params["jobs"] == 1
+    assert params["record_size"] == "8K" and params["ioengine"] == "psync" and params["jobs"] == 1
     assert outcome.metrics["write_iops"] == pytest.approx(outcome.metrics["write_mib_s"] * 128, rel=0.01)
     assert list(ws.data.iterdir()) == []
     with pytest.raises(NotADirectoryError):

@@ -45,7 +45,7 @@ def test_locate_dist_honours_and_checks_gtm_dist(tmp_path: Path) -> None:
 def test_settings_defaults_and_validation() -> None:
     assert gtm.Settings.from_mapping(None) == gtm.Settings()
     assert gtm.Settings.from_mapping({"access_method": "mm", "journal": "nobefore"}).access_method == "MM"
-    with pytest.raises(ValueError, match="MM cannot be combined with journal 'before'"):
+    with pytest.raises(ValueError, match="'MM' cannot be combined with gtm.journal 'before'"):
         gtm.Settings.from_mapping({"access_method": "MM", "journal": "before"})
     for bad in (
         {"block_size": 1000},

@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from fsmatrix import __version__
+from fsmatrix.agent import workloads
+from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import image, jobdisk
 from fsmatrix.backends.disks import Disk
 from fsmatrix.matrix import expand_document
@@ -302,6 +304,28 @@ def test_manifest_matches_the_installed_packages(guest_host: Any, built: image.I
     for name, version in manifest["packages"].items():
         assert guest_host.package(name).version == version, name
     assert any(name.startswith("fis-gtm-") for name in manifest["packages"])
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_every_registry_member_is_installed_in_the_image(guest_host: Any, built: image.ImagePaths) -> None:
+    """Conformance: what the built image holds (its manifest, and the guest itself), not the package
+    list it was built from, has every workload's and filesystem's packages and tools."""
+    installed = set(json.loads(built.manifest.read_text())["packages"])
+    for workload in workloads.all_workloads():
+        assert set(workload.guest_packages) <= installed, workload.name
+    mounting = []
+    for fs in filesystems.all_filesystems():
+        assert set(fs.packages) <= installed, fs.name
+        for tool in fs.tools:
+            assert guest_host.exists(tool), f"{fs.name}: {tool}"
+        if fs.mounts:
+            mounting.append(fs.name)
+    code = (
+        "import json; from fsmatrix.agent.storage.prepare import filesystem_availability as why_not; "
+        f"print(json.dumps({{n: why_not(n) for n in {mounting!r}}}))"
+    )
+    assert json.loads(guest_host.check_output("python3 -c %s", code)) == dict.fromkeys(mounting)
 
 
 @pytest.mark.image

@@ -126,7 +126,7 @@ def test_required_devices_without_stripe_settings_uses_the_defaults() -> None:
         ({"layout": "md-raid0", "stripe_disks": 1}, "stripe_disks must be an integer >= 2"),
         ({"layout": "lvm-stripe", "stripe_size": "48K"}, "power of two"),
         ({"layout": "md-raid0", "stripe_size": "2K"}, "at least 4K"),
-        ({"layout": "raid5"}, "not supported"),
+        ({"layout": "raid5"}, "must be one of single, split-journal"),
     ],
 )
 def test_bad_stripe_settings_are_refused(settings: dict[str, Any], message: str) -> None:

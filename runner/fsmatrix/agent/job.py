@@ -10,7 +10,7 @@ import contextlib
 import logging
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ def _device_metrics(cell: Cell, outcome: Outcome, samples: dict[str, Any]) -> di
 
 
 def result_document(
-    cell: Cell,
+    cell: Cell | Mapping[str, Any],
     *,
     cell_id: str,
     repeat: int,
@@ -73,6 +73,7 @@ def result_document(
 ) -> dict[str, Any]:
     """A result document with nothing measured yet: what run_job fills in, and what a backend
     stores for a run that never reached the workload (skipped, timed out, no result from the guest)."""
+    cell = Cell.coerce(cell)
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": cell_id,
@@ -95,7 +96,7 @@ def result_document(
 
 
 def run_job(
-    cell: Cell,
+    cell: Cell | Mapping[str, Any],
     *,
     cell_id: str,
     repeat: int,
@@ -103,7 +104,8 @@ def run_job(
     workdir: Path,
     environment: dict[str, Any],
 ) -> dict[str, Any]:
-    """Run ``cell`` once and return its result document (the caller stores it)."""
+    """Run ``cell`` (parsed, or its JSON form) once and return its result document (the caller stores it)."""
+    cell = Cell.coerce(cell)
     result = result_document(
         cell,
         cell_id=cell_id,

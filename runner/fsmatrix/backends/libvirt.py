@@ -97,11 +97,11 @@ def iotune(throttle: dict[str, int]) -> dict[str, int]:
 def check_buses(cells: list[Cell], buses: set[str], version: str) -> None:
     """Refuse cells whose disk bus this libvirt cannot attach (``buses``: its domain capabilities'
     disk bus values; libvirt 9.0 has no nvme disks)."""
-    wanted = {str((cell.params.get("device") or {}).get("bus", "virtio-blk")) for cell in cells}
+    wanted = {cell.spec.device.bus for cell in cells}
     for bus in sorted(wanted):
         target = BUSES.get(bus, (bus, ""))[0]
         if target not in buses:
-            users = [cell.id for cell in cells if (cell.params.get("device") or {}).get("bus", "virtio-blk") == bus]
+            users = [cell.id for cell in cells if cell.spec.device.bus == bus]
             more = " ..." if len(users) > 5 else ""
             raise UserError(
                 f"libvirt {version} cannot attach {bus} disks (its disk buses here: {', '.join(sorted(buses))}), "

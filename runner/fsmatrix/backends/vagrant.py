@@ -21,6 +21,8 @@ import click
 
 from fsmatrix import matrix
 from fsmatrix.agent import storage
+from fsmatrix.agent.cell import NATIVE
+from fsmatrix.agent.cell import Cell as CellSpec
 from fsmatrix.backends import image
 from fsmatrix.backends.qemu import DATA_SERIAL, vm_settings
 from fsmatrix.errors import UserError
@@ -78,27 +80,30 @@ def find_cell(matrix_file: Path, cell_id: str) -> matrix.Cell:
     return cells[0]
 
 
-def data_disks(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+def data_disks(cell: CellSpec) -> tuple[list[dict[str, Any]], list[str]]:
     """The cell's data disks as vagrant-libvirt storage, plus the device settings it cannot
     reproduce (which the result then records). Serials, count and size as the qemu backend's."""
-    size = storage.parse_size(params["storage"]["disk_size"])
-    device = params.get("device") or {}
+    size = storage.parse_size(cell.storage.disk_size)
+    device = cell.device
     deviations = []
-    bus = str(device.get("bus", "virtio-blk"))
+    bus = device.bus
     if bus not in LIBVIRT_BUS:
         deviations.append(f"device.bus={bus}: attached as virtio-blk")
         bus = "virtio-blk"
     elif bus == "virtio-scsi":
         # vagrant-libvirt declares no controller for extra disks: libvirt adds its default model.
         deviations.append("device.bus=virtio-scsi: the disks sit on libvirt's default SCSI controller")
-    for key in ("logical_block_size", "physical_block_size"):
-        if int(device.get(key, NATIVE_BLOCK_SIZE)) != NATIVE_BLOCK_SIZE:
-            deviations.append(f"device.{key}={device[key]}: the disks have {NATIVE_BLOCK_SIZE}-byte blocks")
-    if device.get("profile", "native") != "native":
-        deviations.append(f"device.profile={device['profile']}: no throttling")
-    if device.get("iothread", True):
+    for key, value in (
+        ("logical_block_size", device.logical_block_size),
+        ("physical_block_size", device.physical_block_size),
+    ):
+        if value != NATIVE_BLOCK_SIZE:
+            deviations.append(f"device.{key}={value}: the disks have {NATIVE_BLOCK_SIZE}-byte blocks")
+    if device.profile != NATIVE:
+        deviations.append(f"device.profile={device.profile}: no throttling")
+    if device.iothread:
         deviations.append("device.iothread=true: no iothread per disk")
-    preallocate = params["storage"].get("disk_allocation", "sparse") == "preallocated"
+    preallocate = cell.storage.disk_allocation == "preallocated"
     disks = [
         {
             "serial": DATA_SERIAL.format(index),
@@ -106,11 +111,11 @@ def data_disks(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]
             "size": f"{size // 1024}K",  # what vagrant-libvirt (fog) takes as a capacity
             "bus": bus,  # as the guest sees it (fsmatrix's name)
             "libvirt_bus": LIBVIRT_BUS[bus],
-            "cache": str(device.get("cache", "none")),
-            "io": str(device.get("aio", "io_uring")),
+            "cache": device.cache,
+            "io": device.aio,
             "preallocate": preallocate,  # libvirt allocates the whole volume up front
         }
-        for index in range(storage.required_devices(params))
+        for index in range(cell.required_devices)
     ]
     return disks, deviations
 
@@ -154,7 +159,7 @@ def spec(
         raise UserError("a cell needs its matrix file (FSMATRIX_MATRIX / --matrix)")
     cell = find_cell(matrix_file, cell_id)
     cpus, memory_mib = vm_settings(cell.params)
-    disks, deviations = data_disks(cell.params)
+    disks, deviations = data_disks(cell.spec)
     sha256 = paths.sha256.read_text().split()[0]
     environment = {
         "backend": "vagrant",
@@ -162,7 +167,7 @@ def spec(
         "device_source": "virtio",
         "image_name": paths.name,
         "image_sha256": sha256,
-        "vm": {"cpus": cpus, "memory": (cell.params.get("vm") or {}).get("memory", "2G")},
+        "vm": {"cpus": cpus, "memory": cell.spec.vm.memory},
         "vagrant": {"driver": libvirt_driver, "network": network, "device_deviations": deviations},
     }
     doc.update(

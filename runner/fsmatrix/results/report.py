@@ -1,10 +1,10 @@
 """Markdown reports shaped like the seed documents' tables.
 
-For each workload, rows are its input (3n+1 range, sysbench mode, fio pattern) and columns the
-filesystem; one table per key metric, each value the median over repeats with its spread, the best
-in bold and every other shown as "× the best" (how many times worse: for a time value/best, for a
-rate best/value). Cells that differ in any other setting go in separate tables, headed by what
-differs.
+For each workload, rows are its input (its declaration's row keys: the 3n+1 range, the fio
+pattern, ...) and columns the filesystem; one table per key metric (the declaration's titles), each
+value the median over repeats with its spread, the best in bold and every other shown as "× the
+best" (how many times worse: for a time value/best, for a rate best/value). Cells that differ in
+any other setting go in separate tables, headed by what differs.
 """
 
 from __future__ import annotations
@@ -217,13 +217,19 @@ def _order(value: Any) -> tuple[int, float, str]:
 def relative_speed_tables(
     kind: str, cells: dict[str, list[dict[str, Any]]]
 ) -> list[tuple[str, list[str], list[list[str]]]]:
-    """Seed 000's "relative speed" tables: cells that differ only in database (gtm.*) settings, the
-    first metric's median and each one's speed relative to the first (default-most) setting."""
+    """Seed 000's "relative speed" tables: cells that differ only in database settings (the settings
+    blocks the workload owns, e.g. gtm.*), the first metric's median and each one's speed relative
+    to the first (default-most) setting."""
     metric, title, direction = metric_tables(cells)[kind][0]
+    blocks = {b.name for b in workloads.get(kind).settings} if kind in workloads.WORKLOADS else set()
+
+    def database(key: str) -> bool:
+        return key.partition(".")[0] in blocks
+
     families: dict[tuple[tuple[str, str], ...], list[tuple[dict[str, Any], list[float]]]] = defaultdict(list)
     for ds in cells.values():
         flat = flatten(ds[0]["params"])
-        key = tuple(sorted((k, str(v)) for k, v in flat.items() if not k.startswith("gtm.")))
+        key = tuple(sorted((k, str(v)) for k, v in flat.items() if not database(k)))
         values = [float(d["metrics"][metric]) for d in ds if d["status"] == "passed" and metric in d["metrics"]]
         if values:
             families[key].append((flat, values))
@@ -231,11 +237,11 @@ def relative_speed_tables(
     for members in families.values():
         if len(members) < 2:
             continue
-        varying = sorted(k for k in members[0][0] if k.startswith("gtm.") and len({str(f[k]) for f, _ in members}) > 1)
+        varying = sorted(k for k in members[0][0] if database(k) and len({str(f[k]) for f, _ in members}) > 1)
         members.sort(key=lambda m: tuple(_order(m[0][k]) for k in varying))  # False before True, low before high
         reference = statistics.median(members[0][1])
         flat0 = members[0][0]
-        header = ["filesystem", *(k.removeprefix("gtm.") for k in varying), title, "relative speed"]
+        header = ["filesystem", *(k.partition(".")[2] for k in varying), title, "relative speed"]
         rows = []
         for flat, values in members:
             med = statistics.median(values)

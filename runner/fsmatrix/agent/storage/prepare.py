@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -60,7 +61,15 @@ class StorageSpec:
         name = cell["filesystem"]
         if name not in FILESYSTEMS:
             raise ValueError(f"unknown filesystem {name!r}; known: {', '.join(FILESYSTEMS)}")
-        storage = declare.parse(_cells.Storage, cell.get("storage"), "storage")
+        values = dict(cell.get("storage") or {})
+        # Storage alone may put a journal on any filesystem that mounts (tmpfs too); a matrix offers
+        # only those with a device (Storage's choices), where a journal means something.
+        journal = values.pop("journal_filesystem", None)
+        storage = declare.parse(_cells.Storage, values, "storage")
+        if journal is not None:
+            if journal not in FILESYSTEMS or not filesystems.get(journal).mounts:
+                raise ValueError(f"storage.journal_filesystem {journal!r} is not a filesystem that mounts")
+            storage = dataclasses.replace(storage, journal_filesystem=journal)
         return cls(name, str(cell.get("mkfs_options") or ""), str(cell.get("mount_options") or ""), storage)
 
 

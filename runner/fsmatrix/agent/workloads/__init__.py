@@ -72,6 +72,14 @@ class Metric:
     better: str  # "lower" | "higher"
 
 
+# The throughput metrics every file-I/O benchmark reports (sysbench fileio, fio).
+FILE_IO_METRICS = (
+    Metric("iops", "IO requests per second", "requests/s", "higher"),
+    Metric("read_mib_s", "Read throughput (MiB/s)", "MiB/s", "higher"),
+    Metric("write_mib_s", "Write throughput (MiB/s)", "MiB/s", "higher"),
+)
+
+
 @dataclass(frozen=True)
 class SettingsBlock:
     """A top-level settings block of a cell that a database owns (``gtm``, later ``postgres``).

@@ -36,7 +36,7 @@ from typing import Any
 from fsmatrix.agent import declare, oscache, proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import parse_size, setting
-from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, run_in_directory
+from fsmatrix.agent.workloads import FILE_IO_METRICS, Metric, Outcome, Workload, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
 
@@ -370,12 +370,7 @@ WORKLOAD = Workload(
     help="fio, driven like seed 001's iozone runs: write, rewrite, read, reread, random I/O",
     params=Params,
     run_cell=run_cell,
-    metrics=(
-        Metric("iops", "IO requests per second", "requests/s", "higher"),
-        Metric("read_mib_s", "Read throughput (MiB/s)", "MiB/s", "higher"),
-        Metric("write_mib_s", "Write throughput (MiB/s)", "MiB/s", "higher"),
-        Metric("lat_p95_us", "95th percentile latency (µs)", "µs", "lower"),
-    ),
+    metrics=(*FILE_IO_METRICS, Metric("lat_p95_us", "95th percentile latency (µs)", "µs", "lower")),
     primary="iops",
     slug=lambda p: f"{p.pattern}-j{p.jobs}",
     summary=lambda p: f"fio {p.pattern} rs{p.record_size} {p.file_size} j{p.jobs}",

@@ -81,6 +81,8 @@ class Settings:
         return min(MAX_KEY_SIZE, self.block_size - KEY_SIZE_OVERHEAD)
 
 
+DEFAULT_SETTINGS: dict[str, Any] = declare.defaults(Settings)  # the matrix settings' defaults
+
 # The cell's ``gtm`` block; the workloads that run on GT.M list it in their ``settings``.
 BLOCK = SettingsBlock(
     "gtm",

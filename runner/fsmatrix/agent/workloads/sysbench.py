@@ -24,7 +24,7 @@ from fsmatrix.agent import declare, oscache, proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import setting
 from fsmatrix.agent.storage.prepare import Skipped
-from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, run_in_directory
+from fsmatrix.agent.workloads import FILE_IO_METRICS, Metric, Outcome, Workload, Workspace, run_in_directory
 
 log = logging.getLogger("fsmatrix")
 
@@ -260,12 +260,7 @@ WORKLOAD = Workload(
     help="sysbench fileio (seed 003): prepare the files, drop the caches, run one mode",
     params=Params,
     run_cell=run_cell,
-    metrics=(
-        Metric("iops", "IO requests per second", "requests/s", "higher"),
-        Metric("read_mib_s", "Read throughput (MiB/s)", "MiB/s", "higher"),
-        Metric("write_mib_s", "Write throughput (MiB/s)", "MiB/s", "higher"),
-        Metric("latency_p95_ms", "95th percentile latency (ms)", "ms", "lower"),
-    ),
+    metrics=(*FILE_IO_METRICS, Metric("latency_p95_ms", "95th percentile latency (ms)", "ms", "lower")),
     primary="iops",
     slug=lambda p: f"{p.mode}-t{p.threads}",
     summary=lambda p: f"sysbench {p.mode} {p.total_size} bs{p.block_size} t{p.threads} {p.io}",
