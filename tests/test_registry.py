@@ -166,3 +166,64 @@ def test_package_lists_hold_what_the_registries_need() -> None:
     host |= {p for fs in filesystems.all_filesystems() for p in fs.packages}
     assert guest <= _image_packages(), f"packer/packages.txt lacks {sorted(guest - _image_packages())}"
     assert host <= _makefile_packages(), f"the Makefile's DEB_PACKAGES lacks {sorted(host - _makefile_packages())}"
+
+
+def test_quick_matrix_ids_are_those_of_before_the_registries() -> None:
+    """Cell ids hash the complete JSON form, which the declarations now produce: unchanged."""
+    from fsmatrix import matrix
+
+    assert [c.id for c in matrix.load(REPO / "matrix" / "quick.yaml").cells] == [
+        "ext4-threen1-1-100000-w2-3231c2f5",
+        "xfs-threen1-1-100000-w2-9cde4740",
+        "jfs-threen1-1-100000-w2-0c518e3e",
+        "ext4-fio-randread-j1-fa80aa67",
+        "ext4-hdd-fio-randread-j1-4f993387",
+    ]
+
+
+def _blocks() -> list[tuple[str, type]]:
+    from fsmatrix.agent import cell
+
+    blocks = [(f"workload.{w.name}", w.params) for w in workloads.all_workloads()]
+    blocks += [(name, b.settings) for name, b in workloads.settings_blocks().items()]
+    return blocks + list(cell.BLOCKS.items())
+
+
+@pytest.mark.parametrize(("where", "block"), _blocks(), ids=[w for w, _ in _blocks()])
+def test_guest_checks_and_matrix_schema_agree_on_every_bound(where: str, block: type) -> None:
+    """Each bound is declared once: the guest's parse and the matrix's JSON Schema refuse the same."""
+    import jsonschema
+
+    base = {f.name: f.default for f in declare.fields(block) if f.spec.matrix}
+    required = {f.name: _valid(f) for f in declare.fields(block) if f.required}
+    spec = schema.spec_at(where)
+    assert spec is not None
+    for f in declare.fields(block):
+        if not f.spec.matrix:
+            continue
+        for bad in _invalid(f):
+            values = {**base, **required, f.name: bad}
+            with pytest.raises(declare.Invalid):
+                declare.parse(block, values, where)
+            assert list(jsonschema.Draft202012Validator(spec).iter_errors(values)), (f.name, bad)
+
+
+def _valid(f: declare.Field) -> object:
+    if f.spec.choices:
+        return f.spec.choices[0]
+    return {int: int(f.spec.minimum or 0) + 1}.get(f.kind, "1")
+
+
+def _invalid(f: declare.Field) -> list[object]:
+    bad: list[object] = [None]
+    if f.spec.choices:
+        bad.append("no-such-choice")
+    if f.spec.size:
+        bad += ["8 gigs", "1.5G"]
+    if f.kind is int and f.spec.minimum is not None:
+        bad.append(int(f.spec.minimum) - 1)
+    if f.kind is int and f.spec.maximum is not None:
+        bad.append(int(f.spec.maximum) + 1)
+    if f.kind is int:
+        bad.append(True)
+    return bad

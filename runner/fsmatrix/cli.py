@@ -113,15 +113,16 @@ def github_matrix(cells: list[matrix.Cell], shard_size: int | None = None) -> di
 def settings() -> None:
     """List every setting a matrix may use, with its default and what it allows."""
     table = Table(title="settings")
-    for header in ("setting", "default", "allowed"):
+    for header in ("setting", "default", "allowed", "what it is"):
         table.add_column(header)
     for path in schema.setting_paths():
         spec = schema.spec_at(path) or {}
         if spec.get("type") == "object":
             continue
         default = spec.get("default", "(required)" if path.startswith("workload.") else "")
-        table.add_row(path, json.dumps(default) if default != "(required)" else default, schema.describe(spec))
-    Console().print(table)
+        shown = json.dumps(default) if default != "(required)" else default
+        table.add_row(path, shown, schema.describe(spec), spec.get("description", ""))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 # ----------------------------------------------------------------------------------- run
@@ -326,7 +327,7 @@ def _workload_command(workload: workloads.Workload[Any]) -> click.Command:
             ["--dir", "directory"],
             type=click.Path(path_type=Path),
             required=True,
-            help="Directory on the filesystem to test (created; the workload's files are removed afterwards).",
+            help="Directory on the filesystem to test (created if missing).",
         ),
         click.Option(
             ["--set", "pairs"],

@@ -40,16 +40,18 @@ CELL_KEYS = ("filesystem", "mkfs_options", "mount_options", "storage", "device",
 
 @dataclass(frozen=True)
 class Storage:
-    layout: str = setting(SINGLE, choices=LAYOUTS)
-    disk_size: str = setting("8G", size=True)
-    journal_filesystem: str = setting(filesystems.DEFAULT_JOURNAL_FILESYSTEM, choices=JOURNAL_FILESYSTEMS)
-    journal_mount_options: str = setting("")
+    layout: str = setting(SINGLE, choices=LAYOUTS, help="one disk, journal on a second disk, or a stripe")
+    disk_size: str = setting("8G", size=True, help="each data disk (loop file, VM disk); tmpfs: its size")
+    journal_filesystem: str = setting(
+        filesystems.DEFAULT_JOURNAL_FILESYSTEM, choices=JOURNAL_FILESYSTEMS, help="split-journal: the journal disk's"
+    )
+    journal_mount_options: str = setting("", help="split-journal: the journal filesystem's mount options")
     # VM backend: sparse data disks fill as the guest writes; preallocated ones are fallocated
     # first, so the host filesystem's allocation does not land inside the measurement.
-    disk_allocation: str = setting("sparse", choices=("sparse", "preallocated"))
+    disk_allocation: str = setting("sparse", choices=("sparse", "preallocated"), help="VM data disk images")
     # md-raid0 / lvm-stripe: how many disks, and the md chunk / LVM stripe size (seed 004: -i 4 -I 64).
-    stripe_disks: int = setting(4, minimum=2, maximum=16)
-    stripe_size: str = setting("64K", size=True)
+    stripe_disks: int = setting(4, minimum=2, maximum=16, help="md-raid0 / lvm-stripe: disks")
+    stripe_size: str = setting("64K", size=True, help="md chunk / LVM stripe size")
 
     @property
     def journal_on_own_filesystem(self) -> str | None:
@@ -65,13 +67,15 @@ class Storage:
 class Device:
     """How the VM backends attach each data disk (the host backend runs only the 'native' profile)."""
 
-    profile: str = setting(NATIVE, choices=DEVICE_PROFILES)
-    bus: str = setting(DEFAULT_BUS, choices=DEVICE_BUSES)
-    cache: str = setting("none", choices=("none", "writeback", "writethrough", "directsync", "unsafe"))
-    aio: str = setting("io_uring", choices=("io_uring", "native", "threads"))
-    iothread: bool = setting(True)
-    logical_block_size: int = setting(512, choices=(512, 4096))
-    physical_block_size: int = setting(512, choices=(512, 4096))
+    profile: str = setting(NATIVE, choices=DEVICE_PROFILES, help="QEMU throttling like an SSD / HDD (VM backends)")
+    bus: str = setting(DEFAULT_BUS, choices=DEVICE_BUSES, help="how the VM attaches each data disk")
+    cache: str = setting(
+        "none", choices=("none", "writeback", "writethrough", "directsync", "unsafe"), help="QEMU cache mode"
+    )
+    aio: str = setting("io_uring", choices=("io_uring", "native", "threads"), help="QEMU aio")
+    iothread: bool = setting(True, help="an iothread per data disk")
+    logical_block_size: int = setting(512, choices=(512, 4096), help="as the guest sees the disk")
+    physical_block_size: int = setting(512, choices=(512, 4096), help="as the guest sees the disk")
 
     def __post_init__(self) -> None:
         if self.physical_block_size < self.logical_block_size:
@@ -86,8 +90,8 @@ class Device:
 class Vm:
     """The guest's size under the VM backends (the host backend ignores it)."""
 
-    cpus: int = setting(2, minimum=1, maximum=256)
-    memory: str = setting("2G", size=True)
+    cpus: int = setting(2, minimum=1, maximum=256, help="guest CPUs")
+    memory: str = setting("2G", size=True, help="guest memory")
 
     @property
     def memory_mib(self) -> int:
@@ -98,10 +102,10 @@ class Vm:
 class Options:
     """The cell's top-level scalar settings."""
 
-    filesystem: str = setting(choices=filesystems.FILESYSTEMS)
-    mkfs_options: str = setting("")
-    mount_options: str = setting("")
-    timeout: int = setting(3600, minimum=1)
+    filesystem: str = setting(choices=filesystems.FILESYSTEMS, help="the filesystem under test")
+    mkfs_options: str = setting("", help="added to the filesystem's mkfs defaults")
+    mount_options: str = setting("", help="added to the filesystem's mount defaults")
+    timeout: int = setting(3600, minimum=1, help="seconds one run may take")
 
 
 BLOCKS: dict[str, type] = {"storage": Storage, "device": Device, "vm": Vm}

@@ -78,6 +78,8 @@ def describe(spec: dict[str, Any]) -> str:
     if "enum" in spec:
         return "one of " + ", ".join(str(v) for v in spec["enum"])
     kind = spec.get("type", "value")
+    if kind == "number" and ("minimum" in spec or "exclusiveMinimum" in spec):
+        return f"a number >= {spec['minimum']}" if "minimum" in spec else f"a number > {spec['exclusiveMinimum']}"
     if kind == "integer":
         bounds = f"an integer >= {spec.get('minimum', 0)}"
         if "maximum" in spec:
