@@ -193,7 +193,7 @@ def test_passthrough_devices_are_the_data_disks(tmp_path: Path) -> None:
 def test_passthrough_count_must_match_every_cell(tmp_path: Path) -> None:
     with storage.loop_devices(1, 64 << 20, tmp_path) as devices:
         backend = QemuBackend(workdir=tmp_path / "w", devices=devices)
-        split = Cell("split", _cell({"storage.layout": "split-journal"}).params)
+        split = Cell("split", _cell({"storage.layout": "split-journal"}).spec)
         with pytest.raises(UserError, match=r"1 --device given, but the cells need 1 or 2 data disks.*\(split do not"):
             backend.preflight([_cell(), split])
     with pytest.raises(UserError, match="the same device twice"):

@@ -103,8 +103,8 @@ def test_session_prepare_run_release_on_loop_devices(tmp_path: Path) -> None:
 
 def test_session_prepare_refuses_a_bad_job(tmp_path: Path) -> None:
     job_file = tmp_path / "job.json"
-    jsonfile.write_atomic(job_file, {"cell_id": "x", "cell": {"workload": {}}})
-    with pytest.raises(guest.JobError, match="exactly one workload"):
+    jsonfile.write_atomic(job_file, {"cell_id": "x", "cell": {"filesystem": "ext4", "workload": {}}})
+    with pytest.raises(guest.JobError, match="must name exactly one of"):
         session.prepare(job_file, tmp_path / "session", tmp_path / "mnt", tmp_path)
     assert not (tmp_path / "session" / "job.json").exists()
 
