@@ -30,7 +30,14 @@ CELL = "ext4-threen1-1-1000-w4-00000000"
 
 
 def make_doc(
-    run_id: str, repeat: int, elapsed: float, *, cell: str = CELL, status: str = "passed", **prov: Any
+    run_id: str,
+    repeat: int,
+    elapsed: float,
+    *,
+    cell: str = CELL,
+    status: str = "passed",
+    cpu: float = 2.0,
+    **prov: Any,
 ) -> dict[str, Any]:
     """A schema-1 result document of a 3n+1 cell with the given elapsed time (work: 100,000 updates)."""
     return {
@@ -47,7 +54,7 @@ def make_doc(
         "metrics": {
             "elapsed_s": elapsed,
             "updates_per_s": 100_000 / elapsed,
-            "cpu_busy_s": 2.0,
+            "cpu_busy_s": cpu,
             "device_write_bytes": 1_000_000,
             "device_write_bytes_per_op": 10.0,
             "device_writes": 100,
@@ -203,3 +210,67 @@ def test_ios_per_op_is_derived_from_bytes_per_op() -> None:
     assert compare.metric_value(doc, "device_ios_per_op") == pytest.approx(0.001)
     doc["metrics"]["device_write_bytes"] = 0
     assert compare.metric_value(doc, "device_ios_per_op") is None
+
+
+HOST = {"machine_id": "0123456789abcdef", "cpu_model": "Test CPU A", "cpu_count": 2, "kernel": "6.1.0-test"}
+
+
+def test_compare_refuses_results_from_two_hosts(tmp_path: Path) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1), host=HOST)
+    head = write_run(tmp_path, "head", samples(10.0, seed=2), host={**HOST, "cpu_model": "Test CPU B"})
+    same = write_run(tmp_path, "same", samples(10.0, seed=3), host=HOST)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["compare", str(base), str(head)], catch_exceptions=False)
+    assert refused.exit_code == 2
+    assert "different environments" in refused.output and "host.cpu_model" in refused.output
+    assert "Test CPU A" in refused.output and "Test CPU B" in refused.output
+    allowed = runner.invoke(main, ["compare", str(base), str(head), "--allow-env-diff", "--format", "json"])
+    assert allowed.exit_code == 0 and json.loads(allowed.output)["env_diffs"][0]["key"] == "host.cpu_model"
+    assert runner.invoke(main, ["compare", str(base), str(same)]).exit_code == 0
+    # A different machine with the same CPU model is another host too.
+    other = write_run(tmp_path, "other", samples(10.0, seed=4), host={**HOST, "machine_id": "fedcba9876543210"})
+    assert "host.machine_id" in runner.invoke(main, ["compare", str(base), str(other)]).output
+
+
+def test_only_the_primary_metric_fails_the_gate(tmp_path: Path) -> None:
+    """3n+1's primary metric is elapsed_s: a CPU-seconds rise alone is reported, never gated."""
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    index = results.Index(tmp_path)
+    try:
+        for i, value in enumerate(samples(10.0, seed=2), 1):
+            doc = make_doc("head", i, value, cpu=3.0 + i / 100)
+            path = tmp_path / "head" / CELL / f"r{i}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc), encoding="utf-8")
+            index.add("head", doc, path)
+    finally:
+        index.close()
+    result = invoke("compare", str(base), str(tmp_path / "head"), "--fail-on-regression", "5%", "--format", "json")
+    assert result.exit_code == 0, result.output
+    rows = {r["metric"]: r for r in json.loads(result.output)["rows"]}
+    assert rows["cpu_busy_s"]["verdict"] == "slower" and not rows["cpu_busy_s"]["gated"]
+    assert rows["elapsed_s"]["gated"] and [m for m, r in rows.items() if r["gated"]] == ["elapsed_s"]
+    table = invoke("compare", str(base), str(tmp_path / "head"), "--fail-on-regression", "5%")
+    assert "advisory" in table.output and "gate passed" in table.output
+
+
+def test_gated_p_values_are_corrected_across_cells(tmp_path: Path) -> None:
+    """Three cells each at p ~ 0.03: significant one at a time, not once Holm counts all three."""
+    base_values = [10.0, 10.4, 9.8, 10.1, 9.9]
+    head_values = [10.5, 10.9, 10.3, 10.6, 10.4]  # +5 %, overlapping: Mann-Whitney p ~ 0.03
+    for cell in ("a-00000000", "b-00000000", "c-00000000"):
+        write_run(tmp_path / "one" if cell == "a-00000000" else tmp_path / "all", "base", base_values, cell=cell)
+        write_run(tmp_path / "one" if cell == "a-00000000" else tmp_path / "all", "head", head_values, cell=cell)
+        if cell == "a-00000000":
+            write_run(tmp_path / "all", "base", base_values, cell=cell)
+            write_run(tmp_path / "all", "head", head_values, cell=cell)
+    one = json.loads(
+        invoke("compare", str(tmp_path / "one" / "base"), str(tmp_path / "one" / "head"), "--format", "json").output
+    )
+    three = json.loads(
+        invoke("compare", str(tmp_path / "all" / "base"), str(tmp_path / "all" / "head"), "--format", "json").output
+    )
+    alone = next(r for r in one["rows"] if r["gated"])
+    assert alone["p_value"] < 0.05 and alone["p_holm"] == alone["p_value"] and alone["verdict"] == "slower"
+    gated = [r for r in three["rows"] if r["gated"]]
+    assert len(gated) == 3 and all(r["p_holm"] >= 0.05 and r["verdict"] == "no change" for r in gated)

@@ -321,6 +321,12 @@ def test_run_on_ext4_and_jfs_in_the_guest(built: image.ImagePaths, tmp_path: Pat
         assert prov["vm"] == {"cpus": 2, "memory": "2G"}
         # The guest's kernel ran the cell: jfs is not in the host kernel at all.
         assert prov["kernel"] != os.uname().release
+        # ... and provenance.host names the machine under the guest.
+        host = prov["host"]
+        assert host["kernel"] == os.uname().release and host["cpu_count"] == os.cpu_count()
+        assert host["cpu_model"] != prov["cpu_model"]  # the host's CPU, not QEMU's virtual one
+        assert host["qemu_version"].startswith("QEMU emulator version") and len(host["machine_id"]) == 16
+        assert host["workdir"]["fstype"] and prov["device_profile"] == "native"
         assert doc["storage"]["readback"]["data"]["filesystem"] == filesystem
         assert [d["serial"] for d in doc["storage"]["devices"]] == ["fsm-data0"]
         log = path.with_suffix(".log").read_text()

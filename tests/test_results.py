@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -90,3 +91,56 @@ def test_report_columns_name_the_layout_and_device_profile() -> None:
     striped = {**base, "storage.layout": "md-raid0", "storage.stripe_disks": 4, "storage.stripe_size": "64K"}
     assert report._column_label({**striped, "device.profile": "hdd"}) == "xfs (md-raid0 4×64K, hdd profile)"
     assert report._column_label({**base, "mount_options": "noatime"}) == "xfs (mount_options=noatime)"
+
+
+def _fs_docs(filesystem: str, values: list[float], bound: str = "io") -> list[dict[str, Any]]:
+    params = {
+        "filesystem": filesystem,
+        "mkfs_options": "",
+        "mount_options": "",
+        "storage": {"layout": "single"},
+        "device": {"profile": "native"},
+        "workload": {"threen1": {"start": 1, "end": 1000}},
+    }
+    return [
+        {
+            "cell_id": f"{filesystem}-c",
+            "repeat": i,
+            "workload": "threen1",
+            "params": params,
+            "status": "passed",
+            "metrics": {"elapsed_s": v},
+            "key_metrics": {"elapsed_s": "lower"},
+            "samples": {"bound": bound},
+            "provenance": {},
+        }
+        for i, v in enumerate(values, 1)
+    ]
+
+
+def test_report_bolds_a_winner_only_when_the_test_separates_it() -> None:
+    from fsmatrix.results import report
+
+    # make demo's case: jfs 5.03 against ext4 5.19 ±11 %, three runs each: no test separates them.
+    tied = report.markdown(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu"), "t")
+    assert "**" not in tied.split("## Runs")[0].replace("**Elapsed time (s)**", "").replace("**bold**", "")
+    assert "5.03 ±3% (tied) [io]" in tied and "5.19 ±11% (1.03×, tied) [cpu]" in tied
+    assert "3 repeats per entry" in tied
+    # Clearly apart: the best is bold, the other "× the best", not tied.
+    apart = report.markdown(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9]), "t")
+    assert "**5** ±1% [io]" in apart and "10 ±1% (2.00×) [io]" in apart and "tied" not in apart.split("**bold**")[0]
+    # One column has nothing to beat.
+    alone = report.rank({"xfs": [1.0, 1.1, 1.2]}, "lower")
+    assert alone["xfs"].mark == ""
+
+
+def test_rank_ties_every_entry_the_test_cannot_tell_from_the_best() -> None:
+    from fsmatrix.results import report
+
+    ranked = report.rank(
+        {"a": [10.0, 10.1, 9.9], "b": [10.2, 9.8, 10.3], "c": [20.0, 20.2, 19.8], "d": "failed"}, "lower"
+    )
+    assert (ranked["a"].mark, ranked["b"].mark, ranked["c"].mark) == ("tied", "tied", "")
+    assert "d" not in ranked and ranked["c"].ratio == 2.0
+    # Two runs are too few for any test: never a winner.
+    assert report.rank({"a": [1.0, 1.0], "b": [5.0, 5.0]}, "lower")["a"].mark == "tied"

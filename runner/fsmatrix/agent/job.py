@@ -91,7 +91,8 @@ def result_document(
         "details": {},
         "storage": {},
         "samples": None,
-        "provenance": provenance,
+        # What the data disks behaved like: compare refuses to set an hdd-profile run against a native one.
+        "provenance": {**provenance, "device_profile": cell.device.profile},
     }
 
 

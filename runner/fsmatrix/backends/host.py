@@ -16,6 +16,7 @@ from typing import Any
 
 from fsmatrix.agent import job, provenance, storage
 from fsmatrix.agent.cell import NATIVE
+from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 
@@ -28,6 +29,7 @@ class HostBackend:
     def __init__(self, devices: list[str] | None = None, workdir: Path = DEFAULT_WORKDIR) -> None:
         self.devices = list(devices or [])
         self.workdir = workdir
+        self._host: dict[str, Any] | None = None
 
     def preflight(self, cells: list[Cell]) -> None:
         if os.geteuid() != 0:
@@ -51,7 +53,15 @@ class HostBackend:
             "backend": self.name,
             "accel": "none",
             "device_source": "block" if self.devices else "loop",
+            "host": self.host,
         }
+
+    @property
+    def host(self) -> dict[str, Any]:
+        """``provenance.host``, looked at once per matrix run."""
+        if self._host is None:
+            self._host = hostinfo.describe(self.workdir)
+        return self._host
 
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
         profile = cell.spec.device.profile

@@ -241,6 +241,8 @@ class LibvirtBackend(QemuBackend):
     def _prepare(self) -> None:
         super()._prepare()
         self._connect()  # also when run() comes without preflight: environment() wants the version
+        if self._host is not None:
+            self._host["libvirt_version"] = self._libvirt_version
 
     def _connect(self) -> Any:
         """The connection to libvirt, opened (and the daemons started when needed) on first use."""

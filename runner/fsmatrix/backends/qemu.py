@@ -31,7 +31,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__
 from fsmatrix.agent import job, proc, provenance, storage
-from fsmatrix.backends import image, jobdisk, profiles
+from fsmatrix.backends import hostinfo, image, jobdisk, profiles
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
@@ -156,6 +156,7 @@ class QemuBackend:
         self._echo = echo
         self._image: image.ImagePaths | None = None
         self._sha256 = ""
+        self._host: dict[str, Any] | None = None  # provenance.host, once the backend is prepared
         self._manifest: dict[str, Any] = {}
         self.accel = "tcg"
         self.aio = "threads"
@@ -213,6 +214,7 @@ class QemuBackend:
         if self.aio != "io_uring":
             log.warning("this QEMU cannot use aio=io_uring: data disks use aio=threads")
         self._image = paths
+        self._host = hostinfo.describe(self.workdir, **self.host_software())
 
     @property
     def device_source(self) -> str:
@@ -230,7 +232,12 @@ class QemuBackend:
             "device_source": self.device_source,
             "image_name": self._image.name if self._image else None,
             "image_sha256": self._sha256 or None,
+            "host": self._host,
         }
+
+    def host_software(self) -> dict[str, Any]:
+        """Versions of the host-side software that runs the guest (``provenance.host``)."""
+        return {"qemu_version": hostinfo.qemu_version()}
 
     def close(self) -> None:
         """Nothing outlives a run here: each cell's VM and disks go with it."""
@@ -422,6 +429,7 @@ class QemuBackend:
     def _add_provenance(self, doc: dict[str, Any], vm_info: dict[str, Any]) -> None:
         prov = doc.setdefault("provenance", {})
         prov.update(backend=self.name, accel=self.accel, device_source=self.device_source, vm=vm_info)
+        prov["host"] = self._host  # the host's own view; whatever the guest was told is replaced
         prov["image"] = self._image_provenance(prov.get("image"))
 
     def _host_result(

@@ -54,7 +54,7 @@ def calibrate_sides(
     for cell_id in sorted(set(by_a) | set(by_b)):
         ca, cb = by_a.get(cell_id, []), by_b.get(cell_id, [])
         metrics: dict[str, Any] = {}
-        for metric, direction in compare.gated_metrics(ca + cb).items():
+        for metric, direction in compare.compared_metrics(ca + cb).items():
             va, vb = compare.metric_values(ca, metric), compare.metric_values(cb, metric)
             pool = va + vb
             spread = stats.log_spread(pool)

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.table import Table
 
+from fsmatrix.agent import workloads
 from fsmatrix.errors import UserError
 from fsmatrix.results import load_document, load_results, stats
 
@@ -34,6 +35,25 @@ ENV_KEYS = (
     "cpu_model",
     "cpu_count",
     "memory_kib",
+    # The machine under the run (provenance.host): for a VM result the keys above describe the guest,
+    # which looks the same on every host; these tell two hosts (and two QEMUs) apart.
+    *(
+        f"host.{key}"
+        for key in (
+            "machine_id",
+            "cpu_model",
+            "cpu_count",
+            "kernel",
+            "memory_kib",
+            "cpu_governor",
+            "qemu_version",
+            "libvirt_version",
+            "container",
+            "workdir.fstype",
+            "workdir.disk.model",
+            "workdir.disk.rotational",
+        )
+    ),
 )
 # Gated next to the workload's own key metrics when a document has them (lower is better for all).
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
@@ -56,9 +76,11 @@ class Row:
     cell_id: str
     metric: str
     direction: str
-    comparison: stats.Comparison
+    comparison: stats.Comparison  # for a gated row: its verdict taken at the Holm-adjusted p-value
     regression: bool
     noise_floor: float
+    gated: bool = False  # the cell's primary metric: the gate decides on it; every other row is advisory
+    p_holm: float = math.nan  # the gated rows' p-values adjusted together (Holm)
 
 
 @dataclass
@@ -113,9 +135,17 @@ def environment(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
     for doc in docs:
         prov = doc.get("provenance") or {}
         for key in ENV_KEYS:
-            value = prov.get(key)
+            value = provenance_value(prov, key)
             env[key].add(json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value))
     return {key: sorted(values) for key, values in env.items()}
+
+
+def provenance_value(prov: dict[str, Any], key: str) -> Any:
+    """``prov[key]``, where a dotted key reaches into nested sections (``host.workdir.fstype``)."""
+    value: Any = prov
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def env_differences(base: list[dict[str, Any]], head: list[dict[str, Any]]) -> list[tuple[str, list[str], list[str]]]:
@@ -157,7 +187,19 @@ def metric_values(docs: list[dict[str, Any]], metric: str) -> list[float]:
     return [v for v in values if v is not None]
 
 
-def gated_metrics(docs: list[dict[str, Any]]) -> dict[str, str]:
+def primary_metric(docs: list[dict[str, Any]]) -> str | None:
+    """The metric the gate decides on for these runs of one cell: the workload's declared primary
+    metric; for a workload the registry does not know, the first key metric its documents name."""
+    kind = docs[0].get("workload") if docs else None
+    if kind in workloads.WORKLOADS:
+        return workloads.get(str(kind)).primary
+    for doc in docs:
+        for name in doc.get("key_metrics") or {}:
+            return str(name)
+    return None
+
+
+def compared_metrics(docs: list[dict[str, Any]]) -> dict[str, str]:
     """Metric name → direction: the documents' key metrics, then the robust ones they have."""
     metrics: dict[str, str] = {}
     for doc in docs:
@@ -197,7 +239,9 @@ def compare(
         raise UserError(f"{base.label} and {head.label} have no cell in common")
     floors = noise_floors or {}
     for cell_id in common:
-        for metric, direction in gated_metrics(bc[cell_id] + hc[cell_id]).items():
+        docs = bc[cell_id] + hc[cell_id]
+        primary = primary_metric(docs)
+        for metric, direction in compared_metrics(docs).items():
             floor = floors.get((cell_id, metric), 0.0)
             c = stats.compare_samples(
                 metric_values(bc[cell_id], metric),
@@ -206,8 +250,15 @@ def compare(
                 alpha=alpha,
                 noise_floor=floor,
             )
-            regression = threshold is not None and stats.is_regression(c, threshold)
-            result.rows.append(Row(cell_id, metric, direction, c, regression, floor))
+            result.rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric == primary))
+    # One decision per cell (its primary metric), and the cells' decisions corrected together: with k
+    # cells, k uncorrected tests at alpha would cry wolf up to k times as often. The other metrics
+    # (rates derived from the same time, CPU and device counters) explain; they never fail the gate.
+    gated = [r for r in result.rows if r.gated]
+    for row, p_holm in zip(gated, stats.holm([r.comparison.p_value for r in gated]), strict=True):
+        row.p_holm = p_holm
+        row.comparison = stats.decide(row.comparison, p_holm, alpha=alpha, noise_floor=row.noise_floor)
+        row.regression = threshold is not None and stats.is_regression(row.comparison, threshold)
     return result
 
 
@@ -253,7 +304,14 @@ def _verdict(row: Row) -> str:
     return text + (" REGRESSION" if row.regression else "")
 
 
-HEADERS = ("cell", "metric", "better", "n", "base median", "head median", "ratio", "95% CI", "p", "verdict")
+def _p(row: Row) -> str:
+    c = row.comparison
+    if math.isnan(c.p_value):
+        return "-"
+    return f"{c.p_value:.3g}" + (f" (Holm {row.p_holm:.3g})" if row.gated and not math.isnan(row.p_holm) else "")
+
+
+HEADERS = ("cell", "metric", "gate", "better", "n", "base median", "head median", "ratio", "95% CI", "p", "verdict")
 
 
 def _cells(row: Row) -> list[str]:
@@ -261,13 +319,14 @@ def _cells(row: Row) -> list[str]:
     return [
         row.cell_id,
         row.metric,
+        "gated" if row.gated else "advisory",
         row.direction,
         f"{c.n_base}/{c.n_head}",
         _num(c.median_base),
         _num(c.median_head),
         "-" if math.isnan(c.ratio) else f"{c.ratio:.3f}",
         _ci(c),
-        "-" if math.isnan(c.p_value) else f"{c.p_value:.3g}",
+        _p(row),
         _verdict(row),
     ]
 
@@ -299,6 +358,11 @@ def summary_lines(result: CompareResult) -> list[str]:
         counts[row.comparison.verdict] += 1
     lines.append("; ".join(f"{n} {v}" for v, n in sorted(counts.items())))
     if result.threshold is not None:
+        gated = sorted({f"{r.metric}" for r in result.rows if r.gated})
+        lines.append(
+            f"the gate decides on each cell's primary metric ({', '.join(gated) or 'none'}), p-values Holm-adjusted "
+            f"across {sum(r.gated for r in result.rows)} cell(s); the other rows are advisory"
+        )
         regs = result.regressions
         if regs:
             names = ", ".join(f"{r.cell_id} {r.metric} +{r.comparison.worse_by * 100:.1f}%" for r in regs)
@@ -339,6 +403,8 @@ def to_json(result: CompareResult) -> dict[str, Any]:
                 "metric": r.metric,
                 "direction": r.direction,
                 "regression": r.regression,
+                "gated": r.gated,
+                "p_holm": clean(r.p_holm),
                 "noise_floor": r.noise_floor,
                 **{k: clean(v) for k, v in r.comparison.to_dict().items()},
             }

@@ -37,6 +37,7 @@ th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #eee; }
 td.best { font-weight: bold; background: #e6f4e6; }
+td.tied { background: #f4f4e6; }
 .warn { background: #fff3cd; border: 1px solid #e0c36c; padding: 0.5em; }
 figure { margin: 0.5em 0 1.5em; }
 figure svg { max-width: 100%; height: auto; }
@@ -123,23 +124,28 @@ def series_chart(doc: dict[str, Any]) -> str | None:
 # ----------------------------------------------------------------------------------- html
 
 
-def _grid_table(columns: list[str], rows: list[tuple[str, dict[str, list[float] | str]]], direction: str) -> str:
+def _grid_table(
+    columns: list[str],
+    rows: list[tuple[str, dict[str, list[float] | str]]],
+    direction: str,
+    regimes: dict[tuple[str, str], str],
+) -> str:
     out = ["<table><tr><th>input</th>", *(f"<th>{html.escape(c)}</th>" for c in columns), "</tr>"]
     for row, entries in rows:
-        best = report.best_of(entries, direction)
+        ranked = report.rank(entries, direction)
         out.append(f"<tr><td>{html.escape(row)}</td>")
         for col in columns:
-            value = entries.get(col, "")
-            if not isinstance(value, list):
-                out.append(f"<td>{html.escape(str(value))}</td>")
+            if col not in ranked:
+                out.append(f"<td>{html.escape(str(entries.get(col, '')))}</td>")
                 continue
-            med = statistics.median(value)
-            spread = f" ±{100 * (max(value) - min(value)) / 2 / med:.0f}%" if len(value) > 1 and med else ""
-            if best is None or med == best:
-                out.append(f'<td class="best">{report._fmt(med)}{spread}</td>')
-            else:
-                ratio = med / best if direction == "lower" else best / med if med else float("inf")
-                out.append(f"<td>{report._fmt(med)}{spread} ({ratio:.2f}× the best)</td>")
+            r = ranked[col]
+            notes = [] if r.ratio == 1.0 else [f"{r.ratio:.2f}× the best"]
+            notes += ["tied"] if r.mark == "tied" else []
+            text = f"{report._fmt(r.median)}{r.spread}" + (f" ({', '.join(notes)})" if notes else "")
+            tag = regimes.get((row, col), "")
+            text += f" [{tag}]" if tag else ""
+            css = {"best": ' class="best"', "tied": ' class="tied"'}.get(r.mark, "")
+            out.append(f"<td{css}>{html.escape(text)}</td>")
         out.append("</tr>")
     out.append("</table>")
     return "".join(out)
@@ -182,11 +188,9 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
                     continue
                 better = "lower" if direction == "lower" else "higher"
                 parts.append(f"<h4>{html.escape(mtitle)}</h4>")
-                parts.append(
-                    "<p>Median of repeats ±half-range; the best in bold, others as × the best "
-                    f"({better} is better).</p>"
-                )
-                parts.append(_grid_table(columns, rows, direction))
+                legend = report.TABLE_LEGEND.format(repeats=report.repeats_note(rows)).replace("**bold**", "bold")
+                parts.append(f"<p>{html.escape(legend)} ({better} is better).</p>")
+                parts.append(_grid_table(columns, rows, direction, report.regime_grid(kind, group)))
                 parts.append(_figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))
         for rtitle, header, rows_ in report.relative_speed_tables(kind, cells):
             parts += [f"<h4>{html.escape(rtitle)}</h4>", _plain_table(header, rows_)]
@@ -218,11 +222,7 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
 
 
 def _environment(docs: list[dict[str, Any]]) -> list[str]:
-    envs: dict[str, set[str]] = {k: set() for k in report.ENV_KEYS}
-    for doc in docs:
-        prov = doc.get("provenance") or {}
-        for key in report.ENV_KEYS:
-            envs[key].add(str(prov.get(key)))
+    envs = report.environments(docs)
     items = "".join(f"<li>{html.escape(k)}: {html.escape(', '.join(sorted(v)))}</li>" for k, v in envs.items())
     out = ["<h2>Environment</h2>", f"<ul>{items}</ul>"]
     mixed = [k for k, v in envs.items() if len(v) > 1]

@@ -2,20 +2,24 @@
 
 For each workload, rows are its input (its declaration's row keys: the 3n+1 range, the fio
 pattern, ...) and columns the filesystem; one table per key metric (the declaration's titles), each
-value the median over repeats with its spread, the best in bold and every other shown as "× the
-best" (how many times worse: for a time value/best, for a rate best/value). Cells that differ in
-any other setting go in separate tables, headed by what differs.
+value the median over repeats with its spread and the runs' regime (CPU- or IO-bound). A value is
+bold only when the statistical test ``compare`` uses separates it from every other in its row;
+values the test cannot tell from the best are marked "tied". The others show "× the best" (how
+many times worse: for a time value/best, for a rate best/value). Cells that differ in any other
+setting go in separate tables, headed by what differs.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fsmatrix import results
 from fsmatrix.agent import workloads
+from fsmatrix.results import compare, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -37,7 +41,19 @@ COLUMN_KEYS = (
     "storage.stripe_size",
     "device.profile",
 )
-ENV_KEYS = ("backend", "accel", "kernel", "cpu_model", "memory_kib")
+# The environment a report names (kernel/CPU/memory of where the workload ran: the guest under a VM
+# backend; host.*: the machine under it). Results that differ in any of these are flagged.
+ENV_KEYS = (
+    "backend",
+    "accel",
+    "kernel",
+    "cpu_model",
+    "memory_kib",
+    "host.machine_id",
+    "host.cpu_model",
+    "host.kernel",
+    "host.memory_kib",
+)
 
 
 def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -88,13 +104,77 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
 
 
-def _cell_text(values: list[float], best: float | None, direction: str) -> str:
-    median = statistics.median(values)
-    spread = f" ±{100 * (max(values) - min(values)) / 2 / median:.0f}%" if len(values) > 1 and median else ""
-    if best is None or median == best:
-        return f"**{_fmt(median)}**{spread}"
-    ratio = median / best if direction == "lower" else best / median if median else float("inf")
-    return f"{_fmt(median)}{spread} ({ratio:.2f}×)"
+@dataclass(frozen=True)
+class Ranked:
+    """One entry of a report row, placed against the row's best median."""
+
+    median: float
+    spread: str  # " ±5%" (half the range, relative to the median), "" for one run
+    ratio: float  # how many times worse than the best median (1.0 for the best)
+    mark: str  # "best": separated from every other entry; "tied": not separated from the best; ""
+
+
+def rank(entries: dict[str, list[float] | str], direction: str) -> dict[str, Ranked]:
+    """The entries that have values, each placed against the best median. An entry is the best only
+    when the test ``compare`` uses (stats.compare_samples) separates it from every other entry; the
+    ones it cannot separate from the best are "tied" with it, and so is the best then."""
+    values = {col: v for col, v in entries.items() if isinstance(v, list) and v}
+    if not values:
+        return {}
+    medians = {col: statistics.median(v) for col, v in values.items()}
+    pick = min if direction == "lower" else max
+    leader = pick(medians, key=lambda col: medians[col])
+    best = medians[leader]
+    tied = {
+        col
+        for col in values
+        if col != leader and stats.compare_samples(values[leader], values[col], direction).verdict != "slower"
+    }
+    out = {}
+    for col, vals in values.items():
+        med = medians[col]
+        spread = f" ±{100 * (max(vals) - min(vals)) / 2 / med:.0f}%" if len(vals) > 1 and med else ""
+        ratio = med / best if direction == "lower" else best / med if med else float("inf")
+        if col == leader:
+            mark = "tied" if tied else "best" if len(values) > 1 else ""
+        else:
+            mark = "tied" if col in tied else ""
+        out[col] = Ranked(med, spread, 1.0 if col == leader else ratio, mark)
+    return out
+
+
+def _cell_text(ranked: Ranked, regime: str) -> str:
+    tag = f" [{regime}]" if regime else ""
+    if ranked.mark == "best":
+        return f"**{_fmt(ranked.median)}**{ranked.spread}{tag}"
+    notes = [] if ranked.ratio == 1.0 else [f"{ranked.ratio:.2f}×"]
+    notes += ["tied"] if ranked.mark == "tied" else []
+    text = f"{_fmt(ranked.median)}{ranked.spread}"
+    return text + (f" ({', '.join(notes)})" if notes else "") + tag
+
+
+def regime(docs: list[dict[str, Any]]) -> str:
+    """Whether the passed runs were CPU-bound, IO-bound or mixed (the sampler's class, most runs')."""
+    bounds = [str((d.get("samples") or {}).get("bound") or "") for d in docs if d.get("status") == "passed"]
+    bounds = [b for b in bounds if b]
+    return max(sorted(set(bounds)), key=bounds.count) if bounds else ""
+
+
+def repeats_note(rows: list[tuple[str, dict[str, list[float] | str]]]) -> str:
+    """ "3 repeats" or "3-5 repeats": how many passed runs each entry's median comes from."""
+    counts = sorted({len(v) for _, entries in rows for v in entries.values() if isinstance(v, list)})
+    if not counts:
+        return "no passed runs"
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"{n} repeat{'s' if n != '1' else ''} per entry"
+
+
+TABLE_LEGEND = (
+    "median ±half-range of {repeats}; **bold**: better than every other entry by the test `compare` uses "
+    "(Mann-Whitney U or Welch's t on logs, α = 0.05, and a bootstrap interval of the ratio excluding 1); "
+    "tied: not distinguishable from the best; n×: times worse than the best median; "
+    "[cpu] / [io] / [mixed]: the runs' regime from the sampler"
+)
 
 
 def markdown(docs: list[dict[str, Any]], title: str) -> str:
@@ -112,14 +192,19 @@ def markdown(docs: list[dict[str, Any]], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _environment_section(docs: list[dict[str, Any]]) -> list[str]:
+def environments(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Each ENV_KEYS entry → the values the documents hold for it."""
     envs: dict[str, set[str]] = {k: set() for k in ENV_KEYS}
-    shas = set()
     for doc in docs:
-        prov = doc.get("provenance", {})
+        prov = doc.get("provenance") or {}
         for key in ENV_KEYS:
-            envs[key].add(str(prov.get(key)))
-        shas.add(str(prov.get("git", {}).get("sha", "unknown"))[:12])
+            envs[key].add(str(compare.provenance_value(prov, key)))
+    return envs
+
+
+def _environment_section(docs: list[dict[str, Any]]) -> list[str]:
+    envs = environments(docs)
+    shas = {str((doc.get("provenance") or {}).get("git", {}).get("sha", "unknown"))[:12] for doc in docs}
     lines = ["## Environment", ""]
     for key, values in envs.items():
         lines.append(f"- {key}: {', '.join(sorted(values))}")
@@ -160,7 +245,7 @@ def _workload_section(
         for metric, title, direction in tables:
             table = _metric_table(kind, group, metric, direction) if metric in keys else []
             if table:
-                lines += [f"**{title}**, median of repeats ±half-range; others as × the best", "", *table, ""]
+                lines += [f"**{title}**", "", *table, ""]
     for title, header, rows in relative_speed_tables(kind, cells):
         lines += [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -188,24 +273,29 @@ def metric_grid(kind: str, group: dict[str, list[dict[str, Any]]], metric: str) 
     return columns, list(rows.items())
 
 
-def best_of(entries: dict[str, list[float] | str], direction: str) -> float | None:
-    medians = [statistics.median(v) for v in entries.values() if isinstance(v, list)]
-    return (min(medians) if direction == "lower" else max(medians)) if medians else None
+def regime_grid(kind: str, group: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], str]:
+    """(row, column) → the regime of that cell's runs, for the same rows and columns as metric_grid."""
+    out = {}
+    for ds in group.values():
+        flat = flatten(ds[0]["params"])
+        out[(_row_label(kind, flat), _column_label(flat))] = regime(ds)
+    return out
 
 
 def _metric_table(kind: str, group: dict[str, list[dict[str, Any]]], metric: str, direction: str) -> list[str]:
     columns, rows = metric_grid(kind, group, metric)
     if not columns:
         return []
+    regimes = regime_grid(kind, group)
     out = ["| " + " | ".join(["input", *columns]) + " |", "|" + "---|" * (len(columns) + 1)]
     for row, entries in rows:
-        best = best_of(entries, direction)
+        ranked = rank(entries, direction)
         texts = []
         for col in columns:
             value = entries.get(col, "")
-            texts.append(_cell_text(value, best, direction) if isinstance(value, list) else str(value))
+            texts.append(_cell_text(ranked[col], regimes.get((row, col), "")) if col in ranked else str(value))
         out.append("| " + " | ".join([row, *texts]) + " |")
-    return out
+    return [*out, "", TABLE_LEGEND.format(repeats=repeats_note(rows))]
 
 
 def _order(value: Any) -> tuple[int, float, str]:
