@@ -23,7 +23,7 @@ import pytest
 from fsmatrix.agent import storage
 from fsmatrix.backends import image, profiles
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import ConsoleWatcher, QemuBackend, qemu_supports_io_uring, running_vms
+from fsmatrix.backends.qemu import ConsoleWatcher, Launch, QemuBackend, qemu_supports_io_uring, running_vms
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 
@@ -75,7 +75,8 @@ def test_command_line_disks_and_no_network(tmp_path: Path) -> None:
     cell = _cell({"storage.layout": "split-journal", "vm.cpus": 3, "vm.memory": "512M"})
     overlay, job_img = tmp_path / "root.qcow2", tmp_path / "job.img"
     data = [Disk(tmp_path / "data0.img", "fsm-data0"), Disk(tmp_path / "data1.img", "fsm-data1")]
-    cmd = backend.command(cell, 2, overlay, job_img, data, tmp_path / "console.log", tmp_path / "qmp.sock")
+    launch = Launch(cell, 2, tmp_path, overlay, job_img, data, tmp_path / "console.log")
+    cmd = backend.command(launch, tmp_path / "qmp.sock")
     line = " ".join(cmd)
 
     assert cmd[cmd.index("-name") + 1] == f"fsmatrix-{cell.id}-r2"
@@ -167,7 +168,9 @@ def test_cell_device_settings_reach_every_data_disk(tmp_path: Path) -> None:
         assert disk.bus == "nvme" and disk.cache == "writeback" and disk.path.parent == tmp_path
         assert disk.throttle == profiles.throttle("hdd")
         assert (disk.logical_block_size, disk.physical_block_size) == (4096, 4096)
-    cmd = backend.command(cell, 1, tmp_path / "o.qcow2", tmp_path / "j.img", disks, tmp_path / "c", tmp_path / "q")
+    cmd = backend.command(
+        Launch(cell, 1, tmp_path, tmp_path / "o.qcow2", tmp_path / "j.img", disks, tmp_path / "c"), tmp_path / "q"
+    )
     # The root and job disks stay on virtio-blk, unthrottled; the data disks are NVMe, throttled.
     assert "virtio-blk-pci,drive=disk0,serial=fsmatrix-job,logical_block_size=512,physical_block_size=512" in cmd
     assert "virtio-blk-pci,drive=root,bootindex=0" in cmd

@@ -144,3 +144,11 @@ def test_rank_ties_every_entry_the_test_cannot_tell_from_the_best() -> None:
     assert "d" not in ranked and ranked["c"].ratio == 2.0
     # Two runs are too few for any test: never a winner.
     assert report.rank({"a": [1.0, 1.0], "b": [5.0, 5.0]}, "lower")["a"].mark == "tied"
+
+
+def test_rank_copes_with_zeros() -> None:
+    from fsmatrix.results import report
+
+    ranked = report.rank({"a": [0.0, 0.0, 0.0], "b": [1.0, 1.1, 0.9]}, "lower")
+    assert ranked["a"].ratio == 1.0 and ranked["b"].ratio == float("inf")
+    assert report.rank({"a": [0.0, 0.0, 0.0], "b": [2.0, 2.0, 2.1]}, "higher")["a"].ratio == float("inf")

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from fsmatrix import results
+from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
 from fsmatrix.results import calibrate, compare, htmlreport, report, stats
 
@@ -102,6 +103,13 @@ def compare_cmd(
 @click.option("--threshold", default="0%", show_default=True, help="The gate threshold to calibrate for.")
 @click.option("--resume", is_flag=True, help="Keep completed A/A runs from an earlier calibration.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("/var/tmp/fsmatrix"), show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(list(BACKENDS)),
+    default="host",
+    show_default=True,
+    help="Calibrate the backend the gate will use: a VM backend's noise is not the host's.",
+)
 def calibrate_cmd(
     matrix_file: Path,
     runs: int,
@@ -111,11 +119,11 @@ def calibrate_cmd(
     threshold: str,
     resume: bool,
     workdir: Path,
+    backend: str,
 ) -> None:
     """Run MATRIX's cells as A/A pairs (RUNS repeats, twice) and store this runner's noise."""
     from fsmatrix import matrix
     from fsmatrix import runs as runs_mod
-    from fsmatrix.backends.host import HostBackend
 
     limit = compare.parse_threshold(threshold)
     m = matrix.load(matrix_file)
@@ -125,19 +133,25 @@ def calibrate_cmd(
     console = Console(stderr=True)
     sides = []
     ok = True
-    for side in ("a", "b"):
-        summary = runs_mod.run_matrix(
-            m,
-            cells,
-            HostBackend(workdir=workdir),
-            results_root=results_root,
-            run_id=f"calibrate-{m.name}-{side}",
-            repeat=runs,
-            force=not resume,
-            console=console,
-        )
-        ok = ok and summary.ok
-        sides.append([d for docs in summary.docs.values() for d in docs])
+    # Two separate batches (A, then B), each a full run of the cells: their difference is the
+    # between-batch drift a gate comparing two runs faces, not the spread inside one run.
+    chosen = BACKENDS[backend].make(workdir, [])
+    try:
+        for side in ("a", "b"):
+            summary = runs_mod.run_matrix(
+                m,
+                cells,
+                chosen,
+                results_root=results_root,
+                run_id=f"calibrate-{m.name}-{backend}-{side}" if backend != "host" else f"calibrate-{m.name}-{side}",
+                repeat=runs,
+                force=not resume,
+                console=console,
+            )
+            ok = ok and summary.ok
+            sides.append([d for docs in summary.docs.values() for d in docs])
+    finally:
+        chosen.close()
     cal = calibrate.calibrate_sides(sides[0], sides[1], matrix_name=m.name, runs=runs, alpha=alpha, threshold=limit)
     path = calibrate.save(cal, results_root)
     click.echo(calibrate.markdown(cal), nl=False)

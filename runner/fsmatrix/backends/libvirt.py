@@ -27,9 +27,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.backends import jobdisk, libvirtd
+from fsmatrix.backends import libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import AGENT_MARKER, CONSOLE_POLL_S, ConsoleWatcher, QemuBackend, vm_settings
+from fsmatrix.backends.qemu import AGENT_MARKER, CONSOLE_POLL_S, ConsoleWatcher, Launch, QemuBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 
@@ -280,38 +280,26 @@ class LibvirtBackend(QemuBackend):
 
     # ------------------------------------------------------------------ one run
 
-    def domain_xml(
-        self, cell: Cell, repeat: int, overlay: Path, job_disk: Path, data: list[Disk], console: Path
-    ) -> str:
-        cpus, memory_mib = vm_settings(cell.params)
-        disks = [Disk(job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False), *data]
+    def domain_xml(self, launch: Launch) -> str:
+        vm = launch.cell.spec.vm
         return domain_xml(
-            name=domain_name(cell, repeat),
+            name=domain_name(launch.cell, launch.repeat),
             accel=self.accel,
-            cpus=cpus,
-            memory_mib=memory_mib,
-            overlay=overlay,
-            disks=disks,
-            console=console,
+            cpus=vm.cpus,
+            memory_mib=vm.memory_mib,
+            overlay=launch.overlay,
+            disks=self.drives(launch),
+            console=launch.console,
         )
 
-    def boot_and_wait(
-        self,
-        cell: Cell,
-        repeat: int,
-        run_dir: Path,
-        overlay: Path,
-        job_disk: Path,
-        data: list[Disk],
-        console: Path,
-        limit: float,
-    ) -> int | None:
+    def boot_and_wait(self, launch: Launch, limit: float) -> int | None:
         """Create the run's transient domain and wait for it to stop: 0 when the guest powered off,
         1 when it stopped otherwise (crash, QEMU failure), None when destroyed after ``limit`` s."""
         libvirt = libvirtd.libvirt_module()
         conn = self._connect()
-        name = domain_name(cell, repeat)
-        xml = self.domain_xml(cell, repeat, overlay, job_disk, data, console)
+        run_dir, console = launch.run_dir, launch.console
+        name = domain_name(launch.cell, launch.repeat)
+        xml = self.domain_xml(launch)
         log.info("libvirt domain:\n%s", xml)
         stopped = threading.Event()
         detail: list[int] = []

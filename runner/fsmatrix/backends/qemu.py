@@ -23,6 +23,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,17 @@ AGENT_MARKER = b"guest agent, job disk"
 CONSOLE_POLL_S = 0.25
 
 
-def vm_settings(params: dict[str, Any]) -> tuple[int, int]:
-    """(cpus, memory in MiB) of a cell's ``vm`` settings (defaults when the cell has none)."""
-    vm = params.get("vm") or {}
-    return int(vm.get("cpus", 2)), storage.parse_size(str(vm.get("memory", "2G"))) >> 20
+@dataclass(frozen=True)
+class Launch:
+    """One run's VM, ready to boot: what the qemu and libvirt backends start it from."""
+
+    cell: Cell
+    repeat: int
+    run_dir: Path
+    overlay: Path  # the root disk: a copy-on-write overlay of the golden image
+    job_disk: Path
+    data: list[Disk]
+    console: Path  # where the guest's serial console goes
 
 
 def running_vms(prefix: str = "fsmatrix-") -> list[tuple[int, str]]:
@@ -171,7 +179,7 @@ class QemuBackend:
                 raise UserError(f"{tool} not found: the qemu backend needs it (`make image` installs it)")
         for cell in cells:
             try:
-                profiles.profile(str((cell.params.get("device") or {}).get("profile", profiles.NATIVE)))
+                profiles.profile(cell.spec.device.profile)
             except ValueError as exc:
                 raise UserError(f"cell {cell.id}: {exc}") from exc
         if self.devices:
@@ -244,20 +252,17 @@ class QemuBackend:
 
     # ------------------------------------------------------------------ one run
 
-    def command(
-        self, cell: Cell, repeat: int, overlay: Path, job_disk: Path, data: list[Disk], console: Path, qmp: Path
-    ) -> list[str]:
+    def command(self, launch: Launch, qmp: Path) -> list[str]:
         """The QEMU command line of one run: the overlay as root disk, job disk, data disks."""
-        cpus, memory_mib = vm_settings(cell.params)
-        drives = [Disk(job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False), *data]
+        vm = launch.cell.spec.vm
         return image.qemu_command(
-            overlay,
+            launch.overlay,
             accel=self.accel,
-            name=f"fsmatrix-{cell.id}-r{repeat}",
-            serial_log=console,
-            memory_mib=memory_mib,
-            cpus=cpus,
-            drives=drives,
+            name=f"fsmatrix-{launch.cell.id}-r{launch.repeat}",
+            serial_log=launch.console,
+            memory_mib=vm.memory_mib,
+            cpus=vm.cpus,
+            drives=self.drives(launch),
             snapshot=False,  # the overlay takes the writes; the golden image is its read-only backing file
             qmp_socket=qmp,
         )
@@ -277,8 +282,7 @@ class QemuBackend:
                 timeout=60,
             )
             data = self._data_disks(cell, run_dir)
-            cpus, _ = vm_settings(cell.params)
-            vm_info = {"cpus": cpus, "memory": (cell.params.get("vm") or {}).get("memory", "2G")}
+            vm_info = {"cpus": cell.spec.vm.cpus, "memory": cell.spec.vm.memory}
             job_doc = {
                 "cell": cell.params,
                 "cell_id": cell.id,
@@ -289,14 +293,14 @@ class QemuBackend:
             }
             job_disk = jobdisk.make_job_disk(run_dir / "job.img", job_doc)
             console = run_dir / "console.log"
-            limit = float(cell.params["timeout"]) + self.boot_allowance
-            code = self.boot_and_wait(cell, repeat, run_dir, overlay, job_disk, data, console, limit)
+            limit = float(cell.spec.timeout) + self.boot_allowance
+            code = self.boot_and_wait(Launch(cell, repeat, run_dir, overlay, job_disk, data, console), limit)
             if code is None:
                 tail = console_tail(console)
                 log.info("guest console (tail):\n%s", tail)
                 return self._host_result(
                     cell, repeat, started, started_at, "timeout",
-                    f"the guest did not power off within {limit:.0f} s (timeout {cell.params['timeout']} s "
+                    f"the guest did not power off within {limit:.0f} s (timeout {cell.spec.timeout} s "
                     f"+ boot allowance {self.boot_allowance:.0f} s); console tail:\n{tail}",
                     tail, vm_info,
                 )  # fmt: skip
@@ -324,22 +328,17 @@ class QemuBackend:
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
-    def boot_and_wait(
-        self,
-        cell: Cell,
-        repeat: int,
-        run_dir: Path,
-        overlay: Path,
-        job_disk: Path,
-        data: list[Disk],
-        console: Path,
-        limit: float,
-    ) -> int | None:
+    def drives(self, launch: Launch) -> list[Disk]:
+        """The job disk, then the data disks (the root disk is the overlay)."""
+        return [Disk(launch.job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False), *launch.data]
+
+    def boot_and_wait(self, launch: Launch, limit: float) -> int | None:
         """Boot the run's VM and wait for it to power off: QEMU's exit status, or None when it was
         stopped after ``limit`` seconds. No VM outlives this call, whatever happens (Ctrl-C included).
         The libvirt backend overrides this; everything around it is shared."""
+        run_dir, console = launch.run_dir, launch.console
         qmp = run_dir / "qmp.sock"
-        cmd = self.command(cell, repeat, overlay, job_disk, data, console, qmp)
+        cmd = self.command(launch, qmp)
         log.info("qemu: %s", " ".join(cmd))
         vm: subprocess.Popen[bytes] | None = None
         self.boot_to_agent_s = None
@@ -370,11 +369,11 @@ class QemuBackend:
 
     def _data_disks(self, cell: Cell, run_dir: Path) -> list[Disk]:
         """The cell's data disks: fresh image files in ``run_dir``, or the passthrough devices."""
-        size = storage.parse_size(cell.params["storage"]["disk_size"])
-        preallocate = cell.params["storage"].get("disk_allocation", "sparse") == "preallocated"
-        device = cell.params.get("device") or {}
-        throttle = profiles.throttle(str(device.get("profile", profiles.NATIVE)))
-        needed = storage.required_devices(cell.params)
+        size = storage.parse_size(cell.spec.storage.disk_size)
+        preallocate = cell.spec.storage.disk_allocation == "preallocated"
+        device = cell.spec.device
+        throttle = profiles.throttle(device.profile)
+        needed = cell.spec.required_devices
         if self.devices and len(self.devices) != needed:
             raise UserError(f"cell {cell.id} needs {needed} data disks; {len(self.devices)} --device given")
         disks = []
@@ -382,23 +381,23 @@ class QemuBackend:
             if self.devices:
                 path, cache = Path(self.devices[index]), "none"  # the device as it is: no host page cache
             else:
-                path, cache = run_dir / f"data{index}.img", device.get("cache", "none")
+                path, cache = run_dir / f"data{index}.img", device.cache
                 with path.open("wb") as fh:
                     if preallocate:
                         os.posix_fallocate(fh.fileno(), 0, size)
                     else:
                         fh.truncate(size)
-            aio = device.get("aio", "io_uring")
             disks.append(
                 Disk(
                     path,
                     DATA_SERIAL.format(index),
-                    bus=device.get("bus", "virtio-blk"),
+                    bus=device.bus,
                     cache=cache,
-                    aio=self.aio if aio == "io_uring" else aio,  # io_uring falls back where QEMU lacks it
-                    iothread=device.get("iothread", True),
-                    logical_block_size=device.get("logical_block_size", 512),
-                    physical_block_size=device.get("physical_block_size", 512),
+                    # io_uring falls back where this QEMU lacks it
+                    aio=self.aio if device.aio == "io_uring" else device.aio,
+                    iothread=device.iothread,
+                    logical_block_size=device.logical_block_size,
+                    physical_block_size=device.physical_block_size,
                     throttle=throttle,
                 )
             )

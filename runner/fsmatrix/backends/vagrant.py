@@ -24,7 +24,7 @@ from fsmatrix.agent import storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.agent.cell import Cell as CellSpec
 from fsmatrix.backends import image
-from fsmatrix.backends.qemu import DATA_SERIAL, vm_settings
+from fsmatrix.backends.qemu import DATA_SERIAL
 from fsmatrix.errors import UserError
 
 DRIVER_ENV = "FSMATRIX_LIBVIRT_DRIVER"
@@ -158,7 +158,7 @@ def spec(
     if matrix_file is None:
         raise UserError("a cell needs its matrix file (FSMATRIX_MATRIX / --matrix)")
     cell = find_cell(matrix_file, cell_id)
-    cpus, memory_mib = vm_settings(cell.params)
+    cpus, memory_mib = cell.spec.vm.cpus, cell.spec.vm.memory_mib
     disks, deviations = data_disks(cell.spec)
     sha256 = paths.sha256.read_text().split()[0]
     environment = {

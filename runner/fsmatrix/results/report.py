@@ -134,13 +134,21 @@ def rank(entries: dict[str, list[float] | str], direction: str) -> dict[str, Ran
     for col, vals in values.items():
         med = medians[col]
         spread = f" ±{100 * (max(vals) - min(vals)) / 2 / med:.0f}%" if len(vals) > 1 and med else ""
-        ratio = med / best if direction == "lower" else best / med if med else float("inf")
+        ratio = _times_worse(med, best, direction)
         if col == leader:
             mark = "tied" if tied else "best" if len(values) > 1 else ""
         else:
             mark = "tied" if col in tied else ""
         out[col] = Ranked(med, spread, 1.0 if col == leader else ratio, mark)
     return out
+
+
+def _times_worse(value: float, best: float, direction: str) -> float:
+    """How many times worse ``value`` is than ``best`` (1.0: as good; inf: the best is 0 s or this rate 0)."""
+    worse, better = (value, best) if direction == "lower" else (best, value)
+    if better == 0:
+        return 1.0 if worse == 0 else float("inf")
+    return worse / better
 
 
 def _cell_text(ranked: Ranked, regime: str) -> str:
