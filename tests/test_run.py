@@ -124,6 +124,9 @@ def test_run_stores_verified_results_with_provenance_and_resumes(
             end = doc["params"]["workload"]["threen1"]["end"]
             assert doc["metrics"]["longest_sequence"] == {20000: 278, 5000: 237}[end]  # 17647, 3711
             assert "gtm" in prov["tools"]
+            # The run's own CPU, from its cgroup: it includes GT.M's detached JOB workers.
+            assert doc["samples"]["run_cpu_source"].startswith("cgroup")
+            assert doc["metrics"]["cpu_busy_s"] >= 0.9 * doc["metrics"]["worker_cpu_s"] - 0.05, doc["metrics"]
 
     gtm_on_devices = [
         d for d in by_status["passed"] if d["workload"] == "threen1" and d["params"]["filesystem"] != "tmpfs"

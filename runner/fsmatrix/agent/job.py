@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import provenance, storage
+from fsmatrix.agent import cgroup, provenance, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.sampler import Sampler
 from fsmatrix.agent.workloads import Outcome, Workspace
@@ -52,7 +52,11 @@ def _device_metrics(cell: Cell, outcome: Outcome, samples: dict[str, Any]) -> di
         "cpu_system_s": cpu["system"] + cpu["irq"] + cpu["softirq"],
         "cpu_iowait_s": cpu["iowait"],
     }
-    metrics["cpu_busy_s"] = round(metrics["cpu_user_s"] + metrics["cpu_system_s"], 3)
+    # CPU-seconds of the run's own processes (its cgroup: GT.M's detached workers and a database
+    # server included, the neighbours not); the machine-wide figure only where no cgroup could be made.
+    own = samples.get("run_cpu_s")
+    busy = own["user"] + own["system"] if own else metrics["cpu_user_s"] + metrics["cpu_system_s"]
+    metrics["cpu_busy_s"] = round(busy, 3)
     # "Per operation": what one operation is, the workload declares (a database update, an I/O request).
     ops = cell.declaration.operations(outcome.metrics)
     if ops:
@@ -138,11 +142,15 @@ def run_job(
             log.info("running %s on %s", cell.workload, prepared.data_device if prepared.bare_device else prepared.data)
             # A stripe is sampled twice: the md / dm device (the headline numbers, what the filesystem
             # issued) and, separately, its component disks (what reached the disks).
-            with Sampler(prepared.diskstat_names) as sampler, Sampler(prepared.component_diskstat_names) as parts:
+            with (
+                Sampler(prepared.diskstat_names) as sampler,
+                Sampler(prepared.component_diskstat_names) as parts,
+                cgroup.RunCpu() as run_cpu,
+            ):
 
                 @contextlib.contextmanager
                 def measured() -> Iterator[None]:
-                    with sampler.measured(), parts.measured():
+                    with sampler.measured(), parts.measured(), run_cpu.measured():
                         yield
 
                 workspace = Workspace(
@@ -154,6 +162,9 @@ def run_job(
                 )
                 outcome = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
             samples = sampler.summary()
+            # The run's own processes (a cgroup), beside the machine-wide cpu_s: see _device_metrics.
+            samples["run_cpu_s"] = run_cpu.seconds()
+            samples["run_cpu_source"] = run_cpu.source
             if prepared.component_diskstat_names:
                 samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
         result["samples"] = samples
