@@ -187,16 +187,17 @@ def metric_values(docs: list[dict[str, Any]], metric: str) -> list[float]:
     return [v for v in values if v is not None]
 
 
-def primary_metric(docs: list[dict[str, Any]]) -> str | None:
-    """The metric the gate decides on for these runs of one cell: the workload's declared primary
-    metric; for a workload the registry does not know, the first key metric its documents name."""
+def gate_metrics(docs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The metrics the gate decides on for these runs of one cell: the workload's declaration
+    (its primary metric, and what else it gates); for a workload the registry does not know, the
+    first key metric its documents name."""
     kind = docs[0].get("workload") if docs else None
     if kind in workloads.WORKLOADS:
-        return workloads.get(str(kind)).primary
+        return workloads.get(str(kind)).gate_metrics
     for doc in docs:
         for name in doc.get("key_metrics") or {}:
-            return str(name)
-    return None
+            return (str(name),)
+    return ()
 
 
 def compared_metrics(docs: list[dict[str, Any]]) -> dict[str, str]:
@@ -240,7 +241,7 @@ def compare(
     floors = noise_floors or {}
     for cell_id in common:
         docs = bc[cell_id] + hc[cell_id]
-        primary = primary_metric(docs)
+        gated = gate_metrics(docs)
         for metric, direction in compared_metrics(docs).items():
             floor = floors.get((cell_id, metric), 0.0)
             c = stats.compare_samples(
@@ -250,12 +251,12 @@ def compare(
                 alpha=alpha,
                 noise_floor=floor,
             )
-            result.rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric == primary))
-    # One decision per cell (its primary metric), and the cells' decisions corrected together: with k
-    # cells, k uncorrected tests at alpha would cry wolf up to k times as often. The other metrics
-    # (rates derived from the same time, CPU and device counters) explain; they never fail the gate.
-    gated = [r for r in result.rows if r.gated]
-    for row, p_holm in zip(gated, stats.holm([r.comparison.p_value for r in gated]), strict=True):
+            result.rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated))
+    # A few declared metrics per cell decide, and all of those tests are corrected together: k
+    # uncorrected tests at alpha would cry wolf up to k times as often. The other metrics (rates
+    # derived from the same time, device counters) explain a verdict; they never fail the gate.
+    decisive = [r for r in result.rows if r.gated]
+    for row, p_holm in zip(decisive, stats.holm([r.comparison.p_value for r in decisive]), strict=True):
         row.p_holm = p_holm
         row.comparison = stats.decide(row.comparison, p_holm, alpha=alpha, noise_floor=row.noise_floor)
         row.regression = threshold is not None and stats.is_regression(row.comparison, threshold)
@@ -360,8 +361,8 @@ def summary_lines(result: CompareResult) -> list[str]:
     if result.threshold is not None:
         gated = sorted({f"{r.metric}" for r in result.rows if r.gated})
         lines.append(
-            f"the gate decides on each cell's primary metric ({', '.join(gated) or 'none'}), p-values Holm-adjusted "
-            f"across {sum(r.gated for r in result.rows)} cell(s); the other rows are advisory"
+            f"the gate decides on {', '.join(gated) or 'nothing'} (each workload's declaration), p-values "
+            f"Holm-adjusted across all {sum(r.gated for r in result.rows)} of those tests; the other rows are advisory"
         )
         regs = result.regressions
         if regs:

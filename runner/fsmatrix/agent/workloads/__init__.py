@@ -103,7 +103,7 @@ class Workload(Generic[P]):
     params: type[P]  # frozen dataclass of declare.setting fields: defaults, bounds, help
     run_cell: Callable[[Cell, Workspace, float], Outcome]
     metrics: tuple[Metric, ...]  # the key metrics, in report order
-    primary: str  # the metric the regression gate decides on (one of ``metrics``)
+    primary: str  # the metric the reports lead with and the regression gate decides on (one of ``metrics``)
     slug: Callable[[P], str]  # the workload part of a cell id, e.g. "1-100000-w4"
     summary: Callable[[P], str]  # a short description for tables and progress
     row_keys: tuple[str, ...]  # parameters that name a report row (its input)
@@ -119,6 +119,10 @@ class Workload(Generic[P]):
     key_metrics_for: Callable[[P], tuple[str, ...]] | None = None
     # Formats a row label from the row_keys' values (default: the values joined by " ").
     row_label: Callable[[Mapping[str, Any]], str] | None = None
+    # What the regression gate decides on, when more than the primary metric: the primary first,
+    # then e.g. "cpu_busy_s" (the run's own CPU-seconds, which run_job measures for every workload).
+    # The gate adjusts these tests' p-values together with those of every other cell (Holm).
+    gated: tuple[str, ...] = ()
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")
@@ -135,6 +139,11 @@ class Workload(Generic[P]):
         if self.row_label is not None:
             return self.row_label(values)
         return " ".join(str(values[k]) for k in self.row_keys)
+
+    @property
+    def gate_metrics(self) -> tuple[str, ...]:
+        """The metrics the regression gate decides on: ``gated``, or just the primary metric."""
+        return self.gated or (self.primary,)
 
     @property
     def cli_params(self) -> list[declare.Field]:
