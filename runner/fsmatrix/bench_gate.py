@@ -36,6 +36,7 @@ from scipy import stats as sps
 from fsmatrix import matrix, runs
 from fsmatrix.agent import provenance
 from fsmatrix.backends import BACKENDS
+from fsmatrix.errors import UserError
 from fsmatrix.results import compare
 
 CELL = {
@@ -78,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=list(BACKENDS), default="host")
     parser.add_argument("--workdir", type=Path, default=Path("/var/tmp/fsmatrix"))
     parser.add_argument("--results", type=Path, default=Path("results/bench-gate"))
+    parser.add_argument(
+        "--analyse", action="store_true", help="run nothing: judge the batches already in --results with today's gate"
+    )
     args = parser.parse_args(argv)
+    if args.analyse:
+        return analyse(args)
     if os.geteuid() != 0:
         print("bench_gate needs root (loop devices, mkfs, mount)", file=sys.stderr)
         return 2
@@ -106,24 +112,65 @@ def main(argv: list[str] | None = None) -> int:
         # a variant's documents stand in for the base cell's, as a slower version of that cell would
         return compare.Side(run_id, [{**d, "cell_id": cell_id} for ds in summary.docs.values() for d in ds])
 
-    kinds = ["A/A (nothing changed)", f"cell variant {args.variant}", *(f"+{s:.0%} on B" for s in slowdowns)]
-    fails: dict[str, list[bool]] = {k: [] for k in kinds}
-    changes: dict[str, list[float]] = {k: [] for k in kinds}
+    tally = Tally(args.variant, slowdowns, threshold)
     try:
         for r in range(1, args.rounds + 1):
-            a, b, v = batch(f"gate-r{r}-a", m), batch(f"gate-r{r}-b", m), batch(f"gate-r{r}-v", variant)
-            heads = [b, v, *(scaled(b, s) for s in slowdowns)]
-            for kind, head in zip(kinds, heads, strict=True):
-                fails[kind].append(gate_fails(a, head, threshold))
-                primary = next(row for row in compare.compare(a, head).rows if row.gated)
-                changes[kind].append(primary.comparison.ratio - 1)
-            console.print(
-                f"round {r}: " + "; ".join(f"{k}: {'FAIL' if fails[k][-1] else 'pass'}" for k in kinds), markup=False
-            )
+            tally.add(batch(f"gate-r{r}-a", m), batch(f"gate-r{r}-b", m), batch(f"gate-r{r}-v", variant))
+            console.print(f"round {r}: {tally.last()}", markup=False)
     finally:
         backend.close()
     minutes = (time.monotonic() - started) / 60
-    print(_table(args, threshold, fails, changes, minutes))
+    print(_table(args, threshold, tally, minutes))
+    return 0
+
+
+class Tally:
+    """The gate's verdicts per kind of comparison, round by round."""
+
+    def __init__(self, variant: str, slowdowns: list[float], threshold: float) -> None:
+        self.slowdowns, self.threshold = slowdowns, threshold
+        self.kinds = ["A/A (nothing changed)", f"cell variant {variant}", *(f"+{s:.0%} on B" for s in slowdowns)]
+        self.fails: dict[str, list[bool]] = {k: [] for k in self.kinds}
+        self.changes: dict[str, dict[str, list[float]]] = {k: {} for k in self.kinds}
+
+    def add(self, a: compare.Side, b: compare.Side, v: compare.Side) -> None:
+        heads = [b, v, *(scaled(b, s) for s in self.slowdowns)]
+        for kind, head in zip(self.kinds, heads, strict=True):
+            result = compare.compare(a, head, threshold=self.threshold)
+            self.fails[kind].append(result.exit_status() == 1)
+            for row in result.rows:
+                if row.gated:
+                    self.changes[kind].setdefault(row.metric, []).append(row.comparison.ratio - 1)
+
+    def last(self) -> str:
+        return "; ".join(f"{k}: {'FAIL' if self.fails[k][-1] else 'pass'}" for k in self.kinds)
+
+
+def analyse(args: Any) -> int:
+    """Judge stored batches (gate-r<N>-a/-b/-v under --results) with the gate as it is now."""
+    from fsmatrix import results
+
+    threshold = compare.parse_threshold(args.threshold)
+    tally = Tally(args.variant, [float(x) for x in args.slowdowns.split(",") if x.strip()], threshold)
+    r = 1
+    while all((args.results / f"gate-r{r}-{side}").is_dir() for side in "abv"):
+        try:
+            a, b, v = (results.load_results(args.results / f"gate-r{r}-{side}") for side in "abv")
+        except UserError:  # a round still running (or cut short): its batches are not all there
+            break
+        if min(len(a), len(b), len(v)) >= args.repeats:
+            cell_id = a[0]["cell_id"]
+            tally.add(
+                *(
+                    compare.Side(side, [{**d, "cell_id": cell_id} for d in docs])
+                    for side, docs in zip("abv", (a, b, v), strict=False)
+                )
+            )
+        r += 1
+    if not tally.fails[tally.kinds[0]]:
+        print(f"no complete round (gate-r1-a, -b, -v) under {args.results}", file=sys.stderr)
+        return 2
+    print(_table(args, threshold, tally, 0.0))
     return 0
 
 
@@ -142,23 +189,25 @@ def rate(outcomes: list[bool]) -> str:
     return f"{hits}/{n} ({hits / n:.0%}, 95 % CI {ci.low:.0%}-{ci.high:.0%})"
 
 
-def _table(
-    args: Any, threshold: float, fails: dict[str, list[bool]], changes: dict[str, list[float]], minutes: float
-) -> str:
+def _table(args: Any, threshold: float, tally: Tally, minutes: float) -> str:
     prov = provenance.collect()
     lines = [
         f"Gate benchmark: 3n+1 1..{args.end:,} on ext4, backend {args.backend}, {args.repeats} runs a side, "
-        f"{args.rounds} rounds of separate batches, --fail-on-regression {threshold:.0%}; "
+        f"{len(tally.fails[tally.kinds[0]])} rounds of separate batches, --fail-on-regression {threshold:.0%}; "
         f"{datetime.now(UTC):%Y-%m-%d}, {prov['cpu_model']} × {prov['cpu_count']}, kernel {platform.release()}, "
-        f"git {prov['git']['sha'][:10]}, load average {os.getloadavg()[2]:.1f} (15 min), {minutes:.1f} min",
+        f"git {prov['git']['sha'][:10]}, load average {os.getloadavg()[2]:.1f} (15 min), {minutes:.1f} min"
+        if minutes
+        else "(judged from stored batches)",
         "",
-        "| comparison | primary metric change, median (min..max) | gate failed |",
+        "| comparison | gated metrics' change, median (min..max) | gate failed |",
         "|---|---|---|",
     ]
-    for kind, outcomes in fails.items():
-        c = changes[kind]
-        spread = f"{statistics.median(c):+.1%} ({min(c):+.1%}..{max(c):+.1%})" if c else "-"
-        lines.append(f"| {kind} | {spread} | {rate(outcomes)} |")
+    for kind, outcomes in tally.fails.items():
+        spread = "; ".join(
+            f"{metric} {statistics.median(c):+.1%} ({min(c):+.1%}..{max(c):+.1%})"
+            for metric, c in tally.changes[kind].items()
+        )
+        lines.append(f"| {kind} | {spread or '-'} | {rate(outcomes)} |")
     return "\n".join(lines)
 
 
