@@ -160,12 +160,8 @@ def analyse(args: Any) -> int:
             break
         if min(len(a), len(b), len(v)) >= args.repeats:
             cell_id = a[0]["cell_id"]
-            tally.add(
-                *(
-                    compare.Side(side, [{**d, "cell_id": cell_id} for d in docs])
-                    for side, docs in zip("abv", (a, b, v), strict=False)
-                )
-            )
+            a, b, v = ([{**d, "cell_id": cell_id} for d in docs] for docs in (a, b, v))
+            tally.add(compare.Side("a", a), compare.Side("b", b), compare.Side("v", v))
         r += 1
     if not tally.fails[tally.kinds[0]]:
         print(f"no complete round (gate-r1-a, -b, -v) under {args.results}", file=sys.stderr)
@@ -195,9 +191,12 @@ def _table(args: Any, threshold: float, tally: Tally, minutes: float) -> str:
         f"Gate benchmark: 3n+1 1..{args.end:,} on ext4, backend {args.backend}, {args.repeats} runs a side, "
         f"{len(tally.fails[tally.kinds[0]])} rounds of separate batches, --fail-on-regression {threshold:.0%}; "
         f"{datetime.now(UTC):%Y-%m-%d}, {prov['cpu_model']} × {prov['cpu_count']}, kernel {platform.release()}, "
-        f"git {prov['git']['sha'][:10]}, load average {os.getloadavg()[2]:.1f} (15 min), {minutes:.1f} min"
-        if minutes
-        else "(judged from stored batches)",
+        f"git {prov['git']['sha'][:10]}, "
+        + (
+            f"load average {os.getloadavg()[2]:.1f} (15 min), {minutes:.1f} min"
+            if minutes
+            else f"judged from the batches stored in {args.results}"
+        ),
         "",
         "| comparison | gated metrics' change, median (min..max) | gate failed |",
         "|---|---|---|",
