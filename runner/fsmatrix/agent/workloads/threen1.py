@@ -252,8 +252,10 @@ def expected(params: Params) -> dict[str, Any]:
 def _given_reference(params: Params, given: Mapping[str, Any]) -> dict[str, Any]:
     """A reference handed in (by the host, through the job): it must be for this range."""
     ints = ("start", "end", "longest_sequence", "largest_number")
-    if not all(isinstance(given.get(k), int) and not isinstance(given.get(k), bool) for k in ints):
-        raise ValueError(f"3n+1 reference must hold the integers {', '.join(ints)}; got {dict(given)!r}")
+    if not all(isinstance(given.get(k), int) and not isinstance(given.get(k), bool) for k in ints) or not (
+        isinstance(given.get("source"), str)
+    ):
+        raise ValueError(f"3n+1 reference must hold the integers {', '.join(ints)} and a source; got {dict(given)!r}")
     if (given["start"], given["end"]) != (params.start, params.end):
         raise ValueError(
             f"3n+1 reference is for {given['start']}..{given['end']}, the cell runs {params.start}..{params.end}"
@@ -301,11 +303,12 @@ def run(
     try:
         gtm.compile_routine(db, ROUTINE, timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)))
         zversion = gtm.version(db, timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)))
-        asked = gtm.readback(gtm.parse_fileheader(gtm.dump_fileheader(db)))
+        header = gtm.dump_gvstat(db)  # the file header, and GT.M's counters before the run
+        asked = gtm.readback(gtm.parse_fileheader(header))
         diffs = gtm.differences(settings, asked)
         if diffs:
             raise RuntimeError("GT.M did not configure what the cell asks: " + "; ".join(diffs))
-        counters_before = gtm.parse_gvstat(gtm.dump_gvstat(db))
+        counters_before = gtm.parse_gvstat(header)
         log.info("threen1 %d..%d, %d workers, block %d, %s keys", *dataclasses.astuple(params))
         t0 = time.monotonic()
         try:
@@ -321,9 +324,9 @@ def run(
             if out.returncode != 0:
                 raise proc.CommandError(cmd, out.returncode, out.stdout + out.stderr + _job_errors(job_dir))
             parsed = parse_output(out.stdout)
-            final = gtm.readback(gtm.parse_fileheader(gtm.dump_fileheader(db)))
-            # the run's own counters: read before the sample check adds its reads
-            counters = gtm.counter_delta(counters_before, gtm.parse_gvstat(gtm.dump_gvstat(db)))
+            header = gtm.dump_gvstat(db)  # before the sample check adds its reads to the counters
+            final = gtm.readback(gtm.parse_fileheader(header))
+            counters = gtm.counter_delta(counters_before, gtm.parse_gvstat(header))
             entries = sample_entries(params, seed)
             stored = read_steps(db, params.keys, [n for n, _ in entries], timeout=SAMPLE_TIMEOUT)
     finally:
