@@ -610,3 +610,18 @@ def test_side_by_side_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "threeen1f.m").write_text(" quit\n")
     assert sbs.main([str(tmp_path / "threeen1f.m"), "--start", "5", "--end", "4"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_side_by_side_with_the_published_program(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's comparison, 1..1,000,000 with 4 workers: set FSMATRIX_THREEN1_PUBLISHED to the
+    published threeen1f.m (fsmatrix does not ship it)."""
+    from fsmatrix import threen1_side_by_side as sbs
+
+    published = os.environ.get("FSMATRIX_THREEN1_PUBLISHED", "")
+    if not published or not Path(published).is_file():
+        pytest.skip("FSMATRIX_THREEN1_PUBLISHED does not name the published threeen1f.m")
+    code = sbs.main([published])
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0, out
