@@ -193,6 +193,19 @@ def test_a_damaged_cache_entry_is_detected_and_recomputed(tmp_path: Path, monkey
     assert threen1_reference.lookup(3, 4000)[2:] == ("computed", "hit")
 
 
+def test_the_job_carries_the_reference_a_workload_declares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsmatrix.agent import job
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    published = job.reference_for(cell())
+    assert published is not None and published.pop("seconds") < 1
+    assert published == {**PUBLISHED_100000, "cache": "none"}
+    computed = job.reference_for(cell(start=7, end=2000))
+    assert computed is not None and computed["source"] == "computed" and computed["cache"] == "miss"
+    assert (computed["longest_sequence"], computed["largest_number"]) == threen1_reference.compute(7, 2000)
+    assert job.reference_for({"filesystem": "ext4", "workload": {"fio": {"pattern": "randread"}}}) is None
+
+
 def test_sequence_length_by_plain_iteration() -> None:
     assert threen1_reference.sequence_length(1) == (0, [])
     steps, path = threen1_reference.sequence_length(27)
