@@ -106,6 +106,39 @@ def test_parse_fileheader_journal_off() -> None:
     assert back["key_size"] == 984
 
 
+def test_parse_gvstat_on_a_3n1_run() -> None:
+    """Captured after a 3n+1 1..100,000 run with 4 workers (before-image journaling)."""
+    text = (DATA / "gvstat_threen1_1_100000_w4.txt").read_text()
+    counters = gtm.parse_gvstat(text)
+    assert counters["TTR"] == 43266 and counters["TTW"] == 23  # read-only / read-write TP transactions
+    assert counters["SET"] == 217810 and counters["GET"] == 405978
+    assert counters["BREA"] == 1226  # four-letter names too
+    assert counters["DTA"] == 1616 and "KIL" not in counters  # $DATA: the sample check; zeros are left out
+    assert gtm.readback(gtm.parse_fileheader(text))["journal"] == "before"  # the header comes with them
+    assert gtm.counter_delta({"SET": 5, "GET": 2, "TTR": 1}, {"SET": 9, "GET": 2, "TTW": 3}) == {
+        "SET": 4, "TTR": -1, "TTW": 3,
+    }  # fmt: skip
+
+
+def test_parse_gvstat_rejects_other_text() -> None:
+    with pytest.raises(ValueError, match="gvstat"):
+        gtm.parse_gvstat("%GTM-E-DBFILERR, Error with database file\n")
+
+
+def test_gvstat_counts_a_real_databases_operations(base: Path) -> None:
+    db, _ = gtm.create_database(gtm.Settings(journal="off"), base / "data", base / "data", base / "scratch", name="t")
+    try:
+        before = gtm.parse_gvstat(gtm.dump_gvstat(db))
+        code = "tstart ()  set ^a=1 tcommit  tstart ()  set x=$get(^a) tcommit  set ^b=$get(^a) if $data(^a)"
+        subprocess.run([db.tool("mumps"), "-run", "%XCMD", code], env=db.env(), check=True, timeout=60)
+        delta = gtm.counter_delta(before, gtm.parse_gvstat(gtm.dump_gvstat(db)))
+    finally:
+        gtm.release(db)
+    assert {k: delta.get(k, 0) for k in ("SET", "GET", "DTA", "TTW", "TTR")} == {
+        "SET": 2, "GET": 2, "DTA": 1, "TTW": 1, "TTR": 1,
+    }  # fmt: skip
+
+
 def test_parse_fileheader_rejects_other_text() -> None:
     with pytest.raises(ValueError):
         gtm.parse_fileheader("%GTM-E-DBFILERR, Error with database file\n")

@@ -76,6 +76,8 @@ def test_agent_version_entry_point() -> None:
 def test_parse_job_fills_defaults_and_rejects_bad_jobs() -> None:
     job = guest.parse_job({"cell": _job()["cell"], "cell_id": "c"})
     assert job["repeat"] == 1 and job["data_serials"] == [] and job["environment"] == {}
+    assert job["reference"] is None  # an older host's job: the agent computes it, before the run
+    assert guest.parse_job(_job(reference={"start": 1}))["reference"] == {"start": 1}
     for bad in (
         [],
         _job(cell={"workload": {}}),
@@ -84,6 +86,7 @@ def test_parse_job_fills_defaults_and_rejects_bad_jobs() -> None:
         _job(repeat=True),
         _job(data_serials="fsm-data0"),
         _job(environment=[]),
+        _job(reference=[1, 100]),
     ):
         with pytest.raises(guest.JobError):
             guest.parse_job(bad)
@@ -242,6 +245,30 @@ def test_guest_runs_a_job_and_writes_the_result(tmp_path: Path) -> None:
     assert result["provenance"]["backend"] == "vm"
     assert result["provenance"]["guest"]["data_disks"] == {}
     assert "result: passed" in (job_dir / "agent.log").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts tmpfs")
+def test_guest_uses_the_reference_the_host_computed(tmp_path: Path) -> None:
+    """A VM backend computes the workload's reference on the host (``job.reference_for``) and puts
+    it in the job: the guest uses it as given (here made wrong on purpose, so the run fails)."""
+    from fsmatrix.agent import job as agent_job
+    from fsmatrix.matrix import expand_document
+
+    matrix = expand_document(
+        {"axes": {"filesystem": ["tmpfs"], "workload": [{"threen1": {"start": 3, "end": 999, "workers": 1}}]}},
+        "t",
+    )
+    cell = matrix.cells[0]
+    reference = agent_job.reference_for(cell.spec)
+    assert reference is not None and (reference["start"], reference["end"]) == (3, 999)
+    wrong = {**reference, "longest_sequence": reference["longest_sequence"] + 1, "seconds": 12.5}
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "job.json").write_text(json.dumps(_job(cell=cell.params, cell_id=cell.id, reference=wrong)))
+    result = guest.run(job_dir, by_id=tmp_path, workdir=tmp_path / "work")
+    assert result["status"] == "failed", result["reason"]
+    assert result["verification"]["reference"]["seconds"] == 12.5
+    assert f"the computed reference says {wrong['longest_sequence']}" in result["reason"]
 
 
 def test_guest_writes_an_error_result_for_a_bad_job(tmp_path: Path) -> None:

@@ -90,6 +90,11 @@ def parse_job(doc: Any) -> dict[str, Any]:
     environment = doc.get("environment", {})
     if not isinstance(environment, dict):
         raise JobError("job.json: 'environment' must be an object")
+    # What the host computed before the run for the workload's verification (absent: older hosts,
+    # or a workload that declares none; the agent computes it then, still before the run).
+    reference = doc.get("reference")
+    if reference is not None and not isinstance(reference, dict):
+        raise JobError("job.json: 'reference' must be an object or null")
     return {
         "cell": cell,
         "cell_id": cell_id,
@@ -97,6 +102,7 @@ def parse_job(doc: Any) -> dict[str, Any]:
         "data_serials": serials,
         "data_buses": buses,
         "environment": environment,
+        "reference": reference,
     }
 
 
@@ -228,6 +234,7 @@ def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str
             devices=devices,
             workdir=workdir,
             environment=environment,
+            reference=job["reference"],
         )
     except (JobError, OSError, ValueError) as exc:
         log.error("job not run: %s", exc)

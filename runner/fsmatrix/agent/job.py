@@ -100,6 +100,14 @@ def result_document(
     }
 
 
+def reference_for(cell: Cell | Mapping[str, Any]) -> dict[str, Any] | None:
+    """The workload's reference values for ``cell`` (None if it declares none): what a VM backend
+    computes on the host and puts in the job, so the guest spends no run time on it."""
+    cell = Cell.coerce(cell)
+    compute = cell.declaration.reference
+    return None if compute is None else compute(cell.params)
+
+
 def run_job(
     cell: Cell | Mapping[str, Any],
     *,
@@ -108,8 +116,13 @@ def run_job(
     devices: list[str],
     workdir: Path,
     environment: dict[str, Any],
+    reference: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run ``cell`` (parsed, or its JSON form) once and return its result document (the caller stores it)."""
+    """Run ``cell`` (parsed, or its JSON form) once and return its result document (the caller stores it).
+
+    ``reference``: ``reference_for(cell)``, if the caller computed it already (a VM backend does, on
+    the host); otherwise it is computed here, before the storage is prepared and the run starts.
+    """
     cell = Cell.coerce(cell)
     result = result_document(
         cell,
@@ -122,6 +135,8 @@ def run_job(
     )
     t0 = time.monotonic()
     try:
+        if reference is None:
+            reference = reference_for(cell)
         with contextlib.ExitStack() as stack:
             prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt"))
             result["storage"] = {
@@ -159,6 +174,7 @@ def run_job(
                     scratch,
                     measure=measured,
                     device=prepared.data_device if prepared.bare_device else None,
+                    reference=reference,
                 )
                 outcome = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
             samples = sampler.summary()

@@ -290,6 +290,7 @@ class QemuBackend:
                 "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
                 "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
                 "environment": {**self.environment(), "vm": vm_info},
+                "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
             }
             job_disk = jobdisk.make_job_disk(run_dir / "job.img", job_doc)
             console = run_dir / "console.log"

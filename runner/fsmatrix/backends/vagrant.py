@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from fsmatrix import matrix
-from fsmatrix.agent import storage
+from fsmatrix.agent import job, storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.agent.cell import Cell as CellSpec
 from fsmatrix.backends import image
@@ -184,6 +184,7 @@ def spec(
             "data_serials": [d["serial"] for d in disks],
             "data_disks": [{"serial": d["serial"], "bus": d["bus"]} for d in disks],
             "environment": environment,
+            "reference": job.reference_for(cell.spec),
         },
     )
     return doc

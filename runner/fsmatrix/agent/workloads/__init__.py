@@ -50,6 +50,9 @@ class Workspace:
     # Filesystem "raw": the block device the workload runs on (data is then an empty directory on
     # no filesystem under test). None when there is a filesystem.
     device: str | None = None
+    # What the workload's declared ``reference`` computed for this cell before the run (on the host
+    # for the VM backends: it comes in the job); None: the workload computes it itself if it needs it.
+    reference: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -123,6 +126,10 @@ class Workload(Generic[P]):
     # then e.g. "cpu_busy_s" (the run's own CPU-seconds, which run_job measures for every workload).
     # The gate adjusts these tests' p-values together with those of every other cell (Holm).
     gated: tuple[str, ...] = ()
+    # Expected answers its verification needs that may take long to compute (3n+1: longest sequence
+    # and largest number of a range outside the published table). Computed before the run, outside
+    # its timeout: by run_job, or by a VM backend on the host and passed in the job (JSON values).
+    reference: Callable[[P], dict[str, Any]] | None = None
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")

@@ -349,6 +349,34 @@ def differences(settings: Settings, got: Mapping[str, Any]) -> list[str]:
     return diffs
 
 
+def dump_gvstat(db: Database, timeout: float = 60.0) -> str:
+    """The text of ``dse dump -fileheader -gvstat``: the header followed by GT.M's own counters."""
+    out = proc.run([db.tool("dse"), "dump", "-fileheader", "-gvstat"], env=db.env(), input="", timeout=timeout)
+    return out.stdout + out.stderr
+
+
+# "  SET : # of SET   operations                   0x0000000000000002"
+_GVSTAT = re.compile(r"^\s*([A-Z0-9]{2,4})\s+:\s+(\S.*?)\s+0x([0-9A-Fa-f]+)\s*$")
+
+
+def parse_gvstat(text: str) -> dict[str, int]:
+    """GT.M's per-database counters from ``dse dump -fileheader -gvstat``, e.g. {"SET": 2, "TTR": 1}.
+
+    DSE lists only the counters that are not zero, so a missing counter is 0: use ``.get(name, 0)``.
+    Counters accumulate in the file header over the database's life (every process, every run).
+    """
+    counters = {m.group(1): int(m.group(3), 16) for line in text.splitlines() if (m := _GVSTAT.match(line))}
+    if not counters and "Block size (in bytes)" not in text:
+        raise ValueError("not a DSE -gvstat dump: no file header and no counters found")
+    return counters
+
+
+def counter_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """What a run added to each counter (the counters are cumulative); zeros left out."""
+    names = sorted(set(before) | set(after))
+    return {n: after.get(n, 0) - before.get(n, 0) for n in names if after.get(n, 0) != before.get(n, 0)}
+
+
 def journal_files(db: Database) -> list[Path]:
     """The journal file and its earlier generations (``name.mjl_<timestamp>``)."""
     if db.journal_file is None:

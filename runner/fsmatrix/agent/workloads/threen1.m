@@ -7,10 +7,25 @@ threen1 ; 3n+1 benchmark: worker processes share sequence lengths through the da
  ;                threen1_jobdir = directory for the workers' output and error files.
  ;   Output (stdout), one record a line, "name key=value ...":
  ;     worker id=.. pid=.. reads=.. updates=.. longest=.. largest=.. cpu_cs=.. start_us=.. end_us=..
+ ;            tp=.. tp_result=.. tp_highest=.. tp_rw=..
  ;     result workers=.. elapsed_us=.. reads=.. updates=.. longest=.. largest=.. start_skew_us=..
- ;   start_us/end_us are microseconds after the parent released the workers.
+ ;     shared longest=.. largest=.. reads=.. updates=..
+ ;   start_us/end_us are microseconds after the parent released the workers. "worker" and "result"
+ ;   are each worker's own counts and their sums; "shared" is what the database holds at the end.
  ;
- ; Globals: ^step(number)=sequence length (both spelled in "spelled" mode); ^ctl = coordination.
+ ; Globals: ^step(number)=sequence length (both spelled in "spelled" mode);
+ ;   ^result = longest sequence, ^highest = largest number, ^reads/^updates = the workers' totals
+ ;   (plain integers in both modes); ^ctl = coordination.
+ ;
+ ; Shared results, as the published program keeps them: for every number whose sequence a worker
+ ; had to compute, one TP transaction reads ^result and sets it only if this sequence is longer, so
+ ; almost all of them are read-only; at its end each worker adds its counts to ^reads/^updates in
+ ; one transaction. Departure: ^highest is kept in that same per-number transaction (the published
+ ; program only sets it in each worker's final one), so that a crash loses neither answer for the
+ ; sequences already stored: each transaction commits before its ^step entries are set. It makes
+ ; a transaction read-write whenever a sequence climbs above ^highest without being the longest.
+ ; Nothing here clears ^step, ^result or ^highest: a run on a database that holds them goes on
+ ; from what is stored.
  ;
  quit
  ;
@@ -25,7 +40,8 @@ main ; parent: prepare the database, start the workers, time them, report
  if (keys'="spelled")&(keys'="integer") write "%THREEN1-E-KEYS keys must be spelled or integer",! zhalt 2
  set jobdir=$ztrnlnm("threen1_jobdir"),pidfile=$ztrnlnm("threen1_pids")
  if (jobdir="")!(pidfile="") write "%THREEN1-E-ENV threen1_jobdir and threen1_pids must be set",! zhalt 2
- kill ^ctl
+ ; per-run state only: the computation's state (^step, ^result, ^highest) stays
+ kill ^ctl,^reads,^updates
  do loadwords($ztrnlnm("threen1_words"))
  do setup(keys)
  ; 1 is the end of every sequence: stored with length 0, so reaching 1 is an ordinary database hit
@@ -56,7 +72,9 @@ main ; parent: prepare the database, start the workers, time them, report
  . if rec="" set err=err+1 write "%THREEN1-E-WORKER worker ",i," did not finish: ",$get(^ctl("error",i),"no error recorded"),! quit
  . write "worker id=",i," pid=",$piece(rec,"^",1)," reads=",$piece(rec,"^",2)," updates=",$piece(rec,"^",3)
  . write " longest=",$piece(rec,"^",4)," largest=",$piece(rec,"^",5)," cpu_cs=",$piece(rec,"^",6)
- . write " start_us=",$piece(rec,"^",7)-us," end_us=",$piece(rec,"^",8)-us,!
+ . write " start_us=",$piece(rec,"^",7)-us," end_us=",$piece(rec,"^",8)-us
+ . write " tp=",$piece(rec,"^",9)," tp_result=",$piece(rec,"^",10)," tp_highest=",$piece(rec,"^",11)
+ . write " tp_rw=",$piece(rec,"^",12),!
  . set reads=reads+$piece(rec,"^",2),updates=updates+$piece(rec,"^",3)
  . set:$piece(rec,"^",4)>longest longest=$piece(rec,"^",4)
  . set:$piece(rec,"^",5)>largest largest=$piece(rec,"^",5)
@@ -65,10 +83,12 @@ main ; parent: prepare the database, start the workers, time them, report
  if err zhalt 6
  write "result workers=",workers," elapsed_us=",last," reads=",reads," updates=",updates
  write " longest=",longest," largest=",largest," start_skew_us=",first,!
+ write "shared longest=",+$get(^result)," largest=",+$get(^highest)
+ write " reads=",+$get(^reads)," updates=",+$get(^updates),!
  quit
  ;
 work(start,end,block,keys,id) ; worker: claim blocks of starting numbers until the range is exhausted
- new reads,updates,longest,largest,blk,n,last,t1,t2,stack,spelled
+ new reads,updates,longest,largest,blk,n,last,t1,t2,stack,spelled,tp,tpresult,tphighest,tprw
  set $etrap="set ^ctl(""error"",id)=$zstatus halt"
  lock +^ctl("work",id):60
  else  set ^ctl("error",id)="could not get the work lock" quit
@@ -79,33 +99,62 @@ work(start,end,block,keys,id) ; worker: claim blocks of starting numbers until t
  ; wait for the parent's start signal
  lock +^ctl("go")
  lock -^ctl("go")
- set t1=$zhorolog,(reads,updates,longest,largest)=0,spelled=(keys="spelled")
+ set t1=$zhorolog,(reads,updates,longest,largest,tp,tpresult,tphighest,tprw)=0,spelled=(keys="spelled")
  for  set blk=$increment(^ctl("next")),n=start+((blk-1)*block) quit:n>end  do
  . set last=n+block-1 set:last>end last=end
  . if spelled for n=n:1:last do onespelled(n)
  . if 'spelled for n=n:1:last do oneinteger(n)
+ ; this worker's counts into the shared totals, in one transaction (a restart redoes all of it)
+ ; (SET, not IF: an IF would skip ^updates after a worker that read nothing)
+ tstart ()
+ set t2=$increment(^reads,reads),t2=$increment(^updates,updates)
+ set:largest>$get(^highest) ^highest=largest
+ tcommit
  set t2=$zhorolog
- set ^ctl("done",id)=$job_"^"_reads_"^"_updates_"^"_longest_"^"_largest_"^"_$zgetjpi("","CPUTIM")_"^"_$$us(t1)_"^"_$$us(t2)
+ set ^ctl("done",id)=$job_"^"_reads_"^"_updates_"^"_longest_"^"_largest_"^"_$zgetjpi("","CPUTIM")_"^"_$$us(t1)_"^"_$$us(t2)_"^"_tp_"^"_tpresult_"^"_tphighest_"^"_tprw
  lock -^ctl("work",id)
  quit
  ;
 oneinteger(n) ; the sequence of n with plain numeric subscripts and values
- new x,v,sp,len
- set x=n,sp=0 set:x>largest largest=x
+ new x,v,sp,len,top
+ set x=n,sp=0,top=n
  ; walk until a number whose length the database knows, stacking the unknown ones
- for  set v=$get(^step(x)),reads=reads+1 quit:v'=""  set sp=sp+1,stack(sp)=x,x=$select(x#2:3*x+1,1:x/2) set:x>largest largest=x
+ for  set v=$get(^step(x)),reads=reads+1 quit:v'=""  set sp=sp+1,stack(sp)=x,x=$select(x#2:3*x+1,1:x/2) set:x>top top=x
  set len=v
+ if sp do shared(len+sp,top)
  for sp=sp:-1:1 set len=len+1,^step(stack(sp))=len,updates=updates+1
  set:len>longest longest=len
+ set:top>largest largest=top
  quit
  ;
 onespelled(n) ; the same walk with every subscript and value spelled in digit words
- new x,v,sp,len
- set x=n,sp=0 set:x>largest largest=x
- for  set v=$get(^step($$spell(x))),reads=reads+1 quit:v'=""  set sp=sp+1,stack(sp)=x,x=$select(x#2:3*x+1,1:x/2) set:x>largest largest=x
+ new x,v,sp,len,top
+ set x=n,sp=0,top=n
+ for  set v=$get(^step($$spell(x))),reads=reads+1 quit:v'=""  set sp=sp+1,stack(sp)=x,x=$select(x#2:3*x+1,1:x/2) set:x>top top=x
  set len=$$unspell(v)
+ if sp do shared(len+sp,top)
  for sp=sp:-1:1 set len=len+1,^step($$spell(stack(sp)))=$$spell(len),updates=updates+1
  set:len>longest longest=len
+ set:top>largest largest=top
+ quit
+ ;
+shared(len,top) ; a computed sequence: its length and highest number into ^result/^highest
+ ; Committed before the sequence's ^step entries are set, so whatever a crash leaves in ^step is
+ ; already accounted for in ^result and ^highest. The flags are set inside the transaction and
+ ; counted after it: a restart runs the body again from TSTART.
+ new r,h
+ tstart ()
+ set (r,h)=0
+ if len>$get(^result) set ^result=len,r=1
+ if top>$get(^highest) set ^highest=top,h=1
+ tcommit
+ set tp=tp+1,tpresult=tpresult+r,tphighest=tphighest+h set:r!h tprw=tprw+1
+ quit
+ ;
+peek ; stdin: one ^step subscript a line (digit words or a number); stdout: "1 <value>" or "0"
+ ; The caller spells the subscripts itself, so the check does not rely on $$spell.
+ new line
+ for  read line quit:$zeof  write $data(^step(line))#2," ",$get(^step(line)),!
  quit
  ;
 spell(x) ; 27 -> "deux सात": each digit as its word, separated by single spaces

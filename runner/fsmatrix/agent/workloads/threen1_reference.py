@@ -4,13 +4,20 @@
 computed by an implementation independent of the M routine: an array of sequence lengths for the
 numbers up to ``end`` and plain iteration above it. The answer is cached in
 ``$XDG_CACHE_HOME/fsmatrix/threen1_reference.tsv`` (default ``~/.cache``) so a range costs its
-computation once.
+computation once. Each cached row carries a SHA-256 of its values: a row whose checksum does not
+match (a damaged or hand-edited cache, or one written before checksums) is not trusted but
+computed again, and the cache rewritten without it.
+
+``sequence_length`` is a third, deliberately plain implementation (iterate to 1 and count), used to
+check a sample of the lengths a run stored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import tempfile
 from array import array
 from pathlib import Path
 
@@ -18,6 +25,9 @@ log = logging.getLogger("fsmatrix")
 
 PUBLISHED_TABLE = Path(__file__).with_name("threen1_reference.tsv")
 HEADER = "start\tend\tlongest_sequence\tlargest_number"
+CACHE_HEADER = HEADER + "\tsha256"
+# Part of every checksum: a change of what a row means invalidates every cached row.
+CHECKSUM_TAG = "fsmatrix threen1 reference v1"
 
 
 def read_table(path: Path) -> dict[tuple[int, int], tuple[int, int]]:
@@ -36,6 +46,55 @@ def read_table(path: Path) -> dict[tuple[int, int], tuple[int, int]]:
         start, end, longest, largest = (int(f) for f in fields)
         rows[(start, end)] = (longest, largest)
     return rows
+
+
+def checksum(start: int, end: int, longest: int, largest: int) -> str:
+    """The SHA-256 a cached row carries."""
+    return hashlib.sha256(f"{CHECKSUM_TAG}\t{start}\t{end}\t{longest}\t{largest}".encode()).hexdigest()
+
+
+Refused = tuple[tuple[int, int] | None, str]  # the range a refused row names (if readable), and why
+
+
+def read_cache(path: Path) -> tuple[dict[tuple[int, int], tuple[int, int]], list[Refused]]:
+    """The cache's rows whose checksum matches, and each row that was refused."""
+    rows: dict[tuple[int, int], tuple[int, int]] = {}
+    refused: list[Refused] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return rows, refused
+    except (OSError, UnicodeDecodeError) as exc:
+        return rows, [(None, f"{path}: unreadable ({exc})")]
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split("\t")
+        if not line.strip() or fields[0] == "start":
+            continue
+        if len(fields) != 5 or not all(f.isdigit() for f in fields[:4]):
+            refused.append((None, f"{path}:{number}: not start, end, longest, largest, sha256: {line!r}"))
+            continue
+        start, end, longest, largest = (int(f) for f in fields[:4])
+        if fields[4] != checksum(start, end, longest, largest):
+            refused.append(((start, end), f"{path}:{number}: checksum does not match: {line!r}"))
+            continue
+        rows[(start, end)] = (longest, largest)
+    return rows, refused
+
+
+def write_cache(path: Path, rows: dict[tuple[int, int], tuple[int, int]]) -> None:
+    """Replace the cache with ``rows`` (atomically: a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [CACHE_HEADER] + [
+        f"{s}\t{e}\t{lo}\t{la}\t{checksum(s, e, lo, la)}" for (s, e), (lo, la) in sorted(rows.items())
+    ]
+    fd, tmp = tempfile.mkstemp(prefix=".threen1_reference.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def cache_file() -> Path:
@@ -70,25 +129,40 @@ def compute(start: int, end: int) -> tuple[int, int]:
     return longest, largest
 
 
+def sequence_length(n: int) -> tuple[int, list[int]]:
+    """Steps from ``n`` to 1 and the numbers on the way (``n`` first, 1 left out), by plain iteration."""
+    if n < 1:
+        raise ValueError(f"3n+1 sequences start at 1 or above, not {n}")
+    path = []
+    while n != 1:
+        path.append(n)
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+    return len(path), path
+
+
 def reference(start: int, end: int) -> tuple[int, int, str]:
     """(longest sequence, largest number, "published" | "computed") for start..end."""
+    longest, largest, source, _ = lookup(start, end)
+    return longest, largest, source
+
+
+def lookup(start: int, end: int) -> tuple[int, int, str, str]:
+    """``reference`` plus how the cache served it: "none" (published), "hit", "miss" or
+    "refused" (a cached row failed its checksum and was computed again)."""
     published = read_table(PUBLISHED_TABLE)
     if (start, end) in published:
-        return (*published[(start, end)], "published")
+        return (*published[(start, end)], "published", "none")
     cache = cache_file()
-    try:
-        cached = read_table(cache)
-    except ValueError as exc:  # a damaged cache is recomputed, not trusted
-        log.warning("ignoring %s", exc)
-        cached = {}
+    cached, refused = read_cache(cache)
+    for _, why in refused:  # a damaged cache is recomputed, not trusted
+        log.warning("3n+1 reference cache: ignoring %s", why)
     if (start, end) in cached:
-        return (*cached[(start, end)], "computed")
+        return (*cached[(start, end)], "computed", "hit")
+    ours_refused = any(named == (start, end) for named, _ in refused)
     longest, largest = compute(start, end)
+    cached[(start, end)] = (longest, largest)
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        new = not cache.exists() or cache.stat().st_size == 0
-        with cache.open("a", encoding="utf-8") as f:
-            f.write((HEADER + "\n" if new else "") + f"{start}\t{end}\t{longest}\t{largest}\n")
+        write_cache(cache, cached)
     except OSError as exc:  # a read-only home only costs the recomputation next time
         log.info("cannot cache the 3n+1 reference in %s: %s", cache, exc)
-    return longest, largest, "computed"
+    return longest, largest, "computed", "refused" if ours_refused else "miss"
