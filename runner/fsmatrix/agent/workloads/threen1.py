@@ -3,8 +3,8 @@
 Parameters (``cell["workload"]["threen1"]``): ``start``, ``end``, ``workers`` (that many GT.M
 processes), ``block`` (starting numbers a worker claims at a time) and ``keys``: ``spelled`` (every
 ``^step`` subscript and value is written in the digit words of ``digit_words.txt``, as the
-published benchmark does; its answers and totals stay plain integers, as there) or ``integer``. GT.M settings: ``cell["gtm"]``,
-see ``gtm.Settings``.
+published benchmark does; its answers and totals stay plain integers, as there) or ``integer``.
+GT.M settings: ``cell["gtm"]``, see ``gtm.Settings``.
 
 The workers keep the answers in the database as the published program does (``threen1.m`` says
 how): ``^result`` (longest sequence) and ``^highest`` (largest number), updated in one TP transaction
