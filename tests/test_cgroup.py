@@ -52,7 +52,9 @@ def test_counts_detached_children_and_not_the_neighbours(tmp_path: Path) -> None
     assert 0.5 <= busy < 1.2, seconds  # the grandchild's 0.6 s, not the neighbour's ~1.5 s
     assert cpu.directory is None  # removed, and this process is back home
     home = cgroup.own_cgroup(cpu.hierarchy)  # type: ignore[arg-type]
-    assert not list(home.parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")) and not list(home.glob(f"{cgroup.PREFIX}*"))
+    assert not list(home.parent.glob(f"{cgroup.PREFIX}{os.getpid()}-*")) and not list(
+        home.glob(f"{cgroup.PREFIX}{os.getpid()}-*")
+    )
 
 
 @needs_cgroup
