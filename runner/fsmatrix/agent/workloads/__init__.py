@@ -32,6 +32,7 @@ WORKLOADS: tuple[str, ...] = (
     "threen1",
     "sysbench",
     "fio",
+    "pgbench",
 )
 
 P = TypeVar("P")
