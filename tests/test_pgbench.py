@@ -283,7 +283,7 @@ def test_a_setting_that_does_not_take_fails_the_run_and_stops_the_server() -> No
         ("postgres.no_such_key: 1", "unknown setting 'postgres.no_such_key'"),
         ("postgres.shared_buffers: lots", "postgres.shared_buffers: 'lots' is not allowed"),
         ('postgres.synchronous_commit: "on\\narchive_command=x"', "postgres.synchronous_commit: "),
-        ("postgres.wal_sync_method: \"fsync'\"", "postgres.wal_sync_method: \"fsync'\" is not allowed"),
+        ('postgres.wal_sync_method: "fsync\'"', 'postgres.wal_sync_method: "fsync\'" is not allowed'),
         ("postgres.shared_buffers: 100K", "must be a multiple of 8K"),
         ("postgres.wal_level: minimal", "needs postgres.max_wal_senders 0"),
         ("postgres.synchronous_commit: off", "quote it"),
@@ -310,7 +310,8 @@ def _bad_matrix(tmp_path: Path, setting: str) -> Path:
     if setting.startswith("filesystem"):
         matrix.write_text("name: bad\naxes: {filesystem: [raw]}\ndefaults:\n  workload.pgbench.scale: 1\n")
     else:
-        matrix.write_text(f"name: bad\naxes: {{filesystem: [ext4]}}\ndefaults:\n  workload.pgbench.duration: 5\n  {setting}\n")
+        head = "name: bad\naxes: {filesystem: [ext4]}\ndefaults:\n  workload.pgbench.duration: 5\n"
+        matrix.write_text(f"{head}  {setting}\n")
     return matrix
 
 
@@ -318,7 +319,8 @@ def test_the_command_line_refuses_a_value_with_a_newline(tmp_path: Path) -> None
     matrix = _bad_matrix(tmp_path, 'postgres.wal_compression: "lz4\\narchive_command=x"')
     out = subprocess.run([*FSMATRIX, "matrix", "expand", str(matrix)], capture_output=True, text=True, check=False)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and "postgres.wal_compression: 'lz4\\narchive_command=x' is not allowed" in out.stderr
+    assert out.stderr.count("\n") == 1
+    assert "postgres.wal_compression: 'lz4\\narchive_command=x' is not allowed" in out.stderr
 
 
 # ------------------------------------------------------------------ fsmatrix run on loop devices

@@ -150,8 +150,8 @@ def parse_log(lines: Sequence[str]) -> Latencies:
         raise ValueError("pgbench log holds no completed transaction")
     times.sort()
 
-    def rank(p: float) -> float:
-        return times[max(0, -(-len(times) * p // 100) - 1)] / 1000  # type: ignore[no-any-return]
+    def rank(percent: int) -> float:  # nearest rank: the smallest value with percent % at or below it
+        return times[max(0, -(-len(times) * percent // 100) - 1)] / 1000
 
     return Latencies(
         count=len(times),
@@ -206,7 +206,9 @@ def check_state(
             problems.append("TPC-B invariant broken: " + ", ".join(f"{k} {v}" for k, v in sums.items()))
     else:  # simple-update touches accounts and history only
         if after["account_sum"] != after["delta_sum"]:
-            problems.append(f"sum of account balances {after['account_sum']} != sum of history deltas {after['delta_sum']}")
+            problems.append(
+                f"sum of account balances {after['account_sum']} != sum of history deltas {after['delta_sum']}"
+            )
         for key in ("branch_sum", "teller_sum"):
             if after[key] != before[key]:
                 problems.append(f"simple-update changed {key}: {before[key]} -> {after[key]}")
