@@ -173,6 +173,8 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
         for heading, group in report.workload_groups(kind, cells):
             if heading:
                 parts.append(f"<h3>{html.escape(heading)}</h3>")
+            for otitle, header, rows_ in report.overview_tables(kind, group):
+                parts += [f"<h4>{html.escape(otitle)}</h4>", _plain_table(header, rows_)]
             keys = {m for ds in group.values() for d in ds for m in d.get("key_metrics", {})}
             for metric, mtitle, direction in tables:
                 if metric not in keys:

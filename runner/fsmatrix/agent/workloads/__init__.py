@@ -120,6 +120,9 @@ class Workload(Generic[P]):
     key_metrics_for: Callable[[P], tuple[str, ...]] | None = None
     # Formats a row label from the row_keys' values (default: the values joined by " ").
     row_label: Callable[[Mapping[str, Any]], str] | None = None
+    # Metrics the reports also show side by side in one table per input, the storage stacks as rows
+    # (seed 004's shape: create, load, index, total, TPS, latency); () for none.
+    overview: tuple[str, ...] = ()
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")

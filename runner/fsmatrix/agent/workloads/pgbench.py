@@ -438,6 +438,7 @@ WORKLOAD = Workload(
     summary=lambda p: f"pgbench {p.script} s{p.scale} c{p.clients} j{p.threads} {p.duration}s {p.protocol}",
     row_keys=("script", "scale", "clients"),
     row_label=lambda v: f"{v['script']} scale {v['scale']}, {v['clients']} clients",
+    overview=("create_s", "load_s", "index_s", "total_s", "tps", "lat_avg_ms"),
     operation="transaction",
     operations=lambda m: m.get("transactions"),
     needs_filesystem=True,
