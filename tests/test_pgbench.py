@@ -434,3 +434,20 @@ def test_ctrl_c_stops_the_server(tmp_path: Path, workdir: Path) -> None:
     assert run.returncode == 130, err
     assert postgres.processes_in_group(pgid) == []
     assert processes_under(workdir) == []
+
+
+def test_the_socket_directory_fits_a_socket_address() -> None:
+    """A scratch directory too deep for sun_path (107 bytes) gets its socket directory under /tmp."""
+    owner = postgres.Owner.resolve()
+    deep = _dir("fsmatrix-pgsock-")
+    try:
+        long_scratch = deep / ("x" * 60) / "scratch"
+        with contextlib.ExitStack() as stack:
+            short = postgres.socket_dir(deep / "scratch", owner, stack)
+            far = postgres.socket_dir(long_scratch, owner, stack)
+            assert short.parent == deep / "scratch" and far.parent == Path(tempfile.gettempdir())
+            assert len(f"{far}/.s.PGSQL.{postgres.PORT}") <= postgres.MAX_SOCKET_PATH
+            assert far.stat().st_uid == owner.uid
+        assert not far.exists()
+    finally:
+        shutil.rmtree(deep, ignore_errors=True)

@@ -43,8 +43,9 @@ BIN_GLOB = "/usr/lib/postgresql/*/bin/postgres"
 OWNER = "postgres"  # the system user the server runs as when fsmatrix runs as root
 PORT = 5432  # only names the socket file (.s.PGSQL.5432): no TCP port is opened
 SUPERUSER = "postgres"
-# The socket path must fit sun_path (108 bytes) with "/.s.PGSQL.5432" appended.
-MAX_SOCKET_DIR = 90
+# A socket path must fit sun_path: at most 107 bytes, "<dir>/.s.PGSQL.5432".
+MAX_SOCKET_PATH = 107
+SOCKET_PREFIX = "pgsock-"
 PAGE = 8192  # PostgreSQL's page size (Debian's build)
 WAL_SEGMENT = 16 << 20
 MAX_SHARED_BUFFERS = 1073741823 * PAGE
@@ -490,9 +491,11 @@ def socket_dir(scratch: Path, owner: Owner, stack: contextlib.ExitStack) -> Path
     reach it and the path fits a socket address, else a private one under /tmp (removed on exit)."""
     scratch.mkdir(parents=True, exist_ok=True)
     base = scratch.resolve()
-    if len(str(base)) + 12 > MAX_SOCKET_DIR or owner.can_reach(base):
+    # mkdtemp adds 8 characters to the prefix
+    longest = len(f"{base}/{SOCKET_PREFIX}12345678/.s.PGSQL.{PORT}")
+    if longest > MAX_SOCKET_PATH or owner.can_reach(base):
         base = Path(tempfile.gettempdir())
-    path = Path(tempfile.mkdtemp(prefix="pgsock-", dir=base))
+    path = Path(tempfile.mkdtemp(prefix=SOCKET_PREFIX, dir=base))
     stack.callback(_remove_tree, path)
     if owner.switch:
         os.chown(path, owner.uid, owner.gid)
