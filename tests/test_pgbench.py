@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root
+from conftest import attached_under, mounted_under, needs_root, sysv_ipc_ids
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.workloads import Workspace, pgbench, postgres
 
@@ -424,7 +424,9 @@ def test_ctrl_c_stops_the_server(tmp_path: Path, workdir: Path) -> None:
             time.sleep(0.2)  # until the transaction run has started
         server = [p for p in processes_under(workdir) if "/bin/postgres -D" in p]
         assert server, processes_under(workdir)
-        pgid = os.getpgid(int(server[0].split(":")[0]))
+        pgdata = Path(server[0].split(" -D ")[1].split()[0])
+        pids = postgres.processes_with_cwd(pgdata)  # the postmaster and its children (own groups each)
+        assert len(pids) >= 5, pids
         time.sleep(1)
         run.send_signal(signal.SIGINT)
         _, err = run.communicate(timeout=120)
@@ -432,7 +434,7 @@ def test_ctrl_c_stops_the_server(tmp_path: Path, workdir: Path) -> None:
         if run.poll() is None:
             run.kill()
     assert run.returncode == 130, err
-    assert postgres.processes_in_group(pgid) == []
+    assert [p for p in pids if Path(f"/proc/{p}").exists()] == []
     assert processes_under(workdir) == []
 
 
@@ -451,3 +453,23 @@ def test_the_socket_directory_fits_a_socket_address() -> None:
         assert not far.exists()
     finally:
         shutil.rmtree(deep, ignore_errors=True)
+
+
+def test_kill_leaves_no_process_and_no_shared_memory() -> None:
+    """The last resort of stop(), and what a crash test will use: SIGKILL of the process group."""
+    base = _dir("fsmatrix-pgkill-")
+    try:
+        with contextlib.ExitStack() as stack:
+            (base / "data").mkdir(mode=0o755)
+            cluster = postgres.create(postgres.Settings(), base / "data", None, base / "scratch", stack)
+            with cluster.running():
+                assert len(cluster.processes()) >= 5  # postmaster, checkpointer, writers, ...
+                shmid = cluster._shmid()
+                assert ("shm", str(shmid)) in sysv_ipc_ids()
+                cluster.kill()
+                assert cluster.processes() == []
+            assert cluster.stops == ["not-running"]
+        assert processes_under(base) == []
+        assert ("shm", str(shmid)) not in sysv_ipc_ids()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

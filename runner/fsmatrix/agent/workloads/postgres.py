@@ -9,8 +9,8 @@ Safety, by construction:
 - the server listens on no TCP port (``listen_addresses=''``); its Unix socket is in a directory of
   the run's own; it runs as the ``postgres`` user when started by root (PostgreSQL refuses root);
 - ``Cluster.running()`` stops it whatever happens: ``pg_ctl stop -m fast``, then ``-m immediate``,
-  then SIGKILL of the postmaster's process group (the server is started in a session of its own, so
-  a Ctrl-C at the terminal reaches the client, not the server; the ``finally`` stops the server).
+  then SIGKILL of every server process (the server is started in a session of its own, so a Ctrl-C
+  at the terminal reaches the client, not the server; the ``finally`` stops the server).
 
 ``Cluster.running()`` is the one start/stop path: a crash-recovery step can stop the server dead
 (``Cluster.kill()``) and start it again on the same directories.
@@ -393,13 +393,17 @@ class Cluster:
         return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
     def processes(self) -> list[int]:
-        """Live processes of this server: the postmaster's process group (its children inherit it)."""
-        if self.postmaster is None:
-            return []
-        return processes_in_group(self.postmaster.pid)
+        """Live processes of this server: the postmaster and every process whose working directory
+        is the data directory. Each child of the postmaster makes itself a process-group leader
+        (setsid), so the postmaster's group alone misses them; they all inherit its cwd, PGDATA,
+        and keep it when a dead postmaster's children are re-parented."""
+        found = set(processes_with_cwd(self.data))
+        if self.postmaster is not None and self.postmaster.poll() is None:
+            found.add(self.postmaster.pid)
+        return sorted(found)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> dict[str, Any]:
-        """Stop the server: fast shutdown, then immediate, then SIGKILL of its process group.
+        """Stop the server: fast shutdown, then immediate, then SIGKILL of every server process.
 
         Returns how it went ({"mode": "fast"|"immediate"|"killed"|"not-running", ...}). Raises
         RuntimeError if a process of the server is still alive after SIGKILL.
@@ -407,7 +411,6 @@ class Cluster:
         report: dict[str, Any] = {"mode": "not-running"}
         if self.postmaster is None:
             return report
-        pgid = self.postmaster.pid
         if self.postmaster.poll() is None:
             for mode in ("fast", "immediate"):
                 try:
@@ -426,25 +429,50 @@ class Cluster:
                 log.warning("pg_ctl stop -m %s did not stop PostgreSQL", mode)
             else:
                 report["mode"] = "killed"
-        if processes_in_group(pgid) or self.postmaster.poll() is None:
-            report["mode"] = "killed" if report["mode"] == "not-running" else report["mode"]
+        if self.processes():
+            report["mode"] = "killed"
             self.kill()
-        report["left"] = processes_in_group(pgid)
+        report["left"] = self.processes()
         if report["left"]:
             raise RuntimeError(f"PostgreSQL processes {report['left']} are still alive after SIGKILL")
         return report
 
     def kill(self) -> None:
-        """SIGKILL the postmaster's whole process group (a crash: no shutdown checkpoint)."""
+        """SIGKILL every process of the server (a crash: no shutdown checkpoint, nothing flushed).
+
+        The postmaster is stopped first (SIGSTOP: it can start no new child, nor restart a killed
+        one), then its children are listed, then all of them get SIGKILL."""
         if self.postmaster is None:
             return
-        pgid = self.postmaster.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+        postmaster = self.postmaster.pid
+        shmid = self._shmid()
+        if self.postmaster.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(postmaster, signal.SIGSTOP)
+        targets = set(self.processes()) | set(children_of(postmaster))
+        for pid in sorted(targets):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         _wait(self.postmaster, 10)
         deadline = time.monotonic() + 10
-        while processes_in_group(pgid) and time.monotonic() < deadline:
+        while self.processes() and time.monotonic() < deadline:
+            for pid in self.processes():  # anything forked before the SIGSTOP took effect
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
+        # A killed postmaster leaves its System V interlock segment behind (a clean stop removes it).
+        if shmid is not None and not self.processes():
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(["ipcrm", "-m", str(shmid)], capture_output=True, timeout=30, check=False)
+
+    def _shmid(self) -> int | None:
+        """The System V segment id of the running postmaster (line 7 of postmaster.pid: key, id)."""
+        try:
+            lines = (self.data / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return None
+        fields = lines[6].split() if len(lines) > 6 else []
+        return int(fields[1]) if len(fields) == 2 and fields[1].isdigit() else None
 
     @contextlib.contextmanager
     def running(self, timeout: float = START_TIMEOUT_S) -> Iterator[Cluster]:
@@ -471,18 +499,40 @@ def _wait(popen: subprocess.Popen[bytes], seconds: float) -> bool:
         return False
 
 
-def processes_in_group(pgid: int) -> list[int]:
-    """Live (not zombie) processes whose process group is ``pgid``."""
+def _live(entry: Path) -> tuple[int, int] | None:
+    """(pid, parent pid) of a live (not zombie) process, None for anything else."""
+    try:
+        fields = (entry / "stat").read_text().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    if len(fields) < 2 or fields[0] in ("Z", "X"):
+        return None
+    return int(entry.name), int(fields[1])
+
+
+def processes_with_cwd(directory: Path) -> list[int]:
+    """Live processes whose working directory is ``directory``."""
+    wanted = str(directory.resolve())
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or _live(entry) is None:
             continue
         try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            if os.readlink(entry / "cwd") == wanted:
+                found.append(int(entry.name))
+        except OSError:
             continue
-        if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            found.append(int(entry.name))
+    return sorted(found)
+
+
+def children_of(parent: int) -> list[int]:
+    """Live processes whose parent is ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            live = _live(entry)
+            if live is not None and live[1] == parent:
+                found.append(live[0])
     return sorted(found)
 
 
