@@ -393,6 +393,10 @@ def test_pgbench_cells_on_the_host_backend(tmp_path: Path, workdir: Path) -> Non
     assert per_device[wal_dev]["write_bytes"] >= split["metrics"]["wal_bytes"] * 0.9, per_device
     report = (results / "pg" / "report.md").read_text()
     assert "Transactions per second" in report and "tpcb-like scale 1, 2 clients" in report
+    # seed 004's shape: the storage stacks as rows, the phases, TPS and latency as columns
+    assert "**Overview (tpcb-like scale 1, 2 clients), median of repeats**" in report
+    assert "| storage | Create database (s) | Load tables (s) | Create indexes (s) | Total time (s) |" in report
+    assert "| ext4 (split-journal) |" in report
 
 
 def test_standalone_command(workdir: Path) -> None:
