@@ -477,3 +477,31 @@ def test_kill_leaves_no_process_and_no_shared_memory() -> None:
         assert ("shm", str(shmid)) not in sysv_ipc_ids()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.image
+@pytest.mark.timeout(3600)  # includes building the image when it is not cached
+def test_split_journal_cell_in_the_guest(tmp_path: Path, workdir: Path) -> None:
+    """`--backend qemu`: PostgreSQL from the image, pg_wal on the second virtio disk (ext2)."""
+    from fsmatrix.backends import image
+
+    image.build()
+    matrix = tmp_path / "guest.yaml"
+    matrix.write_text(
+        "name: guest\naxes: {filesystem: [ext4]}\ndefaults:\n"
+        "  workload.pgbench: {scale: 1, clients: 2, duration: 5}\n"
+        "  storage: {layout: split-journal, journal_filesystem: ext2, disk_size: 1G}\n"
+    )
+    results = tmp_path / "results"
+    out = subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (path,) = results.glob("guest/*/r1.json")
+    doc = json.loads(path.read_text())
+    assert doc["status"] == "passed" and doc["provenance"]["backend"] == "qemu", doc["reason"]
+    wal = os.path.basename(doc["storage"]["readback"]["journal"]["device"])
+    assert doc["details"]["postgres"]["pg_wal_device"] == wal
+    assert doc["samples"]["io_by_device"][wal]["write_bytes"] >= 0.9 * doc["metrics"]["wal_bytes"]
