@@ -301,7 +301,7 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
     seed = random.SystemRandom().randrange(1, 2**31)
     extra = {"max_connections": str(max(100, params.clients + 10))}
     with contextlib.ExitStack() as stack:
-        t0 = time.monotonic()
+        t0 = time.monotonic()  # create_s: initdb, server start, createdb
         cluster = postgres.create(
             settings,
             ws.data,
@@ -311,9 +311,11 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
             extra=extra,
             timeout=_left(deadline, timeout, "initdb"),
         )
+        t_versions = time.monotonic()
         versions = {"postgres": postgres.version(cluster)}
         pgbench = cluster.tool("pgbench")
         versions["pgbench"] = cluster.run([pgbench, "--version"], timeout=30).stdout.strip()
+        t0 += time.monotonic() - t_versions  # not part of creating the database
         problems: list[str] = []
         with cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))):
             cluster.run([cluster.tool("createdb"), DATABASE], timeout=_left(deadline, timeout, "createdb"))
@@ -369,7 +371,12 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
             if out.returncode != 0:
                 problems.append(str(proc.CommandError(cmd, out.returncode, text)))
             stats1 = _stats(cluster)
-            summary = parse_output(text)
+            try:
+                summary = parse_output(text)
+            except ValueError:
+                if out.returncode != 0:  # pgbench stopped early: its own words say why
+                    raise proc.CommandError(cmd, out.returncode, text) from None
+                raise
             log_lines = [line for path in sorted(ws.scratch.glob("pgbench_log.*")) for line in
                          path.read_text().splitlines()]  # fmt: skip
             latencies = parse_log(log_lines)
