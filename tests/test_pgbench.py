@@ -397,6 +397,7 @@ def test_pgbench_cells_on_the_host_backend(tmp_path: Path, workdir: Path) -> Non
     assert "**Overview (tpcb-like scale 1, 2 clients), median of repeats**" in report
     assert "| storage | Create database (s) | Load tables (s) | Create indexes (s) | Total time (s) |" in report
     assert "| ext4 (split-journal) |" in report
+    assert "seed 004's RAW column has no pgbench counterpart" in report
 
 
 def test_standalone_command(workdir: Path) -> None:

@@ -22,6 +22,7 @@ import matplotlib
 import yaml
 from matplotlib.figure import Figure
 
+from fsmatrix.agent import workloads
 from fsmatrix.results import report
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
@@ -170,6 +171,8 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
         if not cells:
             continue
         parts.append(f"<h2>{html.escape(kind)}</h2>")
+        if kind in workloads.WORKLOADS and workloads.get(kind).note:
+            parts.append(f"<p>{html.escape(workloads.get(kind).note)}</p>")
         for heading, group in report.workload_groups(kind, cells):
             if heading:
                 parts.append(f"<h3>{html.escape(heading)}</h3>")

@@ -153,6 +153,8 @@ def _workload_section(
     kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[dict[str, Any]]]
 ) -> list[str]:
     lines = [f"## {kind}", ""]
+    if kind in workloads.WORKLOADS and workloads.get(kind).note:
+        lines += [f"> {workloads.get(kind).note}", ""]
     for heading, group in workload_groups(kind, cells):
         if heading:
             lines += [f"### {heading}", ""]

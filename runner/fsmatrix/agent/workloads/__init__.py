@@ -123,6 +123,8 @@ class Workload(Generic[P]):
     # Metrics the reports also show side by side in one table per input, the storage stacks as rows
     # (seed 004's shape: create, load, index, total, TPS, latency); () for none.
     overview: tuple[str, ...] = ()
+    # A sentence the reports print under the workload's heading (what its numbers cannot be compared with).
+    note: str = ""
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")

@@ -446,6 +446,10 @@ WORKLOAD = Workload(
     row_keys=("script", "scale", "clients"),
     row_label=lambda v: f"{v['script']} scale {v['scale']}, {v['clients']} clients",
     overview=("create_s", "load_s", "index_s", "total_s", "tps", "lat_avg_ms"),
+    note=(
+        "PostgreSQL cannot run on a raw block device: seed 004's RAW column has no pgbench counterpart. "
+        "fio on filesystem raw, where present, is context only and never scored against these numbers."
+    ),
     operation="transaction",
     operations=lambda m: m.get("transactions"),
     needs_filesystem=True,
