@@ -86,6 +86,17 @@ systemctl --root="$root" enable systemd-networkd.service >/dev/null 2>&1
 # e2scrub_reap costs ~10 s per boot.
 systemctl --root="$root" mask systemd-networkd-wait-online.service e2scrub_reap.service \
 	e2scrub_all.timer apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1
+# Debian's postgresql package makes a default cluster that would start at boot and run beside
+# every benchmark: the pgbench workload makes its own cluster on the data disk, so drop it.
+if [ -d "$root/etc/postgresql" ]; then
+	for cluster in "$root"/etc/postgresql/*/*/; do
+		[ -d "$cluster" ] || continue
+		cluster=${cluster%/}
+		pg_version=$(basename "$(dirname "$cluster")")
+		chroot "$root" pg_dropcluster "$pg_version" "$(basename "$cluster")" >/dev/null 2>&1 || true
+	done
+	systemctl --root="$root" mask postgresql.service >/dev/null 2>&1
+fi
 
 install -d -m 700 "$root/root/.ssh"
 install -m 600 "$pubkey" "$root/root/.ssh/authorized_keys"

@@ -141,7 +141,10 @@ def check_value(f: Field, value: Any, where: str) -> Any:
         if spec.multiple_of and value % spec.multiple_of:
             ok = False
     if not ok:
-        raise Invalid(where, f"{where} must be {describe(spec, f.kind)}, not {value!r}")
+        hint = ""
+        if isinstance(value, bool) and f.kind is str:  # YAML 1.1 reads unquoted on/off/yes/no as booleans
+            hint = " (quote it: YAML reads unquoted on, off, yes and no as true or false)"
+        raise Invalid(where, f"{where} must be {describe(spec, f.kind)}, not {value!r}{hint}")
     return value
 
 

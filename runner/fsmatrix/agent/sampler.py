@@ -101,6 +101,9 @@ class Sampler:
         self._t0 = 0.0
         self._t1 = 0.0
         self._window: list[tuple[float, dict[str, float], DiskCounters]] = []
+        # Per device, at the start and the end of the totals' window: with a journal or a WAL on a
+        # second device, what landed on each one.
+        self._by_device: list[dict[str, DiskCounters]] = []
 
     def _snapshot(self) -> tuple[float, dict[str, float], DiskCounters]:
         stats = parse_diskstats(_read("/proc/diskstats"))
@@ -109,8 +112,13 @@ class Sampler:
             io = io + stats.get(name, ZERO)
         return time.monotonic(), parse_proc_stat(_read("/proc/stat")), io
 
+    def _devices(self) -> dict[str, DiskCounters]:
+        stats = parse_diskstats(_read("/proc/diskstats"))
+        return {name: stats.get(name, ZERO) for name in self.devices}
+
     def __enter__(self) -> Sampler:
         self._t0, self._start_cpu, self._start_io = self._snapshot()
+        self._by_device = [self._devices()]
         self._thread.start()
         return self
 
@@ -118,15 +126,19 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         self._t1, self._end_cpu, self._end_io = self._snapshot()
+        if len(self._by_device) == 1:
+            self._by_device.append(self._devices())
 
     @contextlib.contextmanager
     def measured(self) -> Iterator[None]:
         """Mark the measured part of the run: totals then cover only this window."""
         self._window = [self._snapshot()]
+        self._by_device = [self._devices()]
         try:
             yield
         finally:
             self._window.append(self._snapshot())
+            self._by_device.append(self._devices())
 
     def _loop(self) -> None:
         prev = (self._t0, self._start_cpu, self._start_io)
@@ -166,10 +178,22 @@ class Sampler:
                 "write_bytes": io.write_bytes,
                 "busy_pct": round(100 * io.busy_ms / 1000 / wall, 1),
             },
+            "io_by_device": self._io_by_device(),
             "bound": bound,
             "io_bound_fraction": round(classes.count("io") / len(classes), 3) if classes else 0.0,
             "series": self.samples,
         }
+
+    def _io_by_device(self) -> dict[str, dict[str, int]]:
+        """Totals of the window per device (empty before the sampler has ended)."""
+        if len(self._by_device) != 2:
+            return {}
+        start, end = self._by_device
+        out = {}
+        for name in self.devices:
+            d = end[name] - start[name]
+            out[name] = {"reads": d.reads, "read_bytes": d.read_bytes, "writes": d.writes, "write_bytes": d.write_bytes}
+        return out
 
 
 def _sample(

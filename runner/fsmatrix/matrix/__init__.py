@@ -299,7 +299,10 @@ def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
         return f"{target} is required but not set (in this cell, from axes, include or defaults)"
     if err.validator in ("minProperties", "maxProperties") and path == "workload":
         return f"workload must name exactly one of {', '.join(schema.WORKLOAD_NAMES)}, got {_show(err.instance)}"
-    return f"{where}: {_show(err.instance)} is not allowed; expected {schema.describe(spec)}"
+    hint = ""
+    if isinstance(err.instance, bool) and any(isinstance(c, str) for c in spec.get("enum", ())):
+        hint = " (quote it: YAML reads unquoted on, off, yes and no as true or false)"
+    return f"{where}: {_show(err.instance)} is not allowed; expected {schema.describe(spec)}{hint}"
 
 
 def cell_id(cell: CellSpec | dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ import matplotlib
 import yaml
 from matplotlib.figure import Figure
 
+from fsmatrix.agent import workloads
 from fsmatrix.results import report
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
@@ -176,9 +177,13 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
         if not cells:
             continue
         parts.append(f"<h2>{html.escape(kind)}</h2>")
+        if kind in workloads.WORKLOADS and workloads.get(kind).note:
+            parts.append(f"<p>{html.escape(workloads.get(kind).note)}</p>")
         for heading, group in report.workload_groups(kind, cells):
             if heading:
                 parts.append(f"<h3>{html.escape(heading)}</h3>")
+            for otitle, header, rows_ in report.overview_tables(kind, group):
+                parts += [f"<h4>{html.escape(otitle)}</h4>", _plain_table(header, rows_)]
             keys = {m for ds in group.values() for d in ds for m in d.get("key_metrics", {})}
             for metric, mtitle, direction in tables:
                 if metric not in keys:

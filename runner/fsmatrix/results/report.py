@@ -246,9 +246,15 @@ def _workload_section(
     kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[dict[str, Any]]]
 ) -> list[str]:
     lines = [f"## {kind}", ""]
+    if kind in workloads.WORKLOADS and workloads.get(kind).note:
+        lines += [f"> {workloads.get(kind).note}", ""]
     for heading, group in workload_groups(kind, cells):
         if heading:
             lines += [f"### {heading}", ""]
+        for title, header, rows in overview_tables(kind, group):
+            lines += [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(row) + " |" for row in rows]
+            lines.append("")
         keys = {m for ds in group.values() for d in ds for m in d.get("key_metrics", {})}
         for metric, title, direction in tables:
             table = _metric_table(kind, group, metric, direction) if metric in keys else []
@@ -304,6 +310,39 @@ def _metric_table(kind: str, group: dict[str, list[dict[str, Any]]], metric: str
             texts.append(_cell_text(ranked[col], regimes.get((row, col), "")) if col in ranked else str(value))
         out.append("| " + " | ".join([row, *texts]) + " |")
     return [*out, "", TABLE_LEGEND.format(repeats=repeats_note(rows))]
+
+
+def overview_tables(kind: str, group: dict[str, list[dict[str, Any]]]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """One table per input of the metrics the workload declares as its ``overview``: the storage
+    stacks as rows, the metrics as columns (medians of the passed repeats, ±half-range)."""
+    if kind not in workloads.WORKLOADS or not workloads.get(kind).overview:
+        return []
+    declared = {m.name: m for m in workloads.get(kind).metrics}
+    names = [n for n in workloads.get(kind).overview if n in declared]
+    grids = {n: metric_grid(kind, group, n) for n in names}
+    inputs = list(dict.fromkeys(row for _, rows in grids.values() for row, _ in rows))
+    stacks = list(dict.fromkeys(col for columns, _ in grids.values() for col in columns))
+    out = []
+    for row in inputs:
+        table = []
+        for stack in stacks:
+            texts = []
+            for name in names:
+                value = dict(grids[name][1]).get(row, {}).get(stack, "")
+                if isinstance(value, list):
+                    median = statistics.median(value)
+                    spread = max(value) - min(value)
+                    texts.append(
+                        _fmt(median) + (f" ±{100 * spread / 2 / median:.0f}%" if len(value) > 1 and median else "")
+                    )
+                else:
+                    texts.append(str(value))
+            if any(texts):
+                table.append([stack, *texts])
+        if table:
+            header = ["storage", *(f"{declared[n].title}" for n in names)]
+            out.append((f"Overview ({row}), median of repeats", header, table))
+    return out
 
 
 def _order(value: Any) -> tuple[int, float, str]:

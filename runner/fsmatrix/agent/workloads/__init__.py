@@ -32,6 +32,7 @@ WORKLOADS: tuple[str, ...] = (
     "threen1",
     "sysbench",
     "fio",
+    "pgbench",
 )
 
 P = TypeVar("P")
@@ -130,6 +131,11 @@ class Workload(Generic[P]):
     # and largest number of a range outside the published table). Computed before the run, outside
     # its timeout: by run_job, or by a VM backend on the host and passed in the job (JSON values).
     reference: Callable[[P], dict[str, Any]] | None = None
+    # Metrics the reports also show side by side in one table per input, the storage stacks as rows
+    # (seed 004's shape: create, load, index, total, TPS, latency); () for none.
+    overview: tuple[str, ...] = ()
+    # A sentence the reports print under the workload's heading (what its numbers cannot be compared with).
+    note: str = ""
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")

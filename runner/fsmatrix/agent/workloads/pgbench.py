@@ -1,0 +1,460 @@
+"""pgbench on a fresh PostgreSQL cluster (seeds 001 and 004): every phase timed, the result verified.
+
+Phases, each its own metric (seed 004's table): ``create_s`` (initdb, server start, CREATE
+DATABASE), ``load_s`` (pgbench -i steps ``dt`` then ``g``/``G``: tables created and filled),
+``vacuum_s`` (``v``), ``index_s`` (``p``: primary keys), then the transaction run (``tps`` without
+connection time; latencies from pgbench's per-transaction log ``-l``) and ``total_s`` (all of them).
+
+Before the timed run: pgbench's own pre-run step done here, unmeasured (VACUUM of branches and
+tellers, TRUNCATE of history), then CHECKPOINT, sync and (as root) a drop of the page cache; the
+run is started with ``-n`` and a recorded ``--random-seed``.
+
+Verification (a failed check fails the run with its reason): pgbench exits 0 and reports no failed
+transaction; its log holds one line per transaction; ``pgbench_history`` holds one row per
+transaction (tpcb-like, simple-update); the TPC-B invariant (tpcb-like: sums of account, branch and
+teller balances and of history deltas all equal); simple-update: accounts' sum = history's, branches
+and tellers untouched; select-only: nothing changed; row counts match the scale; ``pg_amcheck
+--install-missing --heapallindexed`` finds nothing; ``pg_checksums --check`` passes (server stopped)
+when data checksums are on. pgbench's text output is parsed by ``parse_output`` only, its
+per-transaction log by ``parse_log`` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import re
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import oscache, proc
+from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.declare import Invalid, setting
+from fsmatrix.agent.storage.prepare import Skipped
+from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, postgres
+
+log = logging.getLogger("fsmatrix")
+
+SCRIPTS = ("tpcb-like", "simple-update", "select-only")
+PROTOCOLS = ("simple", "prepared")
+DATABASE = "bench"
+ACCOUNTS_PER_SCALE = 100_000
+TELLERS_PER_SCALE = 10
+RAW_UNSUPPORTED = (
+    "PostgreSQL cannot run on a raw block device (it needs a filesystem for its files); "
+    "seed 004's RAW column is not reproducible with pgbench"
+)
+
+
+@dataclass(frozen=True)
+class Params:
+    """``cell["workload"]["pgbench"]``, declared once: defaults, bounds and help."""
+
+    script: str = setting("tpcb-like", choices=SCRIPTS, cli=True, help="built-in script: pgbench -b")
+    scale: int = setting(10, minimum=1, maximum=100000, help="pgbench -s: 100,000 accounts per unit")
+    clients: int = setting(4, minimum=1, maximum=1000, help="pgbench -c: concurrent sessions")
+    threads: int = setting(2, minimum=1, maximum=1000, help="pgbench -j: client threads (<= clients)")
+    duration: int = setting(60, minimum=1, maximum=86400, help="pgbench -T: seconds of transactions")
+    protocol: str = setting("simple", choices=PROTOCOLS, help="pgbench -M: query protocol")
+    generate: str = setting("client", choices=("client", "server"), help="load: pgbench -i step g or G")
+
+    def __post_init__(self) -> None:
+        if self.threads > self.clients:
+            raise Invalid(
+                "workload.pgbench.threads",
+                f"workload.pgbench.threads {self.threads} is above clients {self.clients}; "
+                "pgbench needs threads <= clients",
+            )
+
+
+# ------------------------------------------------------------------ parsing pgbench
+
+
+@dataclass(frozen=True)
+class Summary:
+    """pgbench's report of a transaction run (PostgreSQL 15)."""
+
+    transactions: int
+    failed: int
+    tps: float  # without initial connection time
+    latency_avg_ms: float
+    connection_ms: float
+
+
+_SUMMARY = {
+    "transactions": re.compile(r"^number of transactions actually processed: (\d+)", re.M),
+    "failed": re.compile(r"^number of failed transactions: (\d+)", re.M),
+    "tps": re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.M),
+    "latency_avg_ms": re.compile(r"^latency average = ([0-9.]+) ms", re.M),
+    "connection_ms": re.compile(r"^initial connection time = ([0-9.]+) ms", re.M),
+}
+
+
+def parse_output(text: str) -> Summary:
+    """The numbers of ``pgbench`` run output; ValueError naming what is missing."""
+    found: dict[str, str] = {}
+    for name, pattern in _SUMMARY.items():
+        match = pattern.search(text)
+        if match:
+            found[name] = match.group(1)
+    missing = [name for name in _SUMMARY if name not in found]
+    if missing:
+        errors = [line.strip() for line in text.splitlines() if "error" in line.lower() or "fatal" in line.lower()]
+        why = f" ({errors[0]})" if errors else ""
+        raise ValueError(f"pgbench output lacks {', '.join(missing)}{why}")
+    return Summary(
+        transactions=int(found["transactions"]),
+        failed=int(found["failed"]),
+        tps=float(found["tps"]),
+        latency_avg_ms=float(found["latency_avg_ms"]),
+        connection_ms=float(found["connection_ms"]),
+    )
+
+
+@dataclass(frozen=True)
+class Latencies:
+    count: int  # transactions logged as completed
+    failed: int  # logged as failed or skipped
+    avg_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+def parse_log(lines: Sequence[str]) -> Latencies:
+    """Latencies from pgbench's per-transaction log (``-l``): ``client tx time_us script epoch us ...``.
+
+    A third field that is not a number ("failed", "skipped") counts as a failed transaction.
+    Percentiles are nearest-rank.
+    """
+    times: list[int] = []
+    failed = 0
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6:
+            if line.strip():
+                raise ValueError(f"pgbench log: cannot read {line.strip()!r}")
+            continue
+        if fields[2].isdigit():
+            times.append(int(fields[2]))
+        else:
+            failed += 1
+    if not times:
+        raise ValueError("pgbench log holds no completed transaction")
+    times.sort()
+
+    def rank(percent: int) -> float:  # nearest rank: the smallest value with percent % at or below it
+        return times[max(0, -(-len(times) * percent // 100) - 1)] / 1000
+
+    return Latencies(
+        count=len(times),
+        failed=failed,
+        avg_ms=round(statistics.fmean(times) / 1000, 3),
+        p50_ms=rank(50),
+        p95_ms=rank(95),
+        p99_ms=rank(99),
+        max_ms=times[-1] / 1000,
+    )
+
+
+# ------------------------------------------------------------------ the database's state
+
+
+STATE_SQL = (
+    "SELECT (SELECT count(*) FROM pgbench_branches), (SELECT count(*) FROM pgbench_tellers), "
+    "(SELECT count(*) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_history), "
+    "(SELECT coalesce(sum(bbalance), 0) FROM pgbench_branches), "
+    "(SELECT coalesce(sum(tbalance), 0) FROM pgbench_tellers), "
+    "(SELECT coalesce(sum(abalance), 0) FROM pgbench_accounts), "
+    "(SELECT coalesce(sum(delta), 0) FROM pgbench_history)"
+)
+STATE_KEYS = ("branches", "tellers", "accounts", "history", "branch_sum", "teller_sum", "account_sum", "delta_sum")
+
+
+def read_state(cluster: postgres.Cluster, database: str = DATABASE) -> dict[str, int]:
+    """Row counts and balance sums of the four pgbench tables."""
+    (row,) = cluster.query(STATE_SQL, database)
+    return {k: int(v) for k, v in zip(STATE_KEYS, row, strict=True)}
+
+
+def check_state(
+    script: str, scale: int, transactions: int, before: Mapping[str, int], after: Mapping[str, int]
+) -> list[str]:
+    """What is wrong with the tables after a run of ``script`` (empty: all consistent)."""
+    problems = []
+    expected_rows = {"branches": scale, "tellers": TELLERS_PER_SCALE * scale, "accounts": ACCOUNTS_PER_SCALE * scale}
+    for table, rows in expected_rows.items():
+        if after[table] != rows:
+            problems.append(f"pgbench_{table} holds {after[table]} rows, scale {scale} means {rows}")
+    if script == "select-only":
+        changed = [k for k in STATE_KEYS if before[k] != after[k]]
+        if changed:
+            problems.append("select-only changed " + ", ".join(f"{k} {before[k]} -> {after[k]}" for k in changed))
+        return problems
+    if after["history"] != transactions:
+        problems.append(f"pgbench_history holds {after['history']} rows, pgbench processed {transactions} transactions")
+    if script == "tpcb-like":
+        sums = {k: after[k] for k in ("account_sum", "branch_sum", "teller_sum", "delta_sum")}
+        if len(set(sums.values())) != 1:
+            problems.append("TPC-B invariant broken: " + ", ".join(f"{k} {v}" for k, v in sums.items()))
+    else:  # simple-update touches accounts and history only
+        if after["account_sum"] != after["delta_sum"]:
+            problems.append(
+                f"sum of account balances {after['account_sum']} != sum of history deltas {after['delta_sum']}"
+            )
+        for key in ("branch_sum", "teller_sum"):
+            if after[key] != before[key]:
+                problems.append(f"simple-update changed {key}: {before[key]} -> {after[key]}")
+    return problems
+
+
+def check_run(summary: Summary, latencies: Latencies) -> list[str]:
+    """What is wrong with pgbench's own account of the run: failures, a log that disagrees."""
+    problems = []
+    if summary.failed or latencies.failed:
+        problems.append(f"pgbench reports {max(summary.failed, latencies.failed)} failed transactions")
+    if latencies.count != summary.transactions:
+        problems.append(
+            f"pgbench's per-transaction log holds {latencies.count} completed transactions, "
+            f"its report {summary.transactions}"
+        )
+    return problems
+
+
+def amcheck(cluster: postgres.Cluster, database: str = DATABASE, timeout: float = 3600) -> str | None:
+    """``pg_amcheck --install-missing --heapallindexed``: None when it finds nothing, else what it says."""
+    cmd = [cluster.tool("pg_amcheck"), "--install-missing", "--heapallindexed", "-d", database]
+    out = cluster.run(cmd, timeout=timeout, check=False, database=database)
+    # A NOTICE (the extension already there) is no finding; anything else pg_amcheck prints is.
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip() and not line.startswith("NOTICE:")]
+    if out.returncode == 0 and not lines:
+        return None
+    return f"pg_amcheck (status {out.returncode}): " + " | ".join(line.strip() for line in lines[:4])
+
+
+# ------------------------------------------------------------------ the run
+
+
+def _left(deadline: float, timeout: float, what: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"pgbench exceeded {timeout:g} s ({what})")
+    return left
+
+
+def _timed(cluster: postgres.Cluster, cmd: list[str], deadline: float, timeout: float, what: str) -> float:
+    """Run a client command against the cluster; its wall time. TimeoutError past the deadline."""
+    t0 = time.monotonic()
+    try:
+        cluster.run(cmd, timeout=_left(deadline, timeout, what), database=DATABASE)
+    except proc.CommandError as exc:
+        if exc.returncode is None:
+            raise TimeoutError(f"pgbench exceeded {timeout:g} s ({what})") from exc
+        raise
+    return round(time.monotonic() - t0, 3)
+
+
+def memory_bytes() -> int:
+    """The machine's (the guest's) memory, MemTotal."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _stats(cluster: postgres.Cluster) -> dict[str, int]:
+    """The WAL position (bytes since the start) and the checkpoint counters."""
+    (row,) = cluster.query(
+        "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
+    )
+    return {"wal_lsn": int(float(row[0])), "checkpoints": int(row[1]) + int(row[2])}
+
+
+def _drop_caches() -> str:
+    """sync and, as root, drop the page cache; says what was done."""
+    if os.geteuid() != 0:
+        os.sync()
+        return "synced; page cache not dropped (not root)"
+    oscache.drop_caches()
+    return "synced and dropped"
+
+
+def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+    """Create a cluster on ws.data (WAL on ws.journal when it differs), load, run, verify, stop."""
+    cell = Cell.coerce(cell)
+    if ws.device is not None:
+        raise Skipped(RAW_UNSUPPORTED)
+    return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout)
+
+
+def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: float) -> Outcome:
+    deadline = time.monotonic() + timeout
+    ws.scratch.mkdir(parents=True, exist_ok=True)
+    details: dict[str, Any] = {"params": asdict(params)}
+    seed = random.SystemRandom().randrange(1, 2**31)
+    extra = {"max_connections": str(max(100, params.clients + 10))}
+    with contextlib.ExitStack() as stack:
+        t0 = time.monotonic()  # create_s: initdb, server start, createdb
+        cluster = postgres.create(
+            settings,
+            ws.data,
+            ws.journal if ws.journal.resolve() != ws.data.resolve() else None,
+            ws.scratch,
+            stack,
+            extra=extra,
+            timeout=_left(deadline, timeout, "initdb"),
+        )
+        t_versions = time.monotonic()
+        versions = {"postgres": postgres.version(cluster)}
+        pgbench = cluster.tool("pgbench")
+        versions["pgbench"] = cluster.run([pgbench, "--version"], timeout=30).stdout.strip()
+        t0 += time.monotonic() - t_versions  # not part of creating the database
+        problems: list[str] = []
+        with cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))):
+            cluster.run([cluster.tool("createdb"), DATABASE], timeout=_left(deadline, timeout, "createdb"))
+            create_s = round(time.monotonic() - t0, 3)
+            readback = cluster.settings_readback()
+            diffs = postgres.differences(settings.expected(), readback)
+            details["postgres"] = {
+                "requested": settings.server_settings() | {"data_checksums": settings.data_checksums},
+                "expected": settings.expected(),
+                "readback": readback,
+                "internal": extra,
+                "data_directory": str(cluster.data),
+                "data_device": postgres.device_of(cluster.data),
+                "pg_wal": str((cluster.data / "pg_wal").resolve()),
+                "pg_wal_device": postgres.device_of(cluster.data / "pg_wal"),
+                "initdb_s": cluster.timings.get("initdb_s"),
+            }
+            if diffs:
+                raise RuntimeError("PostgreSQL did not take the settings the cell asks for: " + "; ".join(diffs))
+            init = [pgbench, "-i", "-q", "-s", str(params.scale)]
+            load_s = _timed(cluster, [*init, "-I", "dt"], deadline, timeout, "create tables")
+            load_s += _timed(cluster, [*init, "-I", "g" if params.generate == "client" else "G"], deadline, timeout,
+                             "load")  # fmt: skip
+            vacuum_s = _timed(cluster, [*init, "-I", "v"], deadline, timeout, "vacuum")
+            index_s = _timed(cluster, [*init, "-I", "p"], deadline, timeout, "primary keys")
+            database_bytes = int(cluster.value(f"SELECT pg_database_size('{DATABASE}')"))
+            # pgbench's own pre-run step, unmeasured (the run gets -n): an empty history to count.
+            for sql in ("VACUUM pgbench_branches", "VACUUM pgbench_tellers", "TRUNCATE pgbench_history"):
+                cluster.query(sql, DATABASE)
+            cluster.query("CHECKPOINT")
+            details["caches"] = _drop_caches()
+            before = read_state(cluster)
+            stats0 = _stats(cluster)
+            log_prefix = ws.scratch / "pgbench_log"
+            cmd = [
+                pgbench, "-n", "-b", params.script, "-M", params.protocol, "-s", str(params.scale),
+                "-c", str(params.clients), "-j", str(params.threads), "-T", str(params.duration),
+                "-l", f"--log-prefix={log_prefix}", f"--random-seed={seed}", DATABASE,
+            ]  # fmt: skip
+            details["command"] = cmd
+            log.info("pgbench %s scale %d, %d clients, %d s", params.script, params.scale, params.clients,
+                     params.duration)  # fmt: skip
+            t1 = time.monotonic()
+            try:
+                with ws.measure():
+                    out = cluster.run(cmd, timeout=_left(deadline, timeout, "transactions"), check=False,
+                                      database=DATABASE, cwd=ws.scratch)  # fmt: skip
+            except proc.CommandError as exc:
+                raise TimeoutError(f"pgbench exceeded {timeout:g} s (transactions)") from exc
+            run_s = round(time.monotonic() - t1, 3)
+            text = out.stdout + out.stderr
+            (ws.scratch / "pgbench-run.txt").write_text(text)
+            if out.returncode != 0:
+                problems.append(str(proc.CommandError(cmd, out.returncode, text)))
+            stats1 = _stats(cluster)
+            try:
+                summary = parse_output(text)
+            except ValueError:
+                if out.returncode != 0:  # pgbench stopped early: its own words say why
+                    raise proc.CommandError(cmd, out.returncode, text) from None
+                raise
+            log_lines = [line for path in sorted(ws.scratch.glob("pgbench_log.*")) for line in
+                         path.read_text().splitlines()]  # fmt: skip
+            latencies = parse_log(log_lines)
+            after = read_state(cluster)
+            problems += check_run(summary, latencies)
+            problems += check_state(params.script, params.scale, summary.transactions, before, after)
+            found = amcheck(cluster, DATABASE, _left(deadline, timeout, "pg_amcheck"))
+            if found:
+                problems.append(found)
+        if settings.data_checksums:
+            found = postgres.checksums_check(cluster, _left(deadline, timeout, "pg_checksums"))
+            if found:
+                problems.append(found)
+        details["server_log"] = str(cluster.log_file)
+        details["stops"] = cluster.stops
+    details.update(
+        random_seed=seed,
+        state_before=before,
+        state_after=after,
+        summary=asdict(summary),
+        latency=asdict(latencies),
+        run_s=run_s,
+        memory_bytes=memory_bytes(),
+    )
+    metrics: dict[str, float | int] = {
+        "tps": summary.tps,
+        "create_s": create_s,
+        "load_s": round(load_s, 3),
+        "vacuum_s": vacuum_s,
+        "index_s": index_s,
+        "total_s": round(create_s + load_s + vacuum_s + index_s + run_s, 3),
+        "lat_avg_ms": latencies.avg_ms,
+        "lat_p50_ms": latencies.p50_ms,
+        "lat_p95_ms": latencies.p95_ms,
+        "lat_p99_ms": latencies.p99_ms,
+        "transactions": summary.transactions,
+        "failed_transactions": summary.failed,
+        "wal_bytes": stats1["wal_lsn"] - stats0["wal_lsn"],
+        "checkpoints": stats1["checkpoints"] - stats0["checkpoints"],
+        "database_bytes": database_bytes,
+        "memory_bytes": details["memory_bytes"],
+    }
+    verification: dict[str, Any] = {"status": "failed", "message": "; ".join(problems)} if problems else {
+        "status": "passed"}  # fmt: skip
+    verification["checks"] = {"state": after, "transactions": summary.transactions,
+                               "data_checksums": settings.data_checksums}  # fmt: skip
+    return Outcome(metrics=metrics, verification=verification, details=details, versions=versions)
+
+
+WORKLOAD = Workload(
+    name="pgbench",
+    help="pgbench on a fresh PostgreSQL cluster (seeds 001, 004): create, load, index, transactions",
+    params=Params,
+    run_cell=run_cell,
+    metrics=(
+        Metric("tps", "Transactions per second", "tx/s", "higher"),
+        Metric("create_s", "Create database (s)", "s", "lower"),
+        Metric("load_s", "Load tables (s)", "s", "lower"),
+        Metric("index_s", "Create indexes (s)", "s", "lower"),
+        Metric("total_s", "Total time (s)", "s", "lower"),
+        Metric("lat_avg_ms", "Average latency (ms)", "ms", "lower"),
+        Metric("lat_p95_ms", "95th percentile latency (ms)", "ms", "lower"),
+    ),
+    primary="tps",
+    slug=lambda p: f"{p.script}-s{p.scale}-c{p.clients}",
+    summary=lambda p: f"pgbench {p.script} s{p.scale} c{p.clients} j{p.threads} {p.duration}s {p.protocol}",
+    row_keys=("script", "scale", "clients"),
+    row_label=lambda v: f"{v['script']} scale {v['scale']}, {v['clients']} clients",
+    overview=("create_s", "load_s", "index_s", "total_s", "tps", "lat_avg_ms"),
+    note=(
+        "PostgreSQL cannot run on a raw block device: seed 004's RAW column has no pgbench counterpart. "
+        "fio on filesystem raw, where present, is context only and never scored against these numbers."
+    ),
+    operation="transaction",
+    operations=lambda m: m.get("transactions"),
+    needs_filesystem=True,
+    settings=(postgres.BLOCK,),
+    journal="the PostgreSQL WAL (pg_wal)",
+    guest_packages=("postgresql-15",),
+    host_packages=("postgresql-15",),
+)

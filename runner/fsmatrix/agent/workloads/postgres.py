@@ -1,0 +1,624 @@
+"""PostgreSQL: the ``postgres`` settings block, a cluster made with initdb on the cell's disk(s), a
+server started with those settings and stopped on every exit path, and the settings read back.
+
+Safety, by construction:
+
+- every setting is declared with a type and a bound (no free text), and reaches the server as one
+  ``-c name=value`` argument: nothing is written into ``postgresql.conf`` (a free-text value there
+  could set ``archive_command``, which runs a shell);
+- the server listens on no TCP port (``listen_addresses=''``); its Unix socket is in a directory of
+  the run's own; it runs as the ``postgres`` user when started by root (PostgreSQL refuses root);
+- ``Cluster.running()`` stops it whatever happens: ``pg_ctl stop -m fast``, then ``-m immediate``,
+  then SIGKILL of every server process (the server is started in a session of its own, so a Ctrl-C
+  at the terminal reaches the client, not the server; the ``finally`` stops the server).
+
+``Cluster.running()`` is the one start/stop path: a crash-recovery step can stop the server dead
+(``Cluster.kill()``) and start it again on the same directories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import pwd
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import declare, proc
+from fsmatrix.agent.declare import Invalid, parse_size, setting
+from fsmatrix.agent.workloads import SettingsBlock
+
+log = logging.getLogger("fsmatrix")
+
+BIN_GLOB = "/usr/lib/postgresql/*/bin/postgres"
+OWNER = "postgres"  # the system user the server runs as when fsmatrix runs as root
+PORT = 5432  # only names the socket file (.s.PGSQL.5432): no TCP port is opened
+SUPERUSER = "postgres"
+# A socket path must fit sun_path: at most 107 bytes, "<dir>/.s.PGSQL.5432".
+MAX_SOCKET_PATH = 107
+SOCKET_PREFIX = "pgsock-"
+PAGE = 8192  # PostgreSQL's page size (Debian's build)
+WAL_SEGMENT = 16 << 20
+MAX_SHARED_BUFFERS = 1073741823 * PAGE
+STOP_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The cell's ``postgres`` block: defaults are PostgreSQL 15's own, bounds those of pg_settings."""
+
+    shared_buffers: str = setting("128M", size=True, help="shared_buffers (a multiple of 8K, >= 128K)")
+    wal_buffers: int = setting(
+        -1, minimum=-1, maximum=262143, help="wal_buffers in 8 kB pages; -1: 1/32 of shared_buffers (64 kB..16 MB)"
+    )
+    wal_level: str = setting("replica", choices=("minimal", "replica", "logical"), help="wal_level")
+    max_wal_senders: int = setting(10, minimum=0, maximum=262143, help="max_wal_senders (0 for wal_level minimal)")
+    synchronous_commit: str = setting(
+        "on", choices=("on", "off", "local", "remote_write", "remote_apply"), help="synchronous_commit (quote on/off)"
+    )
+    full_page_writes: bool = setting(True, help="full_page_writes")
+    fsync: bool = setting(True, help="fsync")
+    wal_sync_method: str = setting(
+        "fdatasync", choices=("fdatasync", "fsync", "open_datasync", "open_sync"), help="wal_sync_method"
+    )
+    checkpoint_timeout: int = setting(300, minimum=30, maximum=86400, help="checkpoint_timeout, seconds")
+    max_wal_size: str = setting("1G", size=True, help="max_wal_size (a multiple of 1M, >= 2M)")
+    wal_compression: str = setting("off", choices=("off", "pglz", "lz4", "zstd"), help="wal_compression (quote off)")
+    data_checksums: bool = setting(False, help="initdb --data-checksums (-k)")
+
+    def __post_init__(self) -> None:
+        buffers = parse_size(self.shared_buffers)
+        if buffers % PAGE or not 16 * PAGE <= buffers <= MAX_SHARED_BUFFERS:
+            raise Invalid(
+                "postgres.shared_buffers",
+                f"postgres.shared_buffers must be a multiple of 8K between 128K and 8T, not {self.shared_buffers!r}",
+            )
+        wal = parse_size(self.max_wal_size)
+        if wal % (1 << 20) or wal < 2 << 20 or wal > (2**31 - 1) << 20:
+            raise Invalid(
+                "postgres.max_wal_size",
+                f"postgres.max_wal_size must be a multiple of 1M between 2M and 2047T, not {self.max_wal_size!r}",
+            )
+        if self.wal_level == "minimal" and self.max_wal_senders != 0:
+            raise Invalid(
+                "postgres.max_wal_senders",
+                f"postgres.wal_level 'minimal' needs postgres.max_wal_senders 0, not {self.max_wal_senders} "
+                "(PostgreSQL refuses to start otherwise)",
+            )
+
+    def server_settings(self) -> dict[str, str]:
+        """The settings as the server reads them (``-c name=value``); data_checksums is initdb's."""
+        on_off = {True: "on", False: "off"}
+        return {
+            "shared_buffers": f"{parse_size(self.shared_buffers) // 1024}kB",
+            "wal_buffers": str(self.wal_buffers),
+            "wal_level": self.wal_level,
+            "max_wal_senders": str(self.max_wal_senders),
+            "synchronous_commit": self.synchronous_commit,
+            "full_page_writes": on_off[self.full_page_writes],
+            "fsync": on_off[self.fsync],
+            "wal_sync_method": self.wal_sync_method,
+            "checkpoint_timeout": f"{self.checkpoint_timeout}s",
+            "max_wal_size": f"{parse_size(self.max_wal_size) >> 20}MB",
+            "wal_compression": self.wal_compression,
+        }
+
+    def expected(self) -> dict[str, Any]:
+        """What pg_settings must show, normalised as ``readback`` normalises it (sizes in bytes)."""
+        shared = parse_size(self.shared_buffers)
+        wal_buffers = self.wal_buffers
+        if wal_buffers == -1:  # PostgreSQL's automatic choice: 1/32 of shared_buffers, 64 kB .. one segment
+            wal_buffers = min(max(shared // PAGE // 32, 8), WAL_SEGMENT // PAGE)
+        return {
+            "shared_buffers": shared,
+            "wal_buffers": wal_buffers * PAGE,
+            "wal_level": self.wal_level,
+            "max_wal_senders": self.max_wal_senders,
+            "synchronous_commit": self.synchronous_commit,
+            "full_page_writes": self.full_page_writes,
+            "fsync": self.fsync,
+            "wal_sync_method": self.wal_sync_method,
+            "checkpoint_timeout": self.checkpoint_timeout,
+            "max_wal_size": parse_size(self.max_wal_size),
+            "wal_compression": self.wal_compression,
+            "data_checksums": self.data_checksums,
+        }
+
+
+BLOCK = SettingsBlock(
+    "postgres",
+    Settings,
+    "PostgreSQL server settings (workloads that run on PostgreSQL)",
+    summary=lambda s: f"sb={s.shared_buffers} sc={s.synchronous_commit}" + (" k" if s.data_checksums else ""),
+)
+
+_UNITS = {"B": 1, "kB": 1024, "8kB": PAGE, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+_TIME_UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400}
+
+
+def normalise(name: str, value: str, unit: str | None) -> Any:
+    """One pg_settings row as ``Settings.expected`` writes it: sizes in bytes, times in seconds."""
+    if value in ("on", "off") and name != "synchronous_commit" and name != "wal_compression":
+        return value == "on"
+    if unit in _UNITS:
+        return int(value) * _UNITS[unit]
+    if unit in _TIME_UNITS:
+        return int(value) * _TIME_UNITS[unit]
+    if value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def differences(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
+    """Each setting asked for that the server does not have, in words (empty: all took)."""
+    return [
+        f"{name}: asked {want!r}, PostgreSQL has {got.get(name)!r}"
+        for name, want in expected.items()
+        if got.get(name) != want
+    ]
+
+
+# ------------------------------------------------------------------ finding PostgreSQL
+
+
+def locate_bin(environ: Mapping[str, str] | None = None) -> Path:
+    """PostgreSQL's bin directory: ``$FSMATRIX_PG_BIN`` when set, else the newest Debian install."""
+    env = os.environ if environ is None else environ
+    override = env.get("FSMATRIX_PG_BIN", "")
+    if override:
+        if not (Path(override) / "postgres").is_file():
+            raise FileNotFoundError(f"$FSMATRIX_PG_BIN={override} holds no postgres executable")
+        return Path(override)
+    found = sorted(glob.glob(BIN_GLOB), key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    if not found:
+        raise FileNotFoundError(f"PostgreSQL not found: nothing matches {BIN_GLOB} (Debian package postgresql-15)")
+    return Path(found[-1]).parent
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs the server and owns its files: ``postgres`` under root, else the caller."""
+
+    name: str
+    uid: int
+    gid: int
+    switch: bool  # run commands as this user (fsmatrix runs as root)
+
+    @classmethod
+    def resolve(cls) -> Owner:
+        if os.geteuid() != 0:
+            me = pwd.getpwuid(os.geteuid())
+            return cls(me.pw_name, me.pw_uid, me.pw_gid, False)
+        try:
+            pg = pwd.getpwnam(OWNER)
+        except KeyError as exc:
+            raise FileNotFoundError(f"no system user {OWNER!r}: install postgresql-15") from exc
+        return cls(pg.pw_name, pg.pw_uid, pg.pw_gid, True)
+
+    def can_reach(self, path: Path) -> str | None:
+        """Why the owner cannot reach ``path`` (a directory on the way it may not enter), or None."""
+        if not self.switch:
+            return None
+        for part in [path, *path.parents]:
+            try:
+                st = part.stat()
+            except FileNotFoundError:
+                continue
+            if st.st_uid == self.uid:
+                ok = st.st_mode & stat.S_IXUSR
+            elif st.st_gid == self.gid:
+                ok = st.st_mode & stat.S_IXGRP
+            else:
+                ok = st.st_mode & stat.S_IXOTH
+            if not ok:
+                return f"user {self.name} cannot enter {part} (mode {stat.S_IMODE(st.st_mode):04o})"
+        return None
+
+
+def _own_dir(path: Path, owner: Owner) -> Path:
+    """An empty directory ``path`` owned by ``owner`` (mode 0700); FileExistsError if it exists."""
+    path.mkdir(mode=0o700)
+    if owner.switch:
+        os.chown(path, owner.uid, owner.gid)
+    return path
+
+
+def device_of(path: Path) -> str | None:
+    """The kernel name of the block device holding ``path`` (e.g. "loop3"), None for tmpfs."""
+    dev = os.stat(path).st_dev
+    link = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    return link.resolve().name if link.exists() else None
+
+
+# ------------------------------------------------------------------ the cluster
+
+
+@dataclass
+class Cluster:
+    """A PostgreSQL cluster: its data directory, WAL directory, socket directory and log."""
+
+    bin: Path
+    data: Path  # PGDATA
+    wal: Path | None  # initdb --waldir (split-journal), else None: pg_wal inside PGDATA
+    sockets: Path
+    log_file: Path
+    settings: Settings
+    owner: Owner
+    extra: dict[str, str] = field(default_factory=dict)  # internal server settings (max_connections)
+    postmaster: subprocess.Popen[bytes] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    stops: list[str] = field(default_factory=list)  # how each stop went: fast, immediate, killed
+
+    def tool(self, name: str) -> str:
+        return str(self.bin / name)
+
+    def env(self, database: str = SUPERUSER) -> dict[str, str]:
+        """A clean client environment: no PG* variable of the caller, our socket and user."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env.update(
+            {
+                "PGHOST": str(self.sockets),
+                "PGPORT": str(PORT),
+                "PGUSER": SUPERUSER,
+                "PGDATABASE": database,
+                "LC_ALL": "C",
+                "PGTZ": "UTC",
+            }
+        )
+        return env
+
+    def run(
+        self,
+        cmd: Sequence[str],
+        *,
+        as_owner: bool = False,
+        timeout: float = 600,
+        check: bool = True,
+        database: str = SUPERUSER,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a PostgreSQL tool (as the cluster's owner when ``as_owner``); CommandError on failure."""
+        kwargs: dict[str, Any] = {}
+        if as_owner and self.owner.switch:
+            kwargs.update(user=self.owner.uid, group=self.owner.gid, extra_groups=[])
+        log.debug("run: %s", " ".join(cmd))
+        try:
+            out = subprocess.run(
+                list(cmd),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout,
+                env=self.env(database),
+                cwd=cwd or self.sockets,
+                stdin=subprocess.DEVNULL,
+                check=False,
+                **kwargs,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise proc.CommandError(cmd, None, "") from exc
+        if check and out.returncode != 0:
+            raise proc.CommandError(cmd, out.returncode, out.stdout + out.stderr)
+        return out
+
+    def query(self, sql: str, database: str = SUPERUSER, timeout: float = 600) -> list[list[str]]:
+        """Rows of one SQL statement, through psql (unaligned, tuples only, no psqlrc)."""
+        out = self.run(
+            [self.tool("psql"), "-X", "-A", "-t", "-q", "-F", "\t", "-v", "ON_ERROR_STOP=1", "-c", sql],
+            database=database,
+            timeout=timeout,
+        )
+        return [line.split("\t") for line in out.stdout.splitlines() if line]
+
+    def value(self, sql: str, database: str = SUPERUSER) -> str:
+        rows = self.query(sql, database)
+        if len(rows) != 1 or len(rows[0]) != 1:
+            raise ValueError(f"expected one value from {sql!r}, got {rows!r}")
+        return rows[0][0]
+
+    # ---------------------------------------------------------------- initdb
+
+    def initdb(self, timeout: float = 300) -> None:
+        """A fresh cluster in ``data`` (WAL in ``wal`` when split); trust authentication over the
+        private socket only, C locale, checksums when the settings ask for them."""
+        cmd = [self.tool("initdb"), "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "--no-locale", "-E", "UTF8"]
+        if self.wal is not None:
+            cmd.append(f"--waldir={self.wal}")
+        if self.settings.data_checksums:
+            cmd.append("--data-checksums")
+        t0 = time.monotonic()
+        self.run(cmd, as_owner=True, timeout=timeout)
+        self.timings["initdb_s"] = round(time.monotonic() - t0, 3)
+
+    # ---------------------------------------------------------------- the server
+
+    def server_args(self) -> list[str]:
+        args = [self.tool("postgres"), "-D", str(self.data)]
+        fixed = {
+            "listen_addresses": "",
+            "unix_socket_directories": str(self.sockets),
+            "port": str(PORT),
+            "logging_collector": "off",
+            **self.extra,
+            **self.settings.server_settings(),
+        }
+        for name, value in fixed.items():
+            args += ["-c", f"{name}={value}"]
+        return args
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Start the server in a session of its own and wait until it accepts connections."""
+        if self.postmaster is not None and self.postmaster.poll() is None:
+            raise RuntimeError("the server is already running")
+        kwargs: dict[str, Any] = {}
+        if self.owner.switch:
+            kwargs.update(user=self.owner.uid, group=self.owner.gid, extra_groups=[])
+        with self.log_file.open("ab") as log_out:
+            self.postmaster = subprocess.Popen(
+                self.server_args(),
+                stdin=subprocess.DEVNULL,
+                stdout=log_out,
+                stderr=subprocess.STDOUT,
+                env=self.env(),
+                cwd=self.sockets,
+                start_new_session=True,  # its own process group: killable as one, deaf to the terminal's ^C
+                **kwargs,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.postmaster.poll() is not None:
+                raise RuntimeError(f"PostgreSQL exited with status {self.postmaster.returncode}: {self.log_tail()}")
+            ready = self.run([self.tool("pg_isready"), "-q", "-t", "1"], check=False, timeout=30)
+            if ready.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"PostgreSQL did not accept connections within {timeout:g} s: {self.log_tail()}")
+            time.sleep(0.1)
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+
+    def processes(self) -> list[int]:
+        """Live processes of this server: the postmaster and every process whose working directory
+        is the data directory. Each child of the postmaster makes itself a process-group leader
+        (setsid), so the postmaster's group alone misses them; they all inherit its cwd, PGDATA,
+        and keep it when a dead postmaster's children are re-parented."""
+        found = set(processes_with_cwd(self.data))
+        if self.postmaster is not None and self.postmaster.poll() is None:
+            found.add(self.postmaster.pid)
+        return sorted(found)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> dict[str, Any]:
+        """Stop the server: fast shutdown, then immediate, then SIGKILL of every server process.
+
+        Returns how it went ({"mode": "fast"|"immediate"|"killed"|"not-running", ...}). Raises
+        RuntimeError if a process of the server is still alive after SIGKILL.
+        """
+        report: dict[str, Any] = {"mode": "not-running"}
+        if self.postmaster is None:
+            return report
+        if self.postmaster.poll() is None:
+            for mode in ("fast", "immediate"):
+                try:
+                    out = self.run(
+                        [self.tool("pg_ctl"), "stop", "-D", str(self.data), "-m", mode, "-w", "-t", str(int(timeout))],
+                        as_owner=True,
+                        timeout=timeout + 10,
+                        check=False,
+                    )
+                    ok = out.returncode == 0
+                except proc.CommandError:
+                    ok = False
+                if ok and _wait(self.postmaster, 10):
+                    report["mode"] = mode
+                    break
+                log.warning("pg_ctl stop -m %s did not stop PostgreSQL", mode)
+            else:
+                report["mode"] = "killed"
+        if self.processes():
+            report["mode"] = "killed"
+            self.kill()
+        report["left"] = self.processes()
+        if report["left"]:
+            raise RuntimeError(f"PostgreSQL processes {report['left']} are still alive after SIGKILL")
+        return report
+
+    def kill(self) -> None:
+        """SIGKILL every process of the server (a crash: no shutdown checkpoint, nothing flushed).
+
+        The postmaster is stopped first (SIGSTOP: it can start no new child, nor restart a killed
+        one), then its children are listed, then all of them get SIGKILL."""
+        if self.postmaster is None:
+            return
+        postmaster = self.postmaster.pid
+        shmid = self._shmid()
+        if self.postmaster.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(postmaster, signal.SIGSTOP)
+        targets = set(self.processes()) | set(children_of(postmaster))
+        for pid in sorted(targets):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        _wait(self.postmaster, 10)
+        deadline = time.monotonic() + 10
+        while self.processes() and time.monotonic() < deadline:
+            for pid in self.processes():  # anything forked before the SIGSTOP took effect
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        # A killed postmaster leaves its System V interlock segment behind (a clean stop removes it).
+        if shmid is not None and not self.processes():
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(["ipcrm", "-m", str(shmid)], capture_output=True, timeout=30, check=False)
+
+    def _shmid(self) -> int | None:
+        """The System V segment id of the running postmaster (line 7 of postmaster.pid: key, id)."""
+        try:
+            lines = (self.data / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return None
+        fields = lines[6].split() if len(lines) > 6 else []
+        return int(fields[1]) if len(fields) == 2 and fields[1].isdigit() else None
+
+    @contextlib.contextmanager
+    def running(self, timeout: float = START_TIMEOUT_S) -> Iterator[Cluster]:
+        """The server, started; stopped on exit whatever happens (exceptions and Ctrl-C included)."""
+        try:
+            self.start(timeout)
+            yield self
+        finally:
+            self.stops.append(self.stop()["mode"])
+
+    def settings_readback(self) -> dict[str, Any]:
+        """Every declared setting as pg_settings shows it (normalised like ``Settings.expected``)."""
+        names = list(self.settings.expected())
+        quoted = ", ".join(f"'{n}'" for n in names)  # declared identifiers, not input
+        rows = self.query(f"SELECT name, setting, coalesce(unit, '') FROM pg_settings WHERE name IN ({quoted})")
+        return {name: normalise(name, value, unit or None) for name, value, unit in rows}
+
+
+def _wait(popen: subprocess.Popen[bytes], seconds: float) -> bool:
+    try:
+        popen.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _live(entry: Path) -> tuple[int, int] | None:
+    """(pid, parent pid) of a live (not zombie) process, None for anything else."""
+    try:
+        fields = (entry / "stat").read_text().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    if len(fields) < 2 or fields[0] in ("Z", "X"):
+        return None
+    return int(entry.name), int(fields[1])
+
+
+def processes_with_cwd(directory: Path) -> list[int]:
+    """Live processes whose working directory is ``directory``."""
+    wanted = str(directory.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or _live(entry) is None:
+            continue
+        try:
+            if os.readlink(entry / "cwd") == wanted:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def children_of(parent: int) -> list[int]:
+    """Live processes whose parent is ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            live = _live(entry)
+            if live is not None and live[1] == parent:
+                found.append(live[0])
+    return sorted(found)
+
+
+def socket_dir(scratch: Path, owner: Owner, stack: contextlib.ExitStack) -> Path:
+    """A directory of the run's own for the server's socket: under ``scratch`` when the owner can
+    reach it and the path fits a socket address, else a private one under /tmp (removed on exit)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    base = scratch.resolve()
+    # mkdtemp adds 8 characters to the prefix
+    longest = len(f"{base}/{SOCKET_PREFIX}12345678/.s.PGSQL.{PORT}")
+    if longest > MAX_SOCKET_PATH or owner.can_reach(base):
+        base = Path(tempfile.gettempdir())
+    path = Path(tempfile.mkdtemp(prefix=SOCKET_PREFIX, dir=base))
+    stack.callback(_remove_tree, path)
+    if owner.switch:
+        os.chown(path, owner.uid, owner.gid)
+    return path
+
+
+def _remove_tree(path: Path) -> None:
+    for child in sorted(path.rglob("*"), reverse=True):
+        with contextlib.suppress(OSError):
+            child.rmdir() if child.is_dir() and not child.is_symlink() else child.unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def create(
+    settings: Settings,
+    data_root: Path,
+    wal_root: Path | None,
+    scratch: Path,
+    stack: contextlib.ExitStack,
+    *,
+    extra: Mapping[str, str] | None = None,
+    timeout: float = 300,
+) -> Cluster:
+    """initdb a fresh cluster in ``data_root/pgdata`` (WAL in ``wal_root/pg_wal`` when given).
+
+    The cluster gets subdirectories owned by its owner: a fresh ext2/3/4 mount point holds
+    lost+found, and initdb refuses a directory that is not empty. Raises ValueError when the
+    owner cannot reach a directory, FileExistsError when a cluster is already there.
+    """
+    owner = Owner.resolve()
+    for root in (data_root, wal_root):
+        if root is not None:
+            why = owner.can_reach(root.resolve())
+            if why:
+                raise ValueError(f"PostgreSQL cannot use {root}: {why}")
+    data = data_root.resolve() / "pgdata"
+    wal = wal_root.resolve() / "pg_wal" if wal_root is not None else None
+    for path in (data, wal):
+        if path is not None and path.exists():
+            raise FileExistsError(f"{path} already exists: a pgbench run needs a fresh cluster")
+    scratch.mkdir(parents=True, exist_ok=True)
+    sockets = socket_dir(scratch, owner, stack)
+    _own_dir(data, owner)
+    if wal is not None:
+        _own_dir(wal, owner)
+    cluster = Cluster(
+        bin=locate_bin(),
+        data=data,
+        wal=wal,
+        sockets=sockets,
+        log_file=scratch / "postgres.log",
+        settings=settings,
+        owner=owner,
+        extra=dict(extra or {}),
+    )
+    cluster.initdb(timeout)
+    return cluster
+
+
+def version(cluster: Cluster) -> str:
+    """``postgres --version``, e.g. "postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)"."""
+    return cluster.run([cluster.tool("postgres"), "--version"], timeout=30).stdout.strip()
+
+
+def checksums_check(cluster: Cluster, timeout: float = 600) -> str | None:
+    """``pg_checksums --check`` on the stopped cluster: None when it passes, else why not."""
+    out = cluster.run([cluster.tool("pg_checksums"), "--check", "-D", str(cluster.data)], as_owner=True,
+                      timeout=timeout, check=False)  # fmt: skip
+    if out.returncode == 0:
+        return None
+    text = " | ".join(line.strip() for line in (out.stdout + out.stderr).strip().splitlines()[-4:])
+    return f"pg_checksums --check failed (status {out.returncode}): {text}"
+
+
+DEFAULT_SETTINGS: dict[str, Any] = declare.defaults(Settings)
