@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import sysv_ipc_ids
+from fsmatrix.agent import proc
 from fsmatrix.agent.workloads import gtm
 
 DATA = Path(__file__).parent / "data" / "dse"
@@ -245,3 +246,19 @@ def test_rundown_after_sigkill_needs_override(base: Path) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_opened_runs_the_database_down_however_the_block_ends(tmp_path: Path) -> None:
+    """gtm.opened owns the lifecycle: an error inside the block still stops its processes and runs
+    the database down, and the report of that is on the session."""
+    base = tmp_path / "db"
+    settings = gtm.Settings(journal="off")
+    with (
+        pytest.raises(RuntimeError, match="inside the block"),
+        gtm.opened(settings, base / "data", base / "data", base / "scratch", name="t") as s,
+    ):
+        proc.run([s.db.tool("mumps"), "-run", "%XCMD", "set ^x=1"], env=s.db.env(), timeout=60)
+        raise RuntimeError("inside the block")
+    assert "rundown" in s.cleanup and not gtm.processes_using(s.db)
+    # Run down: a fresh process gets standalone access at once (MUPIP would refuse a live database).
+    proc.run([s.db.tool("mupip"), "integ", "-region", "DEFAULT"], env=s.db.env(), timeout=60)

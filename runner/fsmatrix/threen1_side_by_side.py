@@ -80,8 +80,8 @@ def run_published(
     program: Path, start: int, end: int, workers: int, block: int, settings: gtm.Settings, base: Path
 ) -> Side:
     """The published program on a fresh database under ``base`` (the routine is compiled from a copy)."""
-    db, _ = gtm.create_database(settings, base / "data", base / "data", base / "scratch", name="published")
-    try:
+    with gtm.opened(settings, base / "data", base / "data", base / "scratch", name="published") as session:
+        db = session.db
         gtm.compile_routine(db, program)
         before = gtm.parse_gvstat(gtm.dump_gvstat(db))
         t0 = time.monotonic()
@@ -94,8 +94,6 @@ def run_published(
         )
         elapsed = time.monotonic() - t0
         counters = gtm.counter_delta(before, gtm.parse_gvstat(gtm.dump_gvstat(db)))
-    finally:
-        gtm.release(db)
     values = parse_published_line(out.stdout, workers)
     return Side(
         reads=values["reads"],

@@ -13,14 +13,15 @@ The settings (``cell["gtm"]``) map onto GT.M like this:
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
 import re
 import signal
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -486,6 +487,38 @@ def rundown(db: Database, timeout: float = 120.0) -> str:
         if out.returncode != 0:
             raise proc.CommandError([*cmd, "-override"], out.returncode, text)
     return text
+
+
+@dataclass
+class Session:
+    """A database in use (``opened``): what creating it said, and, after the block, what releasing it did."""
+
+    db: Database
+    messages: list[str]
+    cleanup: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def opened(
+    settings: Settings,
+    data: Path,
+    journal: Path,
+    scratch: Path,
+    *,
+    name: str,
+    timeout: float = 300.0,
+    pids: Callable[[], Iterable[int]] = tuple,
+) -> Iterator[Session]:
+    """GT.M's whole lifecycle in one block: the database created from ``settings`` (create_database),
+    then, however the block ends (an error, a timeout, Ctrl-C), every process using it stopped —
+    ``pids()``'s first, e.g. detached JOB workers — and the database run down (``release``), so its
+    filesystem can be unmounted. ``session.cleanup`` holds what that did."""
+    db, messages = create_database(settings, data, journal, scratch, name=name, timeout=timeout)
+    session = Session(db, messages)
+    try:
+        yield session
+    finally:
+        session.cleanup = release(db, pids())
 
 
 def release(db: Database, pids: Iterable[int] = ()) -> dict[str, Any]:

@@ -288,19 +288,20 @@ def run(
     pid_file = scratch / "workers.pids"
     job_dir = scratch / "jobs"
     job_dir.mkdir()
-    db, messages = gtm.create_database(
+    timed_out = False
+    with gtm.opened(
         settings,
         ws.data,
         ws.journal,
         scratch / "gtm",
         name=DB_NAME,
         timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)),
-    )
-    cmd = [db.tool("mumps"), "-run", "main^threen1"]
-    cmd += [str(params.start), str(params.end), str(params.workers), str(params.block), params.keys]
-    env = db.env({"threen1_words": str(WORDS_FILE), "threen1_pids": str(pid_file), "threen1_jobdir": str(job_dir)})
-    timed_out = False
-    try:
+        pids=lambda: read_pid_file(pid_file),  # the JOB workers detach: the database alone cannot find them
+    ) as session:
+        db = session.db
+        cmd = [db.tool("mumps"), "-run", "main^threen1"]
+        cmd += [str(params.start), str(params.end), str(params.workers), str(params.block), params.keys]
+        env = db.env({"threen1_words": str(WORDS_FILE), "threen1_pids": str(pid_file), "threen1_jobdir": str(job_dir)})
         gtm.compile_routine(db, ROUTINE, timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)))
         zversion = gtm.version(db, timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)))
         header = gtm.dump_gvstat(db)  # the file header, and GT.M's counters before the run
@@ -329,8 +330,7 @@ def run(
             counters = gtm.counter_delta(counters_before, gtm.parse_gvstat(header))
             entries = sample_entries(params, seed)
             stored = read_steps(db, params.keys, [n for n, _ in entries], timeout=SAMPLE_TIMEOUT)
-    finally:
-        cleanup = gtm.release(db, read_pid_file(pid_file))
+    messages, cleanup = session.messages, session.cleanup
     if timed_out:
         raise TimeoutError(
             f"3n+1 {params.start}..{params.end} exceeded {timeout:g} s; GT.M processes stopped "
