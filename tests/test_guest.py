@@ -53,10 +53,12 @@ def test_agent_imports_only_the_standard_library(tmp_path: Path) -> None:
         for p in (package / "agent").rglob("*.py")
     )
     stdlib = [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]
-    lib_dynload = str(Path(sysconfig.get_path("platstdlib")) / "lib-dynload")
+    # The standard library's C extensions (_decimal, _contextvars, ...): in a virtualenv platstdlib is
+    # the venv's own directory, and lib-dynload stays beside the interpreter's stdlib.
+    lib_dynload = [str(Path(sysconfig.get_path(key)) / "lib-dynload") for key in ("stdlib", "platstdlib")]
     code = (
         "import importlib, sys\n"
-        f"sys.path[:] = {[str(tmp_path), *stdlib, lib_dynload]!r}\n"
+        f"sys.path[:] = {[str(tmp_path), *stdlib, *lib_dynload]!r}\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "print(len(sys.modules))\n"
