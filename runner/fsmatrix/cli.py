@@ -202,6 +202,13 @@ def run(
 def _confirm_devices(devices: list[str], yes: bool) -> None:
     from fsmatrix.agent import storage
 
+    blind = storage.host_view_problems()
+    if blind:
+        # In a container, other processes and the host's mounts would be invisible to the checks.
+        raise UserError(
+            f"--device refused: the device checks cannot see every user of a device here ({'; '.join(blind)}); "
+            "run fsmatrix on the host, or in a container started with --pid=host"
+        )
     for device in devices:
         try:
             storage.check_safe_to_format(device)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
+import traceback
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +23,9 @@ from rich.progress import (
 from rich.table import Table
 
 from fsmatrix import results
-from fsmatrix.agent import jsonfile
+from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend
+from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, Matrix
 
 log = logging.getLogger("fsmatrix")
@@ -111,8 +115,30 @@ def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path)
     handler.setLevel(logging.DEBUG)
     logger = logging.getLogger("fsmatrix")
     logger.addHandler(handler)
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.monotonic()
     try:
         doc = backend.run(cell, repeat)
+    except UserError:
+        raise  # a configuration error stops the matrix: every other run would fail the same way
+    except Exception as exc:
+        # Anything else on the host side (losetup, an image file, ENOSPC, qemu-img): this run is
+        # recorded as failed with its reason, and the matrix goes on.
+        log.error("%s r%d failed on the host: %s", cell.id, repeat, exc)
+        log.debug("%s", traceback.format_exc())
+        doc = job.result_document(
+            cell.spec,
+            cell_id=cell.id,
+            repeat=repeat,
+            status="error",
+            reason=f"host side of the run failed: {type(exc).__name__}: {exc}",
+            started_at=started_at,
+            provenance={**provenance.collect(), **backend.environment(), "tools": {}},
+        )
+        doc.update(
+            finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            duration_s=round(time.monotonic() - started, 3),
+        )
     finally:
         logger.removeHandler(handler)
         handler.close()

@@ -28,13 +28,15 @@ class HostBackend:
     def __init__(self, devices: list[str] | None = None, workdir: Path = DEFAULT_WORKDIR) -> None:
         self.devices = list(devices or [])
         self.workdir = workdir
+        # The devices as preflight resolved them: a path that names another device later is refused.
+        self._resolved: dict[str, storage.Device] = {}
 
     def preflight(self, cells: list[Cell]) -> None:
         if os.geteuid() != 0:
             raise UserError("the host backend needs root (it runs losetup, mkfs and mount); run it as root")
         for device in self.devices:
             try:
-                storage.check_safe_to_format(device)
+                self._resolved[device] = storage.check_safe_to_format(device)
             except storage.UnsafeDevice as exc:
                 raise UserError(f"refusing to use {device}: {exc}") from exc
         if self.devices:
@@ -69,6 +71,13 @@ class HostBackend:
                 needed = cell.spec.required_devices
                 if self.devices:
                     devices = self.devices[:needed]
+                    for device in devices:
+                        expected = self._resolved.get(device)
+                        if expected is not None and storage.resolve(device).rdev != expected.rdev:
+                            raise storage.UnsafeDevice(
+                                f"refusing to format {device}: it now names {storage.resolve(device).major_minor}, "
+                                f"not the {expected.major_minor} it named when the run started"
+                            )
                 else:
                     size = storage.parse_size(cell.spec.storage.disk_size)
                     devices = stack.enter_context(storage.loop_devices(needed, size, run_dir)) if needed else []

@@ -423,7 +423,11 @@ def _stack_signatures(path: str, who: str = "it") -> list[str]:
     itself (no cache, no running md/LVM needed). A missing blkid refuses rather than skips."""
     if not proc.have(SIGNATURE_TOOL):
         return [f"{SIGNATURE_TOOL} not found, so md/LVM signatures on {who} cannot be ruled out (install util-linux)"]
-    done = proc.run([SIGNATURE_TOOL, "-p", "--no-part-details", "-u", SIGNATURE_USAGES, "-o", "export", path], timeout=120, check=False)
+    done = proc.run(
+        [SIGNATURE_TOOL, "-p", "--no-part-details", "-u", SIGNATURE_USAGES, "-o", "export", path],
+        timeout=120,
+        check=False,
+    )
     values = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     kind = values.get("TYPE")
     # 2: nothing found; 0 without TYPE: only a partition table or partition entry (PTTYPE, PART_ENTRY_*).
