@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -40,6 +41,11 @@ class _Group(click.Group):
         except UserError as exc:
             click.echo(f"fsmatrix: error: {exc}", err=True)
             sys.exit(exc.exit_status)
+        except OSError as exc:
+            # A file or directory the user named that cannot be read or written: one line, not a traceback.
+            where = f": {exc.filename}" if exc.filename else ""
+            click.echo(f"fsmatrix: error: {exc.strerror or exc}{where}", err=True)
+            sys.exit(UserError.exit_status)
         except KeyboardInterrupt:
             click.echo("fsmatrix: interrupted; cleaned up (re-run the same command to resume)", err=True)
             sys.exit(130)
@@ -134,7 +140,9 @@ def settings() -> None:
 @click.option("--only", "only", multiple=True, help="Run cells whose id matches this glob (repeatable, or comma list).")
 @click.option("--results", "results_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
 @click.option("--run-id", default=None, help="Results go to RESULTS/RUN_ID (default: the matrix name).")
-@click.option("--repeat", type=click.IntRange(1), default=None, help="Override the matrix's repeat count.")
+@click.option(
+    "--repeat", type=click.IntRange(1, matrix.MAX_REPEAT), default=None, help="Override the matrix's repeat count."
+)
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
     "--device",
@@ -170,6 +178,8 @@ def run(
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
+    writable_directory(results_root, "--results")
+    writable_directory(workdir, "--workdir")
     entry = BACKENDS[backend]
     if devices and not entry.takes_devices:
         takers = ", ".join(name for name, e in BACKENDS.items() if e.takes_devices)
@@ -197,6 +207,16 @@ def run(
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
     click.echo(f"report: {path.resolve()}")
     sys.exit(0 if summary.ok else 1)
+
+
+def writable_directory(path: Path, option: str) -> None:
+    """Create ``path`` if missing and prove it takes a file, or refuse with one line (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option} {path}: not a writable directory ({exc.strerror or exc})") from exc
 
 
 def _confirm_devices(devices: list[str], yes: bool) -> None:
@@ -282,7 +302,13 @@ def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UserError(f"--set {pair!r}: expected KEY=VALUE")
-        params[key.strip()] = yaml.safe_load(value)
+        try:
+            params[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not a YAML value"
+            raise UserError(
+                f"--set {pair!r}: {problem}; expected KEY=VALUE with a YAML scalar (8, true, 1G, text)"
+            ) from exc
     return params
 
 
@@ -314,12 +340,17 @@ def _workload_command(workload: workloads.Workload[Any]) -> click.Command:
             if given.get(f.name) is not None:
                 raw = given[f.name]
                 values[f.name] = f.kind(raw) if f.spec.choices else raw
-        directory.mkdir(parents=True, exist_ok=True)
+        writable_directory(directory, "--dir")
         try:
             cell = CellSpec.standalone(workload.name, values, **blocks)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        try:
             outcome = workloads.run_in_directory(workload, cell, directory, timeout)
         except (FileExistsError, NotADirectoryError, ValueError) as exc:
             raise UserError(f"{directory}: {exc}") from exc
+        except FileNotFoundError as exc:  # a tool the workload needs (GT.M, sysbench, fio) is missing
+            raise UserError(f"{workload.name}: {exc}") from exc
         _print_outcome(outcome, as_json)
 
     params: list[click.Parameter] = []
