@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import __version__, matrix, results
+from fsmatrix import __version__, matrix, results, workdirs
 from fsmatrix.agent import declare, workloads
 from fsmatrix.agent.cell import Cell as CellSpec
 from fsmatrix.backends import BACKENDS
@@ -186,6 +186,9 @@ def run(
         raise UserError(f"--device is for the {takers} backends; the {backend} backend makes its own disks")
     if devices:
         _confirm_devices(list(devices), yes)
+    reaped = workdirs.reap(workdir)  # what runs that died (kill -9, OOM, power loss) left behind
+    if reaped:
+        console.print(f"removed what dead runs left in {workdir}: {'; '.join(reaped)}")
     chosen = entry.make(workdir, list(devices))
     run_id = run_id or m.name
     try:
@@ -244,6 +247,24 @@ def _confirm_devices(devices: list[str], yes: bool) -> None:
     answer = click.prompt(f"ALL DATA on {', '.join(devices)} will be destroyed. Type 'yes' to continue", default="")
     if answer.strip() != "yes":
         raise UserError("not confirmed; nothing was changed")
+
+
+@main.command("cleanup")
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    default=Path("/var/tmp/fsmatrix"),
+    show_default=True,
+    help="The work directory whose dead runs to clean up.",
+)
+def cleanup(workdir: Path) -> None:
+    """Remove what dead runs left in WORKDIR: their processes (QEMU, workload workers), mounts,
+    loop devices and directories. A live run (its lock held) is never touched."""
+    reaped = workdirs.reap(workdir)
+    for item in reaped:
+        click.echo(f"removed {item}")
+    if not reaped:
+        click.echo(f"nothing to clean up in {workdir}")
 
 
 @main.group("results")

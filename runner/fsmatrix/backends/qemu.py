@@ -31,7 +31,7 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from fsmatrix import __version__
+from fsmatrix import __version__, workdirs
 from fsmatrix.agent import job, proc, provenance, storage
 from fsmatrix.backends import image, jobdisk, profiles
 from fsmatrix.backends.disks import Disk
@@ -77,6 +77,13 @@ def running_vms(prefix: str = "fsmatrix-") -> list[tuple[int, str]]:
             if flag == b"-name" and value.decode(errors="replace").startswith(prefix):
                 found.append((int(entry.name), value.decode(errors="replace")))
     return found
+
+
+def parent_death_prefix() -> list[str]:
+    """A command prefix that makes the VM die with its runner: setpriv (util-linux) sets the
+    parent-death signal and execs QEMU, which keeps it (QEMU 7.2 has no -run-with exit-with-parent;
+    a preexec_fn is unsafe while rich's refresh thread runs). Empty when setpriv is missing."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if proc.have("setpriv") else []
 
 
 def console_tail(path: Path, lines: int = CONSOLE_TAIL_LINES) -> str:
@@ -274,8 +281,10 @@ class QemuBackend:
             except storage.UnsafeDevice as exc:
                 return self._host_result(cell, repeat, started, started_at, "error", str(exc), "", vm_info)
             try:
-                return self._run_claimed(cell, repeat, run_dir, started, started_at, vm_info)
-            except (proc.CommandError, OSError, ValueError) as exc:
+                # Locked while the run lives: a later fsmatrix reaps it (a QEMU left running, its disks) if we die.
+                with workdirs.run_directory(self.workdir, run_dir.name) as locked_dir:
+                    return self._run_claimed(cell, repeat, locked_dir, started, started_at, vm_info)
+            except (proc.CommandError, OSError, ValueError, RuntimeError) as exc:
                 # A host-side failure (qemu-img, the job disk, a data disk file): this run failed, the matrix goes on.
                 log.debug("run failed on the host:\n%s", traceback.format_exc())
                 reason = f"host side of the run failed: {type(exc).__name__}: {exc}"
@@ -297,8 +306,6 @@ class QemuBackend:
     ) -> dict[str, Any]:
         assert self._image is not None
         try:
-            shutil.rmtree(run_dir, ignore_errors=True)
-            run_dir.mkdir(parents=True)
             overlay = run_dir / "root.qcow2"
             proc.run(
                 ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self._image.qcow2), "-F", "qcow2", str(overlay)],
@@ -372,7 +379,9 @@ class QemuBackend:
         try:
             with (run_dir / "qemu.stderr").open("wb") as stderr:
                 started = time.monotonic()
-                vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+                vm = subprocess.Popen(
+                    [*parent_death_prefix(), *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+                )
             watcher = ConsoleWatcher(console, AGENT_MARKER)
             while (code := vm.poll()) is None:
                 now = time.monotonic()
