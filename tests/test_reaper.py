@@ -140,7 +140,7 @@ def test_kill_9_mid_run_then_rerun(tmp_path: Path) -> None:
     matrix = tmp_path / "m.yaml"
     matrix.write_text(
         "name: killed\naxes:\n  filesystem: [ext4]\n"
-        "defaults:\n  workload.threen1: {start: 1, end: 3000000, workers: 2}\n  storage.disk_size: 1G\n"
+        "defaults:\n  workload.threen1: {start: 1, end: 1000000, workers: 2}\n  storage.disk_size: 1G\n"
     )
     command = [*FSMATRIX, "run", str(matrix), "--results", str(results), "--workdir", str(workdir)]
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
