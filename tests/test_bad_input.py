@@ -17,6 +17,7 @@ import pytest
 from fsmatrix import matrix, results
 from fsmatrix.agent import job, options
 from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.agent.storage import filesystems
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, Matrix
 
@@ -82,16 +83,17 @@ def test_mount_options_must_be_options(tmp_path: Path, value: str) -> None:
 
 
 def test_real_options_pass() -> None:
-    for tool, text in [
-        ("mkfs.ext4", "-O ^has_journal -m 0"),
-        ("mkfs.ext4", "-E stride=16,stripe_width=64 -b 4096 -I 256 -L data"),
-        ("mkfs.ext4", "-qm0"),
-        ("mkfs.xfs", "-i size=512 -d su=64k,sw=4 -l size=64m -m crc=1"),
-        ("mkfs.btrfs", "-m single -d single --csum=xxhash -n 16k"),
-        ("mkfs.f2fs", "-O extra_attr,compression"),
-        ("mkfs.reiserfs", "-b 4096"),
+    for name, text in [
+        ("ext4", "-O ^has_journal -m 0"),
+        ("ext4", "-E stride=16,stripe_width=64 -b 4096 -I 256 -L data"),
+        ("ext4", "-qm0"),
+        ("xfs", "-i size=512 -d su=64k,sw=4 -l size=64m -m crc=1"),
+        ("btrfs", "-m single -d single --csum=xxhash -n 16k"),
+        ("f2fs", "-O extra_attr,compression"),
+        ("reiserfs", "-b 4096"),
     ]:
-        options.check_mkfs_options(tool, text)
+        fs = filesystems.get(name)
+        options.check_mkfs_options(fs.mkfs[0], fs.mkfs_getopt, text)
     for text in ("noatime,data=writeback", "noatime,nobarrier,commit=60", "compress=zstd:3,ssd", ""):
         options.check_mount_options(text)
 

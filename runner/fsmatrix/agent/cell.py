@@ -235,7 +235,7 @@ class Cell:
         # Options only: a path or a positional argument here would reach mkfs / mount past every device check.
         if fs.mkfs:
             try:
-                option_rules.check_mkfs_options(fs.mkfs[0], self.mkfs_options)
+                option_rules.check_mkfs_options(fs.mkfs[0], fs.mkfs_getopt, self.mkfs_options)
             except ValueError as exc:
                 message = f"mkfs_options {self.mkfs_options!r}: {exc}; allowed: {option_rules.MKFS_ALLOWED}"
                 raise Invalid("mkfs_options", message) from exc
@@ -273,7 +273,7 @@ class Cell:
             ("data", self.filesystem, data_bytes),
             ("journal", self.storage.journal_on_own_filesystem, size),
         ):
-            least = MIN_FILESYSTEM_BYTES.get(name or "")
+            least = filesystems.get(name).min_device_bytes if name else 0
             if least and available < least:
                 raise Invalid(
                     "storage.disk_size",
@@ -299,8 +299,6 @@ class Cell:
             )
 
 
-# mkfs refuses smaller devices: mkfs.xfs ("must be larger than 300MB"), mkfs.btrfs (114294784 bytes).
-MIN_FILESYSTEM_BYTES = {"xfs": 300 << 20, "btrfs": 114294784}
 LVM_EXTENT_BYTES = 4 << 20  # vgcreate's default physical extent size
 
 

@@ -14,20 +14,6 @@ from __future__ import annotations
 
 import re
 
-# Each mkfs tool's getopt string (a letter followed by ':' takes a value), as in its source.
-MKE2FS = "b:cd:e:g:i:jl:m:no:qr:s:t:vC:DE:FG:I:J:KL:M:N:O:R:ST:U:Vz:"
-GETOPT = {
-    "mkfs.ext2": MKE2FS,
-    "mkfs.ext3": MKE2FS,
-    "mkfs.ext4": MKE2FS,
-    "mke2fs": MKE2FS,
-    "mkfs.xfs": "b:c:d:i:l:L:m:n:KNp:qr:s:CfV",
-    "mkfs.btrfs": "A:b:fl:n:s:m:d:L:R:O:r:U:VvMKq",
-    "mkfs.f2fs": "qa:c:C:d:e:E:g:hil:mo:O:rR:s:S:z:t:T:U:Vfw:",
-    "mkfs.jfs": "cj:J:fL:Oqs:V",
-    "mkfs.reiserfs": "b:j:s:t:o:h:u:l:VfdB:q",
-    "mkfs.nilfs2": "b:B:cfhKL:m:nqvO:P:V",
-}
 FORCE_FLAGS = ("f", "F")  # in every tool above: overwrite / go on regardless
 FORCE_LONG = ("--force",)
 SAFE_TEXT = re.compile(r"[A-Za-z0-9 ^=,._:+%@-]*")
@@ -51,15 +37,15 @@ def _getopt_values(spec: str) -> tuple[set[str], set[str]]:
     return takes, plain
 
 
-def check_mkfs_options(tool: str, text: str) -> None:
-    """Raise ValueError (naming the bad part) unless ``text`` is options of mkfs tool ``tool``."""
+def check_mkfs_options(tool: str, spec: str, text: str) -> None:
+    """Raise ValueError (naming the bad part) unless ``text`` is options of mkfs tool ``tool``,
+    whose getopt string is ``spec`` (the filesystem declares it: Filesystem.mkfs_getopt)."""
     if not text.strip():
         return
     bad = next((c for c in text if not SAFE_TEXT.fullmatch(c)), None)
     if bad is not None:
         raise ValueError(f"{bad!r} is not allowed")
-    spec = GETOPT.get(tool)
-    if spec is None:
+    if not spec:
         raise ValueError(f"fsmatrix does not know the options of {tool}")
     takes, plain = _getopt_values(spec)
     tokens = text.split()
