@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import statistics
 import time
 import traceback
@@ -66,7 +67,10 @@ def run_matrix(
         },
     )
     backend.preflight(cells)
-    index = results.Index(results_root)
+    try:
+        index = results.Index(results_root)
+    except sqlite3.Error as exc:
+        raise UserError(f"--results {results_root}: cannot open its index.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
     todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
     columns = (
@@ -88,7 +92,11 @@ def run_matrix(
                 else:
                     progress.update(task, description=f"{cell.id} r{r}")
                     doc = _run_one(backend, cell, r, run_id, path)
-                    index.add(run_id, doc, path)
+                    try:
+                        index.add(run_id, doc, path)
+                    except sqlite3.Error as exc:
+                        # The result file is written; `fsmatrix results reindex` rebuilds the index later.
+                        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
                 summary.counts[doc["status"]] = summary.counts.get(doc["status"], 0) + 1
                 summary.docs.setdefault(cell.id, []).append(doc)
                 if doc["status"] not in results.COMPLETE:

@@ -1,0 +1,70 @@
+"""Faults during a run (issue 15): a full data disk is that run's recorded failure and the matrix
+goes on; a full results directory stops the matrix with one line and leaves no partial result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import attached_under, mounted_under, needs_root
+
+FSMATRIX = [sys.executable, "-m", "fsmatrix"]
+pytestmark = needs_root
+
+
+def test_full_data_disk_is_a_failed_run_and_the_matrix_goes_on(tmp_path: Path) -> None:
+    """A 3n+1 database (~47 MB for 1..1,000,000, more with its journal) on a 96 MiB ext4 (the database alone takes ~48 MB): ENOSPC
+    inside the run. The small cell after it still runs."""
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        "name: full\naxes:\n  filesystem: [ext4]\n  workload.threen1.end: [1000000, 1000]\n"
+        "defaults:\n  workload.threen1: {start: 1, workers: 1}\n  storage.disk_size: 96M\n"
+    )
+    workdir, results = tmp_path / "work", tmp_path / "results"
+    done = subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--results", str(results), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    docs = {
+        d["params"]["workload"]["threen1"]["end"]: d
+        for d in map(json.loads, map(Path.read_text, results.rglob("r1.json")))
+    }
+    assert docs[1000]["status"] == "passed"
+    assert docs[1000000]["status"] in ("error", "failed") and docs[1000000]["reason"]
+    real = Path(os.path.realpath(tmp_path))
+    assert attached_under(real) == [] and mounted_under(real) == []
+    assert [p.name for p in workdir.iterdir()] == []
+
+
+def test_full_results_directory_stops_with_one_line(tmp_path: Path) -> None:
+    """The results root on a 512 KiB tmpfs that is almost full: exit 2, one line, no result file."""
+    root = tmp_path / "results"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "fsmatrix-test-full", str(root)], check=True)
+    try:
+        with (root / "fill").open("wb") as f:
+            f.write(b"\0" * (500 << 10))
+        matrix = tmp_path / "m.yaml"
+        matrix.write_text(
+            "name: nospace\naxes:\n  filesystem: [tmpfs]\n"
+            "defaults:\n  workload.threen1: {start: 1, end: 1000, workers: 1}\n  storage.disk_size: 64M\n"
+        )
+        done = subprocess.run(
+            [*FSMATRIX, "run", str(matrix), "--results", str(root), "--workdir", str(tmp_path / "work")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("fsmatrix: error: ")
+        assert not list(root.rglob("r1.json")) and not list(root.rglob("*.tmp"))
+    finally:
+        subprocess.run(["umount", str(root)], check=True)
