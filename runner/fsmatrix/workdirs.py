@@ -75,7 +75,7 @@ def run_directory(workdir: Path, name: str) -> Iterator[Path]:
         try:
             yield final
         finally:
-            shutil.rmtree(final, ignore_errors=True)
+            remove_tree(final)
     finally:
         os.close(fd)
         shutil.rmtree(staging, ignore_errors=True)  # only left when the rename never happened
@@ -83,6 +83,22 @@ def run_directory(workdir: Path, name: str) -> Iterator[Path]:
 
 def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _mounts_under(directory: Path) -> list[str]:
+    path = os.path.realpath(directory)
+    return [m.mount_point for m in devices.read_mounts() if _under(m.mount_point, path)]
+
+
+def remove_tree(directory: Path) -> bool:
+    """Delete ``directory`` unless something is still mounted under it (rmtree would descend into
+    the mounted filesystem and delete its files); False when it was left in place."""
+    left = _mounts_under(directory)
+    if left:
+        log.warning("leaving %s in place: still mounted under it: %s", directory, ", ".join(left))
+        return False
+    shutil.rmtree(directory, ignore_errors=True)
+    return True
 
 
 def _processes_in(directory: str) -> list[tuple[int, str]]:
@@ -135,8 +151,7 @@ def reap_one(directory: Path) -> list[str]:
                     os.kill(pid, signal.SIGKILL)
                     removed.append(f"process {pid} ({command})")
             time.sleep(0.5)
-        mounts = [m.mount_point for m in devices.read_mounts() if _under(m.mount_point, path)]
-        for point in sorted(set(mounts), key=len, reverse=True):  # the deepest first
+        for point in sorted(set(_mounts_under(directory)), key=len, reverse=True):  # the deepest first
             done = subprocess.run(["umount", point], capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 subprocess.run(["umount", "--lazy", point], capture_output=True, text=True, check=False)
@@ -145,8 +160,8 @@ def reap_one(directory: Path) -> list[str]:
             if _under(loop.file.removesuffix(" (deleted)"), path):
                 subprocess.run(["losetup", "--detach", f"/dev/{loop.name}"], capture_output=True, check=False)
                 removed.append(f"loop device /dev/{loop.name} ({loop.file})")
-        shutil.rmtree(directory, ignore_errors=True)
-        removed.append(f"directory {directory}")
+        if remove_tree(directory):
+            removed.append(f"directory {directory}")
     finally:
         os.close(fd)
     for item in removed:
