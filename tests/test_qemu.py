@@ -231,6 +231,19 @@ def test_passthrough_rechecked_and_held_before_every_run(tmp_path: Path) -> None
             subprocess.run(["umount", str(point)], check=True)
 
 
+def test_qemu_img_failure_is_a_failed_run(tmp_path: Path) -> None:
+    """qemu-img cannot make the overlay (its backing image is gone): this run is recorded as an
+    error with qemu-img's own words, nothing is left in the work directory, and no VM starts."""
+    backend = QemuBackend(workdir=tmp_path / "w")
+    gone = tmp_path / "gone.qcow2"
+    backend._image = image.ImagePaths("fsmatrix-gone", gone, gone, gone, gone, gone)
+    doc = backend.run(_cell(), 1)
+    assert doc["status"] == "error", doc
+    assert doc["reason"].startswith("host side of the run failed: CommandError: qemu-img create")
+    assert "gone.qcow2" in doc["reason"]
+    assert list((tmp_path / "w").iterdir()) == []
+
+
 def test_qemu_device_refusals_on_the_command_line(tmp_path: Path) -> None:
     matrix = tmp_path / "m.yaml"
     matrix.write_text("axes: {filesystem: [ext4]}\ndefaults: {workload.threen1: {start: 1, end: 100}}\n")
