@@ -111,6 +111,37 @@ def test_loop_backed_by_a_mounted_loop(loops: list[str], attach: list[str], moun
     assert (mount_point / "precious").read_text() == "data"
 
 
+def test_loop_over_a_device_mounted_in_another_namespace(loops: list[str], attach: list[str], tmp_path: Path) -> None:
+    """loopB over loopA, and loopA mounted only inside another mount namespace: invisible in any
+    mount table we can read, but the kernel refuses an exclusive open of loopA."""
+    lower = loops[0]
+    sh("mkfs.ext2", "-qF", lower)
+    point = tmp_path / "elsewhere"
+    point.mkdir()
+    holder = subprocess.Popen(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -o ro {lower} {point} && echo up && exec sleep 60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
+        upper = losetup(attach, lower)
+        message = refuse_format(upper, backing_image(lower))
+        assert f"its backing device {Path(lower).name}: the kernel reports it busy" in message
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+
+
 def test_device_under_a_mounted_loop(loops: list[str], attach: list[str], mount_point: Path) -> None:
     """/dev/loopA unmounted but backing /dev/loopB, which is mounted: loopA is in use."""
     lower = loops[0]

@@ -693,6 +693,8 @@ def _reasons(device: Device, loops: list[LoopBacking], exclude: set[str], depth:
             if backing_name is not None:
                 backing = Device(f"/dev/{backing_name}", me.rdev, backing_name)
                 below = _reasons(backing, loops, {*exclude, name}, depth + 1)
+                if not below and _exclusive_open_busy(backing.path):
+                    below = ["the kernel reports it busy (exclusive open failed)"]
                 reasons.extend(f"its backing device {backing_name}: {why}" for why in below)
         elif me.inode:
             backing_file = (me.st_dev, me.inode)
