@@ -65,20 +65,21 @@ def run_directory(workdir: Path, name: str) -> Iterator[Path]:
         if final.exists():
             raise RuntimeError(f"{final} belongs to a live run")
     staging = workdir / f"{NEW_PREFIX}{name}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    lock = staging / LOCK_NAME
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(fd, f"pid {os.getpid()}\n".encode())
-        staging.rename(final)
+        staging.mkdir()
+        fd = os.open(staging / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            yield final
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, f"pid {os.getpid()}\n".encode())
+            staging.rename(final)
+            try:
+                yield final
+            finally:
+                remove_tree(final)
         finally:
-            remove_tree(final)
+            os.close(fd)
     finally:
-        os.close(fd)
-        shutil.rmtree(staging, ignore_errors=True)  # only left when the rename never happened
+        shutil.rmtree(staging, ignore_errors=True)  # only there when an interrupt came before the rename
 
 
 def _under(path: str, directory: str) -> bool:
