@@ -113,3 +113,17 @@ def test_interrupt_at_several_points_leaves_nothing(tmp_path: Path, signum: int,
     assert "Traceback" not in stderr or point == "starting", stderr
     assert attached_under(real) == [] and mounted_under(real) == []
     assert not workdir.exists() or list(workdir.iterdir()) == []
+
+
+def test_a_loop_device_losetup_attached_unreported_is_detached_too(tmp_path: Path) -> None:
+    """An interrupt inside losetup can leave the image attached without fsmatrix learning the
+    device's name (found by the SIGINT test above). Simulated by attaching a second loop device to
+    the image behind fsmatrix's back: leaving loop_devices detaches both."""
+    from fsmatrix.agent.storage import loop_devices
+
+    real = Path(os.path.realpath(tmp_path))
+    with loop_devices(1, 16 << 20, tmp_path) as (device,):
+        image = Path((Path("/sys/block") / Path(device).name / "loop" / "backing_file").read_text().strip())
+        stray = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True, check=True)
+        assert len(attached_under(real)) == 2, stray.stdout
+    assert attached_under(real) == []
