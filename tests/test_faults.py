@@ -40,8 +40,9 @@ def test_full_data_disk_is_a_failed_run_and_the_matrix_goes_on(tmp_path: Path) -
         d["params"]["workload"]["threen1"]["end"]: d
         for d in map(json.loads, map(Path.read_text, results.rglob("r1.json")))
     }
-    assert docs[1000]["status"] == "passed"
-    assert docs[1000000]["status"] in ("error", "failed") and docs[1000000]["reason"]
+    statuses = {end: (d["status"], d["reason"]) for end, d in docs.items()}
+    assert docs[1000]["status"] == "passed", statuses
+    assert docs[1000000]["status"] in ("error", "failed") and docs[1000000]["reason"], statuses
     real = Path(os.path.realpath(tmp_path))
     assert attached_under(real) == [] and mounted_under(real) == []
     assert [p.name for p in workdir.iterdir()] == []
@@ -111,8 +112,8 @@ def test_interrupt_at_several_points_leaves_nothing(tmp_path: Path, signum: int,
             run.wait()
     assert run.returncode in ((1, 130) if point == "mounted" else (130, -signum, 128 + signum)), stderr
     assert "Traceback" not in stderr or point == "starting", stderr
-    assert attached_under(real) == [] and mounted_under(real) == []
-    assert not workdir.exists() or list(workdir.iterdir()) == []
+    assert attached_under(real) == [] and mounted_under(real) == [], stderr
+    assert not workdir.exists() or list(workdir.iterdir()) == [], (list(workdir.iterdir()), stderr)
 
 
 def test_a_loop_device_losetup_attached_unreported_is_detached_too(tmp_path: Path) -> None:
