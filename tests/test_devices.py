@@ -63,7 +63,10 @@ def snapshot(device: str) -> tuple[str | None, list[tuple[str, str]], str]:
             head: str | None = hashlib.sha256(f.read(1 << 20)).hexdigest()
     except PermissionError:  # some sandboxes forbid reading the root disk even to root
         head = None
-    mounts = [(m.mount_point, m.major_minor) for m in read_mounts()]
+    # Only the device's own mounts: other tests on this shared machine mount and unmount meanwhile.
+    number = os.stat(device).st_rdev
+    own = f"{os.major(number)}:{os.minor(number)}"
+    mounts = [(m.mount_point, m.major_minor) for m in read_mounts() if m.major_minor == own or m.source == device]
     return head, mounts, Path("/proc/swaps").read_text()
 
 

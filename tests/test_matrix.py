@@ -208,7 +208,7 @@ BAD = [
         ["storage.disk_size", "'8 gigs'", "a size such as"],
     ),
     ("unknown top-level key", "axis:\n  filesystem: [ext4]\n", 1, ["unknown top-level key 'axis'"]),
-    ("bad repeat", "repeat: 0\naxes: {filesystem: [ext4]}\n", 1, ["repeat 0 must be an integer >= 1"]),
+    ("bad repeat", "repeat: 0\naxes: {filesystem: [ext4]}\n", 1, ["repeat 0 must be an integer from 1 to 1000"]),
     ("not YAML", "axes:\n  filesystem: [ext4\n", 3, ["not valid YAML"]),
     (
         "sysbench mode",

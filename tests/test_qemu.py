@@ -8,6 +8,7 @@ Boots run under TCG here (30-100 s each); the image is built first when it is no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -204,6 +205,46 @@ def test_passthrough_count_must_match_every_cell(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="refusing to use /dev/null"):
         QemuBackend(workdir=tmp_path / "w", devices=["/dev/null"]).preflight([_cell()])
     assert not (tmp_path / "w").exists()  # refused before anything was made
+
+
+def test_passthrough_rechecked_and_held_before_every_run(tmp_path: Path) -> None:
+    """A passthrough device mounted on the host after preflight: the next run is recorded as an
+    error before any VM starts, and nothing is written to the device. While a run holds the
+    device (O_EXCL for the VM's life), mounting it on the host fails."""
+    with storage.loop_devices(1, 64 << 20, tmp_path) as (device,):
+        subprocess.run(["mkfs.ext2", "-qF", device], check=True, capture_output=True)
+        backend = QemuBackend(workdir=tmp_path / "w", devices=[device])
+        backend._check_devices([_cell()])  # preflight's device part (the rest builds the image)
+        fake = tmp_path / "img"
+        backend._image = image.ImagePaths("fsmatrix-test", fake, fake, fake, fake, fake)  # never booted here
+        point = tmp_path / "mnt"
+        point.mkdir()
+        with contextlib.ExitStack() as claims:
+            backend._claim_devices(claims)
+            held = subprocess.run(["mount", device, str(point)], capture_output=True, text=True)
+            assert held.returncode != 0, "the host mounted a device held for a VM"
+        subprocess.run(["mount", "-o", "ro", device, str(point)], check=True)
+        try:
+            before = subprocess.run(["sha256sum", device], capture_output=True, text=True).stdout
+            doc = backend.run(_cell(), 1)
+            assert doc["status"] == "error" and f"it is mounted at {point}" in doc["reason"], doc["reason"]
+            assert subprocess.run(["sha256sum", device], capture_output=True, text=True).stdout == before
+            assert not (tmp_path / "w").exists() or not list((tmp_path / "w").iterdir())
+        finally:
+            subprocess.run(["umount", str(point)], check=True)
+
+
+def test_qemu_img_failure_is_a_failed_run(tmp_path: Path) -> None:
+    """qemu-img cannot make the overlay (its backing image is gone): this run is recorded as an
+    error with qemu-img's own words, nothing is left in the work directory, and no VM starts."""
+    backend = QemuBackend(workdir=tmp_path / "w")
+    gone = tmp_path / "gone.qcow2"
+    backend._image = image.ImagePaths("fsmatrix-gone", gone, gone, gone, gone, gone)
+    doc = backend.run(_cell(), 1)
+    assert doc["status"] == "error", doc
+    assert doc["reason"].startswith("host side of the run failed: CommandError: qemu-img create")
+    assert "gone.qcow2" in doc["reason"]
+    assert list((tmp_path / "w").iterdir()) == []
 
 
 def test_qemu_device_refusals_on_the_command_line(tmp_path: Path) -> None:

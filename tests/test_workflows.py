@@ -135,12 +135,13 @@ def _regressed_runner(where: Path) -> Path:
 def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, head: str) -> None:
     wf = workflow("pr-gate.yml")
     workspace = tmp_path / "ws"
-    checkout(workspace / "base")
+    base_dir = checkout(workspace / "base")
     head_runner = _regressed_runner(tmp_path) if head == "regressed" else REPO / "runner"
-    head_dir = checkout(workspace / "head", runner=head_runner)
-    (head_dir / "matrix").unlink()
-    (head_dir / "matrix").mkdir()
-    (head_dir / "matrix" / "pr.yaml").write_text(SMALL.replace("[tmpfs, ext4]", "[tmpfs]"))
+    checkout(workspace / "head", runner=head_runner)
+    # The gate's matrix (and script, and comparison) are the base's: the judge is not the judged.
+    (base_dir / "matrix").unlink()
+    (base_dir / "matrix").mkdir()
+    (base_dir / "matrix" / "pr.yaml").write_text(SMALL.replace("[tmpfs, ext4]", "[tmpfs]"))
     summary = tmp_path / "summary.md"
     # Deterministic both ways: a 50 % threshold that an A/A pair of these runs never crosses, and a
     # regression (above) of several times the work, which always does; the workflow's own 5 % is a
@@ -157,3 +158,32 @@ def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, h
     else:
         assert done.returncode == 1, done.stdout + done.stderr
         assert "slower" in summary.read_text()
+
+    # pr-verdict.yml, on a GitHub-hosted runner: the default branch's fsmatrix judges the uploaded results.
+    verdict = workflow("pr-verdict.yml")
+    verdict_dir = checkout(tmp_path / "verdict")
+    (verdict_dir / "gate-results").symlink_to(gate_results)
+    judged = bash(step(verdict, "verdict", "Compare and set"), verdict_dir, dict(verdict["env"]), ok=(0, 1))
+    assert judged.returncode == done.returncode, judged.stdout + judged.stderr
+    expected = "no significant regression" if head == "clean" else "significant regression beyond"
+    assert f"verdict: {expected}" in judged.stdout
+
+
+def test_gate_logic_comes_from_the_base_and_the_verdict_runs_no_pr_code() -> None:
+    gate = workflow("pr-gate.yml")
+    runs = [s["run"] for s in gate["jobs"]["gate"]["steps"] if "run" in s]
+    assert runs == [
+        'bash base/.github/scripts/pr-gate.sh base head base/matrix/pr.yaml "$REPEATS" "$THRESHOLD" gate-results'
+    ]
+    assert [s["uses"] for s in gate["jobs"]["gate"]["steps"] if s.get("uses", "").startswith("./")] == [
+        "./base/.github/actions/setup-fsmatrix"
+    ] * 2
+    assert '"$base/.venv/bin/fsmatrix" compare' in (REPO / ".github" / "scripts" / "pr-gate.sh").read_text()
+    verdict = workflow("pr-verdict.yml")
+    triggers: dict[Any, Any] = verdict
+    assert list(triggers[True]) == ["workflow_run"]  # YAML 1.1 reads the key "on" as True
+    job = verdict["jobs"]["verdict"]
+    assert job["runs-on"] == "ubuntu-latest"  # never a self-hosted runner
+    checkouts = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert len(checkouts) == 1 and "ref" not in checkouts[0].get("with", {})  # the default branch only
+    assert verdict["permissions"] == {"contents": "read", "actions": "read", "statuses": "write"}

@@ -2,7 +2,7 @@
 # pr-gate.yml: run the PR matrix on the base and head checkouts on this one runner, interleaved
 # repeat by repeat (base r1, head r1, base r2, ...) so that drift on the machine hits both alike,
 # then compare them and fail on a significant regression.
-# Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS
+# Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS (MATRIX: the base's matrix/pr.yaml)
 set -euo pipefail
 # fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
 if [ "$(id -u)" -ne 0 ]; then
@@ -33,7 +33,8 @@ if [ -d "$calibration" ]; then
   cp -r "$calibration/." "$results/calibration/"
 fi
 status=0
-"$head/.venv/bin/fsmatrix" compare "$results/base" "$results/head" --fail-on-regression "$threshold" \
+# The base's fsmatrix compares: the statistics and the verdict are not the PR's to change.
+"$base/.venv/bin/fsmatrix" compare "$results/base" "$results/head" --fail-on-regression "$threshold" \
   --format md > "$results/comparison.md" || status=$?
 cat "$results/comparison.md"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then

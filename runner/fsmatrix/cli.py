@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -14,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import __version__, matrix, results
+from fsmatrix import __version__, matrix, results, workdirs
 from fsmatrix.agent import declare, workloads
 from fsmatrix.agent.cell import Cell as CellSpec
 from fsmatrix.backends import BACKENDS
@@ -40,6 +41,11 @@ class _Group(click.Group):
         except UserError as exc:
             click.echo(f"fsmatrix: error: {exc}", err=True)
             sys.exit(exc.exit_status)
+        except OSError as exc:
+            # A file or directory the user named that cannot be read or written: one line, not a traceback.
+            where = f": {exc.filename}" if exc.filename else ""
+            click.echo(f"fsmatrix: error: {exc.strerror or exc}{where}", err=True)
+            sys.exit(UserError.exit_status)
         except KeyboardInterrupt:
             click.echo("fsmatrix: interrupted; cleaned up (re-run the same command to resume)", err=True)
             sys.exit(130)
@@ -134,7 +140,9 @@ def settings() -> None:
 @click.option("--only", "only", multiple=True, help="Run cells whose id matches this glob (repeatable, or comma list).")
 @click.option("--results", "results_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
 @click.option("--run-id", default=None, help="Results go to RESULTS/RUN_ID (default: the matrix name).")
-@click.option("--repeat", type=click.IntRange(1), default=None, help="Override the matrix's repeat count.")
+@click.option(
+    "--repeat", type=click.IntRange(1, matrix.MAX_REPEAT), default=None, help="Override the matrix's repeat count."
+)
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
     "--device",
@@ -170,12 +178,17 @@ def run(
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
+    writable_directory(results_root, "--results")
+    writable_directory(workdir, "--workdir")
     entry = BACKENDS[backend]
     if devices and not entry.takes_devices:
         takers = ", ".join(name for name, e in BACKENDS.items() if e.takes_devices)
         raise UserError(f"--device is for the {takers} backends; the {backend} backend makes its own disks")
     if devices:
         _confirm_devices(list(devices), yes)
+    reaped = workdirs.reap(workdir)  # what runs that died (kill -9, OOM, power loss) left behind
+    if reaped:
+        console.print(f"removed what dead runs left in {workdir}: {'; '.join(reaped)}")
     chosen = entry.make(workdir, list(devices))
     run_id = run_id or m.name
     try:
@@ -199,9 +212,26 @@ def run(
     sys.exit(0 if summary.ok else 1)
 
 
+def writable_directory(path: Path, option: str) -> None:
+    """Create ``path`` if missing and prove it takes a file, or refuse with one line (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option} {path}: not a writable directory ({exc.strerror or exc})") from exc
+
+
 def _confirm_devices(devices: list[str], yes: bool) -> None:
     from fsmatrix.agent import storage
 
+    blind = storage.host_view_problems()
+    if blind:
+        # In a container, other processes and the host's mounts would be invisible to the checks.
+        raise UserError(
+            f"--device refused: the device checks cannot see every user of a device here ({'; '.join(blind)}); "
+            "run fsmatrix on the host, or in a container started with --pid=host"
+        )
     for device in devices:
         try:
             storage.check_safe_to_format(device)
@@ -217,6 +247,24 @@ def _confirm_devices(devices: list[str], yes: bool) -> None:
     answer = click.prompt(f"ALL DATA on {', '.join(devices)} will be destroyed. Type 'yes' to continue", default="")
     if answer.strip() != "yes":
         raise UserError("not confirmed; nothing was changed")
+
+
+@main.command("cleanup")
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    default=Path("/var/tmp/fsmatrix"),
+    show_default=True,
+    help="The work directory whose dead runs to clean up.",
+)
+def cleanup(workdir: Path) -> None:
+    """Remove what dead runs left in WORKDIR: their processes (QEMU, workload workers), mounts,
+    loop devices and directories. A live run (its lock held) is never touched."""
+    reaped = workdirs.reap(workdir)
+    for item in reaped:
+        click.echo(f"removed {item}")
+    if not reaped:
+        click.echo(f"nothing to clean up in {workdir}")
 
 
 @main.group("results")
@@ -275,7 +323,13 @@ def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UserError(f"--set {pair!r}: expected KEY=VALUE")
-        params[key.strip()] = yaml.safe_load(value)
+        try:
+            params[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not a YAML value"
+            raise UserError(
+                f"--set {pair!r}: {problem}; expected KEY=VALUE with a YAML scalar (8, true, 1G, text)"
+            ) from exc
     return params
 
 
@@ -307,12 +361,17 @@ def _workload_command(workload: workloads.Workload[Any]) -> click.Command:
             if given.get(f.name) is not None:
                 raw = given[f.name]
                 values[f.name] = f.kind(raw) if f.spec.choices else raw
-        directory.mkdir(parents=True, exist_ok=True)
+        writable_directory(directory, "--dir")
         try:
             cell = CellSpec.standalone(workload.name, values, **blocks)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        try:
             outcome = workloads.run_in_directory(workload, cell, directory, timeout)
         except (FileExistsError, NotADirectoryError, ValueError) as exc:
             raise UserError(f"{directory}: {exc}") from exc
+        except FileNotFoundError as exc:  # a tool the workload needs (GT.M, sysbench, fio) is missing
+            raise UserError(f"{workload.name}: {exc}") from exc
         _print_outcome(outcome, as_json)
 
     params: list[click.Parameter] = []

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import statistics
+import time
+import traceback
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +24,9 @@ from rich.progress import (
 from rich.table import Table
 
 from fsmatrix import results
-from fsmatrix.agent import jsonfile
+from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend
+from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, Matrix
 
 log = logging.getLogger("fsmatrix")
@@ -62,7 +67,10 @@ def run_matrix(
         },
     )
     backend.preflight(cells)
-    index = results.Index(results_root)
+    try:
+        index = results.Index(results_root)
+    except sqlite3.Error as exc:
+        raise UserError(f"--results {results_root}: cannot open its index.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
     todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
     columns = (
@@ -84,7 +92,11 @@ def run_matrix(
                 else:
                     progress.update(task, description=f"{cell.id} r{r}")
                     doc = _run_one(backend, cell, r, run_id, path)
-                    index.add(run_id, doc, path)
+                    try:
+                        index.add(run_id, doc, path)
+                    except sqlite3.Error as exc:
+                        # The result file is written; `fsmatrix results reindex` rebuilds the index later.
+                        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
                 summary.counts[doc["status"]] = summary.counts.get(doc["status"], 0) + 1
                 summary.docs.setdefault(cell.id, []).append(doc)
                 if doc["status"] not in results.COMPLETE:
@@ -111,8 +123,30 @@ def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path)
     handler.setLevel(logging.DEBUG)
     logger = logging.getLogger("fsmatrix")
     logger.addHandler(handler)
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.monotonic()
     try:
         doc = backend.run(cell, repeat)
+    except UserError:
+        raise  # a configuration error stops the matrix: every other run would fail the same way
+    except Exception as exc:
+        # Anything else on the host side (losetup, an image file, ENOSPC, qemu-img): this run is
+        # recorded as failed with its reason, and the matrix goes on.
+        log.error("%s r%d failed on the host: %s", cell.id, repeat, exc)
+        log.debug("%s", traceback.format_exc())
+        doc = job.result_document(
+            cell.spec,
+            cell_id=cell.id,
+            repeat=repeat,
+            status="error",
+            reason=f"host side of the run failed: {type(exc).__name__}: {exc}",
+            started_at=started_at,
+            provenance={**provenance.collect(), **backend.environment(), "tools": {}},
+        )
+        doc.update(
+            finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            duration_s=round(time.monotonic() - started, 3),
+        )
     finally:
         logger.removeHandler(handler)
         handler.close()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fsmatrix.agent import declare
+from fsmatrix.agent import options as option_rules
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage import filesystems, stripe
 from fsmatrix.agent.workloads import WORKLOADS, Workload, all_workloads, get, settings_blocks
@@ -231,6 +232,22 @@ class Cell:
                 raise Invalid("storage.layout", f"storage.layout 'split-journal' needs a filesystem, not {fs.name!r}")
         elif not fs.mkfs and self.mkfs_options:
             raise Invalid("mkfs_options", f"mkfs_options: {fs.name} has no mkfs; remove them")
+        # Options only: a path or a positional argument here would reach mkfs / mount past every device check.
+        if fs.mkfs:
+            try:
+                option_rules.check_mkfs_options(fs.mkfs[0], fs.mkfs_getopt, self.mkfs_options)
+            except ValueError as exc:
+                message = f"mkfs_options {self.mkfs_options!r}: {exc}; allowed: {option_rules.MKFS_ALLOWED}"
+                raise Invalid("mkfs_options", message) from exc
+        for key, text in (
+            ("mount_options", self.mount_options),
+            ("storage.journal_mount_options", self.storage.journal_mount_options),
+        ):
+            try:
+                option_rules.check_mount_options(text)
+            except ValueError as exc:
+                raise Invalid(key, f"{key} {text!r}: {exc}; allowed: {option_rules.MOUNT_ALLOWED}") from exc
+        self._check_sizes()
         if not fs.device:
             if layout != SINGLE:
                 message = f"storage.layout: {fs.name} has no device to split; use layout 'single'"
@@ -244,6 +261,45 @@ class Cell:
                 f"storage.layout 'split-journal' puts a database journal on its own device: "
                 f"{workload.name} has none (workloads with one: {with_journal})",
             )
+
+    def _check_sizes(self) -> None:
+        """Sizes the kernel or the tools would refuse mid-run, refused up front instead."""
+        size = declare.parse_size(self.storage.disk_size)
+        if size <= 0:
+            raise Invalid("storage.disk_size", f"storage.disk_size {self.storage.disk_size!r}: must be more than 0")
+        striped = self.storage.striped
+        data_bytes = size * self.storage.stripe_disks if striped else size
+        for role, name, available in (
+            ("data", self.filesystem, data_bytes),
+            ("journal", self.storage.journal_on_own_filesystem, size),
+        ):
+            least = filesystems.get(name).min_device_bytes if name else 0
+            if least and available < least:
+                raise Invalid(
+                    "storage.disk_size",
+                    f"storage.disk_size {self.storage.disk_size!r}: mkfs of {name} ({role}) needs at least "
+                    f"{least >> 20} MiB",
+                )
+        if not striped:
+            return
+        chunk = declare.parse_size(self.storage.stripe_size)
+        try:
+            stripe.stripe_bytes(chunk)
+        except ValueError as exc:
+            raise Invalid("storage.stripe_size", f"{exc} (md and LVM refuse anything else)") from exc
+        if chunk > size:
+            raise Invalid(
+                "storage.stripe_size", f"storage.stripe_size {self.storage.stripe_size!r} exceeds storage.disk_size"
+            )
+        if self.storage.layout == "lvm-stripe" and chunk > LVM_EXTENT_BYTES:
+            raise Invalid(
+                "storage.stripe_size",
+                f"storage.stripe_size {self.storage.stripe_size!r}: LVM stripes at most one extent "
+                f"({LVM_EXTENT_BYTES >> 20} MiB; lvcreate would quietly use that instead)",
+            )
+
+
+LVM_EXTENT_BYTES = 4 << 20  # vgcreate's default physical extent size
 
 
 def required_devices(filesystem: str, storage: Storage) -> int:

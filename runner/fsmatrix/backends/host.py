@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fsmatrix import workdirs
 from fsmatrix.agent import job, provenance, storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.backends import hostinfo
@@ -30,13 +30,15 @@ class HostBackend:
         self.devices = list(devices or [])
         self.workdir = workdir
         self._host: dict[str, Any] | None = None
+        # The devices as preflight resolved them: a path that names another device later is refused.
+        self._resolved: dict[str, storage.Device] = {}
 
     def preflight(self, cells: list[Cell]) -> None:
         if os.geteuid() != 0:
             raise UserError("the host backend needs root (it runs losetup, mkfs and mount); run it as root")
         for device in self.devices:
             try:
-                storage.check_safe_to_format(device)
+                self._resolved[device] = storage.check_safe_to_format(device)
             except storage.UnsafeDevice as exc:
                 raise UserError(f"refusing to use {device}: {exc}") from exc
         if self.devices:
@@ -72,26 +74,30 @@ class HostBackend:
                 f"device profile {profile!r} needs a VM backend (--backend qemu): "
                 "the host backend cannot shape a device",
             )
-        run_dir = self.workdir / f"{cell.id}-r{repeat}-{os.getpid()}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            with contextlib.ExitStack() as stack:
-                needed = cell.spec.required_devices
-                if self.devices:
-                    devices = self.devices[:needed]
-                else:
-                    size = storage.parse_size(cell.spec.storage.disk_size)
-                    devices = stack.enter_context(storage.loop_devices(needed, size, run_dir)) if needed else []
-                return job.run_job(
-                    cell.spec,
-                    cell_id=cell.id,
-                    repeat=repeat,
-                    devices=devices,
-                    workdir=run_dir,
-                    environment=self.environment(),
-                )
-        finally:
-            shutil.rmtree(run_dir, ignore_errors=True)
+        # Locked while the run lives: a later fsmatrix reaps it (loop devices, mounts, files) if we die.
+        name = f"{cell.id}-r{repeat}-{os.getpid()}"
+        with workdirs.run_directory(self.workdir, name) as run_dir, contextlib.ExitStack() as stack:
+            needed = cell.spec.required_devices
+            if self.devices:
+                devices = self.devices[:needed]
+                for device in devices:
+                    expected = self._resolved.get(device)
+                    if expected is not None and storage.resolve(device).rdev != expected.rdev:
+                        raise storage.UnsafeDevice(
+                            f"refusing to format {device}: it now names {storage.resolve(device).major_minor}, "
+                            f"not the {expected.major_minor} it named when the run started"
+                        )
+            else:
+                size = storage.parse_size(cell.spec.storage.disk_size)
+                devices = stack.enter_context(storage.loop_devices(needed, size, run_dir)) if needed else []
+            return job.run_job(
+                cell.spec,
+                cell_id=cell.id,
+                repeat=repeat,
+                devices=devices,
+                workdir=run_dir,
+                environment=self.environment(),
+            )
 
     def close(self) -> None:
         """Nothing outlives a run here (each run's loop devices and mounts go with it)."""

@@ -14,6 +14,7 @@ with the tail of the guest's console.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -22,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +32,7 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from fsmatrix import __version__
+from fsmatrix import __version__, workdirs
 from fsmatrix.agent import job, proc, provenance, storage
 from fsmatrix.backends import hostinfo, image, jobdisk, profiles
 from fsmatrix.backends.disks import Disk
@@ -83,6 +85,13 @@ def running_vms(prefix: str = "fsmatrix-") -> list[tuple[int, str]]:
             if flag == b"-name" and value.decode(errors="replace").startswith(prefix):
                 found.append((int(entry.name), value.decode(errors="replace")))
     return found
+
+
+def parent_death_prefix() -> list[str]:
+    """A command prefix that makes the VM die with its runner: setpriv (util-linux) sets the
+    parent-death signal and execs QEMU, which keeps it (QEMU 7.2 has no -run-with exit-with-parent;
+    a preexec_fn is unsafe while rich's refresh thread runs). Empty when setpriv is missing."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if proc.have("setpriv") else []
 
 
 def console_tail(path: Path, lines: int = CONSOLE_TAIL_LINES) -> str:
@@ -155,6 +164,9 @@ class QemuBackend:
         self.workdir = workdir
         # Passthrough: these block devices (or raw image files, for vmbench) are every run's data disks.
         self.devices = list(devices or [])
+        # Each passthrough block device as preflight resolved it: every run re-checks that the path
+        # still names this device and that it is still unused (it may have been mounted meanwhile).
+        self._resolved: dict[str, storage.Device] = {}
         if boot_allowance is None and os.environ.get(ALLOWANCE_ENV):
             try:
                 boot_allowance = float(os.environ[ALLOWANCE_ENV])
@@ -198,7 +210,7 @@ class QemuBackend:
             if Path(device).is_file():
                 continue  # a raw image file (vmbench); the command line passes block devices only
             try:
-                storage.check_safe_to_format(device)
+                self._resolved[device] = storage.check_safe_to_format(device)
             except storage.UnsafeDevice as exc:
                 raise UserError(f"refusing to use {device}: {exc}") from exc
         wrong = [c.id for c in cells if storage.required_devices(c.params) != len(self.devices)]
@@ -273,16 +285,44 @@ class QemuBackend:
         assert self._image is not None
         run_dir = self.workdir / f"vm-{cell.id}-r{repeat}-{os.getpid()}"
         started, started_at = time.monotonic(), _now()
+        vm_info = {"cpus": cell.spec.vm.cpus, "memory": cell.spec.vm.memory}
+        with contextlib.ExitStack() as claims:
+            try:
+                self._claim_devices(claims)
+            except storage.UnsafeDevice as exc:
+                return self._host_result(cell, repeat, started, started_at, "error", str(exc), "", vm_info)
+            try:
+                # Locked while the run lives: a later fsmatrix reaps it (a QEMU left running, its disks) if we die.
+                with workdirs.run_directory(self.workdir, run_dir.name) as locked_dir:
+                    return self._run_claimed(cell, repeat, locked_dir, started, started_at, vm_info)
+            except (proc.CommandError, OSError, ValueError, RuntimeError) as exc:
+                # A host-side failure (qemu-img, the job disk, a data disk file): this run failed, the matrix goes on.
+                log.debug("run failed on the host:\n%s", traceback.format_exc())
+                reason = f"host side of the run failed: {type(exc).__name__}: {exc}"
+                return self._host_result(cell, repeat, started, started_at, "error", reason, "", vm_info)
+
+    def _claim_devices(self, claims: contextlib.ExitStack) -> None:
+        """Before every run: hold each passthrough block device open with O_EXCL for the VM's whole
+        life (the kernel then refuses any mount, mkfs, md or swap on it by anyone else; QEMU's own
+        open, without O_EXCL, still works) and check it again, by device number, as in preflight."""
+        for device in self.devices:
+            if Path(device).is_file():
+                continue
+            expected = self._resolved.get(device) or storage.resolve(device)
+            storage.check_safe_to_format(device, expected)  # every reason, before the claim hides them
+            claims.enter_context(storage.held_exclusive(expected))
+
+    def _run_claimed(
+        self, cell: Cell, repeat: int, run_dir: Path, started: float, started_at: str, vm_info: dict[str, Any]
+    ) -> dict[str, Any]:
+        assert self._image is not None
         try:
-            shutil.rmtree(run_dir, ignore_errors=True)
-            run_dir.mkdir(parents=True)
             overlay = run_dir / "root.qcow2"
             proc.run(
                 ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self._image.qcow2), "-F", "qcow2", str(overlay)],
                 timeout=60,
             )
             data = self._data_disks(cell, run_dir)
-            vm_info = {"cpus": cell.spec.vm.cpus, "memory": cell.spec.vm.memory}
             job_doc = {
                 "cell": cell.params,
                 "cell_id": cell.id,
@@ -346,7 +386,9 @@ class QemuBackend:
         try:
             with (run_dir / "qemu.stderr").open("wb") as stderr:
                 started = time.monotonic()
-                vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+                vm = subprocess.Popen(
+                    [*parent_death_prefix(), *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+                )
             watcher = ConsoleWatcher(console, AGENT_MARKER)
             while (code := vm.poll()) is None:
                 now = time.monotonic()

@@ -53,9 +53,50 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _sequence)
 
 
-def load(text: str) -> Any:
-    """Parse YAML text; mappings become LineDict, sequences LineList. Raises yaml.YAMLError."""
-    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
+MAX_NODES = 100_000  # values in the document once aliases are expanded
+
+
+def _expanded_size(root: yaml.Node, limit: int) -> None:
+    """Raise yaml.YAMLError when the document, with every alias expanded, has more than ``limit``
+    nodes, or an alias refers to a node that contains it. Aliases share one node in the composed
+    graph, so a "billion laughs" file is small here; every later walk over the data would not be."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise yaml.YAMLError(f"line {node.start_mark.line + 1}: an alias refers to a node that contains it")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        if total > limit:
+            raise yaml.YAMLError(f"with its aliases expanded the document has more than {limit} values; refusing it")
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def load(text: str, max_nodes: int | None = None) -> Any:
+    """Parse YAML text; mappings become LineDict, sequences LineList. Raises yaml.YAMLError, also
+    (with ``max_nodes``) for a document whose aliases expand it beyond that many values."""
+    loader = _Loader(text)  # a SafeLoader subclass: no arbitrary objects
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if max_nodes is not None:
+            _expanded_size(node, max_nodes)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def line_of(container: Any, key: str | int | None = None) -> int | None:

@@ -51,8 +51,40 @@ def load_document(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
         found = doc.get("schema_version") if isinstance(doc, dict) else None
         raise UserError(f"{path}: result schema version {found!r}; this fsmatrix reads version {SCHEMA_VERSION}")
+    problem = document_problem(doc)
+    if problem:
+        raise UserError(f"{path}: not a usable result document: {problem}")
     doc["_path"] = str(path)
     return doc
+
+
+DIRECTIONS = ("lower", "higher")
+
+
+def document_problem(doc: dict[str, Any]) -> str | None:
+    """What makes a result document unusable for compare/report (None when nothing does): the
+    fields every reader indexes without looking, checked once here instead of a KeyError later."""
+    cell_id = doc.get("cell_id")
+    if not isinstance(cell_id, str) or not cell_id:
+        return f"cell_id is {cell_id!r}; expected the cell's id (a non-empty string)"
+    repeat = doc.get("repeat")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        return f"repeat is {repeat!r}; expected an integer >= 1"
+    if not isinstance(doc.get("status"), str):
+        return f"status is {doc.get('status')!r}; expected a string such as 'passed'"
+    metrics = doc.get("metrics", {})
+    if not isinstance(metrics, dict):
+        return f"metrics is {type(metrics).__name__}; expected a mapping of metric -> number"
+    key_metrics = doc.get("key_metrics", {})
+    if not isinstance(key_metrics, dict):
+        return f"key_metrics is {type(key_metrics).__name__}; expected a mapping of metric -> 'lower' or 'higher'"
+    for name, direction in key_metrics.items():
+        if direction not in DIRECTIONS:
+            return f"key_metrics.{name} is {direction!r}; expected 'lower' or 'higher'"
+    for name, value in metrics.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"metrics.{name} is {value!r}; expected a number"
+    return None
 
 
 def load_results(directory: Path) -> list[dict[str, Any]]:

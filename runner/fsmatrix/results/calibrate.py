@@ -114,6 +114,20 @@ def load(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not a readable calibration ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION or "cells" not in doc:
         raise UserError(f"{path}: not an fsmatrix calibration (format version {FORMAT_VERSION})")
+    cells = doc["cells"]
+    if not isinstance(cells, dict):
+        raise UserError(f"{path}: 'cells' must map cell ids to {{metric: {{spread: number}}}}")
+    for cell_id, metrics in cells.items():
+        if not isinstance(metrics, dict):
+            raise UserError(f"{path}: cells.{cell_id} must map metrics to {{spread: number, ...}}")
+        for metric, entry in metrics.items():
+            spread = entry.get("spread") if isinstance(entry, dict) else entry
+            if not isinstance(entry, dict) or (
+                spread is not None and (isinstance(spread, bool) or not isinstance(spread, int | float))
+            ):
+                raise UserError(
+                    f"{path}: cells.{cell_id}.{metric} must be {{spread: number or null, ...}}, got {entry!r}"
+                )
     return doc
 
 

@@ -5,13 +5,24 @@ Public API (the rest of fsmatrix codes against exactly these names)::
     Skipped, UnsafeDevice, StorageError
     FILESYSTEMS, filesystem_availability(name), parse_size(text), required_devices(cell)
     stripe_geometry(storage), StripeError
-    check_safe_to_format(device), describe_device(device), kernel_name(device)
+    Device, resolve(path), check_safe_to_format(device, expected=None) -> Device, describe_device(device),
+    kernel_name(device), locked(Device), held_exclusive(Device), host_view_problems()
     loop_devices(count, size_bytes, directory, sparse=True)
     PreparedStorage, prepare(cell, devices, mount_root), format_device(filesystem, device, mkfs_options)
 """
 
 from fsmatrix.agent.declare import parse_size
-from fsmatrix.agent.storage.devices import UnsafeDevice, check_safe_to_format, describe_device, kernel_name
+from fsmatrix.agent.storage.devices import (
+    Device,
+    UnsafeDevice,
+    check_safe_to_format,
+    describe_device,
+    held_exclusive,
+    host_view_problems,
+    kernel_name,
+    locked,
+    resolve,
+)
 from fsmatrix.agent.storage.loop import loop_devices
 from fsmatrix.agent.storage.prepare import (
     FILESYSTEMS,
@@ -29,6 +40,7 @@ from fsmatrix.agent.storage.stripe import StripeError
 
 __all__ = [
     "FILESYSTEMS",
+    "Device",
     "PreparedStorage",
     "Skipped",
     "StorageError",
@@ -39,10 +51,14 @@ __all__ = [
     "describe_device",
     "filesystem_availability",
     "format_device",
+    "held_exclusive",
+    "host_view_problems",
     "kernel_name",
+    "locked",
     "loop_devices",
     "parse_size",
     "prepare",
     "required_devices",
+    "resolve",
     "stripe_geometry",
 ]

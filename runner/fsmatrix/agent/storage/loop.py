@@ -99,6 +99,14 @@ def _remove(image: Path) -> None:
     image.unlink(missing_ok=True)
 
 
+def detach_all(image: Path) -> None:
+    """Detach every loop device attached to ``image``: also one that losetup attached before an
+    interrupt cut it short, whose name we never learnt."""
+    for entry in sorted((devices.SYS_ROOT / "block").glob("loop*")):
+        if _backed_by(entry.name, image):
+            detach(f"/dev/{entry.name}", image)
+
+
 @contextmanager
 def loop_devices(count: int, size_bytes: int, directory: Path, sparse: bool = True) -> Iterator[list[str]]:
     """``count`` loop devices over image files ``fsmatrix-<pid>-<n>.img`` of ``size_bytes`` in
@@ -113,8 +121,10 @@ def loop_devices(count: int, size_bytes: int, directory: Path, sparse: bool = Tr
             image = image_path(directory, index)
             _create_image(image, size_bytes, sparse)
             stack.callback(_remove, image)
+            # Registered before attaching: an interrupt inside losetup may leave a device attached
+            # that attach() never returned.
+            stack.callback(detach_all, image)
             device = attach(image)
-            stack.callback(detach, device, image)
             verify_attached(device, image)
             attached.append(device)
         yield attached

@@ -129,17 +129,23 @@ def _split_options(options: str | None) -> list[str]:
 # mkfs, mount, unmount
 
 
-def format_device(filesystem: str, device: str, mkfs_options: str = "") -> dict[str, Any]:
+def format_device(
+    filesystem: str, device: str, mkfs_options: str = "", expected: _devices.Device | None = None
+) -> dict[str, Any]:
     """mkfs ``device`` with the filesystem's defaults plus ``mkfs_options``; read its geometry back.
 
-    Checks the device first (check_safe_to_format). Returns the readback fields of the mkfs step:
-    filesystem, device, mkfs_command, mkfs_version, geometry.
+    Under a flock on the device: check_safe_to_format (the path must still name ``expected``, the
+    device an earlier check resolved), then an exclusive open just before mkfs. Returns the
+    readback fields of the mkfs step: filesystem, device, mkfs_command, mkfs_version, geometry.
     """
-    check_safe_to_format(device)
-    fs = filesystems.get(filesystem)
-    command = fs.mkfs_command(device, shlex.split(mkfs_options or ""))
-    log.info("mkfs: %s", shlex.join(command))
-    proc.run(command, timeout=MKFS_TIMEOUT, input="")  # input="": a question gets EOF, not a hang
+    resolved = _devices.resolve(device)
+    with _devices.locked(expected or resolved):
+        checked = check_safe_to_format(device, expected or resolved)
+        fs = filesystems.get(filesystem)
+        command = fs.mkfs_command(device, shlex.split(mkfs_options or ""))
+        log.info("mkfs: %s", shlex.join(command))
+        _devices.verify_exclusive(checked)
+        proc.run(command, timeout=MKFS_TIMEOUT, input="")  # input="": a question gets EOF, not a hang
     return {
         "filesystem": filesystem,
         "device": device,
@@ -248,6 +254,7 @@ def _mount(fstype: str, source: str, mount_point: Path, options: list[str], stac
 def _set_up(
     fs_name: str,
     device: str | None,
+    checked: _devices.Device | None,
     mkfs_options: str,
     mount_options: str,
     mount_point: Path,
@@ -259,7 +266,7 @@ def _set_up(
     _make_dir(mount_point, stack)
     options = [*fs.mount_options]
     if device is not None:
-        made = format_device(fs_name, device, mkfs_options)
+        made = format_device(fs_name, device, mkfs_options, checked)
         source = device
     else:
         made = {"filesystem": fs_name, "device": None, "mkfs_command": [], "mkfs_version": None}
@@ -331,20 +338,30 @@ def prepare(
     if len(devices) < needed:
         raise ValueError(f"this cell needs {needed} block device(s), got {len(devices)}")
     used = list(devices[:needed])
-    for device in used:
-        check_safe_to_format(device)
-    if len({kernel_name(d) for d in used}) != len(used):
+    resolved = [_devices.resolve(d) for d in used]
+    if len({d.rdev for d in resolved}) != len(used):
         raise ValueError(f"the same device was given twice: {used}")
-    for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n and filesystems.get(n).mounts):
-        reason = filesystem_availability(name)
-        if reason:
-            raise Skipped(f"{name}: {reason}")
-    striped = storage.striped
-    if striped:
-        stripe_size = stripe_geometry(storage)[1]
-        reason = stripe.availability(layout)
-        if reason:
-            raise Skipped(f"{layout}: {reason}")
+    # Each device is locked from its first check through mkfs (or, striped, until mdadm / pvcreate,
+    # which open the components exclusively themselves: holding a lock there would only make udev
+    # postpone their events), and compared by device number at every step.
+    locks = ExitStack()
+    try:
+        for device in resolved:
+            locks.enter_context(_devices.locked(device))
+            check_safe_to_format(device.path, device)
+        for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n and filesystems.get(n).mounts):
+            reason = filesystem_availability(name)
+            if reason:
+                raise Skipped(f"{name}: {reason}")
+        striped = storage.striped
+        if striped:
+            stripe_size = stripe_geometry(storage)[1]
+            reason = stripe.availability(layout)
+            if reason:
+                raise Skipped(f"{layout}: {reason}")
+    except BaseException:
+        locks.close()
+        raise
 
     tmpfs_size = parse_size(storage.disk_size)  # a filesystem without a device is sized by disk_size
     mount_root = Path(os.path.realpath(mount_root))  # mountinfo shows resolved paths
@@ -354,11 +371,15 @@ def prepare(
 
     stack = ExitStack()
     try:
+        checked = {device.path: device for device in resolved}
         _make_dir(mount_root, stack)
         readback: dict[str, Any] = {}
         components: list[str] = []
         if striped:
             components = used
+            for device in resolved:
+                _devices.verify_exclusive(device)
+            locks.close()
             assembled = stripe.assemble(layout, components, stripe_size, stack)
             readback["stripe"] = {**assembled.readback, "device_info": describe_device(assembled.device)}
             remaining = iter([assembled.device])
@@ -374,6 +395,7 @@ def prepare(
                 data_device = role_device
             if not filesystems.get(fs_name).mounts:
                 assert role_device is not None
+                _devices.verify_exclusive(checked.get(role_device) or _devices.resolve(role_device))
                 readback[role] = {
                     "filesystem": fs_name,
                     "device": role_device,
@@ -381,7 +403,17 @@ def prepare(
                 }
                 continue
             mount_point = mount_root / role
-            readback[role] = _set_up(fs_name, role_device, mkfs_options, mount_options, mount_point, tmpfs_size, stack)
+            readback[role] = _set_up(
+                fs_name,
+                role_device,
+                checked.get(role_device or ""),
+                mkfs_options,
+                mount_options,
+                mount_point,
+                tmpfs_size,
+                stack,
+            )
+        locks.close()  # mkfs is done: from here on the mounts (or the raw workload) hold the devices
         # No filesystem (raw): nothing is mounted; the workload gets the empty mount root as its directory.
         data = mount_root if bare else mount_root / "data"
         yield PreparedStorage(
@@ -395,4 +427,5 @@ def prepare(
             component_diskstat_names=[kernel_name(d) for d in components],
         )
     finally:
+        locks.close()
         close_uninterrupted(stack)

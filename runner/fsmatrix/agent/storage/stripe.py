@@ -270,7 +270,9 @@ def _stop_md(device: str, components: Sequence[str]) -> None:
             break
         time.sleep(0.5 * (attempt + 1))
     for component in components:
-        proc.run(["wipefs", "-a", component], timeout=120, check=False)
+        # Only the md signature: a --create that failed (a component busy after all) must not
+        # erase what else is on it. A component with an md superblock before we started was refused.
+        proc.run(["wipefs", "-a", "-t", "linux_raid_member", component], timeout=120, check=False)
     left = sorted({h for c in components for h in _md_holders(c)})
     if left or problems:
         raise StripeError(
@@ -353,7 +355,8 @@ def _remove_vg(vg: str) -> None:
 def _remove_pvs(components: Sequence[str]) -> None:
     for component in components:
         _lvm(["pvremove", "-ff", "-y", component], check=False)
-        proc.run(["wipefs", "-a", component], timeout=120, check=False)
+        # Only the LVM label (see _stop_md): a PV label present before we started was refused.
+        proc.run(["wipefs", "-a", "-t", "LVM2_member", component], timeout=120, check=False)
 
 
 def read_lv(vg: str) -> list[dict[str, Any]]:

@@ -57,6 +57,10 @@ class Filesystem:
     geometry_tool: str | None = None
     version_command: tuple[str, ...] = ()
     mount_options: tuple[str, ...] = ()
+    # The mkfs tool's getopt string (a letter followed by ':' takes a value), as in its source: how
+    # a cell's mkfs_options are parsed to check they are options only (agent/options.py).
+    mkfs_getopt: str = ""
+    min_device_bytes: int = 0  # mkfs refuses a smaller device (checked by matrix expand)
     # How the cell's mkfs options combine with the defaults (ext merges its -E lists).
     combine_mkfs_options: Callable[[Sequence[str], Sequence[str]], list[str]] = field(default=append_options)
     device: bool = True  # needs a block device (False: tmpfs, sized by storage.disk_size instead)

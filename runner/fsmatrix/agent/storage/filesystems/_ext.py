@@ -87,6 +87,7 @@ def ext_filesystem(name: str) -> Filesystem:
         name=name,
         package="e2fsprogs",
         mkfs=(f"mkfs.{name}", *MKE2FS_DEFAULTS),
+        mkfs_getopt="b:cd:e:g:i:jl:m:no:qr:s:t:vC:DE:FG:I:J:KL:M:N:O:R:ST:U:Vz:",
         # Debian's kernels serve ext2 and ext3 from the ext4 driver (CONFIG_EXT4_USE_FOR_EXT2).
         kernel_module="ext4",
         read_geometry=read_geometry,

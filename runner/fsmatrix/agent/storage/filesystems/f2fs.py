@@ -63,6 +63,7 @@ FILESYSTEM = Filesystem(
     name="f2fs",
     package="f2fs-tools",
     mkfs=("mkfs.f2fs", "-f", "-q"),  # -f: overwrite an old signature; -q: quiet
+    mkfs_getopt="qa:c:C:d:e:E:g:hil:mo:O:rR:s:S:z:t:T:U:Vfw:",
     kernel_module="f2fs",
     read_geometry=read_geometry,
     geometry_tool="dump.f2fs",

@@ -42,6 +42,7 @@ FILESYSTEM = Filesystem(
     name="jfs",
     package="jfsutils",
     mkfs=("mkfs.jfs", "-q"),  # -q: no confirmation question
+    mkfs_getopt="cj:J:fL:Oqs:V",
     kernel_module="jfs",
     read_geometry=read_geometry,
     geometry_tool="jfs_tune",

@@ -41,6 +41,7 @@ FILESYSTEM = Filesystem(
     name="nilfs2",
     package="nilfs-tools",
     mkfs=("mkfs.nilfs2", "-f", "-q"),  # -f: overwrite an old signature; -q: quiet
+    mkfs_getopt="b:B:cfhKL:m:nqvO:P:V",
     kernel_module="nilfs2",
     read_geometry=read_geometry,
     geometry_tool="nilfs-tune",

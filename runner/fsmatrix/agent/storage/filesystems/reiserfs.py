@@ -49,6 +49,7 @@ FILESYSTEM = Filesystem(
     package="reiserfsprogs",
     # -f twice: no confirmation question even on a whole disk; -q: no progress bar.
     mkfs=("mkfs.reiserfs", "-q", "-f", "-f"),
+    mkfs_getopt="b:j:s:t:o:h:u:l:VfdB:q",
     kernel_module="reiserfs",
     read_geometry=read_geometry,
     geometry_tool="debugreiserfs",
