@@ -21,9 +21,9 @@ RUN_PACKAGES := $(REGISTRY_PACKAGES) mdadm lvm2 util-linux psmisc kmod python3-v
 DEV_PACKAGES := git shellcheck chromium vagrant vagrant-libvirt libvirt-dev pkg-config gcc python3-dev \
 	podman runc
 DEB_PACKAGES := $(RUN_PACKAGES) $(DEV_PACKAGES)
-# The container image: the host's run list, git (the image build records the commit) and the
-# PostgreSQL workload's server (duplicates of registry packages are dropped).
-CONTAINER_PACKAGES := $(RUN_PACKAGES) git postgresql-15
+# The container image: the host's run list and the PostgreSQL workload's server (duplicates of
+# registry packages are dropped).
+CONTAINER_PACKAGES := $(RUN_PACKAGES) postgresql-15
 
 # podman 4.3 as root on a machine like this one: runc (crun rejects a hybrid cgroup setup) and no
 # default rlimits (setting them is forbidden here). A drop-in, so the distribution's files stay.

@@ -34,6 +34,7 @@ import click
 
 from fsmatrix import __version__
 from fsmatrix.agent import proc
+from fsmatrix.agent.storage.devices import read_mounts
 from fsmatrix.backends.image import Echo, _digest, _log_run, cache_root, git_sha
 from fsmatrix.errors import UserError
 
@@ -63,8 +64,8 @@ def engine(name: str | None = None) -> str:
     for candidate in [name] if name else ["podman", "docker"]:
         if proc.have(candidate):
             return candidate
-    wanted = name or "podman"
-    raise UserError(f"{wanted} not found: run `make deps` (it installs podman and runc) or apt-get install podman runc")
+    wanted = name or "podman (or docker)"
+    raise UserError(f"{wanted} not found: run `make deps` (it installs podman and runc)")
 
 
 def packages(repo: Path = REPO) -> list[str]:
@@ -165,9 +166,17 @@ def build_base(tool: str, package_names: list[str], cache: Path, echo: Echo) -> 
             timeout=1800,
         )
     finally:
+        _unmount_under(rootfs)  # debootstrap mounts /proc and /sys in the root; a failure can leave them
         shutil.rmtree(work, ignore_errors=True)  # the root (~1.5 GB) and its tarball; the .debs stay cached
     echo(f"container: base: {name} in {time.monotonic() - started:.0f} s")
     return name
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount everything mounted under ``root``, deepest first."""
+    inside = [m.mount_point for m in read_mounts() if Path(m.mount_point).is_relative_to(root)]
+    for point in sorted(inside, key=len, reverse=True):
+        proc.run(["umount", "--lazy", point], check=False, timeout=60)
 
 
 def wheelhouse(cache: Path, repo: Path, echo: Echo) -> Path:
