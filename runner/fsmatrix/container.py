@@ -43,7 +43,6 @@ CONTAINERFILE = REPO / "packer" / "container" / "Containerfile"
 IMAGE_REPOSITORY = "fsmatrix"
 BASE_REPOSITORY = "fsmatrix-base"
 SUITE = "bookworm"
-SOURCE_URL = "https://github.com/fsmatrix/fsmatrix"
 # What makes the base besides its package list: bump when the debootstrap recipe below changes.
 BASE_RECIPE = f"debootstrap --variant=minbase {SUITE}; docs, man pages, locales and apt lists removed; v1"
 # The build context's source: what the image runs and what `fsmatrix image build` inside it reads.
@@ -110,6 +109,20 @@ def base_name(digest: str) -> str:
     return f"{BASE_REPOSITORY}:{digest}"
 
 
+def source_url(repo: Path = REPO) -> str:
+    """Where the source is (the OCI source label): $FSMATRIX_SOURCE_URL, the GitHub repository in
+    Actions, the checkout's origin, else "unknown"."""
+    if url := os.environ.get("FSMATRIX_SOURCE_URL"):
+        return url
+    if os.environ.get("GITHUB_REPOSITORY"):
+        return f"{os.environ.get('GITHUB_SERVER_URL', 'https://github.com')}/{os.environ['GITHUB_REPOSITORY']}"
+    if proc.have("git"):
+        done = proc.run(["git", "-C", str(repo), "remote", "get-url", "origin"], check=False, timeout=10)
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return "unknown"
+
+
 def image_exists(tool: str, name: str) -> bool:
     return proc.run([tool, "image", "inspect", "--format", "{{.Id}}", name], check=False, timeout=60).returncode == 0
 
@@ -147,7 +160,15 @@ def build_base(tool: str, package_names: list[str], cache: Path, echo: Echo) -> 
             "debootstrap", "--variant=minbase", f"--include={','.join(package_names)}", f"--cache-dir={debs}",
             SUITE, str(rootfs), mirror,
         ]  # fmt: skip
-        _log_run(cmd, log, BASE_TIMEOUT)
+        try:
+            _log_run(cmd, log, BASE_TIMEOUT)
+        except proc.CommandError:
+            # Its own log says which package failed; the root goes, the log stays.
+            inner = rootfs / "debootstrap" / "debootstrap.log"
+            if inner.is_file():
+                shutil.copy2(inner, work.with_suffix(".debootstrap.log"))
+                echo(f"container: base: debootstrap failed; its log: {work.with_suffix('.debootstrap.log')}")
+            raise
         echo(f"container: base: debootstrap took {time.monotonic() - started:.0f} s; importing as {name}")
         for junk in JUNK:
             for path in (rootfs / junk).glob("*"):
@@ -192,7 +213,8 @@ def wheelhouse(cache: Path, repo: Path, echo: Echo) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     echo(f"container: wheels: pip wheel fsmatrix's dependencies into {wheels}")
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--wheel-dir", str(partial)]
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--use-pep517"]
+    cmd += ["--wheel-dir", str(partial)]
     _log_run([*cmd, str(repo), "setuptools>=61", "wheel"], partial / "pip.log", BUILD_TIMEOUT)
     for own in partial.glob("fsmatrix-*.whl"):
         own.unlink()  # fsmatrix itself is installed from its source in the image
@@ -212,7 +234,7 @@ def stage_context(context: Path, wheels: Path, identity: dict[str, str], repo: P
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / rel, dest)
     # pyproject names a readme; the real one is not an input (a README edit needs no new image).
-    (context / "src" / "README.md").write_text(f"fsmatrix {identity['version']}: see {SOURCE_URL}\n")
+    (context / "src" / "README.md").write_text(f"fsmatrix {identity['version']} ({identity['source']})\n")
     shutil.copytree(wheels, context / "wheels", ignore=shutil.ignore_patterns(".complete", "pip.log"))
     shutil.copy2(repo / CONTAINERFILE.relative_to(REPO), context / "Containerfile")
     (context / "container.json").write_text(json.dumps(identity, indent=1, sort_keys=True) + "\n")
@@ -242,6 +264,7 @@ def build(force: bool = False, echo: Echo = print, cache: Path | None = None, to
             "inputs_hash": digest,
             "version": __version__,
             "git_sha": git_sha(REPO),
+            "source": source_url(REPO),
             "base": base,
             "built": datetime.now(UTC).isoformat(timespec="seconds"),
         }
@@ -257,7 +280,7 @@ def build(force: bool = False, echo: Echo = print, cache: Path | None = None, to
                 "FSMATRIX_VERSION": __version__,
                 "FSMATRIX_GIT_SHA": identity["git_sha"],
                 "FSMATRIX_INPUTS_HASH": digest,
-                "FSMATRIX_SOURCE": SOURCE_URL,
+                "FSMATRIX_SOURCE": identity["source"],
             }
             for key, value in args.items():
                 cmd += ["--build-arg", f"{key}={value}"]

@@ -32,7 +32,7 @@ PROC = Path("/proc")
 ID_SOURCES = (Path("/sys/class/dmi/id/product_uuid"), Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
 CONTAINER_MARKERS = {"podman": Path("/run/.containerenv"), "docker": Path("/.dockerenv")}
 CONTAINER_IDENTITY = Path("/etc/fsmatrix/container.json")
-IDENTITY_KEYS = ("name", "inputs_hash", "version", "git_sha", "base", "built")
+IDENTITY_KEYS = ("name", "inputs_hash", "version", "git_sha", "source", "base", "built")
 
 
 def _read(path: Path) -> str | None:
