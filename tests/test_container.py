@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root
+from conftest import REPO, attached_under, mounted_under, needs_root
 from fsmatrix import container
 from fsmatrix.backends import hostinfo, image
 from fsmatrix.results import iter_result_files, load_document
@@ -63,7 +63,7 @@ def _containers() -> list[str]:
 def podman_run(
     tag: str, *args: str, volumes: dict[Path, str] | None = None, privileged: bool = False, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    cmd = ["podman", "run", "--rm", "--network=none", "--label", LABEL]
+    cmd = ["podman", "run", "--rm", "--network=none", "--label", LABEL, "-v", "/etc/machine-id:/etc/machine-id:ro"]
     if privileged:
         cmd.append("--privileged")
     for host, inside in (volumes or {}).items():
@@ -178,6 +178,8 @@ def _check_results(results: Path, tag: str, backend: str) -> dict[str, object]:
     assert doc["status"] == "passed", json.dumps(doc, indent=1)[:3000]
     host = doc["provenance"]["host"]
     assert host["container"] == "podman"
+    # The host's machine id (mounted), not one baked into the image that every host would share.
+    assert (host["machine_id"], host["machine_id_source"]) == hostinfo.machine_id()
     assert host["container_image"]["name"] == tag
     assert host["container_image"]["inputs_hash"] == tag.rsplit("-", 1)[1]
     return doc
@@ -229,3 +231,16 @@ def test_qemu_backend_cell_inside(tag: str, tmp_path: Path, workdir: Path) -> No
     _nothing_left(workdir)
     leftover = subprocess.run(["pgrep", "-f", f"qemu-system.*{workdir}"], capture_output=True, check=False)
     assert leftover.returncode == 1, "a QEMU started in the container outlived it"
+
+
+def test_ci_workflow_builds_and_smoke_tests_the_image(tag: str, tmp_path: Path) -> None:
+    """ci.yml's job "container", replayed: its `run:` steps that build the image and smoke-test it."""
+    from test_workflows import bash, step, workflow
+
+    wf = workflow("ci.yml")
+    env = {"RUNNER_TEMP": str(tmp_path)}
+    bash(step(wf, "container", "Build the container image"), REPO, env)
+    assert (REPO / ".fsmatrix-image").read_text().strip() == tag
+    done = bash(step(wf, "container", "Smoke test"), REPO, env)
+    assert f"smoke test passed in {tag}" in done.stdout
+    assert _containers() == []

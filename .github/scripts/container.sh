@@ -9,7 +9,7 @@
 #   fsmatrix_in CHECKOUT ARGS...  run that checkout's fsmatrix: in its image when
 #                                 FSMATRIX_IN_CONTAINER=1, else its virtualenv (CHECKOUT/.venv)
 # In the image: privileged (loop devices, mounts), no network, /dev/kvm when the runner has it, the
-# runner's guest-image cache and work directory as volumes, and the current directory and
+# runner's guest-image cache and work directory as volumes, its machine id (provenance), and the current directory and
 # FSMATRIX_MOUNTS (colon-separated paths) mounted at the same paths, so paths mean the same inside.
 # FSMATRIX_ENGINE: podman (default) or docker; FSMATRIX_NETWORK: none (default) or host.
 
@@ -34,7 +34,7 @@ fsmatrix_in() {
   image=$(cat "$dir/.fsmatrix-image")
   mkdir -p "$cache" /var/tmp/fsmatrix
   local args=(run --rm --privileged "--network=${FSMATRIX_NETWORK:-none}" -v "$cache:/var/cache/fsmatrix"
-    -v /var/tmp/fsmatrix:/var/tmp/fsmatrix -v "$PWD:$PWD" -w "$PWD")
+    -v /var/tmp/fsmatrix:/var/tmp/fsmatrix -v /etc/machine-id:/etc/machine-id:ro -v "$PWD:$PWD" -w "$PWD")
   if [ -e /dev/kvm ]; then
     args+=(--device /dev/kvm)
   fi

@@ -16,6 +16,7 @@ sha); results record it in ``provenance.host.container_image`` (backends/hostinf
 
     fsmatrix container build      # or: make container; prints the image's name last
     fsmatrix container tag        # the name for the current sources; exit 1 when not built
+    fsmatrix container prune      # remove the others (fsmatrix:* and fsmatrix-base:*)
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ IMAGE_REPOSITORY = "fsmatrix"
 BASE_REPOSITORY = "fsmatrix-base"
 SUITE = "bookworm"
 # What makes the base besides its package list: bump when the debootstrap recipe below changes.
-BASE_RECIPE = f"debootstrap --variant=minbase {SUITE}; docs, man pages, locales and apt lists removed; v1"
+BASE_RECIPE = f"debootstrap --variant=minbase {SUITE}; docs, man pages, locales, apt lists, machine id removed; v2"
 # The build context's source: what the image runs and what `fsmatrix image build` inside it reads.
 # Emptied in the base: nothing in the image reads them (and apt has no network to use its lists).
 JUNK = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/locale")
@@ -177,8 +178,11 @@ def build_base(tool: str, package_names: list[str], cache: Path, echo: Echo) -> 
                 elif path.name not in ("lock", "partial"):
                     path.unlink()
         # A podman/docker container gets its own hostname, hosts and resolv.conf.
-        for name_file in ("etc/hostname", "etc/resolv.conf"):
+        for name_file in ("etc/hostname", "etc/resolv.conf", "var/lib/dbus/machine-id"):
             (rootfs / name_file).unlink(missing_ok=True)
+        # No machine id of its own: debootstrap made one, which every host running the image would
+        # share (provenance.host.machine_id). Runs mount the host's (-v /etc/machine-id:...:ro).
+        (rootfs / "etc" / "machine-id").write_text("")
         tarball = work / "rootfs.tar"
         proc.run(["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(tarball), "."], timeout=1800)
         shutil.rmtree(rootfs)
@@ -292,6 +296,24 @@ def build(force: bool = False, echo: Echo = print, cache: Path | None = None, to
         return name
 
 
+def prune(tool: str, keep: set[str]) -> tuple[list[str], list[str]]:
+    """Remove fsmatrix's images (both repositories) other than ``keep``: (removed, still in use)."""
+    listed = proc.run([tool, "images", "--format", "{{.Repository}}:{{.Tag}}"], timeout=60).stdout.split()
+    ours = sorted(
+        name.removeprefix("localhost/")
+        for name in listed
+        if name.removeprefix("localhost/").split(":")[0] in (IMAGE_REPOSITORY, BASE_REPOSITORY)
+    )
+    removed: list[str] = []
+    in_use: list[str] = []
+    for name in ours:
+        if name in keep:
+            continue
+        done = proc.run([tool, "rmi", name], check=False, timeout=300)
+        (removed if done.returncode == 0 else in_use).append(name)
+    return removed, in_use
+
+
 # --------------------------------------------------------------------------------------------
 # command line
 
@@ -327,3 +349,19 @@ def tag_command(tool_name: str | None) -> None:
     if not image_exists(tool, name):
         _echo("not built yet: run `make container`")
         sys.exit(1)
+
+
+@container_group.command("prune")
+@click.option("--engine", "tool_name", type=click.Choice(["podman", "docker"]), help="Default: podman, else docker.")
+def prune_command(tool_name: str | None) -> None:
+    """Remove fsmatrix's container images except the current sources' one and its base."""
+    tool = engine(tool_name)
+    package_names = packages()
+    keep = {image_name(inputs_hash(package_names)), base_name(base_hash(package_names))}
+    removed, in_use = prune(tool, keep)
+    for name in removed:
+        click.echo(f"removed {name}")
+    for name in in_use:
+        _echo(f"kept {name}: in use")
+    if not removed and not in_use:
+        _echo("nothing to remove")

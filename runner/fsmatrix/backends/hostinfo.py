@@ -8,7 +8,8 @@ calibrations are keyed by them (results/compare.py, ``HOST_KEYS``).
 
 The machine id is a hash, never the raw id. It comes from the hardware's DMI product UUID when that
 is readable (the same inside a container as outside), else from ``/etc/machine-id`` (which in a
-container is the container's: ``machine_id_source`` says which was used).
+container is the container's: ``machine_id_source`` says which was used; fsmatrix's container image
+has none of its own, and its runs mount the host's read-only).
 
 In fsmatrix's own container image (``fsmatrix container build``), ``container_image`` names the
 image: the identity baked into it at build time (its name, the hash of its inputs, version, git sha);
