@@ -34,9 +34,12 @@ fsmatrix_in() {
   image=$(cat "$dir/.fsmatrix-image")
   mkdir -p "$cache" /var/tmp/fsmatrix
   local args=(run --rm --privileged "--network=${FSMATRIX_NETWORK:-none}" -v "$cache:/var/cache/fsmatrix"
-    -v /var/tmp/fsmatrix:/var/tmp/fsmatrix -v /etc/machine-id:/etc/machine-id:ro -v "$PWD:$PWD" -w "$PWD")
+    -v /var/tmp/fsmatrix:/var/tmp/fsmatrix -v "$PWD:$PWD" -w "$PWD")
   if [ -e /dev/kvm ]; then
     args+=(--device /dev/kvm)
+  fi
+  if [ -s /etc/machine-id ]; then
+    args+=(-v /etc/machine-id:/etc/machine-id:ro)
   fi
   local path
   local -a extra=()
