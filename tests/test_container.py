@@ -244,3 +244,33 @@ def test_ci_workflow_builds_and_smoke_tests_the_image(tag: str, tmp_path: Path) 
     done = bash(step(wf, "container", "Smoke test"), REPO, env)
     assert f"smoke test passed in {tag}" in done.stdout
     assert _containers() == []
+
+
+def test_workflow_scripts_run_fsmatrix_in_the_image(tag: str, tmp_path: Path) -> None:
+    """matrix.yml's shard step and pr-gate.yml's gate step with FSMATRIX_IN_CONTAINER=1 (as the
+    workflows set it): every fsmatrix command runs in the checkout's image (.fsmatrix-image)."""
+    from test_workflows import SMALL, bash, step, workflow
+
+    base, head = tmp_path / "ws" / "base", tmp_path / "ws" / "head"
+    for checkout in (base, head):
+        (checkout / "matrix").mkdir(parents=True)
+        (checkout / ".github").symlink_to(REPO / ".github")
+        (checkout / ".fsmatrix-image").write_text(tag + "\n")
+    small = SMALL.replace("[tmpfs, ext4]", "[tmpfs]").replace("end: 50000", "end: 20000")
+    (head / "matrix" / "pr.yaml").write_text(small)
+    (base / "matrix" / "shard.yaml").write_text(small)
+    env = {"FSMATRIX_IN_CONTAINER": "1", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+
+    shard_env = {**env, "MATRIX_FILE": "matrix/shard.yaml", "BACKEND": "host", "CELLS": "*", "REPEATS": "1"}
+    bash(step(workflow("matrix.yml"), "run", "Run shard"), base, shard_env)
+    docs = [load_document(p) for p in iter_result_files(base / "results")]
+    assert [d["provenance"]["host"]["container_image"]["name"] for d in docs] == [tag]
+
+    gate = workflow("pr-gate.yml")
+    gate_env = {**env, "REPEATS": "2", "THRESHOLD": "0.5"}
+    bash(step(gate, "gate", "Run base and head"), tmp_path / "ws", gate_env)
+    for side in ("base", "head"):
+        docs = [load_document(p) for p in iter_result_files(tmp_path / "ws" / "gate-results" / side)]
+        assert len(docs) == 2 and {d["provenance"]["host"]["container_image"]["name"] for d in docs} == {tag}
+    assert (tmp_path / "summary.md").read_text().strip()
+    assert _containers() == []
