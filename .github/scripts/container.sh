@@ -9,8 +9,9 @@
 #   fsmatrix_in CHECKOUT ARGS...  run that checkout's fsmatrix: in its image when
 #                                 FSMATRIX_IN_CONTAINER=1, else its virtualenv (CHECKOUT/.venv)
 # In the image: privileged (loop devices, mounts), no network, /dev/kvm when the runner has it, the
-# runner's guest-image cache and work directory as volumes, its machine id (provenance), and the current directory and
-# FSMATRIX_MOUNTS (colon-separated paths) mounted at the same paths, so paths mean the same inside.
+# runner's guest-image cache and work directory as volumes, its machine id (provenance), and the
+# current directory and FSMATRIX_MOUNTS (colon-separated paths) at the same paths, so that paths
+# mean the same inside.
 # FSMATRIX_ENGINE: podman (default) or docker; FSMATRIX_NETWORK: none (default) or host.
 
 container_build() {
