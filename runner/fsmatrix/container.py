@@ -51,6 +51,7 @@ BASE_RECIPE = f"debootstrap --variant=minbase {SUITE}; docs, man pages, locales,
 JUNK = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/locale")
 SOURCE_DIRS = ("runner/fsmatrix", "packer", "matrix")
 SOURCE_FILES = ("pyproject.toml",)
+IMAGE_PYTHON = (3, 11)  # Debian 12's python3: the wheels made on the host must fit it
 BASE_TIMEOUT = 3600
 BUILD_TIMEOUT = 1800
 
@@ -144,6 +145,8 @@ def build_base(tool: str, package_names: list[str], cache: Path, echo: Echo) -> 
     if image_exists(tool, name):
         echo(f"container: base: reusing {name}")
         return name
+    if os.geteuid() != 0:
+        raise UserError("building the container's base needs root (debootstrap): run `make container` as root")
     for needed in ("debootstrap", "tar"):
         if not proc.have(needed):
             raise UserError(f"{needed} not found: run `make deps` or apt-get install {needed}")
@@ -212,6 +215,9 @@ def wheelhouse(cache: Path, repo: Path, echo: Echo) -> Path:
     if (wheels / ".complete").exists():
         echo(f"container: wheels: reusing {wheels}")
         return wheels
+    if sys.version_info[:2] != IMAGE_PYTHON:
+        wanted = ".".join(map(str, IMAGE_PYTHON))
+        raise UserError(f"the wheelhouse is made with this Python, which must be the image's {wanted} (Debian 12's)")
     started = time.monotonic()
     partial = wheels.with_name(wheels.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
