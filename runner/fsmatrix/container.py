@@ -46,9 +46,9 @@ BASE_REPOSITORY = "fsmatrix-base"
 SUITE = "bookworm"
 # What makes the base besides its package list: bump when the debootstrap recipe below changes.
 BASE_RECIPE = f"debootstrap --variant=minbase {SUITE}; docs, man pages, locales, apt lists, machine id removed; v2"
-# The build context's source: what the image runs and what `fsmatrix image build` inside it reads.
 # Emptied in the base: nothing in the image reads them (and apt has no network to use its lists).
 JUNK = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/locale")
+# The build context's source: what the image runs and what `fsmatrix image build` inside it reads.
 SOURCE_DIRS = ("runner/fsmatrix", "packer", "matrix")
 SOURCE_FILES = ("pyproject.toml",)
 IMAGE_PYTHON = (3, 11)  # Debian 12's python3: the wheels made on the host must fit it
