@@ -10,22 +10,48 @@ PYTEST_ARGS ?=
 
 # Debian packages fsmatrix runs and builds with. What the workloads and filesystems need comes from
 # their declarations (runner/fsmatrix/agent/packages.py); the rest is device handling and tooling.
+# RUN_PACKAGES is what running a matrix takes: the host's and the container image's list
+# (`fsmatrix container build` reads CONTAINER_PACKAGES); DEV_PACKAGES only the host's (tests, lint,
+# building libvirt-python from PyPI against Debian's libvirt, Vagrant, podman to build and run the
+# container image).
 REGISTRY_PACKAGES := $(shell PYTHONPATH=runner $(PYTHON) -m fsmatrix.agent.packages host)
-DEB_PACKAGES := $(REGISTRY_PACKAGES) mdadm lvm2 util-linux psmisc kmod python3-venv git shellcheck \
-	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client chromium \
-	libvirt-daemon-system libvirt-clients libxml2-utils iproute2 dnsmasq-base vagrant vagrant-libvirt \
-	libvirt-dev pkg-config gcc python3-dev
-# (the last line builds libvirt-python from PyPI against Debian's libvirt)
+RUN_PACKAGES := $(REGISTRY_PACKAGES) mdadm lvm2 util-linux psmisc kmod python3-venv \
+	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client \
+	libvirt-daemon-system libvirt-clients libxml2-utils iproute2 dnsmasq-base
+DEV_PACKAGES := git shellcheck chromium vagrant vagrant-libvirt libvirt-dev pkg-config gcc python3-dev \
+	podman runc
+DEB_PACKAGES := $(RUN_PACKAGES) $(DEV_PACKAGES)
+# Building the container image: the engine, debootstrap for its base, and what the wheelhouse needs
+# (the virtualenv's pip; libvirt-python is built against libvirt-dev).
+CONTAINER_BUILD_PACKAGES := podman runc debootstrap make python3-venv libvirt-dev pkg-config gcc python3-dev
+# The container image: the host's run list, the PostgreSQL workload's server (duplicates of
+# registry packages are dropped), and what debootstrap cannot choose itself for alternatives in
+# libvirt's dependencies ("default-dbus-system-bus | dbus-system-bus", "default-logind | logind").
+CONTAINER_PACKAGES := $(RUN_PACKAGES) postgresql-15 dbus libpam-systemd
 
-.PHONY: all deps deb-deps print-deb-packages venv demo demo-host test test-slow lint bench bench-vm clean image
+# podman 4.3 as root on a machine like this one: runc (crun rejects a hybrid cgroup setup) and no
+# default rlimits (setting them is forbidden here). A drop-in, so the distribution's files stay.
+PODMAN_CONF := /etc/containers/containers.conf.d/50-fsmatrix.conf
+define PODMAN_CONF_TEXT
+# Written by fsmatrix's `make deps`: podman as root with runc, no default rlimits.
+[containers]
+default_ulimits = []
+
+[engine]
+runtime = "runc"
+endef
+export PODMAN_CONF_TEXT
+
+.PHONY: all deps deb-deps container-deps podman-conf print-deb-packages print-container-packages container venv demo demo-host test test-slow lint bench bench-vm clean image
 
 all: test
 
-deps: deb-deps venv
+deps: deb-deps podman-conf venv
 
 # Idempotent and quick when everything is there: only missing packages go to apt-get.
-deb-deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+# $(call apt_install,PACKAGES)
+define apt_install
+	@missing=$$(for p in $(1); do \
 		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed' || echo "$$p"; \
 	done); \
 	if [ -n "$$missing" ]; then \
@@ -33,9 +59,27 @@ deb-deps:
 		apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+endef
+
+deb-deps:
+	$(call apt_install,$(DEB_PACKAGES))
+
+# What building and running the container image takes on a runner that runs everything in it.
+container-deps:
+	$(call apt_install,$(CONTAINER_BUILD_PACKAGES))
 
 print-deb-packages:
 	@echo $(DEB_PACKAGES)
+
+print-container-packages:
+	@echo $(CONTAINER_PACKAGES)
+
+# Idempotent: rewritten only when its content differs.
+podman-conf:
+	@if [ "$$(cat $(PODMAN_CONF) 2>/dev/null)" != "$$PODMAN_CONF_TEXT" ]; then \
+		mkdir -p $(dir $(PODMAN_CONF)) && printf '%s\n' "$$PODMAN_CONF_TEXT" > $(PODMAN_CONF) && \
+		echo "wrote $(PODMAN_CONF)"; \
+	fi
 
 venv: $(VENV)/.installed
 
@@ -53,7 +97,7 @@ lint: deps
 	$(BIN)/ruff check runner tests
 	$(BIN)/ruff format --check runner tests
 	$(BIN)/mypy
-	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh
+	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh packer/container/*.sh
 	$(BIN)/actionlint
 	packer fmt -check packer/
 	CHECKPOINT_DISABLE=1 packer validate -syntax-only packer/  # full validation: tests/test_image.py
@@ -79,6 +123,12 @@ demo-host: deps
 # reused when its inputs are unchanged.
 image: deps
 	$(BIN)/fsmatrix image build
+
+# The runner as a container image (fsmatrix:<version>-<inputs hash>), built offline; reused when
+# its inputs are unchanged. The last line is the image's name.
+# Needs only CONTAINER_BUILD_PACKAGES on the host, not the whole toolchain.
+container: container-deps podman-conf venv
+	@$(BIN)/fsmatrix container build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

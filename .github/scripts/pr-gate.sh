@@ -3,15 +3,22 @@
 # repeat by repeat (base r1, head r1, base r2, ...) so that drift on the machine hits both alike,
 # then compare them and fail on a significant regression.
 # Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS (MATRIX: the base's matrix/pr.yaml)
+# With FSMATRIX_IN_CONTAINER=1, each side runs in its own checkout's container image (container.sh:
+# BASE_DIR/.fsmatrix-image and HEAD_DIR/.fsmatrix-image), and the comparison in the base's: the
+# judge is not the judged.
 set -euo pipefail
 # fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
 if [ "$(id -u)" -ne 0 ]; then
-  exec sudo --preserve-env=GITHUB_STEP_SUMMARY bash "$0" "$@"
+  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE bash "$0" "$@"
 fi
 base=$(realpath "$1") head=$(realpath "$2") matrix=$(realpath "$3")
 repeats=$4 threshold=$5
 mkdir -p "$6"
 results=$(realpath "$6")
+# shellcheck source=.github/scripts/container.sh
+. "$(dirname "$0")/container.sh"
+FSMATRIX_MOUNTS="$base:$head:$(dirname "$matrix"):$results"
+export FSMATRIX_MOUNTS
 failed=""
 for ((r = 1; r <= repeats; r++)); do
   for side in base head; do
@@ -19,7 +26,7 @@ for ((r = 1; r <= repeats; r++)); do
     [ "$side" = head ] && dir=$head
     echo "== $side, repeat $r of $repeats"
     # --repeat r with resume: each pass adds one repeat per cell; a failed run is retried on the next pass.
-    if ! (cd "$dir" && .venv/bin/fsmatrix run "$matrix" --results "$results" --run-id "$side" --repeat "$r"); then
+    if ! (cd "$dir" && fsmatrix_in . run "$matrix" --results "$results" --run-id "$side" --repeat "$r"); then
       failed="$failed $side"
     fi
   done
@@ -34,7 +41,7 @@ if [ -d "$calibration" ]; then
 fi
 status=0
 # The base's fsmatrix compares: the statistics and the verdict are not the PR's to change.
-"$base/.venv/bin/fsmatrix" compare "$results/base" "$results/head" --fail-on-regression "$threshold" \
+fsmatrix_in "$base" compare "$results/base" "$results/head" --fail-on-regression "$threshold" \
   --format md > "$results/comparison.md" || status=$?
 cat "$results/comparison.md"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # One fan-out job of matrix.yml: run one shard's cells and keep its results for the merge job.
 # Usage: run-shard.sh MATRIX BACKEND CELLS RESULTS [REPEATS]
+# With FSMATRIX_IN_CONTAINER=1, fsmatrix runs in this checkout's container image (container.sh).
 set -euo pipefail
 # fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
 if [ "$(id -u)" -ne 0 ]; then
-  exec sudo --preserve-env=GITHUB_STEP_SUMMARY bash "$0" "$@"
+  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE bash "$0" "$@"
 fi
 matrix=$1 backend=$2 cells=$3 results=$4 repeats=${5:-}
 args=(run "$matrix" --backend "$backend" --only "$cells" --results "$results" --run-id matrix)
 if [ -n "$repeats" ]; then
   args+=(--repeat "$repeats")
 fi
-exec .venv/bin/fsmatrix "${args[@]}"
+# shellcheck source=.github/scripts/container.sh
+. "$(dirname "$0")/container.sh"
+fsmatrix_in . "${args[@]}"

@@ -408,8 +408,10 @@ def _register_subcommands() -> None:
     from fsmatrix.backends.image import image_group
     from fsmatrix.backends.libvirtd import libvirt_group
     from fsmatrix.cli_results import calibrate_cmd, compare_cmd, report_cmd
+    from fsmatrix.container import container_group
 
     main.add_command(image_group, "image")
+    main.add_command(container_group, "container")
     main.add_command(libvirt_group, "libvirt")
     main.add_command(report_cmd, "report")
     main.add_command(compare_cmd, "compare")

@@ -8,12 +8,19 @@ calibrations are keyed by them (results/compare.py, ``HOST_KEYS``).
 
 The machine id is a hash, never the raw id. It comes from the hardware's DMI product UUID when that
 is readable (the same inside a container as outside), else from ``/etc/machine-id`` (which in a
-container is the container's: ``machine_id_source`` says which was used).
+container is the container's: ``machine_id_source`` says which was used; fsmatrix's container image
+has none of its own, and its runs mount the host's read-only).
+
+In fsmatrix's own container image (``fsmatrix container build``), ``container_image`` names the
+image: the identity baked into it at build time (its name, the hash of its inputs, version, git sha);
+an image cannot know its registry digest, and two images with the same inputs hash hold the same
+toolchain and source.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 from pathlib import Path
@@ -25,6 +32,8 @@ SYS = Path("/sys")
 PROC = Path("/proc")
 ID_SOURCES = (Path("/sys/class/dmi/id/product_uuid"), Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
 CONTAINER_MARKERS = {"podman": Path("/run/.containerenv"), "docker": Path("/.dockerenv")}
+CONTAINER_IDENTITY = Path("/etc/fsmatrix/container.json")
+IDENTITY_KEYS = ("name", "inputs_hash", "version", "git_sha", "source", "base", "built")
 
 
 def _read(path: Path) -> str | None:
@@ -57,6 +66,20 @@ def container() -> str | None:
         if marker.exists():
             return engine
     return None
+
+
+def container_image(path: Path = CONTAINER_IDENTITY) -> dict[str, str] | None:
+    """The fsmatrix container image this process runs in (its baked identity), or None outside one."""
+    raw = _read(path)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return {key: str(doc[key]) for key in IDENTITY_KEYS if key in doc}
 
 
 def _mount_of(st_dev: int, mountinfo: str) -> tuple[str, str] | None:
@@ -138,6 +161,7 @@ def describe(workdir: Path, **extra: Any) -> dict[str, Any]:
         "machine_id": ident,
         "machine_id_source": ident_source,
         "container": container(),
+        "container_image": container_image(),
         "cpu_governor": _read(SYS / "devices" / "system" / "cpu" / "cpu0" / "cpufreq" / "scaling_governor"),
         "workdir": workdir_storage(workdir),
         **extra,

@@ -31,6 +31,7 @@ import click
 
 from fsmatrix import __version__
 from fsmatrix.agent import proc
+from fsmatrix.backends import hostinfo
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 
@@ -162,10 +163,14 @@ def ssh_key(cache: Path | None = None) -> Path:
 
 
 def git_sha(repo: Path = REPO) -> str:
-    """The commit being built, "-dirty" when tracked files have local changes; "unknown" outside git."""
-    head = proc.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=False, timeout=10)
-    if head.returncode != 0:
-        return "unknown"
+    """The commit being built, "-dirty" when tracked files have local changes; outside git, the
+    commit fsmatrix's container image was built from (when running in one), else "unknown"."""
+    head = None
+    if proc.have("git"):
+        head = proc.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=False, timeout=10)
+    if head is None or head.returncode != 0:
+        image = hostinfo.container_image()
+        return image.get("git_sha", "unknown") if image else "unknown"
     status = proc.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], timeout=10)
     return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
 
