@@ -349,6 +349,11 @@ def _loop_status(name: str) -> tuple[int, int, int] | None:
     return fields[0], fields[1], fields[2]
 
 
+def is_loop(name: str) -> bool:
+    """Whether kernel device ``name`` is an attached loop device."""
+    return name.startswith("loop") and (_block_dir(name) / "loop").is_dir()
+
+
 def loop_backings() -> list[LoopBacking]:
     """Every attached loop device and what it serves (detached ones have no loop/ in sysfs)."""
     found = []
@@ -647,7 +652,18 @@ def _reasons(device: Device, loops: list[LoopBacking], exclude: set[str], depth:
     name = device.name
     family, reasons = _family(name, loops, exclude)
 
-    root_devices = _root_devices()
+    try:
+        root_devices = _root_devices()
+    except UnsafeDevice:
+        # An overlay root whose directories this mount namespace cannot see (a container without
+        # the host's pid namespace): no disk can be told apart from the root's, so none is formatted
+        # — except a loop device: a filesystem on one (the root, or an overlay's upper directory) keeps
+        # it mounted, which the mount checks and the exclusive open below see from any namespace, and
+        # its backing file is checked on its own (_loop_reasons). That is what lets fsmatrix's own
+        # loop files work inside a container while --device stays refused there.
+        if not is_loop(name):
+            raise
+        root_devices = set()
     root_hit = [m for m in family if m in root_devices]
     if root_hit:
         reasons.append(f"{family[root_hit[0]]} holds the root filesystem")

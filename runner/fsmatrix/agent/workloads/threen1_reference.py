@@ -154,15 +154,20 @@ def lookup(start: int, end: int) -> tuple[int, int, str, str]:
         return (*published[(start, end)], "published", "none")
     cache = cache_file()
     cached, refused = read_cache(cache)
-    for _, why in refused:  # a damaged cache is recomputed, not trusted
-        log.warning("3n+1 reference cache: ignoring %s", why)
-    if (start, end) in cached:
-        return (*cached[(start, end)], "computed", "hit")
+    if refused:  # a damaged (or older-format) row is never trusted: dropped, and recomputed when asked for
+        log.warning(
+            "3n+1 reference cache: dropping %d damaged or old-format row(s) of %s (first: %s)",
+            len(refused),
+            cache,
+            refused[0][1],
+        )
     ours_refused = any(named == (start, end) for named, _ in refused)
-    longest, largest = compute(start, end)
-    cached[(start, end)] = (longest, largest)
-    try:
-        write_cache(cache, cached)
-    except OSError as exc:  # a read-only home only costs the recomputation next time
-        log.info("cannot cache the 3n+1 reference in %s: %s", cache, exc)
-    return longest, largest, "computed", "refused" if ours_refused else "miss"
+    hit = (start, end) in cached
+    longest, largest = cached[(start, end)] if hit else compute(start, end)
+    if not hit or refused:
+        cached[(start, end)] = (longest, largest)
+        try:
+            write_cache(cache, cached)
+        except OSError as exc:  # a read-only home only costs the recomputation next time
+            log.info("cannot cache the 3n+1 reference in %s: %s", cache, exc)
+    return longest, largest, "computed", "hit" if hit else "refused" if ours_refused else "miss"
