@@ -31,9 +31,12 @@ def run(
     cwd: str | os.PathLike[str] | None = None,
     check: bool = True,
     input: str | None = None,
+    as_user: tuple[int, int] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` and capture its output as text; raise CommandError when it fails and ``check``."""
+    """Run ``cmd`` and capture its output as text; raise CommandError when it fails and ``check``.
+    ``as_user``: (uid, gid) to run it as, with no supplementary groups (root dropping privileges)."""
     log.debug("run: %s", " ".join(cmd))
+    uid, gid = as_user if as_user is not None else (None, None)
     try:
         proc = subprocess.run(
             list(cmd),
@@ -45,6 +48,9 @@ def run(
             cwd=cwd,
             input=input,
             check=False,
+            user=uid,
+            group=gid,
+            extra_groups=[] if as_user is not None else None,
         )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"") if isinstance(exc.stdout, bytes) else ""

@@ -288,28 +288,15 @@ class Cluster:
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run a PostgreSQL tool (as the cluster's owner when ``as_owner``); CommandError on failure."""
-        kwargs: dict[str, Any] = {}
-        if as_owner and self.owner.switch:
-            kwargs.update(user=self.owner.uid, group=self.owner.gid, extra_groups=[])
-        log.debug("run: %s", " ".join(cmd))
-        try:
-            out = subprocess.run(
-                list(cmd),
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                env=self.env(database),
-                cwd=cwd or self.sockets,
-                stdin=subprocess.DEVNULL,
-                check=False,
-                **kwargs,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise proc.CommandError(cmd, None, "") from exc
-        if check and out.returncode != 0:
-            raise proc.CommandError(cmd, out.returncode, out.stdout + out.stderr)
-        return out
+        return proc.run(
+            cmd,
+            timeout=timeout,
+            env=self.env(database),
+            cwd=cwd or self.sockets,
+            check=check,
+            input="",  # no terminal to prompt on (psql, pg_ctl)
+            as_user=(self.owner.uid, self.owner.gid) if as_owner and self.owner.switch else None,
+        )
 
     def query(self, sql: str, database: str = SUPERUSER, timeout: float = 600) -> list[list[str]]:
         """Rows of one SQL statement, through psql (unaligned, tuples only, no psqlrc)."""
