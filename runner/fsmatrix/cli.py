@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -22,6 +23,8 @@ from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema
 from fsmatrix.results import report
+
+DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 
 # Logs and progress go to stderr; wide tables when stderr is a log file rather than a terminal.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -134,6 +137,13 @@ def settings() -> None:
 # ----------------------------------------------------------------------------------- run
 
 
+def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--workdir``, where runs keep their scratch files (the same default for every command)."""
+    return click.option(
+        "--workdir", type=click.Path(path_type=Path), default=DEFAULT_WORKDIR, show_default=True, help=help
+    )
+
+
 @main.command("run")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="host", show_default=True)
@@ -152,13 +162,7 @@ def settings() -> None:
     "VM as its data disks, one per data disk of every cell) (repeatable). DESTROYS ITS DATA.",
 )
 @click.option("--yes", is_flag=True, help="Do not ask before formatting --device.")
-@click.option(
-    "--workdir",
-    type=click.Path(path_type=Path),
-    default=Path("/var/tmp/fsmatrix"),
-    show_default=True,
-    help="Scratch space for a run: loop image files and mount points (host), overlays and disks (qemu).",
-)
+@workdir_option("Scratch space for a run: loop image files and mount points (host), overlays and disks (qemu).")
 def run(
     file: Path,
     backend: str,
@@ -250,13 +254,7 @@ def _confirm_devices(devices: list[str], yes: bool) -> None:
 
 
 @main.command("cleanup")
-@click.option(
-    "--workdir",
-    type=click.Path(path_type=Path),
-    default=Path("/var/tmp/fsmatrix"),
-    show_default=True,
-    help="The work directory whose dead runs to clean up.",
-)
+@workdir_option("The work directory whose dead runs to clean up.")
 def cleanup(workdir: Path) -> None:
     """Remove what dead runs left in WORKDIR: their processes (QEMU, workload workers), mounts,
     loop devices and directories. A live run (its lock held) is never touched."""
