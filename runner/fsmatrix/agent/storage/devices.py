@@ -17,7 +17,7 @@ import os
 import re
 import stat
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -504,15 +504,31 @@ _EXCLUSIVE: dict[int, list[int]] = {}
 
 
 @contextmanager
+def _held(table: dict[int, list[int]], device: Device, acquire: Callable[[], int]) -> Iterator[None]:
+    """Keep the descriptor ``acquire()`` opens for ``device`` while the block runs, shared by nested
+    blocks of this process (``table``: device number -> [fd, users]); the last one out closes it."""
+    held = table.get(device.rdev)
+    if held is not None:
+        held[1] += 1
+    else:
+        held = table[device.rdev] = [acquire(), 1]
+    try:
+        yield
+    finally:
+        held[1] -= 1
+        if held[1] == 0:
+            del table[device.rdev]
+            os.close(held[0])
+
+
+@contextmanager
 def locked(device: Device) -> Iterator[None]:
     """Hold a BSD flock (LOCK_EX) on ``device`` while the block runs: two fsmatrix runs (or a
     partitioning tool following the same convention, udev included) never work on one device at
     once. Re-entrant within this process. An O_EXCL open cannot be held instead: mkfs opens the
     device exclusively itself."""
-    held = _LOCKS.get(device.rdev)
-    if held is not None:
-        held[1] += 1
-    else:
+
+    def acquire() -> int:
         fd = _open_same(device, os.O_RDONLY | os.O_NONBLOCK)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -524,14 +540,10 @@ def locked(device: Device) -> Iterator[None]:
                     "(another fsmatrix run, or a partitioning tool)"
                 ) from exc
             raise
-        held = _LOCKS[device.rdev] = [fd, 1]
-    try:
+        return fd
+
+    with _held(_LOCKS, device, acquire):
         yield
-    finally:
-        held[1] -= 1
-        if held[1] == 0:
-            del _LOCKS[device.rdev]
-            os.close(held[0])  # closing the last descriptor drops the flock
 
 
 @contextmanager
@@ -539,24 +551,17 @@ def held_exclusive(device: Device) -> Iterator[None]:
     """Hold ``device`` open with O_EXCL while the block runs (a VM's passthrough disk): the kernel
     then refuses any mount, mkfs, md or swap on it by anyone else. QEMU's own open (no O_EXCL)
     still succeeds. Re-entrant within this process."""
-    held = _EXCLUSIVE.get(device.rdev)
-    if held is not None:
-        held[1] += 1
-    else:
+
+    def acquire() -> int:
         try:
-            fd = _open_same(device, os.O_RDONLY | os.O_EXCL)
+            return _open_same(device, os.O_RDONLY | os.O_EXCL)
         except OSError as exc:
             raise UnsafeDevice(
                 f"refusing to use {device.label()}: cannot open it exclusively ({exc.strerror})"
             ) from exc
-        held = _EXCLUSIVE[device.rdev] = [fd, 1]
-    try:
+
+    with _held(_EXCLUSIVE, device, acquire):
         yield
-    finally:
-        held[1] -= 1
-        if held[1] == 0:
-            del _EXCLUSIVE[device.rdev]
-            os.close(held[0])
 
 
 def verify_exclusive(device: Device) -> None:
