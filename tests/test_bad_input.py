@@ -240,10 +240,10 @@ def test_compare_refuses_unusable_results(tmp_path: Path) -> None:
 def test_calibration_of_the_wrong_shape(tmp_path: Path) -> None:
     good = results_dir(tmp_path / "good")
     calibration = tmp_path / "cal.json"
-    calibration.write_text(json.dumps({"format_version": 1, "cells": {"c1": {"wall_s": 0.5}}}))
+    calibration.write_text(json.dumps({"format_version": 2, "cells": {"c1": {"wall_s": 0.5}}}))
     line = refused("compare", str(good), str(good), "--calibration", str(calibration))
-    assert "cells.c1.wall_s must be {spread: number or null, ...}" in line
-    calibration.write_text(json.dumps({"format_version": 1, "cells": ["c1"]}))
+    assert "cells.c1.wall_s must be {noise_floor: number >= 0 or null, ...}" in line
+    calibration.write_text(json.dumps({"format_version": 2, "cells": ["c1"]}))
     assert "'cells' must map cell ids" in refused("compare", str(good), str(good), "--calibration", str(calibration))
 
 

@@ -31,13 +31,12 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from scipy import stats as sps
 
 from fsmatrix import matrix, runs
 from fsmatrix.agent import provenance
 from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
-from fsmatrix.results import compare
+from fsmatrix.results import compare, stats
 
 CELL = {
     "name": "gate",
@@ -181,8 +180,8 @@ def rate(outcomes: list[bool]) -> str:
     hits, n = sum(outcomes), len(outcomes)
     if not n:
         return "-"
-    ci = sps.binomtest(hits, n).proportion_ci(confidence_level=0.95, method="exact")
-    return f"{hits}/{n} ({hits / n:.0%}, 95 % CI {ci.low:.0%}-{ci.high:.0%})"
+    low, high = stats.clopper_pearson(hits, n)
+    return f"{hits}/{n} ({hits / n:.0%}, 95 % CI {low:.0%}-{high:.0%})"
 
 
 def _table(args: Any, threshold: float, tally: Tally, minutes: float) -> str:

@@ -94,14 +94,21 @@ def compare_cmd(
 
 @click.command("calibrate")
 @click.argument("matrix_file", metavar="MATRIX", type=click.Path(path_type=Path))
-@click.option("--runs", type=click.IntRange(3), default=5, show_default=True, help="Runs a side (N of N-vs-N).")
+@click.option("--runs", type=click.IntRange(3), default=5, show_default=True, help="Runs per batch (N of N-vs-N).")
+@click.option(
+    "--batches",
+    type=click.IntRange(2, len(calibrate.BATCH_LABELS)),
+    default=calibrate.DEFAULT_BATCHES,
+    show_default=True,
+    help="Separate batches of RUNS repeats, one after the other: their medians' drift is the noise floor.",
+)
 @_RESULTS_OPTION
 @click.option("--only", "only", multiple=True, help="Cells whose id matches this glob (repeatable, or comma list).")
 @click.option(
     "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
 )
 @click.option("--threshold", default="0%", show_default=True, help="The gate threshold to calibrate for.")
-@click.option("--resume", is_flag=True, help="Keep completed A/A runs from an earlier calibration.")
+@click.option("--resume", is_flag=True, help="Keep completed batches' runs from an earlier calibration.")
 @click.option("--workdir", type=click.Path(path_type=Path), default=Path("/var/tmp/fsmatrix"), show_default=True)
 @click.option(
     "--backend",
@@ -113,6 +120,7 @@ def compare_cmd(
 def calibrate_cmd(
     matrix_file: Path,
     runs: int,
+    batches: int,
     results_root: Path,
     only: tuple[str, ...],
     alpha: float,
@@ -121,7 +129,9 @@ def calibrate_cmd(
     workdir: Path,
     backend: str,
 ) -> None:
-    """Run MATRIX's cells as A/A pairs (RUNS repeats, twice) and store this runner's noise."""
+    """Run MATRIX's cells in BATCHES separate batches of RUNS repeats and store this runner's noise:
+    how far batch medians drift apart, the gate's false alarms on real pairs of batches, and the
+    smallest slowdown it can catch."""
     from fsmatrix import matrix
     from fsmatrix import runs as runs_mod
 
@@ -131,28 +141,32 @@ def calibrate_cmd(
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(matrix_file))
     console = Console(stderr=True)
-    sides = []
+    prefix = f"calibrate-{m.name}-{backend}" if backend != "host" else f"calibrate-{m.name}"
+    run_ids = [f"{prefix}-{calibrate.batch_label(k)}" for k in range(batches)]
+    docs = []
     ok = True
-    # Two separate batches (A, then B), each a full run of the cells: their difference is the
-    # between-batch drift a gate comparing two runs faces, not the spread inside one run.
+    # Separate batches, one after the other, each a full run of the cells: the drift between them
+    # is what a gate comparing a BASE run with a HEAD run faces, not the spread inside one run.
     chosen = BACKENDS[backend].make(workdir, [])
     try:
-        for side in ("a", "b"):
+        for run_id in run_ids:
             summary = runs_mod.run_matrix(
                 m,
                 cells,
                 chosen,
                 results_root=results_root,
-                run_id=f"calibrate-{m.name}-{backend}-{side}" if backend != "host" else f"calibrate-{m.name}-{side}",
+                run_id=run_id,
                 repeat=runs,
                 force=not resume,
                 console=console,
             )
             ok = ok and summary.ok
-            sides.append([d for docs in summary.docs.values() for d in docs])
+            docs.append([d for ds in summary.docs.values() for d in ds])
     finally:
         chosen.close()
-    cal = calibrate.calibrate_sides(sides[0], sides[1], matrix_name=m.name, runs=runs, alpha=alpha, threshold=limit)
+    cal = calibrate.calibrate_batches(
+        docs, matrix_name=m.name, runs=runs, run_ids=run_ids, alpha=alpha, threshold=limit
+    )
     path = calibrate.save(cal, results_root)
     click.echo(calibrate.markdown(cal), nl=False)
     click.echo(f"calibration: {path.resolve()}")

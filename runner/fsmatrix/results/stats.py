@@ -15,7 +15,7 @@ noisy neighbour) and multiplicative (a change is "10 % slower", not "0.3 s slowe
   t-test on log values** (a ratio test that works with 3 runs a side, at the price of assuming
   log-normal noise; values <= 0 have no logarithm, so Mann-Whitney runs then, and is named);
 - a change is called only when the test is significant, the interval excludes 1, and the change is
-  bigger than the noise floor (e.g. the between-run spread measured by calibration).
+  bigger than the noise floor (e.g. the between-batch floor measured by calibration).
 """
 
 from __future__ import annotations
@@ -188,6 +188,15 @@ def holm(p_values: list[float]) -> list[float]:
 def is_regression(c: Comparison, threshold: float) -> bool:
     """The gate: significantly worse by more than ``threshold`` (relative: 0.05 = 5 %)."""
     return c.significant and c.worse_by > threshold
+
+
+def clopper_pearson(hits: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a rate ``hits``/``n``: it never covers less than
+    ``confidence``, which matters with the handful of trials a benchmark affords. (nan, nan) for n = 0."""
+    if n == 0:
+        return math.nan, math.nan
+    ci = sps.binomtest(hits, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 def log_spread(values: list[float]) -> float:
