@@ -13,11 +13,11 @@ each half and recover the test's nominal level by construction. So, per cell and
 - ``between_batch_spread``: exp(sd of ln batch medians) - 1, how far one batch's median moves;
 - ``largest_batch_change``: the largest change between two batch medians actually seen;
 - ``noise_floor``, what the gate uses: the change between two batch medians that batches of the
-  same code exceed only alpha of the time, exp(t · √2 · sd of ln batch medians) - 1 with t the
-  1 - alpha/2 quantile of Student's t on K - 1 degrees of freedom (the difference of two medians
-  has √2 times their sd; t rather than the normal quantile because the sd comes from only K
-  medians: this is a prediction bound for the next pair, not a guess at it), and never below
-  ``within_batch_spread``;
+  same code exceed only alpha of the time (if ln medians scatter normally), exp(t · √2 · sd of ln
+  batch medians) - 1 with t the 1 - alpha/2 quantile of Student's t on K - 1 degrees of freedom
+  (the difference of two medians has √2 times their sd; t rather than the normal quantile because
+  the sd comes from only K medians: this is a prediction bound for the next pair, not a guess at
+  it), and never below ``within_batch_spread``;
 - ``false_positive_rate``: over the K·(K-1)/2 pairs of real batches (the earlier one as BASE, the
   later as HEAD), the share that the test compare uses calls a regression, with the noise floor
   and without it (``false_positive_rate_without_floor``), each with a 95 % Clopper-Pearson interval;
