@@ -154,6 +154,22 @@ def test_replay_matches_the_device_at_every_entry(tmp_path: Path, sectorsize: in
                 assert target.read_bytes() == made.images[last], f"after entry {last}, target_zeroed={zeroed}"
 
 
+def test_replay_in_steps_onto_one_copy(tmp_path: Path) -> None:
+    """Point to point with ``first``: the same bytes as replaying each prefix from scratch, discards included."""
+    made = workload_log(tmp_path / "log")
+    target = tmp_path / "target"
+    target.write_bytes(bytes(DEVICE_BYTES))
+    with lw.WriteLog(made.path) as log:
+        previous = -1
+        for point in [1, 4, 5, 9, 13]:  # entry 8 discards what entry 3 wrote in the step before
+            done = lw.replay(log, target, point, target_zeroed=True, first=previous + 1)
+            assert done.entries == point - previous
+            assert target.read_bytes() == made.images[point], f"after entry {point}"
+            previous = point
+        with pytest.raises(lw.LogError, match="cannot replay from entry 6 up to entry 5"):
+            lw.replay(log, target, 5, target_zeroed=True, first=6)
+
+
 def test_sector_counts_in_log_sectors_not_512_bytes(tmp_path: Path) -> None:
     """With 4 KiB logical blocks, sector 3 is byte 12288 of the device (the kernel logs bio sectors >> 3)."""
     made = KernelStyleLog(tmp_path / "log", sectorsize=4096)
@@ -290,6 +306,7 @@ def test_longest_mark_the_kernel_writes_is_read(tmp_path: Path) -> None:
         (struct.pack("<QQQI", lw.MAGIC, 2, 3, 512), "format version 2, this reader knows 1"),
         (struct.pack("<QQQI", lw.MAGIC, 1, 3, 1000), "implausible log sector size 1000"),
         (struct.pack("<QQQI", lw.MAGIC, 1, 3, 256), "implausible log sector size 256"),
+        (struct.pack("<QQQI", lw.MAGIC, 1, 3, 131072), "implausible log sector size 131072"),
     ],
 )
 def test_bad_super_block_is_one_clear_error(tmp_path: Path, super_block: bytes, message: str) -> None:
@@ -305,6 +322,17 @@ def test_missing_or_tiny_log_is_one_clear_error(tmp_path: Path) -> None:
     (tmp_path / "tiny").write_bytes(b"\x72\x68")
     with pytest.raises(lw.LogError, match="not a dm-log-writes log: only 2 bytes"):
         lw.WriteLog(tmp_path / "tiny")
+
+
+def test_entry_lookup_and_a_log_that_shrinks_under_the_reader(tmp_path: Path) -> None:
+    made = workload_log(tmp_path / "log")
+    with lw.WriteLog(made.path) as log:
+        assert log.entry(6).offset == made.offsets[6]
+        with pytest.raises(lw.LogError, match=r"no entry 14 \(the log has 14 entries\)"):
+            log.entry(14)
+        os.truncate(made.path, made.offsets[6] + 512 + 1024)
+        with pytest.raises(lw.LogError, match="entry 6's data ends early at byte"):
+            list(log.data(log.entry(6)))
 
 
 def test_marks_and_flush_points_between_them(tmp_path: Path) -> None:

@@ -456,10 +456,13 @@ def _zero(fd: int, start: int, end: int) -> None:
         start += count
 
 
-def replay(log: WriteLog, target: str | os.PathLike[str], last: int, *, target_zeroed: bool) -> Replayed:
+def replay(
+    log: WriteLog, target: str | os.PathLike[str], last: int, *, target_zeroed: bool, first: int = 0
+) -> Replayed:
     """Apply entries 0..``last`` (inclusive) to ``target`` (a device or file, at least as large as
     the logged device), so that a target zeroed beforehand ends up as the device was right after
-    entry ``last``.
+    entry ``last``. ``first``: entries before it are on the target already (an earlier replay up to
+    ``first - 1``), so one copy can be brought from point to point in a single pass over the log.
 
     A discard is replayed as zeros: the model of a device that reads zeros after a discard (loop
     devices and qcow2 images do; xfstests' replay does the same when it cannot discard).
@@ -469,6 +472,8 @@ def replay(log: WriteLog, target: str | os.PathLike[str], last: int, *, target_z
     found = log.scan().entries
     if not 0 <= last < found:
         raise LogError(f"{log.path}: cannot replay up to entry {last}: the log has {found} entries")
+    if not 0 <= first <= last:
+        raise LogError(f"{log.path}: cannot replay from entry {first} up to entry {last}")
     try:
         fd = os.open(os.fspath(target), os.O_RDWR | os.O_CLOEXEC)
     except OSError as exc:
@@ -483,6 +488,12 @@ def replay(log: WriteLog, target: str | os.PathLike[str], last: int, *, target_z
             if not entry.nr_sectors or entry.mark is not None:
                 continue  # a bare flush or a mark changes no data
             start, end = entry.device_offset, entry.device_offset + entry.device_bytes
+            if entry.index < first:  # on the target already: only remember what is not zero
+                if target_zeroed and entry.flags & DISCARD:
+                    written.take(start, end)
+                elif target_zeroed:
+                    written.add(start, end)
+                continue
             if end > target_bytes:
                 raise LogError(
                     f"entry {entry.index} reaches byte {end} but replay target {os.fspath(target)} has "
@@ -504,7 +515,7 @@ def replay(log: WriteLog, target: str | os.PathLike[str], last: int, *, target_z
         os.fsync(fd)  # the caller mounts the target next: the data must be on it
     finally:
         os.close(fd)
-    return Replayed(last + 1, bytes_written, bytes_zeroed)
+    return Replayed(last + 1 - first, bytes_written, bytes_zeroed)
 
 
 # --------------------------------------------------------------------------------------------
