@@ -358,7 +358,7 @@ def check_complete(log: WriteLog, end_mark: str) -> None:
         return
     free = scan.log_bytes - scan.end_offset
     full = free <= FULL_SLACK_BYTES + scan.super.sectorsize
-    where = f"the log ends after entry {scan.entries - 1} at byte {scan.end_offset} of {scan.log_bytes}"
+    where = f"the log holds {scan.entries} entries, ending at byte {scan.end_offset} of {scan.log_bytes}"
     if full:
         raise LogIncomplete(
             f"{log.path}: dm-log-writes log device full: mark {end_mark!r} is missing and {where} "
