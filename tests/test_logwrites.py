@@ -398,6 +398,19 @@ def test_missing_end_mark_with_room_left_is_not_called_full(tmp_path: Path) -> N
         lw.check_complete(log, "end")
 
 
+def test_damaged_counted_entry_is_detected(tmp_path: Path) -> None:
+    """Garbage where the super block says entries are: the end mark is unreachable, and the error says why."""
+    made = workload_log(tmp_path / "log")
+    made._put(made.offsets[5], _header(0, 0, 1 << 9, 0))
+    with lw.WriteLog(made.path) as log, pytest.raises(lw.LogIncomplete) as caught:
+        lw.check_complete(log, "end")
+    assert str(caught.value).endswith(
+        "damaged log: the super block counts 14 entries but only 5 could be read "
+        f"(garbage: header at byte {made.offsets[5]}: unknown flags 0x200)"
+    )
+    assert not caught.value.full
+
+
 def test_choose_points_is_seeded_sorted_and_distinct() -> None:
     pool = list(range(100, 200, 3))
     first = lw.choose_points(pool, 5, seed=42)

@@ -351,9 +351,16 @@ def flush_points(log: WriteLog, start_mark: str, end_mark: str) -> list[int]:
 
 
 def check_complete(log: WriteLog, end_mark: str) -> None:
-    """Raise LogIncomplete unless ``end_mark`` was logged: without it the log may miss writes (the
-    log device filled and the target stopped logging) and no replay of it is to be trusted."""
+    """Raise LogIncomplete unless every counted entry reads back and ``end_mark`` was logged: without
+    it the log may miss writes (the log device filled and the target stopped logging) and no replay
+    of it is to be trusted."""
     scan = log.scan()
+    if scan.entries < scan.super.nr_entries:  # entries the kernel logged cannot be read back
+        raise LogIncomplete(
+            f"{log.path}: damaged log: the super block counts {scan.super.nr_entries} entries but only "
+            f"{scan.entries} could be read ({scan.stop.kind}: {scan.stop.detail})",
+            full=False,
+        )
     if any(name == end_mark for _, name in scan.marks):
         return
     free = scan.log_bytes - scan.end_offset
