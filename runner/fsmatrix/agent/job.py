@@ -290,6 +290,8 @@ def run_recovery(
 
     ``event``: the crash as the crash phase recorded it (``CrashEvent.from_dict(doc["crash"])``;
     after a power cut, the host's record of it: mode, after_s, fired, fired_at_s).
+    ``workdir``: the crash phase's (the same path): the filesystems must be mounted where they
+    were, since a database journal names its files by absolute path (GT.M's does).
     """
     cell = Cell.coerce(cell)
     result = result_document(

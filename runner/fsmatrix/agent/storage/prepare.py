@@ -287,7 +287,7 @@ def _set_up(
     if entry is None:
         raise StorageError(f"mount reported success but {mount_point} is not in mountinfo")
     if "geometry" not in made:
-        made["geometry"] = fs.read_geometry(None, mount_point)
+        made["geometry"] = fs.read_geometry(made["device"], mount_point)
     return {
         **made,
         "mount_point": str(mount_point),
