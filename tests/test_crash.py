@@ -128,7 +128,8 @@ def test_the_shipped_crash_matrix_expands() -> None:
 
     m = matrix.load(Path(__file__).resolve().parent.parent / "matrix" / "crash.yaml")
     modes = {c.spec.crash.mode for c in m.cells if c.spec.crash}
-    assert modes == {"power-cut"} and len(m.cells) >= 13
+    assert modes == {"power-cut"} and len(m.cells) == 14
+    assert sum(c.spec.mount_options == "data=writeback" for c in m.cells) == 2
     journals = {(c.spec.filesystem, c.spec.settings["gtm"].journal) for c in m.cells}
     for fs in ("ext2", "ext3", "ext4", "xfs", "jfs", "btrfs"):
         assert {(fs, "before"), (fs, "nobefore")} <= journals
@@ -408,3 +409,20 @@ def test_nothing_reused_fails_the_run(job_dir: Path, monkeypatch: pytest.MonkeyP
     assert "work reused: 0 of 300000 starting numbers survived the crash" in doc["reason"]
     assert doc["crash"]["reused"]["starting_numbers_done"] == 0
     assert doc["verification"]["status"] == "passed"  # the resume redid everything, correctly
+
+
+def test_a_guest_job_may_ask_for_the_recover_phase() -> None:
+    from fsmatrix.agent.guest import JobError, parse_job
+
+    base = {"cell": crash_cell(), "cell_id": "c"}
+    assert parse_job(base)["phase"] == "run"
+    record = {"mode": "power-cut", "after_s": 1.0, "fired": True, "fired_at_s": 1.02}
+    job = parse_job({**base, "phase": "recover", "crash": record})
+    assert job["phase"] == "recover" and crash.CrashEvent.from_dict(job["crash"]).fired_at_s == 1.02
+    with pytest.raises(JobError, match="'phase' must be 'run' or 'recover'"):
+        parse_job({**base, "phase": "crash"})
+    with pytest.raises(JobError, match="phase 'recover' needs a crash cell and 'crash'"):
+        parse_job({**base, "phase": "recover"})
+    plain = {k: v for k, v in crash_cell().items() if k != "crash"}
+    with pytest.raises(JobError, match="phase 'recover' needs a crash cell"):
+        parse_job({"cell": plain, "cell_id": "c", "phase": "recover", "crash": record})
