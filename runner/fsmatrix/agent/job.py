@@ -58,7 +58,8 @@ def _device_metrics(cell: Cell, outcome: Outcome, samples: dict[str, Any]) -> di
     busy = own["user"] + own["system"] if own else metrics["cpu_user_s"] + metrics["cpu_system_s"]
     metrics["cpu_busy_s"] = round(busy, 3)
     # "Per operation": what one operation is, the workload declares (a database update, an I/O request).
-    ops = cell.declaration.operations(outcome.metrics)
+    # A crash cell's outcome counts the resumed work, not the crashed part the samples cover.
+    ops = cell.declaration.operations(outcome.metrics) if cell.crash is None else None
     if ops:
         metrics["device_write_bytes_per_op"] = round(io["write_bytes"] / ops, 3)
         metrics["device_read_bytes_per_op"] = round(io["read_bytes"] / ops, 3)

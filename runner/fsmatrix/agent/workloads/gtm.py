@@ -640,6 +640,10 @@ def discard_ipc(db: Database) -> list[str]:
     """Remove the shared memory and semaphore that killed processes left, without flushing them
     (what a power cut does to them): GT.M's global buffers in them are lost. What was removed."""
     sem, shm = ipc_ids(db)
+    # After a reboot the ids in the header are stale and may name someone else's: only a segment
+    # nobody is attached to is taken, and the semaphore only with it.
+    if shm < 0 or _attached(shm) != 0:
+        return []
     removed = []
     for flag, ident, what in (("-m", shm, "shared memory"), ("-s", sem, "semaphore")):
         if ident >= 0:
@@ -647,6 +651,17 @@ def discard_ipc(db: Database) -> list[str]:
             if done.returncode == 0:
                 removed.append(f"{what} {ident}")
     return removed
+
+
+def _attached(shmid: int) -> int | None:
+    """How many processes are attached to shared memory segment ``shmid`` (None: no such segment)."""
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    header = lines[0].split()
+    ident, attached = header.index("shmid"), header.index("nattch")
+    for fields in (line.split() for line in lines[1:]):
+        if int(fields[ident]) == shmid:
+            return int(fields[attached])
+    return None
 
 
 def journal_recover(db: Database, direction: str, timeout: float = 3600.0) -> str:
