@@ -426,3 +426,21 @@ def test_a_guest_job_may_ask_for_the_recover_phase() -> None:
     plain = {k: v for k, v in crash_cell().items() if k != "crash"}
     with pytest.raises(JobError, match="phase 'recover' needs a crash cell"):
         parse_job({"cell": plain, "cell_id": "c", "phase": "recover", "crash": record})
+
+
+@needs_root
+@needs_gtm
+def test_a_damaged_database_fails_the_integrity_check(job_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database integ finds damaged (here: DSE breaks a block's level after the recovery) fails
+    the run, and the reason names integ's finding."""
+    integ = gtm.integ
+
+    def integ_after_damage(db: gtm.Database, timeout: float = 3600.0) -> tuple[bool, str]:
+        proc.run([db.tool("dse")], env=db.env(), input="change -block=3 -level=5\nquit\n", timeout=60)
+        return integ(db, timeout)
+
+    monkeypatch.setattr(gtm, "integ", integ_after_damage)
+    doc = _run(crash_cell("before"), job_dir)
+    assert doc["status"] == "failed"
+    assert "mupip integ: the recovered database is damaged: %GTM-E-DBINCLVL" in doc["reason"], doc["reason"]
+    assert {c["name"]: c["verdict"] for c in doc["crash"]["checks"]}["mupip integ"] == "failed"

@@ -41,7 +41,7 @@ KILL, POWER_CUT, FLUSH_POINTS = "kill", "power-cut", "flush-points"
 MODES = (POWER_CUT, KILL, FLUSH_POINTS)
 VM_ONLY_MODES = (POWER_CUT, FLUSH_POINTS)  # need a machine to stop: the host backend refuses them
 MEASURE_START_MARKER = "FSMATRIX-MEASURE-START"
-DETAIL_CHARS = 600  # of a failed step's error, in its record
+DETAIL_CHARS = 600  # of an error message, in a step's record and the run's reason
 KILL_ROUNDS = 20  # a process may fork while we kill: go round until nothing is left
 
 
@@ -116,9 +116,9 @@ class CrashEvent:
             raise
         except Exception as exc:
             record["status"] = "failed"
-            text = str(exc).strip() or type(exc).__name__
-            record["detail"] = record["detail"] or text[-DETAIL_CHARS:]
-            raise RecoveryFailed(name, str(exc)) from exc
+            text = short(str(exc)) or type(exc).__name__
+            record["detail"] = record["detail"] or text
+            raise RecoveryFailed(name, text) from exc
         finally:
             record["seconds"] = round(time.monotonic() - t0, 3)
             if recovery:
@@ -136,6 +136,12 @@ class CrashEvent:
         found = [f"recovery step {s['name']} failed: {s['detail']}" for s in self.steps if s["status"] == "failed"]
         found += [f"{c['name']}: {c['message']}" for c in self.checks if c["verdict"] == "failed"]
         return found
+
+
+def short(text: str) -> str:
+    """An error message on one line, its end kept (where a tool's output says what went wrong)."""
+    line = " | ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+    return line if len(line) <= DETAIL_CHARS else "..." + line[-DETAIL_CHARS:]
 
 
 # ------------------------------------------------------------------------------------ the injector

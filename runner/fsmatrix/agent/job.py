@@ -151,8 +151,8 @@ def _crash_and_recover(cell: Cell, workspace: Workspace, event: crash.CrashEvent
     except Exception as exc:
         if not event.fired:
             raise
-        event.workload_error = f"{type(exc).__name__}: {str(exc).strip()[: crash.DETAIL_CHARS]}"
-        log.info("crash: the workload ended as expected: %s", event.workload_error.splitlines()[0])
+        event.workload_error = f"{type(exc).__name__}: {crash.short(str(exc))}"
+        log.info("crash: the workload ended as expected: %s", event.workload_error)
     if not event.fired:
         raise CrashNotInjected(
             f"crash not injected: the workload ended after {event.measured_s or 0:g} s, "
@@ -253,7 +253,7 @@ def run_job(
             result["metrics"] = {**outcome.metrics, **_device_metrics(cell, outcome, samples)}
             _judge(result, outcome, event)
     except (CrashNotInjected, crash.RecoveryFailed) as exc:
-        result["status"], result["reason"] = "failed", _failure(exc)
+        result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)
     except TimeoutError as exc:
@@ -268,10 +268,13 @@ def run_job(
     return result
 
 
-def _failure(exc: Exception) -> str:
-    if isinstance(exc, crash.RecoveryFailed):
-        return f"recovery failed: {exc}"
-    return str(exc)
+def _failure(exc: Exception, event: crash.CrashEvent | None) -> str:
+    """The reason of a run whose recovery stopped at a failed step: that step, and any check that
+    had failed before it (a damaged database, say)."""
+    if not isinstance(exc, crash.RecoveryFailed):
+        return str(exc)
+    failed = [f"{c['name']}: {c['message']}" for c in (event.checks if event else []) if c["verdict"] == "failed"]
+    return "; ".join([f"recovery failed: {exc}", *failed])
 
 
 def run_recovery(
@@ -334,7 +337,7 @@ def run_recovery(
         result["metrics"] = dict(outcome.metrics)
         _judge(result, outcome, event)
     except (CrashNotInjected, crash.RecoveryFailed) as exc:
-        result["status"], result["reason"] = "failed", _failure(exc)
+        result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)
     except TimeoutError as exc:
