@@ -320,13 +320,15 @@ def test_with_journaling_off_recovery_is_not_attempted_and_the_verdicts_recorded
     doc = _run(crash_cell("off"), job_dir)
     first = doc["crash"]["steps"][0]
     assert first["name"] == "journal recovery" and first["status"] == "not-attempted"
+    assert doc["crash"]["steps"][1]["name"] == "mupip rundown"
+    assert doc["crash"]["recovery_s"] is None
+    # Measured outcomes vary from run to run: a clean rundown and a full pass; a rundown GT.M
+    # refuses (GTMASSERT2 in wcs_recover) and a damaged database; a file header behind its file
+    # (DBTOTBLK, a kill during a file extension). Whichever: the status follows the record.
     verdicts = {c["name"]: c["verdict"] for c in doc["crash"]["checks"]}
-    assert set(verdicts) == {"mupip integ", "work reused"}
-    # The killed processes' global buffers are lost with no journal to redo them: a damaged
-    # database is the expected finding, and whatever the verdicts, the status follows them.
-    assert (doc["status"] == "passed") == (set(verdicts.values()) == {"passed"})
-    if doc["status"] == "failed":
-        assert "mupip integ" in doc["reason"] or "work reused" in doc["reason"]
+    assert set(verdicts) <= {"mupip integ", "work reused"}
+    clean = set(verdicts.values()) == {"passed"} and all(s["status"] != "failed" for s in doc["crash"]["steps"])
+    assert (doc["status"] == "passed") == (clean and doc["verification"]["status"] == "passed"), doc["reason"]
 
 
 @needs_root

@@ -156,6 +156,7 @@ survey ; what a crashed run left, read only: "survey entries=.. started=.. resul
  ; have one (their sequences need no computing again); result/highest: ^result and ^highest.
  ; The digit words come from the file $ztrnlnm("threen1_words") into locals: nothing is written.
  new start,end,keys,n,x,entries,started,line,d,file
+ set $etrap="use $principal write ""%THREEN1-E-ERROR "",$zstatus,! zhalt 3"
  set start=$piece($zcmdline," ",1),end=$piece($zcmdline," ",2),keys=$piece($zcmdline," ",3)
  set file=$ztrnlnm("threen1_words"),d=0
  open file:(readonly) use file

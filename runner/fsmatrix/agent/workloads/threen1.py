@@ -634,8 +634,10 @@ def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEve
     - ``nobefore``: the killed processes' shared memory discarded unflushed, the copy taken when
       the database was created put back, ``mupip journal -recover -forward`` onto it, journaling on
       again;
-    - ``off``: nothing to recover from: recovery is recorded as not attempted, the shared memory
-      discarded and the database run down; integ and the resume still run, and judge it.
+    - ``off``: nothing to recover from: recovery is recorded as not attempted and the database run
+      down (``mupip rundown`` writes out what the killed processes left in shared memory; when it
+      cannot, that failure is recorded and the shared memory discarded); integ and the resume
+      still run, and judge it.
 
     Then ``mupip integ`` must be clean, the database must hold at least one block's worth of the
     range's starting numbers (work the resume reuses), and the resumed run must end with the
@@ -663,39 +665,53 @@ def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEve
                 gtm.enable_journal(db)
         else:
             event.not_attempted("journal recovery", "gtm.journal is off: GT.M has no journal to recover from")
-            with event.step("discard shared memory and run down") as step:
-                step["detail"] = ", ".join(gtm.discard_ipc(db)) or "none left"
-                gtm.rundown(db)
+            # What GT.M asks for after an abnormal end without a journal: a rundown, which writes out
+            # the global buffers the killed processes left in shared memory (after a power cut
+            # there are none: they were lost with the machine).
+            try:
+                with event.step("mupip rundown") as step:
+                    step["detail"] = _last_lines(gtm.rundown(db), 2)
+            except crash.RecoveryFailed:
+                # A process killed inside GT.M's critical section can leave buffers a rundown
+                # refuses (GTMASSERT2 in wcs_recover): the failed step stays on record, the buffers
+                # are dropped, and integ and the resume still say what is left.
+                with event.step("discard shared memory and run down") as step:
+                    step["detail"] = ", ".join(gtm.discard_ipc(db)) or "none left"
+                    gtm.rundown(db)
         with event.step("mupip integ") as step:
             clean, said = gtm.integ(db, timeout=_left(deadline, cell.timeout))
             step["detail"] = said
         event.check("mupip integ", clean, said if clean else f"the recovered database is damaged: {said}")
-        with event.step("survey"):
-            found = survey(db, params, timeout=_left(deadline, cell.timeout))
+        needed = min(params.block, params.count)
+        try:  # a damaged database may not even be readable: a finding, and the resume is still tried
+            with event.step("survey"):
+                found = survey(db, params, timeout=_left(deadline, cell.timeout))
+        except crash.RecoveryFailed as exc:
+            event.check("work reused", False, f"the database cannot be read: {exc}")
+        else:
+            event.reused = {
+                "step_entries": found.entries,
+                "starting_numbers_done": found.started,
+                "starting_numbers": params.count,
+                "result_before_resume": found.result,
+                "highest_before_resume": found.highest,
+            }
+            event.check(
+                "work reused",
+                found.started >= needed,
+                f"{found.started} of {params.count} starting numbers survived the crash"
+                + ("" if found.started >= needed else f", fewer than one block ({needed}): the crash lost the work"),
+            )
     except BaseException:
         gtm.abandon(db)  # unmountable, and no shared memory left behind
         raise
-    needed = min(params.block, params.count)
-    event.reused = {
-        "step_entries": found.entries,
-        "starting_numbers_done": found.started,
-        "starting_numbers": params.count,
-        "result_before_resume": found.result,
-        "highest_before_resume": found.highest,
-    }
-    event.check(
-        "work reused",
-        found.started >= needed,
-        f"{found.started} of {params.count} starting numbers survived the crash"
-        + ("" if found.started >= needed else f", fewer than one block ({needed}): the crash lost the work"),
-    )
     resumed_ws = dataclasses.replace(ws, measure=contextlib.nullcontext, crash=None)  # the resume is not crashed
     with event.step("resume") as step:
         outcome = run(params, settings, resumed_ws, _left(deadline, cell.timeout), reference=ws.reference, resume=True)
         step["detail"] = f"{outcome.metrics['updates']} updates to finish the range"
     event.reused["resume_updates"] = outcome.metrics["updates"]
     outcome.metrics["recovery_s"] = event.recovery_s or 0.0
-    outcome.details["recovery"] = {"scratch": str(scratch), "survey": dataclasses.asdict(found)}
+    outcome.details["recovery"] = {"scratch": str(scratch), "reused": dict(event.reused)}
     return outcome
 
 
