@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ MODES = (POWER_CUT, KILL, FLUSH_POINTS)
 VM_ONLY_MODES = (POWER_CUT, FLUSH_POINTS)  # need a machine to stop: the host backend refuses them
 MEASURE_START_MARKER = "FSMATRIX-MEASURE-START"
 DETAIL_CHARS = 600  # of an error message, in a step's record and the run's reason
-KILL_ROUNDS = 20  # a process may fork while we kill: go round until nothing is left
+KILL_ROUNDS = 20  # rounds of SIGKILL until none of the run's processes is left
 
 
 @dataclass(frozen=True)
@@ -204,17 +204,10 @@ class Injector:
     and every process with a file open under ``directories`` (the database's files).
     """
 
-    def __init__(
-        self,
-        event: CrashEvent,
-        cgroup_dir: Path | None,
-        directories: Iterable[Path] = (),
-        on_start: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, event: CrashEvent, cgroup_dir: Path | None, directories: Iterable[Path] = ()) -> None:
         self.event = event
         self.cgroup_dir = cgroup_dir
         self.directories = list(directories)
-        self.on_start = on_start
         self._lock = threading.Lock()
         self._live = False
         self._t0 = 0.0
@@ -229,8 +222,6 @@ class Injector:
             return
         self._t0 = time.monotonic()
         announce_measure_start()
-        if self.on_start is not None:
-            self.on_start()
         if self.event.mode == KILL:
             with self._lock:
                 self._live = True
@@ -267,7 +258,7 @@ class Injector:
             event.kill_source = "cgroup" if self.cgroup_dir is not None else "open-files"
             killed: set[int] = set()
             for _ in range(KILL_ROUNDS):
-                targets = [p for p in self._targets() if p not in killed or _alive(p)]
+                targets = self._targets()  # the living: a process may fork while we kill
                 if not targets:
                     break
                 for pid in targets:

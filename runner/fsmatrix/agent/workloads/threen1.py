@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import re
 import subprocess
 import tempfile
 import time
@@ -653,14 +654,16 @@ def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEve
     try:
         if settings.journal == "before":
             with event.step("mupip journal -recover -backward", recovery=True) as step:
-                step["detail"] = _last_lines(gtm.journal_recover(db, "backward", timeout=_left(deadline, cell.timeout)))
+                said = gtm.journal_recover(db, "backward", timeout=_left(deadline, cell.timeout))
+                step["detail"] = _journal_said(said)
         elif settings.journal == "nobefore":
             with event.step("discard shared memory") as step:
                 step["detail"] = ", ".join(gtm.discard_ipc(db)) or "none left"
             with event.step("restore the backup taken at creation") as step:
                 gtm.restore_backup(db)
             with event.step("mupip journal -recover -forward", recovery=True) as step:
-                step["detail"] = _last_lines(gtm.journal_recover(db, "forward", timeout=_left(deadline, cell.timeout)))
+                said = gtm.journal_recover(db, "forward", timeout=_left(deadline, cell.timeout))
+                step["detail"] = _journal_said(said)
             with event.step("journaling on again"):
                 gtm.enable_journal(db)
         else:
@@ -717,6 +720,12 @@ def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEve
 
 def _last_lines(text: str, count: int = 3) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines()[-count:])
+
+
+def _journal_said(text: str) -> str:
+    """What mupip journal -recover reported: its phases with their times, and every warning or error."""
+    keep = [line.strip() for line in text.splitlines() if re.search(r"%GTM-(I-MUJNLSTAT|I-SHMREMOVED|[WEFS]-)", line)]
+    return " | ".join(keep)
 
 
 WORKLOAD = Workload(
