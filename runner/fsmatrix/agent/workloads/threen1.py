@@ -650,8 +650,8 @@ def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEve
     ws.scratch.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="threen1-recover-", dir=ws.scratch)).resolve()
     db = gtm.attach_database(settings, ws.data, ws.journal, scratch / "gtm", name=DB_NAME)
-    gtm.compile_routine(db, ROUTINE, timeout=SETUP_TIMEOUT)
     try:
+        gtm.compile_routine(db, ROUTINE, timeout=SETUP_TIMEOUT)  # survey^threen1 (touches no database)
         if settings.journal == "before":
             with event.step("mupip journal -recover -backward", recovery=True) as step:
                 said = gtm.journal_recover(db, "backward", timeout=_left(deadline, cell.timeout))
