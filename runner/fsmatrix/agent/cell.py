@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from fsmatrix.agent import crash as crashes
 from fsmatrix.agent import declare
 from fsmatrix.agent import options as option_rules
 from fsmatrix.agent.declare import Invalid, setting
@@ -36,7 +37,7 @@ DEVICE_BUSES = (DEFAULT_BUS, "virtio-scsi", "nvme")
 JOURNAL_FILESYSTEMS = tuple(
     n for n in filesystems.FILESYSTEMS if filesystems.get(n).device and filesystems.get(n).mounts
 )
-CELL_KEYS = ("filesystem", "mkfs_options", "mount_options", "storage", "device", "vm", "workload", "timeout")
+CELL_KEYS = ("filesystem", "mkfs_options", "mount_options", "storage", "device", "vm", "workload", "timeout", "crash")
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ class Cell:
     vm: Vm = field(default_factory=Vm)
     timeout: int = 3600
     settings: Mapping[str, Any] = field(default_factory=dict)  # block name -> its settings instance
+    # Crash the run on purpose and recover (fsmatrix.agent.crash); None, the default, never crashes.
+    crash: crashes.Settings | None = None
 
     @property
     def declaration(self) -> Workload[Any]:
@@ -180,6 +183,7 @@ class Cell:
             # A block the workload does not own means nothing to it and is dropped (GT.M settings
             # in a matrix that also runs fio); one it owns is filled with its defaults.
             settings={b.name: declare.parse(b.settings, doc.get(b.name), b.name) for b in workload.settings},
+            crash=None if doc.get("crash") is None else declare.parse(crashes.Settings, doc["crash"], "crash"),
         )
         cell.check()
         return cell
@@ -212,6 +216,8 @@ class Cell:
             doc[name] = declare.to_dict(value)
         doc["workload"] = {self.workload: declare.to_dict(self.params)}
         doc["timeout"] = self.timeout
+        if self.crash is not None:  # absent, not null: a cell without a crash keeps its id
+            doc["crash"] = declare.to_dict(self.crash)
         return doc
 
     def check(self) -> None:
@@ -260,6 +266,24 @@ class Cell:
                 "storage.layout",
                 f"storage.layout 'split-journal' puts a database journal on its own device: "
                 f"{workload.name} has none (workloads with one: {with_journal})",
+            )
+        if self.crash is not None:
+            self._check_crash(self.crash)
+
+    def _check_crash(self, crash: crashes.Settings) -> None:
+        workload = self.declaration
+        if workload.recover is None:
+            recoverable = ", ".join(w.name for w in all_workloads() if w.recover) or "none"
+            raise Invalid(
+                "crash",
+                f"crash: {workload.name} cannot recover from a crash yet (workloads that can: {recoverable}); "
+                "remove the crash setting",
+            )
+        if crash.mode == crashes.FLUSH_POINTS and self.storage.layout == SPLIT_JOURNAL:
+            raise Invalid(
+                "crash.mode",
+                "crash.mode 'flush-points' replays one device's write log: it cannot order the writes of "
+                "layout 'split-journal' across two devices; use layout 'single' or crash.mode 'power-cut'",
             )
 
     def _check_sizes(self) -> None:

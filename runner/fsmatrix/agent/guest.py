@@ -95,6 +95,14 @@ def parse_job(doc: Any) -> dict[str, Any]:
     reference = doc.get("reference")
     if reference is not None and not isinstance(reference, dict):
         raise JobError("job.json: 'reference' must be an object or null")
+    # "run" (the default: the whole run), or "recover": the recovery half of a crash cell, on disks
+    # that hold its crashed filesystem (after a power cut), with the host's record of the crash.
+    phase = doc.get("phase", "run")
+    if phase not in ("run", "recover"):
+        raise JobError(f"job.json: 'phase' must be 'run' or 'recover', not {phase!r}")
+    crash = doc.get("crash")
+    if phase == "recover" and (cell.crash is None or not isinstance(crash, dict)):
+        raise JobError("job.json: phase 'recover' needs a crash cell and 'crash', the record of the crash")
     return {
         "cell": cell,
         "cell_id": cell_id,
@@ -103,6 +111,8 @@ def parse_job(doc: Any) -> dict[str, Any]:
         "data_buses": buses,
         "environment": environment,
         "reference": reference,
+        "phase": phase,
+        "crash": crash,
     }
 
 
@@ -221,21 +231,34 @@ def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str
             os.environ.setdefault("FSMATRIX_GIT_SHA", str(manifest["git_sha"]))
         devices = resolve_data_disks(job["data_serials"], by_id=by_id, buses=job["data_buses"])
         log.info("job %s repeat %d on %s", job["cell_id"], job["repeat"], ", ".join(devices) or "no disks")
-        from fsmatrix.agent.job import run_job  # imported late: a broken agent still writes a result
+        from fsmatrix.agent import job as jobs  # imported late: a broken agent still writes a result
+        from fsmatrix.agent.crash import CrashEvent
 
         environment = {
             **job["environment"],
             "guest": {"data_disks": dict(zip(job["data_serials"], devices, strict=True)), "network": network_state()},
         }
-        result = run_job(
-            job["cell"],
-            cell_id=job["cell_id"],
-            repeat=job["repeat"],
-            devices=devices,
-            workdir=workdir,
-            environment=environment,
-            reference=job["reference"],
-        )
+        if job["phase"] == "recover":
+            result = jobs.run_recovery(
+                job["cell"],
+                cell_id=job["cell_id"],
+                repeat=job["repeat"],
+                devices=devices,
+                workdir=workdir,  # the same path as the crashed run's: journals name files by path
+                environment=environment,
+                event=CrashEvent.from_dict(job["crash"]),
+                reference=job["reference"],
+            )
+        else:
+            result = jobs.run_job(
+                job["cell"],
+                cell_id=job["cell_id"],
+                repeat=job["repeat"],
+                devices=devices,
+                workdir=workdir,
+                environment=environment,
+                reference=job["reference"],
+            )
     except (JobError, OSError, ValueError) as exc:
         log.error("job not run: %s", exc)
         result = _error_result(job, f"{type(exc).__name__}: {exc}")

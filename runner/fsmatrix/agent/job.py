@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import cgroup, provenance, storage
+from fsmatrix.agent import cgroup, crash, provenance, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.sampler import Sampler
 from fsmatrix.agent.workloads import Outcome, Workspace
@@ -58,7 +58,8 @@ def _device_metrics(cell: Cell, outcome: Outcome, samples: dict[str, Any]) -> di
     busy = own["user"] + own["system"] if own else metrics["cpu_user_s"] + metrics["cpu_system_s"]
     metrics["cpu_busy_s"] = round(busy, 3)
     # "Per operation": what one operation is, the workload declares (a database update, an I/O request).
-    ops = cell.declaration.operations(outcome.metrics)
+    # A crash cell's outcome counts the resumed work, not the crashed part the samples cover.
+    ops = cell.declaration.operations(outcome.metrics) if cell.crash is None else None
     if ops:
         metrics["device_write_bytes_per_op"] = round(io["write_bytes"] / ops, 3)
         metrics["device_read_bytes_per_op"] = round(io["read_bytes"] / ops, 3)
@@ -108,6 +109,62 @@ def reference_for(cell: Cell | Mapping[str, Any]) -> dict[str, Any] | None:
     return None if compute is None else compute(cell.params)
 
 
+class CrashNotInjected(RuntimeError):
+    """A crash cell whose workload ended before the crash fired: it must not pass."""
+
+
+def _storage_section(cell: Cell, prepared: storage.PreparedStorage, result: dict[str, Any]) -> None:
+    result["storage"] = {
+        "layout": cell.storage.layout,
+        "filesystem": cell.filesystem,
+        "data_device": prepared.data_device,
+        "readback": prepared.readback,
+        "devices": prepared.devices,
+    }
+    for side in prepared.readback.values():
+        if side.get("mkfs_version"):
+            result["provenance"]["tools"][f"mkfs.{side['filesystem']}"] = side["mkfs_version"]
+    if "stripe" in prepared.readback and prepared.readback["stripe"].get("tool_version"):
+        tool = "mdadm" if prepared.readback["stripe"]["layout"] == "md-raid0" else "lvm"
+        result["provenance"]["tools"][tool] = prepared.readback["stripe"]["tool_version"]
+
+
+def _judge(result: dict[str, Any], outcome: Outcome, event: crash.CrashEvent | None) -> None:
+    """Status and reason from the workload's verification and, for a crash cell, the recovery's
+    steps and checks: any failure fails the run, and the reason says what was lost or broken."""
+    result["verification"] = outcome.verification
+    result["details"] = outcome.details
+    result["provenance"]["tools"].update(outcome.versions)
+    problems = event.problems() if event is not None else []
+    if outcome.verification.get("status") not in ("passed", "not-applicable"):
+        problems.append(outcome.verification.get("message", "verification failed"))
+    result["status"] = "failed" if problems else "passed"
+    if problems:
+        result["reason"] = "; ".join(problems)
+
+
+def _crash_and_recover(cell: Cell, workspace: Workspace, event: crash.CrashEvent, recover: bool) -> Outcome | None:
+    """Run the workload of a crash cell (its processes die mid-run), then its recover hook.
+    None when ``recover`` is False: the crash phase alone, the crashed database left on the disk."""
+    try:
+        cell.declaration.run_cell(cell, workspace, float(cell.timeout))
+    except Exception as exc:
+        if not event.fired:
+            raise
+        event.workload_error = f"{type(exc).__name__}: {crash.short(str(exc))}"
+        log.info("crash: the workload ended as expected: %s", event.workload_error)
+    if not event.fired:
+        raise CrashNotInjected(
+            f"crash not injected: the workload ended after {event.measured_s or 0:g} s, "
+            f"before crash.after_s={event.after_s:g}"
+        )
+    if not recover:
+        return None
+    hook = cell.declaration.recover
+    assert hook is not None  # Cell.check refuses a crash setting for a workload without one
+    return hook(cell, workspace, event)
+
+
 def run_job(
     cell: Cell | Mapping[str, Any],
     *,
@@ -117,11 +174,128 @@ def run_job(
     workdir: Path,
     environment: dict[str, Any],
     reference: Mapping[str, Any] | None = None,
+    recover: bool = True,
 ) -> dict[str, Any]:
     """Run ``cell`` (parsed, or its JSON form) once and return its result document (the caller stores it).
 
     ``reference``: ``reference_for(cell)``, if the caller computed it already (a VM backend does, on
     the host); otherwise it is computed here, before the storage is prepared and the run starts.
+
+    A crash cell (``cell.crash``) is crashed ``crash.after_s`` into its measured part, then its
+    workload's ``recover`` hook runs on the same storage; the result gets a ``crash`` section.
+    ``recover=False``: stop after the crash (status "error", reason "crashed; ...") and leave the
+    crashed database on the devices for ``run_recovery`` (the crash phase alone).
+    """
+    cell = Cell.coerce(cell)
+    result = result_document(
+        cell,
+        cell_id=cell_id,
+        repeat=repeat,
+        status="error",
+        reason=None,
+        started_at=_now(),
+        provenance={**provenance.collect(), **environment, "tools": {}},
+    )
+    event = crash.CrashEvent.for_settings(cell.crash) if cell.crash is not None else None
+    t0 = time.monotonic()
+    try:
+        if reference is None:
+            reference = reference_for(cell)
+        with contextlib.ExitStack() as stack:
+            prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt"))
+            _storage_section(cell, prepared, result)
+            scratch = workdir / "scratch"
+            scratch.mkdir(parents=True, exist_ok=True)
+            log.info("running %s on %s", cell.workload, prepared.data_device if prepared.bare_device else prepared.data)
+            # A stripe is sampled twice: the md / dm device (the headline numbers, what the filesystem
+            # issued) and, separately, its component disks (what reached the disks).
+            with (
+                Sampler(prepared.diskstat_names) as sampler,
+                Sampler(prepared.component_diskstat_names) as parts,
+                cgroup.RunCpu() as run_cpu,
+            ):
+                injector = (
+                    crash.Injector(event, run_cpu.directory, [prepared.data, prepared.journal])
+                    if event is not None
+                    else None
+                )
+
+                @contextlib.contextmanager
+                def measured() -> Iterator[None]:
+                    # A crash cell's clock starts with the measured part, inside the sampler's window.
+                    crash_clock = injector.armed() if injector is not None else contextlib.nullcontext()
+                    with sampler.measured(), parts.measured(), run_cpu.measured(), crash_clock:
+                        yield
+
+                workspace = Workspace(
+                    prepared.data,
+                    prepared.journal,
+                    scratch,
+                    measure=measured,
+                    device=prepared.data_device if prepared.bare_device else None,
+                    reference=reference,
+                    crash=event,
+                )
+                if event is None:
+                    outcome: Outcome | None = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
+                else:
+                    outcome = _crash_and_recover(cell, workspace, event, recover)
+            samples = sampler.summary()
+            # The run's own processes (a cgroup), beside the machine-wide cpu_s: see _device_metrics.
+            samples["run_cpu_s"] = run_cpu.seconds()
+            samples["run_cpu_source"] = run_cpu.source
+            if prepared.component_diskstat_names:
+                samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
+        result["samples"] = samples
+        if outcome is None:  # the crash phase alone: the recover phase judges the run
+            result["reason"] = "crashed; the recovery is a separate phase (job.run_recovery)"
+        else:
+            result["metrics"] = {**outcome.metrics, **_device_metrics(cell, outcome, samples)}
+            _judge(result, outcome, event)
+    except (CrashNotInjected, crash.RecoveryFailed) as exc:
+        result["status"], result["reason"] = "failed", _failure(exc, event)
+    except storage.Skipped as exc:
+        result["status"], result["reason"] = "skipped", str(exc)
+    except TimeoutError as exc:
+        result["status"], result["reason"] = "timeout", str(exc) or f"exceeded {cell.timeout} s"
+    except Exception as exc:  # a failed run is recorded, and the matrix goes on
+        log.debug("run failed:\n%s", traceback.format_exc())
+        result["status"], result["reason"] = "error", f"{type(exc).__name__}: {exc}"
+    if event is not None:
+        result["crash"] = event.to_dict()
+    result["finished_at"] = _now()
+    result["duration_s"] = round(time.monotonic() - t0, 3)
+    return result
+
+
+def _failure(exc: Exception, event: crash.CrashEvent | None) -> str:
+    """The reason of a run whose recovery stopped at a failed step: that step, and any check that
+    had failed before it (a damaged database, say)."""
+    if not isinstance(exc, crash.RecoveryFailed):
+        return str(exc)
+    failed = [f"{c['name']}: {c['message']}" for c in (event.checks if event else []) if c["verdict"] == "failed"]
+    return "; ".join([f"recovery failed: {exc}", *failed])
+
+
+def run_recovery(
+    cell: Cell | Mapping[str, Any],
+    *,
+    cell_id: str,
+    repeat: int,
+    devices: list[str],
+    workdir: Path,
+    environment: dict[str, Any],
+    event: crash.CrashEvent,
+    reference: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The recover phase of a crash cell: mount the filesystems ``devices`` already hold (no mkfs;
+    the mount is timed: ``crash.mount_s``), run the workload's recover hook on the crashed database
+    and return the run's result document, ``crash`` section included.
+
+    ``event``: the crash as the crash phase recorded it (``CrashEvent.from_dict(doc["crash"])``;
+    after a power cut, the host's record of it: mode, after_s, fired, fired_at_s).
+    ``workdir``: the crash phase's (the same path): the filesystems must be mounted where they
+    were, since a database journal names its files by absolute path (GT.M's does).
     """
     cell = Cell.coerce(cell)
     result = result_document(
@@ -135,70 +309,43 @@ def run_job(
     )
     t0 = time.monotonic()
     try:
+        hook = cell.declaration.recover
+        if cell.crash is None or hook is None:
+            raise ValueError(f"cell {cell_id} has no crash setting: there is nothing to recover")
+        if not event.fired:
+            raise CrashNotInjected(
+                f"crash not injected: the workload ended after {event.measured_s or 0:g} s, "
+                f"before crash.after_s={event.after_s:g}"
+            )
         if reference is None:
             reference = reference_for(cell)
-        with contextlib.ExitStack() as stack:
-            prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt"))
-            result["storage"] = {
-                "layout": cell.storage.layout,
-                "filesystem": cell.filesystem,
-                "data_device": prepared.data_device,
-                "readback": prepared.readback,
-                "devices": prepared.devices,
-            }
-            for side in prepared.readback.values():
-                if side.get("mkfs_version"):
-                    result["provenance"]["tools"][f"mkfs.{side['filesystem']}"] = side["mkfs_version"]
-            if "stripe" in prepared.readback and prepared.readback["stripe"].get("tool_version"):
-                tool = "mdadm" if prepared.readback["stripe"]["layout"] == "md-raid0" else "lvm"
-                result["provenance"]["tools"][tool] = prepared.readback["stripe"]["tool_version"]
+        with storage.prepare(cell, devices, workdir / "mnt", reuse=True) as prepared:
+            event.mount_s = prepared.readback.get("data", {}).get("mount_s")
+            _storage_section(cell, prepared, result)
             scratch = workdir / "scratch"
             scratch.mkdir(parents=True, exist_ok=True)
-            log.info("running %s on %s", cell.workload, prepared.data_device if prepared.bare_device else prepared.data)
-            # A stripe is sampled twice: the md / dm device (the headline numbers, what the filesystem
-            # issued) and, separately, its component disks (what reached the disks).
-            with (
-                Sampler(prepared.diskstat_names) as sampler,
-                Sampler(prepared.component_diskstat_names) as parts,
-                cgroup.RunCpu() as run_cpu,
-            ):
-
-                @contextlib.contextmanager
-                def measured() -> Iterator[None]:
-                    with sampler.measured(), parts.measured(), run_cpu.measured():
-                        yield
-
-                workspace = Workspace(
-                    prepared.data,
-                    prepared.journal,
-                    scratch,
-                    measure=measured,
-                    device=prepared.data_device if prepared.bare_device else None,
-                    reference=reference,
-                )
-                outcome = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
-            samples = sampler.summary()
-            # The run's own processes (a cgroup), beside the machine-wide cpu_s: see _device_metrics.
-            samples["run_cpu_s"] = run_cpu.seconds()
-            samples["run_cpu_source"] = run_cpu.source
-            if prepared.component_diskstat_names:
-                samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
-        result["samples"] = samples
-        result["metrics"] = {**outcome.metrics, **_device_metrics(cell, outcome, samples)}
-        result["verification"] = outcome.verification
-        result["details"] = outcome.details
-        result["provenance"]["tools"].update(outcome.versions)
-        passed = outcome.verification.get("status") in ("passed", "not-applicable")
-        result["status"] = "passed" if passed else "failed"
-        if not passed:
-            result["reason"] = outcome.verification.get("message", "verification failed")
+            workspace = Workspace(
+                prepared.data,
+                prepared.journal,
+                scratch,
+                device=prepared.data_device if prepared.bare_device else None,
+                reference=reference,
+                crash=event,
+            )
+            log.info("recovering %s on %s (mounted in %s s)", cell.workload, prepared.data, event.mount_s)
+            outcome = hook(cell, workspace, event)
+        result["metrics"] = dict(outcome.metrics)
+        _judge(result, outcome, event)
+    except (CrashNotInjected, crash.RecoveryFailed) as exc:
+        result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)
     except TimeoutError as exc:
         result["status"], result["reason"] = "timeout", str(exc) or f"exceeded {cell.timeout} s"
-    except Exception as exc:  # a failed run is recorded, and the matrix goes on
-        log.debug("run failed:\n%s", traceback.format_exc())
+    except Exception as exc:
+        log.debug("recovery failed:\n%s", traceback.format_exc())
         result["status"], result["reason"] = "error", f"{type(exc).__name__}: {exc}"
+    result["crash"] = event.to_dict()
     result["finished_at"] = _now()
     result["duration_s"] = round(time.monotonic() - t0, 3)
     return result

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix import workdirs
-from fsmatrix.agent import job, provenance, storage
+from fsmatrix.agent import crash, job, provenance, storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
@@ -36,6 +36,13 @@ class HostBackend:
     def preflight(self, cells: list[Cell]) -> None:
         if os.geteuid() != 0:
             raise UserError("the host backend needs root (it runs losetup, mkfs and mount); run it as root")
+        for cell in cells:
+            mode = cell.spec.crash.mode if cell.spec.crash is not None else None
+            if mode in crash.VM_ONLY_MODES:
+                raise UserError(
+                    f"cell {cell.id}: crash.mode {mode!r} needs a VM backend (--backend qemu): the host "
+                    "backend cannot cut its own power; crash.mode 'kill' runs here"
+                )
         for device in self.devices:
             try:
                 self._resolved[device] = storage.check_safe_to_format(device)

@@ -349,5 +349,7 @@ def cell_id(cell: CellSpec | dict[str, Any]) -> str:
         for value, default in ((spec.device.bus, cells.DEFAULT_BUS), (spec.device.profile, cells.NATIVE))
         if value != default
     ]
+    if spec.crash is not None:  # a crash cell is not a benchmark of the same settings
+        stack.append(f"crash-{spec.crash.mode}")
     slug = re.sub(r"[^a-z0-9.]+", "-", f"{'-'.join(stack)}-{spec.workload}-{detail}".lower()).strip("-")
     return f"{slug}-{digest}"

@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from fsmatrix.agent import cell as cells
-from fsmatrix.agent import declare
+from fsmatrix.agent import crash, declare
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.agent.workloads import WORKLOADS, all_workloads, settings_blocks
 
@@ -44,6 +44,8 @@ def _cell_schema() -> dict[str, Any]:
                 "properties": workloads,
             },
             "timeout": options["timeout"],
+            # No default: a cell without a crash block is never crashed (and keeps its id).
+            "crash": declare.json_schema(crash.Settings, with_default=False),
         },
     }
 

@@ -260,12 +260,18 @@ def _set_up(
     mount_point: Path,
     tmpfs_size: int | None,
     stack: ExitStack,
+    reuse: bool = False,
 ) -> dict[str, Any]:
-    """mkfs (when the filesystem has a device) and mount one filesystem; return its readback."""
+    """mkfs (when the filesystem has a device; not when ``reuse``) and mount one filesystem;
+    return its readback, with the seconds the mount took (``mount_s``: a journal replay after a crash)."""
     fs = filesystems.get(fs_name)
     _make_dir(mount_point, stack)
     options = [*fs.mount_options]
-    if device is not None:
+    made: dict[str, Any]
+    if device is not None and reuse:
+        made = {"filesystem": fs_name, "device": device, "mkfs_command": [], "mkfs_version": None, "reused": True}
+        source = device
+    elif device is not None:
         made = format_device(fs_name, device, mkfs_options, checked)
         source = device
     else:
@@ -274,15 +280,18 @@ def _set_up(
         if tmpfs_size is not None:
             options.append(f"size={tmpfs_size}")
     options += _split_options(mount_options)
+    t0 = time.monotonic()
     _mount(fs_name, source, mount_point, options, stack)
+    mount_s = round(time.monotonic() - t0, 3)
     entry = _mount_entry(mount_point)
     if entry is None:
         raise StorageError(f"mount reported success but {mount_point} is not in mountinfo")
     if "geometry" not in made:
-        made["geometry"] = fs.read_geometry(None, mount_point)
+        made["geometry"] = fs.read_geometry(made["device"], mount_point)
     return {
         **made,
         "mount_point": str(mount_point),
+        "mount_s": mount_s,
         "mount_options_requested": ",".join(options),
         "mountinfo": {
             "mount_options": entry.mount_options,
@@ -315,7 +324,7 @@ class PreparedStorage:
 
 @contextmanager
 def prepare(
-    cell: Cell | StorageSpec | Mapping[str, Any], devices: Sequence[str], mount_root: Path
+    cell: Cell | StorageSpec | Mapping[str, Any], devices: Sequence[str], mount_root: Path, *, reuse: bool = False
 ) -> Iterator[PreparedStorage]:
     """mkfs and mount the cell's storage under ``mount_root``/data (and /journal); undo it on exit.
 
@@ -325,6 +334,10 @@ def prepare(
     filesystem "raw" skips mkfs and mount (PreparedStorage.data_device is what the workload uses).
     On exit, whatever happened (KeyboardInterrupt included), the filesystems are unmounted, the
     array / volume group torn down and the directories created here removed, in reverse order.
+
+    ``reuse``: mount the filesystems the devices already hold, do NOT mkfs them (the recover phase
+    of a crash cell, ``job.run_recovery``: the crashed filesystem as the disk kept it). The same
+    checks run first; striped layouts and filesystems without a device (tmpfs) cannot be reused.
     """
     spec = StorageSpec.of(cell)
     storage = spec.storage
@@ -334,6 +347,11 @@ def prepare(
     journal_fs = storage.journal_on_own_filesystem
     if bare and journal_fs is not None:
         raise ValueError(f"filesystem {data_fs} cannot be combined with layout split-journal")
+    if reuse:
+        kept = [n for n in (data_fs, journal_fs) if n and not filesystems.get(n).device]
+        if storage.striped or kept:
+            what = f"layout {layout}" if storage.striped else f"filesystem {kept[0]} (no device keeps it)"
+            raise ValueError(f"cannot reuse the existing filesystem of {what}")
     needed = required_devices(spec)
     if len(devices) < needed:
         raise ValueError(f"this cell needs {needed} block device(s), got {len(devices)}")
@@ -412,6 +430,7 @@ def prepare(
                 mount_point,
                 tmpfs_size,
                 stack,
+                reuse,
             )
         locks.close()  # mkfs is done: from here on the mounts (or the raw workload) hold the devices
         # No filesystem (raw): nothing is mounted; the workload gets the empty mount root as its directory.

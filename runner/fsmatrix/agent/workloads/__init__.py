@@ -26,6 +26,7 @@ from fsmatrix.agent import declare
 
 if TYPE_CHECKING:
     from fsmatrix.agent.cell import Cell
+    from fsmatrix.agent.crash import CrashEvent
 
 # The registry: one line per workload module in this package, in the order reports list them.
 WORKLOADS: tuple[str, ...] = (
@@ -54,6 +55,10 @@ class Workspace:
     # What the workload's declared ``reference`` computed for this cell before the run (on the host
     # for the VM backends: it comes in the job); None: the workload computes it itself if it needs it.
     reference: Mapping[str, Any] | None = None
+    # A crash cell (cell.crash): the crash as it happens; ``crash.fired`` turns True when the
+    # injector has killed the workload's processes (its cleanup must then leave the crashed
+    # database as it is for the recover hook). None for every other cell.
+    crash: CrashEvent | None = None
 
 
 @dataclass
@@ -136,6 +141,12 @@ class Workload(Generic[P]):
     overview: tuple[str, ...] = ()
     # A sentence the reports print under the workload's heading (what its numbers cannot be compared with).
     note: str = ""
+    # Recovery after a crash (cells with a ``crash`` setting; None: the workload refuses them).
+    # Called on the crashed database in the same workspace (or, after a power cut, a workspace on
+    # the same filesystem mounted again): recover it, check its integrity, resume the work, verify.
+    # It records its steps, checks and reused work in the CrashEvent (``event.step(...)``,
+    # ``event.check(...)``, ``event.reused``) and returns the Outcome of the resumed work.
+    recover: Callable[[Cell, Workspace, CrashEvent], Outcome] | None = None
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")

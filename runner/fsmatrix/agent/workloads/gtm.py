@@ -18,6 +18,7 @@ import glob
 import logging
 import os
 import re
+import shutil
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -174,16 +175,54 @@ def create_database(
     existing database file. Returns the database and GT.M's informational/warning messages (e.g.
     a journal buffer count it adjusted).
     """
+    dat = data_dir.resolve() / f"{name}.dat"
+    if dat.exists():
+        raise FileExistsError(f"{dat} already exists: a 3n+1 run needs a fresh database")
+    deadline = time.monotonic() + timeout
+    db = _global_directory(settings, data_dir, journal_dir, scratch_dir, name, deadline, dist)
+    messages: list[str] = []
+    out = proc.run([db.tool("mupip"), "create"], env=db.env(), input="", timeout=_left(deadline))
+    messages += _notable(out.stdout + out.stderr)
+    if db.journal_file is not None:
+        messages += enable_journal(db, timeout=_left(deadline))
+    return db, messages
+
+
+def attach_database(
+    settings: Settings,
+    data_dir: Path,
+    journal_dir: Path,
+    scratch_dir: Path,
+    *,
+    name: str = "gtm",
+    timeout: float = 120.0,
+    dist: Path | None = None,
+) -> Database:
+    """The existing database ``data_dir/name.dat`` (a crashed one, say), through a new global
+    directory in ``scratch_dir``: nothing in the database or its journal is changed."""
+    dat = data_dir.resolve() / f"{name}.dat"
+    if not dat.is_file():
+        raise FileNotFoundError(f"{dat}: no database to attach to")
+    return _global_directory(settings, data_dir, journal_dir, scratch_dir, name, time.monotonic() + timeout, dist)
+
+
+def _global_directory(
+    settings: Settings,
+    data_dir: Path,
+    journal_dir: Path,
+    scratch_dir: Path,
+    name: str,
+    deadline: float,
+    dist: Path | None,
+) -> Database:
+    """The Database for ``data_dir/name.dat`` and its global directory (GDE), made in ``scratch_dir``."""
     for path in (data_dir, journal_dir, scratch_dir):
         _check_path(path.resolve())
     data_dir, journal_dir, scratch_dir = data_dir.resolve(), journal_dir.resolve(), scratch_dir.resolve()
-    dat = data_dir / f"{name}.dat"
-    if dat.exists():
-        raise FileExistsError(f"{dat} already exists: a 3n+1 run needs a fresh database")
     db = Database(
         dist=dist or locate_dist(),
         gld=scratch_dir / f"{name}.gld",
-        dat=dat,
+        dat=data_dir / f"{name}.dat",
         journal_file=None if settings.journal == "off" else journal_dir / f"{name}.mjl",
         objects=scratch_dir / "objects",
         sources=scratch_dir / "routines",
@@ -192,7 +231,6 @@ def create_database(
     )
     for d in (data_dir, journal_dir, db.objects, db.sources, db.tmp):
         d.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout
     segment = [
         f"-block_size={settings.block_size}",
         f"-access_method={settings.access_method}",
@@ -204,35 +242,33 @@ def create_database(
         segment.append(f"-global_buffer_count={settings.global_buffers}")
     # -file_name last: GDE takes the rest of the line as the file name.
     gde = (
-        f"change -segment {REGION} {' '.join(segment)} -file_name={dat}\n"
+        f"change -segment {REGION} {' '.join(segment)} -file_name={db.dat}\n"
         f"change -region {REGION} -key_size={settings.key_size}\n"
         "show -segment\nshow -region\nexit\n"
     )
-    messages: list[str] = []
     out = proc.run([db.tool("mumps"), "-run", "GDE"], env=db.env(), input=gde, timeout=_left(deadline), cwd=scratch_dir)
     text = out.stdout + out.stderr
     if _gtm_errors(text):
         raise proc.CommandError(["mumps", "-run", "GDE"], out.returncode, text)
-    out = proc.run([db.tool("mupip"), "create"], env=db.env(), input="", timeout=_left(deadline))
-    messages += _notable(out.stdout + out.stderr)
-    if db.journal_file is not None:
-        options = [
-            "enable",
-            "on",
-            settings.journal,
-            f"buffer_size={settings.journal_buffers}",
-            f"filename={db.journal_file}",
-        ]
-        if settings.sync_io:
-            options.append("sync_io")
-        out = proc.run(
-            [db.tool("mupip"), "set", f"-journal={','.join(options)}", "-region", REGION],
-            env=db.env(),
-            input="",
-            timeout=_left(deadline),
-        )
-        messages += _notable(out.stdout + out.stderr)
-    return db, messages
+    return db
+
+
+def enable_journal(db: Database, timeout: float = 120.0) -> list[str]:
+    """Switch journaling on as the settings ask (a journal file already there becomes an earlier
+    generation); GT.M's warnings back."""
+    settings = db.settings
+    assert db.journal_file is not None
+    options = ["enable", "on", settings.journal, f"buffer_size={settings.journal_buffers}"]
+    options.append(f"filename={db.journal_file}")
+    if settings.sync_io:
+        options.append("sync_io")
+    out = proc.run(
+        [db.tool("mupip"), "set", f"-journal={','.join(options)}", "-region", REGION],
+        env=db.env(),
+        input="",
+        timeout=timeout,
+    )
+    return _notable(out.stdout + out.stderr)
 
 
 def _notable(text: str) -> list[str]:
@@ -508,24 +544,160 @@ def opened(
     name: str,
     timeout: float = 300.0,
     pids: Callable[[], Iterable[int]] = tuple,
+    attach: bool = False,
+    backup: bool = False,
+    crashed: Callable[[], bool] = lambda: False,
 ) -> Iterator[Session]:
     """GT.M's whole lifecycle in one block: the database created from ``settings`` (create_database),
     then, however the block ends (an error, a timeout, Ctrl-C), every process using it stopped —
     ``pids()``'s first, e.g. detached JOB workers — and the database run down (``release``), so its
-    filesystem can be unmounted. ``session.cleanup`` holds what that did."""
-    db, messages = create_database(settings, data, journal, scratch, name=name, timeout=timeout)
+    filesystem can be unmounted. ``session.cleanup`` holds what that did.
+
+    ``attach``: use the existing database instead (attach_database). ``backup``: copy the new
+    database aside before any process opens it (take_backup: what forward recovery starts from).
+    ``crashed()`` True when the block ends: a crash was injected on purpose, and the database is
+    left exactly as the crash left it (no rundown) for the recovery."""
+    messages: list[str] = []
+    if attach:
+        db = attach_database(settings, data, journal, scratch, name=name, timeout=timeout)
+    else:
+        db, messages = create_database(settings, data, journal, scratch, name=name, timeout=timeout)
+        if backup:
+            take_backup(db)
     session = Session(db, messages)
     try:
         yield session
     finally:
-        session.cleanup = release(db, pids())
+        session.cleanup = release(db, pids(), keep_crashed=crashed())
 
 
-def release(db: Database, pids: Iterable[int] = ()) -> dict[str, Any]:
-    """Stop the database's processes and run it down; raises if something still uses it."""
+def release(db: Database, pids: Iterable[int] = (), *, keep_crashed: bool = False) -> dict[str, Any]:
+    """Stop the database's processes and run it down; raises if something still uses it.
+    ``keep_crashed``: no rundown (it would flush what the crash left in shared memory)."""
     report: dict[str, Any] = dict(stop_processes(db, pids))
-    report["rundown"] = rundown(db).strip().splitlines()[-1:] if db.dat.exists() else []
+    if keep_crashed:
+        report["rundown"] = ["not run down: left as the crash left it, for the recovery"]
+    else:
+        report["rundown"] = rundown(db).strip().splitlines()[-1:] if db.dat.exists() else []
     left = processes_using(db)
     if left:
         raise RuntimeError(f"processes {left} still use {db.dat} after SIGKILL")
+    return report
+
+
+# ------------------------------------------------------------------ crash recovery
+
+
+def backup_file(db: Database) -> Path:
+    """Where take_backup keeps the copy: beside the database, on the filesystem under test (it must
+    survive a power cut with it)."""
+    return db.dat.with_name(db.dat.name + ".backup")
+
+
+def take_backup(db: Database) -> Path:
+    """Copy the database, while no process has it open, right after journaling was switched on:
+    forward recovery replays the journal onto this copy. Synced, so a crash cannot tear it."""
+    if processes_using(db):
+        raise RuntimeError(f"cannot copy {db.dat} while processes use it")
+    target = backup_file(db)
+    with db.dat.open("rb") as src, target.open("xb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return target
+
+
+def restore_backup(db: Database) -> None:
+    """Put the backup copy in place of the (crashed) database file."""
+    source = backup_file(db)
+    if not source.is_file():
+        raise FileNotFoundError(f"no backup {source} to recover forward from")
+    with source.open("rb") as src, db.dat.open("wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+
+
+# "data/threen1.dat ::   10551300 [0x00a10004] ::    4128771 [0x003f0003] ::  733864278 [...] :: 0x..."
+_FTOK = re.compile(r"::\s*(-?\d+)\s*\[0x[0-9a-fA-F]+\]\s*::\s*(-?\d+)\s*\[0x[0-9a-fA-F]+\]")
+
+
+def ipc_ids(db: Database, timeout: float = 60.0) -> tuple[int, int]:
+    """(semaphore id, shared memory id) the database's file header names; -1 for none."""
+    out = proc.run([db.tool("mupip"), "ftok", str(db.dat)], env=db.env(), input="", timeout=timeout)
+    for line in (out.stdout + out.stderr).splitlines():
+        if (m := _FTOK.search(line)) and str(db.dat.name) in line:
+            return int(m.group(1)), int(m.group(2))
+    raise ValueError(f"mupip ftok {db.dat}: no semaphore / shared memory ids in its output")
+
+
+def discard_ipc(db: Database) -> list[str]:
+    """Remove the shared memory and semaphore that killed processes left, without flushing them
+    (what a power cut does to them): GT.M's global buffers in them are lost. What was removed."""
+    sem, shm = ipc_ids(db)
+    # After a reboot the ids in the header are stale and may name someone else's: only a segment
+    # nobody is attached to is taken, and the semaphore only with it.
+    if shm < 0 or _attached(shm) != 0:
+        return []
+    removed = []
+    for flag, ident, what in (("-m", shm, "shared memory"), ("-s", sem, "semaphore")):
+        if ident >= 0:
+            done = proc.run(["ipcrm", flag, str(ident)], timeout=60, check=False)
+            if done.returncode == 0:
+                removed.append(f"{what} {ident}")
+    return removed
+
+
+def _attached(shmid: int) -> int | None:
+    """How many processes are attached to shared memory segment ``shmid`` (None: no such segment)."""
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    header = lines[0].split()
+    ident, attached = header.index("shmid"), header.index("nattch")
+    for fields in (line.split() for line in lines[1:]):
+        if int(fields[ident]) == shmid:
+            return int(fields[attached])
+    return None
+
+
+def journal_recover(db: Database, direction: str, timeout: float = 3600.0) -> str:
+    """``mupip journal -recover -backward|-forward <journal>``: GT.M's output; CommandError unless
+    GT.M says the recovery succeeded. Backward recovery removes the crashed shared memory itself."""
+    assert direction in ("backward", "forward") and db.journal_file is not None
+    cmd = [db.tool("mupip"), "journal", "-recover", f"-{direction}", str(db.journal_file)]
+    out = proc.run(cmd, env=db.env(), input="", timeout=timeout, check=False)
+    text = out.stdout + out.stderr
+    if out.returncode != 0 or "Recover successful" not in text:
+        raise proc.CommandError(cmd, out.returncode, text)
+    return text
+
+
+def integ(db: Database, timeout: float = 3600.0) -> tuple[bool, str]:
+    """``mupip integ`` of the database: (clean, its output's error lines or its verdict)."""
+    out = proc.run([db.tool("mupip"), "integ", "-region", REGION], env=db.env(), input="", timeout=timeout, check=False)
+    text = out.stdout + out.stderr
+    clean = out.returncode == 0 and "No errors detected by integ" in text
+    # The errors first: integ's warnings (a block marked busy that is free, say) come by the dozen.
+    errors = [line.strip() for line in text.splitlines() if re.search(r"%GTM-[EF]-", line)]
+    errors += [line.strip() for line in text.splitlines() if re.search(r"%GTM-W-", line)]
+    if clean:
+        return True, "No errors detected by integ"
+    return False, "; ".join(errors[:5]) if errors else (text.strip().splitlines() or ["no output"])[-1]
+
+
+def abandon(db: Database) -> dict[str, Any]:
+    """Leave a database that could not be recovered so that its filesystem unmounts and no IPC
+    stays behind: processes stopped, shared memory discarded, a forced rundown tried."""
+    report: dict[str, Any] = dict(stop_processes(db))
+    if db.dat.exists() and db.gld.exists():
+        with contextlib.suppress(proc.CommandError, ValueError):
+            report["discarded"] = discard_ipc(db)
+        try:
+            report["rundown"] = rundown(db).strip().splitlines()[-1:]
+        except proc.CommandError as exc:
+            report["rundown"] = [str(exc).splitlines()[0]]
     return report

@@ -151,6 +151,23 @@ shared(len,top) ; a computed sequence: its length and highest number into ^resul
  set tp=tp+1,tpresult=tpresult+r,tphighest=tphighest+h set:r!h tprw=tprw+1
  quit
  ;
+survey ; what a crashed run left, read only: "survey entries=.. started=.. result=.. highest=.."
+ ; $zcmdline: START END KEYS. entries: ^step entries; started: starting numbers START..END that
+ ; have one (their sequences need no computing again); result/highest: ^result and ^highest.
+ ; The digit words come from the file $ztrnlnm("threen1_words") into locals: nothing is written.
+ new start,end,keys,n,x,entries,started,line,d,file
+ set $etrap="use $principal write ""%THREEN1-E-ERROR "",$zstatus,! zhalt 3"
+ set start=$piece($zcmdline," ",1),end=$piece($zcmdline," ",2),keys=$piece($zcmdline," ",3)
+ set file=$ztrnlnm("threen1_words"),d=0
+ open file:(readonly) use file
+ for  read line quit:$zeof  if line'="",$extract(line)'="#" set word(d)=line,digit(line)=d,d=d+1
+ close file use $principal
+ do setup(keys)
+ set entries=0,x="" for  set x=$order(^step(x)) quit:x=""  set entries=entries+1
+ set started=0 for n=start:1:end set:$data(^step($$key(n))) started=started+1
+ write "survey entries=",entries," started=",started," result=",+$get(^result)," highest=",+$get(^highest),!
+ quit
+ ;
 peek ; stdin: one ^step subscript a line (digit words or a number); stdout: "1 <value>" or "0"
  ; The caller spells the subscripts itself, so the check does not rely on $$spell.
  new line
