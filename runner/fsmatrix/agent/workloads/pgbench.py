@@ -28,7 +28,7 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,14 @@ from fsmatrix.agent import oscache, proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage.prepare import Skipped
-from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, postgres
+from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, pgacks, postgres
 
 log = logging.getLogger("fsmatrix")
 
 SCRIPTS = ("tpcb-like", "simple-update", "select-only")
 PROTOCOLS = ("simple", "prepared")
 DATABASE = "bench"
+SUPERUSER_DB = postgres.SUPERUSER  # the database every cluster has
 ACCOUNTS_PER_SCALE = 100_000
 TELLERS_PER_SCALE = 10
 RAW_UNSUPPORTED = (
@@ -230,7 +231,17 @@ def check_run(summary: Summary, latencies: Latencies) -> list[str]:
 
 def amcheck(cluster: postgres.Cluster, database: str = DATABASE, timeout: float = 3600) -> str | None:
     """``pg_amcheck --install-missing --heapallindexed``: None when it finds nothing, else what it says."""
-    cmd = [cluster.tool("pg_amcheck"), "--install-missing", "--heapallindexed", "-d", database]
+    return _amcheck(cluster, ["--heapallindexed", "-d", database], database, timeout)
+
+
+def amcheck_all(cluster: postgres.Cluster, heapallindexed: bool = True, timeout: float = 3600) -> str | None:
+    """``pg_amcheck --all``: every relation of every database (system catalogues included), and with
+    ``heapallindexed`` every heap tuple looked up in each index; None when it finds nothing."""
+    return _amcheck(cluster, ["--all", *(["--heapallindexed"] if heapallindexed else [])], SUPERUSER_DB, timeout)
+
+
+def _amcheck(cluster: postgres.Cluster, args: list[str], database: str, timeout: float) -> str | None:
+    cmd = [cluster.tool("pg_amcheck"), "--install-missing", *args]
     out = cluster.run(cmd, timeout=timeout, check=False, database=database)
     # A NOTICE (the extension already there) is no finding; anything else pg_amcheck prints is.
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip() and not line.startswith("NOTICE:")]
@@ -294,7 +305,12 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout)
 
 
-def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: float) -> Outcome:
+def run(
+    params: Params, settings: postgres.Settings, ws: Workspace, timeout: float, acks: pgacks.Sink | None = None
+) -> Outcome:
+    """The run; with ``acks`` (a crash cell), an acknowledging client commits beside pgbench during
+    the measured run and records each acknowledged commit in that sink (``pgacks``). A server that
+    dies during the transaction run raises ``postgres.ServerDied``."""
     deadline = time.monotonic() + timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     details: dict[str, Any] = {"params": asdict(params)}
@@ -359,8 +375,11 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
             log.info("pgbench %s scale %d, %d clients, %d s", params.script, params.scale, params.clients,
                      params.duration)  # fmt: skip
             t1 = time.monotonic()
+            client: pgacks.AckClient | None = None
             try:
-                with ws.measure():
+                with ws.measure(), contextlib.ExitStack() as acking:
+                    if acks is not None:
+                        client = acking.enter_context(pgacks.acknowledging(cluster, acks, DATABASE))
                     out = cluster.run(cmd, timeout=_left(deadline, timeout, "transactions"), check=False,
                                       database=DATABASE, cwd=ws.scratch)  # fmt: skip
             except proc.CommandError as exc:
@@ -368,6 +387,15 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
             run_s = round(time.monotonic() - t1, 3)
             text = out.stdout + out.stderr
             (ws.scratch / "pgbench-run.txt").write_text(text)
+            if client is not None:
+                details["acks"] = client.summary()
+            if cluster.postmaster is not None and cluster.postmaster.poll() is not None:
+                last = text.strip().splitlines()[-1:] or [""]
+                raise postgres.ServerDied(
+                    f"PostgreSQL stopped during the transaction run (status {cluster.postmaster.returncode}); "
+                    f"pgbench: {last[0].strip()}",
+                    client.acknowledged if client is not None else None,
+                )
             if out.returncode != 0:
                 problems.append(str(proc.CommandError(cmd, out.returncode, text)))
             stats1 = _stats(cluster)
@@ -424,6 +452,173 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
     verification["checks"] = {"state": after, "transactions": summary.transactions,
                                "data_checksums": settings.data_checksums}  # fmt: skip
     return Outcome(metrics=metrics, verification=verification, details=details, versions=versions)
+
+
+# ------------------------------------------------------------------ after a crash
+
+# pg_amcheck --heapallindexed reads every index once more per heap tuple's worth of memory; above
+# this many bytes of databases it is left out (the structural checks of every relation remain).
+HEAPALLINDEXED_MAX_BYTES = 8 << 30
+
+
+def state_before_run(scale: int) -> dict[str, int]:
+    """The tables as ``run`` leaves them before the transaction run: freshly loaded (every balance 0)
+    and an empty history."""
+    return dict.fromkeys(STATE_KEYS, 0) | {
+        "branches": scale,
+        "tellers": TELLERS_PER_SCALE * scale,
+        "accounts": ACCOUNTS_PER_SCALE * scale,
+    }
+
+
+def check_after_crash(script: str, scale: int, after: Mapping[str, int]) -> list[str]:
+    """What is wrong with the tables after a crash of ``script``'s run (empty: consistent).
+
+    How many transactions committed nobody can say after a crash, so the history is taken as the
+    count; every other check of ``check_state`` holds for any set of whole transactions (the TPC-B
+    invariant for tpcb-like), and fails on a half-applied one."""
+    return check_state(script, scale, after["history"], state_before_run(scale), after)
+
+
+def _wal_root(ws: Workspace) -> Path | None:
+    return ws.journal if ws.journal.resolve() != ws.data.resolve() else None
+
+
+def recover_after_crash(cell: Cell | Mapping[str, Any], ws: Workspace, acks: int, timeout: float) -> dict[str, Any]:
+    """After a crash of ``cell``'s run: restart PostgreSQL on the same disks and verify (``recover``)."""
+    cell = Cell.coerce(cell)
+    if ws.device is not None:
+        raise Skipped(RAW_UNSUPPORTED)
+    return recover(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, acks, timeout)
+
+
+def recover(
+    params: Params,
+    settings: postgres.Settings,
+    ws: Workspace,
+    acks: int,
+    timeout: float,
+    *,
+    heapallindexed_max_bytes: int = HEAPALLINDEXED_MAX_BYTES,
+) -> dict[str, Any]:
+    """Start the crashed cluster on its disks (PostgreSQL replays its WAL), time it, verify it, stop it.
+
+    ``acks``: the highest acknowledgement the sink holds (``pgacks.read_acks``). Steps, each with its
+    ``seconds`` and ``status``: ``controldata`` (the state the crash left: "in production"),
+    ``start`` (``recovery_s``: server start until it accepts connections; what its log says of the
+    redo), ``invariant`` (row counts and the TPC-B invariant), ``durability`` (every acknowledged
+    commit is there), ``amcheck`` (``pg_amcheck --all``, ``--heapallindexed`` up to
+    ``heapallindexed_max_bytes`` of databases), ``checksums`` (server stopped, when data checksums
+    are on). Returns ``{"status": "passed"|"failed", "reason", "steps", "metrics", ...}``; a failed
+    check fails it with its reason, a server that does not come back too (and the other checks do
+    not run). TimeoutError past ``timeout``; the server is stopped on every path.
+    """
+    if acks < 0:
+        raise ValueError(f"acknowledged commits cannot be negative: {acks}")
+    deadline = time.monotonic() + timeout
+    ws.scratch.mkdir(parents=True, exist_ok=True)
+    steps: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    metrics: dict[str, float | int] = {}
+    extra = {"max_connections": str(max(100, params.clients + 10))}
+
+    def step(name: str, t0: float, failure: str | None = None, **found: Any) -> None:
+        steps[name] = {"status": "failed" if failure else "passed", "seconds": round(time.monotonic() - t0, 3),
+                       **found}  # fmt: skip
+        if failure:
+            steps[name]["message"] = failure
+            problems.append(failure)
+
+    with contextlib.ExitStack() as stack:
+        cluster = postgres.attach(settings, ws.data, _wal_root(ws), ws.scratch, stack, extra=extra)
+        t0 = time.monotonic()
+        control = postgres.controldata(cluster, timeout=_left(deadline, timeout, "pg_controldata"))
+        state = control.get("Database cluster state", "")
+        step("controldata", t0, state=state, checkpoint=control.get("Latest checkpoint location"),
+             checkpoint_redo=control.get("Latest checkpoint's REDO location"))  # fmt: skip
+        offset = cluster.log_file.stat().st_size if cluster.log_file.exists() else 0
+        started = False
+        try:
+            t0 = time.monotonic()
+            try:
+                cluster.start(_left(deadline, timeout, "recovery"))
+                started = True
+            except RuntimeError as exc:  # the server gave up (a PANIC in recovery): a finding, not an error
+                failed = exc
+            recovery_s = round(time.monotonic() - t0, 3)
+            with cluster.log_file.open("rb") as f:
+                f.seek(offset)
+                replay = postgres.parse_recovery_log(f.read().decode(errors="replace"))
+            if started:
+                step("start", t0, recovery_s=recovery_s, log=replay)
+                metrics["recovery_s"] = recovery_s
+                for name in ("redo_s", "redo_bytes", "sync_s", "checkpoint_s"):
+                    if name in replay:
+                        metrics[name] = replay[name]
+            else:
+                why = replay["errors"][0] if replay["errors"] else str(failed)
+                step("start", t0, f"PostgreSQL did not come back after the crash: {why}", log=replay)
+            if started:
+                _verify_recovered(cluster, params, settings, acks, deadline, timeout, heapallindexed_max_bytes,
+                                  step, metrics)  # fmt: skip
+        finally:
+            cluster.stops.append(cluster.stop()["mode"])
+        if started and settings.data_checksums:
+            t0 = time.monotonic()
+            step("checksums", t0, postgres.checksums_check(cluster, _left(deadline, timeout, "pg_checksums")))
+    return {
+        "status": "failed" if problems else "passed",
+        "reason": "; ".join(problems) or None,
+        "crash_recovery": steps["start"]["log"]["crash_recovery"],
+        "steps": steps,
+        "metrics": metrics,
+        "server_log": str(cluster.log_file),
+        "stops": cluster.stops,
+    }
+
+
+def _verify_recovered(
+    cluster: postgres.Cluster,
+    params: Params,
+    settings: postgres.Settings,
+    acks: int,
+    deadline: float,
+    timeout: float,
+    heapallindexed_max_bytes: int,
+    step: Callable[..., None],
+    metrics: dict[str, float | int],
+) -> None:
+    """The checks of a recovered, running cluster: the read-only ones first (pg_amcheck installs its
+    extension)."""
+    t0 = time.monotonic()
+    try:
+        after = read_state(cluster)
+    except proc.CommandError as exc:
+        step("invariant", t0, f"the pgbench tables cannot be read after recovery: {_first_line(exc)}")
+    else:
+        found = check_after_crash(params.script, params.scale, after)
+        step("invariant", t0, "; ".join(found) or None, state=after)
+
+    t0 = time.monotonic()
+    try:
+        report = pgacks.durability(cluster, acks, DATABASE, settings)
+    except proc.CommandError as exc:
+        step("durability", t0, f"the acknowledged commits cannot be read after recovery: {_first_line(exc)}")
+    else:
+        report.pop("status")
+        step("durability", t0, report.pop("message", None), **report)
+        metrics.update(acknowledged=report["acknowledged"], found_commits=report["found"], lost_commits=report["lost"])
+
+    t0 = time.monotonic()
+    size = int(cluster.value("SELECT sum(pg_database_size(oid)) FROM pg_database"))
+    whole = size <= heapallindexed_max_bytes
+    found_amcheck = amcheck_all(cluster, heapallindexed=whole, timeout=_left(deadline, timeout, "pg_amcheck"))
+    step("amcheck", t0, found_amcheck, heapallindexed=whole, database_bytes=size)
+
+
+def _first_line(exc: proc.CommandError) -> str:
+    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+    return lines[0] if lines else str(exc).splitlines()[0]
 
 
 WORKLOAD = Workload(
