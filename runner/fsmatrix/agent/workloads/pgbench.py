@@ -9,6 +9,13 @@ Before the timed run: pgbench's own pre-run step done here, unmeasured (VACUUM o
 tellers, TRUNCATE of history), then CHECKPOINT, sync and (as root) a drop of the page cache; the
 run is started with ``-n`` and a recorded ``--random-seed``.
 
+A crash cell (``run(..., acks=sink)``): an acknowledging client (``pgacks``) commits beside pgbench
+during the measured run, each commit acknowledged in the sink once it returned; a server killed
+meanwhile raises ``postgres.ServerDied``. ``recover_after_crash`` then starts PostgreSQL again on the
+same disks (it replays its WAL), times it (``recovery_s``, the redo range and durations from its
+log), and verifies: row counts and the TPC-B invariant, every acknowledged commit present (a loss
+is reported with the setting that allows it), ``pg_amcheck --all``, ``pg_checksums``.
+
 Verification (a failed check fails the run with its reason): pgbench exits 0 and reports no failed
 transaction; its log holds one line per transaction; ``pgbench_history`` holds one row per
 transaction (tpcb-like, simple-update); the TPC-B invariant (tpcb-like: sums of account, branch and
@@ -511,7 +518,8 @@ def recover(
     ``heapallindexed_max_bytes`` of databases), ``checksums`` (server stopped, when data checksums
     are on). Returns ``{"status": "passed"|"failed", "reason", "steps", "metrics", ...}``; a failed
     check fails it with its reason, a server that does not come back too (and the other checks do
-    not run). TimeoutError past ``timeout``; the server is stopped on every path.
+    not run). ``crash_recovery`` False: the cluster had been shut down cleanly, nothing was replayed
+    (no crash happened). TimeoutError past ``timeout``; the server is stopped on every path.
     """
     if acks < 0:
         raise ValueError(f"acknowledged commits cannot be negative: {acks}")
@@ -575,6 +583,15 @@ def recover(
         "server_log": str(cluster.log_file),
         "stops": cluster.stops,
     }
+
+
+def recovery_outcome(report: Mapping[str, Any]) -> Outcome:
+    """``recover``'s report as a workload's Outcome: its metrics, a verification passed or failed
+    with the reason and every step, the whole report in the details."""
+    verification: dict[str, Any] = {"status": report["status"], "checks": report["steps"]}
+    if report["reason"]:
+        verification["message"] = report["reason"]
+    return Outcome(metrics=dict(report["metrics"]), verification=verification, details={"recovery": dict(report)})
 
 
 def _verify_recovered(

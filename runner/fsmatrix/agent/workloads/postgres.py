@@ -438,7 +438,7 @@ class Cluster:
         """SIGKILL every process of the server (a crash: no shutdown checkpoint, nothing flushed).
 
         The postmaster is stopped first (SIGSTOP: it can start no new child, nor restart a killed
-        one), then its children are listed, then all of them get SIGKILL."""
+        one), then its children are listed, then all of them get SIGKILL, the postmaster last."""
         if self.postmaster is None:
             return
         postmaster = self.postmaster.pid
@@ -447,7 +447,9 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(postmaster, signal.SIGSTOP)
         targets = set(self.processes()) | set(children_of(postmaster))
-        for pid in sorted(targets):
+        # The children first, the stopped postmaster last: a child that outlived the postmaster by a
+        # moment would see it gone and exit in an orderly way ("unexpected postmaster exit"), not crash.
+        for pid in sorted(targets, key=lambda pid: (pid == postmaster, pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         _wait(self.postmaster, 10)
@@ -682,13 +684,18 @@ _EVENTS = {
     "checkpoint": re.compile(r"^checkpoint complete: .*total=([0-9.]+) s"),
     "ready": re.compile(r"^database system is ready to accept connections"),
 }
-_NOISE = ("the database system is starting up", "the database system is shutting down")
+_NOISE = (
+    "the database system is starting up",
+    "the database system is not yet accepting connections",
+    "the database system is shutting down",
+)  # what a readiness probe is told meanwhile
 
 
 def parse_recovery_log(text: str) -> dict[str, Any]:
     """What a restart's server log says about its crash recovery.
 
-    ``crash_recovery``: the server found the cluster not shut down and replayed WAL; ``redo_start`` /
+    ``crash_recovery``: the server found the cluster not shut down (it was interrupted: it must replay
+    its WAL, whether or not it then could); ``redo_start`` /
     ``redo_done``: the WAL range replayed (``redo_bytes`` its length), ``redo_elapsed_s`` PostgreSQL's
     own figure (10 ms resolution); from the line timestamps (ms): ``sync_s`` (interrupted until
     recovery began: PostgreSQL fsyncs the data directory first), ``redo_s``, ``checkpoint_s`` (the
@@ -714,7 +721,7 @@ def parse_recovery_log(text: str) -> dict[str, Any]:
             if event == "checkpoint" and "ready" in times:
                 continue  # a later checkpoint, not the end-of-recovery one
             times.setdefault(event, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f"))
-            if event == "recovery":
+            if event in ("interrupted", "recovery"):
                 found["crash_recovery"] = True
             elif event == "redo_start":
                 found["redo_start"] = hit.group(1)
