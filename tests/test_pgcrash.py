@@ -88,6 +88,38 @@ def test_acknowledgements_are_parsed_back_from_whole_lines_only() -> None:
         pgacks.parse_acks(tagged, "r 1")
 
 
+def test_attach_refuses_a_directory_without_a_cluster_or_with_the_wal_elsewhere(tmp_path: Path) -> None:
+    settings = postgres.Settings()
+    with contextlib.ExitStack() as stack:
+        with pytest.raises(FileNotFoundError, match=r"no PostgreSQL cluster in .*/pgdata \(no PG_VERSION\)"):
+            postgres.attach(settings, tmp_path, None, tmp_path / "scratch", stack)
+        (tmp_path / "pgdata" / "pg_wal").mkdir(parents=True)
+        (tmp_path / "pgdata" / "PG_VERSION").write_text("15\n")
+        with pytest.raises(ValueError, match="the cluster's WAL is not on the journal disk"):
+            postgres.attach(settings, tmp_path, tmp_path / "journal", tmp_path / "scratch", stack)
+        cluster = postgres.attach(settings, tmp_path, None, tmp_path / "scratch", stack)
+        assert cluster.data == tmp_path.resolve() / "pgdata" and cluster.log_file.name == "postgres-recovery.log"
+
+
+def test_a_failure_while_the_server_is_dead_is_named_a_crash(tmp_path: Path) -> None:
+    cluster = postgres.Cluster(
+        bin=tmp_path, data=tmp_path, wal=None, sockets=tmp_path, log_file=tmp_path / "log",
+        settings=postgres.Settings(), owner=postgres.Owner.resolve(), postmaster=subprocess.Popen(["sleep", "30"]),
+    )  # fmt: skip
+    assert cluster.postmaster is not None
+    try:
+        with pytest.raises(RuntimeError, match="^boom$"), pgbench._named_if_the_server_died(cluster):
+            raise RuntimeError("boom")  # the server is alive: the failure is its own
+        cluster.postmaster.kill()
+        cluster.postmaster.wait()
+        died = r"^PostgreSQL stopped during the run \(status -9\): boom$"
+        with pytest.raises(postgres.ServerDied, match=died), pgbench._named_if_the_server_died(cluster):
+            raise RuntimeError("boom\nmore")
+    finally:
+        cluster.postmaster.kill()
+        cluster.postmaster.wait()
+
+
 def test_file_sink_appends_durably_and_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "acks"
     sink = pgacks.open_sink(path)
@@ -127,9 +159,12 @@ def test_console_sink_writes_whole_lines_to_a_terminal() -> None:
 SCALE = 1
 
 
-def _cell(**settings: Any) -> Cell:
+def _cell(layout: str = "single", **settings: Any) -> Cell:
     params = {"scale": SCALE, "clients": 2, "threads": 2, "duration": 60}
-    return Cell.from_dict({"filesystem": "ext4", "workload": {"pgbench": params}, "postgres": settings})
+    doc = {"filesystem": "ext4", "workload": {"pgbench": params}, "postgres": settings}
+    if layout != "single":  # the WAL on a second disk, ext2
+        doc["storage"] = {"layout": layout, "journal_filesystem": "ext2"}
+    return Cell.from_dict(doc)
 
 
 def processes_under(path: Path) -> list[str]:
@@ -149,13 +184,14 @@ def processes_under(path: Path) -> list[str]:
 
 @contextlib.contextmanager
 def loop_workspace(cell: Cell) -> Iterator[Workspace]:
-    """ext4 on a fresh loop device, mounted, under /var/tmp (reachable by the postgres user); the
-    scratch directory off it. Afterwards nothing is left: no device, mount or process."""
+    """The cell's storage (ext4; split-journal: and ext2) on fresh loop devices, mounted, under
+    /var/tmp (reachable by the postgres user); the scratch directory off them. Afterwards nothing
+    is left: no device, mount or process."""
     base = Path(tempfile.mkdtemp(prefix="fsmatrix-pgcrash-", dir="/var/tmp"))
     base.chmod(0o755)
     try:
         with (
-            storage.loop_devices(1, 512 << 20, base) as loops,
+            storage.loop_devices(storage.required_devices(cell), 512 << 20, base) as loops,
             storage.prepare(cell, loops, base / "mnt") as prepared,
         ):
             yield Workspace(data=prepared.data, journal=prepared.journal, scratch=base / "scratch")
@@ -304,13 +340,35 @@ def test_a_balance_changed_behind_pgbench_breaks_the_invariant(crashed: Crashed)
     assert report["reason"] == invariant["message"] and report["crash_recovery"] is True
 
 
+@needs_root
+@needs_pg
+def test_a_corrupted_index_fails_amcheck_of_every_database(crashed: Crashed) -> None:
+    """Garbage over a leaf page of the acknowledgements' primary key (database bench): pg_amcheck
+    --all finds it. (Last of the tests on this cluster: it stays damaged.)"""
+    settings = crashed.cell.settings_of(postgres.Settings)
+    with contextlib.ExitStack() as stack:
+        cluster = postgres.attach(settings, crashed.ws.data, None, crashed.ws.scratch, stack, log_name="damage.log")
+        with cluster.running():
+            path = cluster.value(f"SELECT pg_relation_filepath('{pgacks.TABLE}_pkey')", pgbench.DATABASE)
+    index = cluster.data / path
+    with index.open("r+b") as f:  # the server is stopped: it reads what is written here
+        f.seek(postgres.PAGE + 1024)
+        f.write(os.urandom(4096))
+    report = pgbench.recover_after_crash(crashed.cell, crashed.ws, 0, 300)
+    amcheck = report["steps"]["amcheck"]
+    assert report["status"] == "failed" and amcheck["status"] == "failed"
+    assert amcheck["message"].startswith("pg_amcheck (status 2): ") and f"{pgacks.TABLE}_pkey" in amcheck["message"]
+    assert report["reason"] == amcheck["message"]
+
+
 def _crash_with_acks(
     settings: postgres.Settings, ws: Workspace, sink: Path, before_kill: Any, with_pgbench: bool = True
 ) -> None:
     """A cluster with pgbench's tables on ``ws``; the acknowledging client (and pgbench) running,
     ``before_kill(cluster)`` called, then every server process SIGKILLed."""
     with contextlib.ExitStack() as stack:
-        cluster = postgres.create(settings, ws.data, None, ws.scratch, stack)
+        wal_root = ws.journal if ws.journal != ws.data else None
+        cluster = postgres.create(settings, ws.data, wal_root, ws.scratch, stack)
         with cluster.running():
             cluster.run([cluster.tool("createdb"), pgbench.DATABASE])
             cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgbench.DATABASE],
@@ -337,13 +395,17 @@ def _crash_with_acks(
 
 @needs_root
 @needs_pg
-def test_a_deleted_wal_segment_fails_the_recovery() -> None:
-    cell = _cell()
+@pytest.mark.parametrize("layout", ["single", "split-journal"])
+def test_a_deleted_wal_segment_fails_the_recovery(layout: str) -> None:
+    """The segment written last deleted after the kill: PostgreSQL replays what is left and comes
+    up without a word, shorter by the deleted WAL; the acknowledgements are what show the loss."""
+    cell = _cell(layout)
     with loop_workspace(cell) as ws:
         ws.scratch.mkdir(parents=True)
         sink = ws.scratch / "acks"
         _crash_with_acks(cell.settings_of(postgres.Settings), ws, sink, lambda cluster: time.sleep(0.5))
         pg_wal = ws.data / "pgdata" / "pg_wal"
+        assert pg_wal.resolve().is_relative_to(ws.journal)
         segments = [p for p in pg_wal.iterdir() if len(p.name) == 24 and p.is_file()]
         newest = max(segments, key=lambda p: p.stat().st_mtime_ns)  # the one written last (not a recycled one)
         newest.unlink()
@@ -353,6 +415,7 @@ def test_a_deleted_wal_segment_fails_the_recovery() -> None:
         assert durable["status"] == "failed" and durable["lost"] > 0, durable
         assert "acknowledged commits are missing after recovery" in report["reason"]
         assert "nothing allows that loss" in report["reason"]
+        assert report["steps"]["start"]["status"] == "passed" and report["crash_recovery"] is True
 
 
 @needs_root

@@ -35,7 +35,7 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -312,12 +312,30 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout)
 
 
+@contextlib.contextmanager
+def _named_if_the_server_died(cluster: postgres.Cluster) -> Iterator[None]:
+    """A failure while the server is dead (killed by a crash injector, at any phase) is raised as
+    ``postgres.ServerDied``, the failure it caused chained to it."""
+    try:
+        yield
+    except postgres.ServerDied:
+        raise
+    except Exception as exc:
+        if cluster.postmaster is not None and cluster.postmaster.poll() is not None:
+            first = str(exc).strip().splitlines()[:1] or [type(exc).__name__]
+            raise postgres.ServerDied(
+                f"PostgreSQL stopped during the run (status {cluster.postmaster.returncode}): {first[0]}"
+            ) from exc
+        raise
+
+
 def run(
     params: Params, settings: postgres.Settings, ws: Workspace, timeout: float, acks: pgacks.Sink | None = None
 ) -> Outcome:
     """The run; with ``acks`` (a crash cell), an acknowledging client commits beside pgbench during
     the measured run and records each acknowledged commit in that sink (``pgacks``). A server that
-    dies during the transaction run raises ``postgres.ServerDied``."""
+    dies while it is needed raises ``postgres.ServerDied`` (with the acknowledged count when it died
+    during the transaction run)."""
     deadline = time.monotonic() + timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     details: dict[str, Any] = {"params": asdict(params)}
@@ -340,7 +358,10 @@ def run(
         versions["pgbench"] = cluster.run([pgbench, "--version"], timeout=30).stdout.strip()
         t0 += time.monotonic() - t_versions  # not part of creating the database
         problems: list[str] = []
-        with cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))):
+        with (
+            cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))),
+            _named_if_the_server_died(cluster),
+        ):
             cluster.run([cluster.tool("createdb"), DATABASE], timeout=_left(deadline, timeout, "createdb"))
             create_s = round(time.monotonic() - t0, 3)
             readback = cluster.settings_readback()
