@@ -313,9 +313,10 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
 
 
 @contextlib.contextmanager
-def _named_if_the_server_died(cluster: postgres.Cluster) -> Iterator[None]:
+def _named_if_the_server_died(cluster: postgres.Cluster, details: Mapping[str, Any]) -> Iterator[None]:
     """A failure while the server is dead (killed by a crash injector, at any phase) is raised as
-    ``postgres.ServerDied``, the failure it caused chained to it."""
+    ``postgres.ServerDied``, the failure it caused chained to it, with the acknowledging client's
+    count once ``details["acks"]`` holds it."""
     try:
         yield
     except postgres.ServerDied:
@@ -324,7 +325,8 @@ def _named_if_the_server_died(cluster: postgres.Cluster) -> Iterator[None]:
         if cluster.postmaster is not None and cluster.postmaster.poll() is not None:
             first = str(exc).strip().splitlines()[:1] or [type(exc).__name__]
             raise postgres.ServerDied(
-                f"PostgreSQL stopped during the run (status {cluster.postmaster.returncode}): {first[0]}"
+                f"PostgreSQL stopped during the run (status {cluster.postmaster.returncode}): {first[0]}",
+                details.get("acks", {}).get("acknowledged"),
             ) from exc
         raise
 
@@ -360,7 +362,7 @@ def run(
         problems: list[str] = []
         with (
             cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))),
-            _named_if_the_server_died(cluster),
+            _named_if_the_server_died(cluster, details),
         ):
             cluster.run([cluster.tool("createdb"), DATABASE], timeout=_left(deadline, timeout, "createdb"))
             create_s = round(time.monotonic() - t0, 3)
