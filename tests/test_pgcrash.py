@@ -78,7 +78,7 @@ def test_recovery_log_is_parsed() -> None:
 
 
 def test_acknowledgements_are_parsed_back_from_whole_lines_only() -> None:
-    text = "boot noise 123\nFSMATRIX-ACK 1\nFSMATRIX-ACK 2\r\n[  3.1] kernel\nFSMATRIX-ACK 17\nFSMATRIX-ACK 999"
+    text = "noise 123\nFSMATRIX-ACK 1\nFSMATRIX-ACK 2\r\n[  3.1] kernel\nlogin: FSMATRIX-ACK 17\r\r\nFSMATRIX-ACK 999"
     assert pgacks.parse_acks(text) == 17  # "999" has no end of line: cut short by the power cut
     assert pgacks.parse_acks("FSMATRIX-ACK 12[ 5.0] usb 1-1: new device\n") == 0  # broken into: not counted
     assert pgacks.parse_acks("") == 0

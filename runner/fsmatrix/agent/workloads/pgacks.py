@@ -44,7 +44,7 @@ PREFIX = "FSMATRIX-ACK"
 _MARK = "fsmatrix-committed"  # what psql echoes after each commit (its stdout, never a sink)
 # A whole acknowledgement: the prefix, an optional tag, the number and the end of its line. A line
 # cut short by a power cut (no newline) or broken into by other console output does not match.
-_ACK = re.compile(rf"{PREFIX}(?: ([A-Za-z0-9_.-]+))? (\d+)\r?\n")
+_ACK = re.compile(rf"{PREFIX}(?: ([A-Za-z0-9_.-]+))? (\d+)\r*\n")
 _TAG = re.compile(r"[A-Za-z0-9_.-]+")
 STOP_WAIT_S = 10.0
 
@@ -105,8 +105,8 @@ class ConsoleSink:
         self._fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_APPEND | os.O_CLOEXEC)
 
     def record(self, k: int) -> None:
-        # A leading newline: whatever the console printed last may not have ended its line.
-        line = b"\n" + ack_line(k, self.tag)
+        # No line of its own needed: parse_acks finds the prefix anywhere (after a prompt, say).
+        line = ack_line(k, self.tag)
         written = 0
         while written < len(line):  # a tty may take part of a write
             written += os.write(self._fd, line[written:])

@@ -486,8 +486,9 @@ def run(
 
 # ------------------------------------------------------------------ after a crash
 
-# pg_amcheck --heapallindexed reads every index once more per heap tuple's worth of memory; above
-# this many bytes of databases it is left out (the structural checks of every relation remain).
+# pg_amcheck --heapallindexed fingerprints each index, then looks every heap tuple up in it: about
+# one more read of all the data. Above this many bytes of databases it is left out (the structural
+# checks of every relation remain).
 HEAPALLINDEXED_MAX_BYTES = 8 << 30
 
 
@@ -534,15 +535,23 @@ def recover(
     """Start the crashed cluster on its disks (PostgreSQL replays its WAL), time it, verify it, stop it.
 
     ``acks``: the highest acknowledgement the sink holds (``pgacks.read_acks``). Steps, each with its
-    ``seconds`` and ``status``: ``controldata`` (the state the crash left: "in production"),
-    ``start`` (``recovery_s``: server start until it accepts connections; what its log says of the
-    redo), ``invariant`` (row counts and the TPC-B invariant), ``durability`` (every acknowledged
-    commit is there), ``amcheck`` (``pg_amcheck --all``, ``--heapallindexed`` up to
-    ``heapallindexed_max_bytes`` of databases), ``checksums`` (server stopped, when data checksums
-    are on). Returns ``{"status": "passed"|"failed", "reason", "steps", "metrics", ...}``; a failed
-    check fails it with its reason, a server that does not come back too (and the other checks do
-    not run). ``crash_recovery`` False: the cluster had been shut down cleanly, nothing was replayed
-    (no crash happened). TimeoutError past ``timeout``; the server is stopped on every path.
+    ``seconds`` and ``status``:
+
+    - ``controldata``: the state the crash left ("in production"; "shut down" after a clean stop);
+    - ``start``: ``recovery_s``, server start until it accepts connections as a client sees it (to
+      about 0.1 s), and what the server's log says: ``server_s`` the same to the millisecond,
+      ``sync_s`` its fsync of the data directory first, ``redo_s``/``redo_bytes`` the WAL replayed,
+      ``checkpoint_s`` the end-of-recovery checkpoint;
+    - ``invariant``: row counts and the TPC-B invariant (``check_after_crash``);
+    - ``durability``: every acknowledged commit is there (``pgacks.durability``);
+    - ``amcheck``: ``pg_amcheck --all``, ``--heapallindexed`` up to ``heapallindexed_max_bytes``;
+    - ``checksums``: ``pg_checksums --check``, server stopped, when data checksums are on.
+
+    Returns ``{"status": "passed"|"failed", "reason", "crash_recovery", "steps", "metrics", ...}``: a
+    failed check fails it with its reason; so does a server that does not come back (the later
+    checks then do not run). ``crash_recovery`` False: the cluster had been shut down cleanly and
+    nothing was replayed (no crash happened). TimeoutError past ``timeout``; the server is stopped
+    on every path.
     """
     if acks < 0:
         raise ValueError(f"acknowledged commits cannot be negative: {acks}")
@@ -569,6 +578,7 @@ def recover(
              checkpoint_redo=control.get("Latest checkpoint's REDO location"))  # fmt: skip
         offset = cluster.log_file.stat().st_size if cluster.log_file.exists() else 0
         started = False
+        failed: Exception | None = None
         try:
             t0 = time.monotonic()
             try:
@@ -583,7 +593,7 @@ def recover(
             if started:
                 step("start", t0, recovery_s=recovery_s, log=replay)
                 metrics["recovery_s"] = recovery_s
-                for name in ("redo_s", "redo_bytes", "sync_s", "checkpoint_s"):
+                for name in ("server_s", "sync_s", "redo_s", "redo_bytes", "checkpoint_s"):
                     if name in replay:
                         metrics[name] = replay[name]
             else:
