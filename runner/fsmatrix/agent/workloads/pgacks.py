@@ -28,12 +28,13 @@ import os
 import re
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from fsmatrix.agent.workloads import postgres
 
@@ -150,6 +151,8 @@ class AckClient:
     cluster: postgres.Cluster
     sink: Sink
     database: str
+    # psql's complaints go to a file: a pipe nobody reads while it runs could fill and stall it.
+    errors: IO[bytes]
     interval: float = 0.0  # seconds between commits (0: as fast as the server answers)
     first: int = 1
     acknowledged: int = 0
@@ -168,7 +171,7 @@ class AckClient:
             [self.cluster.tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.errors,
             text=True,
             bufsize=1,  # line-buffered: each command reaches psql at once
             env=self.cluster.env(self.database),
@@ -214,10 +217,12 @@ class AckClient:
                 thread.join(STOP_WAIT_S)
         if psql is not None:
             try:  # communicate closes psql's input first: at the end of its input psql quits
-                _, self._stderr = psql.communicate(timeout=STOP_WAIT_S)
+                psql.communicate(timeout=STOP_WAIT_S)
             except subprocess.TimeoutExpired:
                 psql.kill()
-                _, self._stderr = psql.communicate()
+                psql.communicate()
+            self.errors.seek(0)
+            self._stderr = self.errors.read().decode(errors="replace")
             if self.ended == "psql ended":
                 tail = " | ".join(line.strip() for line in self._stderr.strip().splitlines()[:2])
                 self.ended = f"psql ended (status {psql.returncode})" + (f": {tail}" if tail else "")
@@ -251,13 +256,14 @@ def acknowledging(
     (and ``sink`` closed) on every exit path. A crash of the server ends it early (``ended``)."""
     try:
         first = create_table(cluster, database)
-        client = AckClient(cluster, sink, database, interval=interval, first=first)
-        client.start()
-        try:
-            yield client
-        finally:
-            client.stop()
-            log.info("acknowledged commits: %d (%s)", client.acknowledged, client.ended or "stopped")
+        with tempfile.TemporaryFile() as errors:
+            client = AckClient(cluster, sink, database, errors, interval=interval, first=first)
+            client.start()
+            try:
+                yield client
+            finally:
+                client.stop()
+                log.info("acknowledged commits: %d (%s)", client.acknowledged, client.ended or "stopped")
     finally:
         sink.close()
 
