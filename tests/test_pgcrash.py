@@ -244,7 +244,7 @@ def crashed() -> Iterator[Crashed]:
     is SIGKILLed mid-way, as the crash hook will see it."""
     if os.geteuid() != 0 or not HAVE_PG:
         pytest.skip("needs root and postgresql-15")
-    cell = _cell()
+    cell = _cell(data_checksums=True)  # and pg_checksums after recovery
     with loop_workspace(cell) as ws:
         sink = ws.scratch / "acks"
         ws.scratch.mkdir(parents=True)
@@ -294,7 +294,7 @@ def test_a_killed_run_comes_back_with_every_acknowledged_commit(crashed: Crashed
     state = steps["invariant"]["state"]
     assert state["history"] > 0 and state["account_sum"] == state["branch_sum"] == state["delta_sum"]
     assert steps["amcheck"]["status"] == "passed" and steps["amcheck"]["heapallindexed"] is True
-    assert report["stops"] == ["fast"]
+    assert report["stops"] == ["fast"] and steps["checksums"]["status"] == "passed"
     outcome = pgbench.recovery_outcome(report)
     assert outcome.verification == {"status": "passed", "checks": steps} and outcome.metrics["lost_commits"] == 0
     assert processes_under(crashed.ws.data) == []
@@ -349,7 +349,7 @@ def test_a_balance_changed_behind_pgbench_breaks_the_invariant(crashed: Crashed)
 @needs_pg
 def test_a_corrupted_index_fails_amcheck_of_every_database(crashed: Crashed) -> None:
     """Garbage over a leaf page of the acknowledgements' primary key (database bench): pg_amcheck
-    --all finds it. (Last of the tests on this cluster: it stays damaged.)"""
+    --all finds it, and so does pg_checksums. (Last of the tests on this cluster: it stays damaged.)"""
     settings = crashed.cell.settings_of(postgres.Settings)
     with contextlib.ExitStack() as stack:
         cluster = postgres.attach(settings, crashed.ws.data, None, crashed.ws.scratch, stack, log_name="damage.log")
@@ -361,9 +361,11 @@ def test_a_corrupted_index_fails_amcheck_of_every_database(crashed: Crashed) -> 
         f.write(os.urandom(4096))
     report = pgbench.recover_after_crash(crashed.cell, crashed.ws, 0, 300)
     amcheck = report["steps"]["amcheck"]
-    assert report["status"] == "failed" and amcheck["status"] == "failed"
+    checksums = report["steps"]["checksums"]
+    assert report["status"] == "failed" and amcheck["status"] == "failed" and checksums["status"] == "failed"
     assert amcheck["message"].startswith("pg_amcheck (status 2): ") and f"{pgacks.TABLE}_pkey" in amcheck["message"]
-    assert report["reason"] == amcheck["message"]
+    assert checksums["message"].startswith("pg_checksums --check failed") and "checksum" in checksums["message"]
+    assert report["reason"] == f"{amcheck['message']}; {checksums['message']}"
 
 
 def _crash_with_acks(
