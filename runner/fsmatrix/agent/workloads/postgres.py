@@ -353,8 +353,9 @@ class Cluster:
             args += ["-c", f"{name}={value}"]
         return args
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Start the server in a session of its own and wait until it accepts connections."""
+    def start(self, timeout: float = START_TIMEOUT_S, poll: float = 0.1) -> None:
+        """Start the server in a session of its own and wait until it accepts connections (asked
+        every ``poll`` seconds: what a measured start, a crash recovery's, can make finer)."""
         if self.postmaster is not None and self.postmaster.poll() is None:
             raise RuntimeError("the server is already running")
         kwargs: dict[str, Any] = {}
@@ -380,7 +381,7 @@ class Cluster:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"PostgreSQL did not accept connections within {timeout:g} s: {self.log_tail()}")
-            time.sleep(0.1)
+            time.sleep(poll)
 
     def log_tail(self, lines: int = 8) -> str:
         try:
