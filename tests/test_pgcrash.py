@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root
+from conftest import attached_under, mounted_under, needs_root, sysv_ipc_ids
 from fsmatrix.agent import storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.workloads import Workspace, pgacks, pgbench, postgres
@@ -206,7 +206,8 @@ def loop_workspace(cell: Cell) -> Iterator[Workspace]:
 def kill_server(pgdata: Path) -> list[int]:
     """What a crash injector does: SIGSTOP the postmaster (no restart of its children), SIGKILL every
     process of the server."""
-    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    postmaster, shmid = int(lines[0]), int(lines[6].split()[1])
     os.kill(postmaster, signal.SIGSTOP)
     killed = set()
     deadline = time.monotonic() + 10
@@ -217,6 +218,10 @@ def kill_server(pgdata: Path) -> list[int]:
             killed.add(pid)
         time.sleep(0.05)
     assert postgres.processes_with_cwd(pgdata) == []
+    # The dead postmaster's interlock segment: a restart on pgdata would remove it; a test that
+    # fails before one must not leave it behind.
+    subprocess.run(["ipcrm", "-m", str(shmid)], check=True)
+    assert ("shm", str(shmid)) not in sysv_ipc_ids()
     return sorted(killed)
 
 
