@@ -225,9 +225,12 @@ def kill_server(pgdata: Path) -> list[int]:
     return sorted(killed)
 
 
-def wait_for_acks(path: Path, at_least: int, timeout: float = 60) -> int:
+def wait_for_acks(path: Path, at_least: int, timeout: float = 240, alive: Any = lambda: True) -> int:
+    """Until the sink holds ``at_least`` acknowledgements. Generous: the run before the transactions
+    syncs the whole machine's page cache, which takes long when neighbours write a lot."""
     deadline = time.monotonic() + timeout
     while (n := pgacks.read_acks(path) if path.exists() else 0) < at_least:
+        assert alive(), f"the run ended after {n} acknowledgements"
         assert time.monotonic() < deadline, f"only {n} acknowledgements in {timeout} s"
         time.sleep(0.05)
     return n
@@ -264,13 +267,15 @@ def crashed() -> Iterator[Crashed]:
 
         thread = threading.Thread(target=run)
         thread.start()
+        killed: list[int] = []
         try:
-            wait_for_acks(sink, 300)  # the transaction run is on
+            wait_for_acks(sink, 300, alive=thread.is_alive)  # the transaction run is on
             time.sleep(0.5)
-            killed = kill_server(ws.data / "pgdata")
         finally:
+            if (ws.data / "pgdata" / "postmaster.pid").exists():  # also when the wait failed: the run ends now
+                killed = kill_server(ws.data / "pgdata")
             thread.join(120)
-        assert not thread.is_alive()
+        assert not thread.is_alive() and killed
         yield Crashed(cell, ws, sink, errors[0] if errors else None, killed, {})
 
 
@@ -452,6 +457,16 @@ def test_a_deleted_checkpoint_segment_keeps_the_server_down() -> None:
         assert report["steps"]["start"]["log"]["crash_recovery"] is True and "recovery_s" not in report["metrics"]
         outcome = pgbench.recovery_outcome(report)
         assert outcome.verification["status"] == "failed" and outcome.verification["message"] == report["reason"]
+
+
+def test_a_data_directory_gone_is_a_failed_recovery(tmp_path: Path) -> None:
+    ws = Workspace(data=tmp_path / "data", journal=tmp_path / "data", scratch=tmp_path / "scratch")
+    (tmp_path / "data").mkdir()
+    report = pgbench.recover_after_crash(_cell(), ws, 5, 60)
+    assert report["status"] == "failed" and report["crash_recovery"] is None and list(report["steps"]) == ["attach"]
+    assert report["reason"].startswith("PostgreSQL cannot come back after the crash: no PostgreSQL cluster in ")
+    with pytest.raises(ValueError, match="acknowledged commits cannot be negative: -1"):
+        pgbench.recover_after_crash(_cell(), ws, -1, 60)
 
 
 @needs_root

@@ -550,9 +550,9 @@ def recover(
 
     Returns ``{"status": "passed"|"failed", "reason", "crash_recovery", "steps", "metrics", ...}``: a
     failed check fails it with its reason; so does a server that does not come back (the later
-    checks then do not run). ``crash_recovery`` False: the cluster had been shut down cleanly and
-    nothing was replayed (no crash happened). TimeoutError past ``timeout``; the server is stopped
-    on every path.
+    checks then do not run), or a data directory that is gone (step ``attach``). ``crash_recovery``
+    False: the cluster had been shut down cleanly and nothing was replayed (no crash happened); None:
+    there was no cluster to start. TimeoutError past ``timeout``; the server is stopped on every path.
     """
     if acks < 0:
         raise ValueError(f"acknowledged commits cannot be negative: {acks}")
@@ -570,13 +570,33 @@ def recover(
             steps[name]["message"] = failure
             problems.append(failure)
 
+    def report(crash_recovery: bool | None, cluster: postgres.Cluster | None) -> dict[str, Any]:
+        return {
+            "status": "failed" if problems else "passed",
+            "reason": "; ".join(problems) or None,
+            "crash_recovery": crash_recovery,
+            "steps": steps,
+            "metrics": metrics,
+            "server_log": str(cluster.log_file) if cluster else None,
+            "stops": cluster.stops if cluster else [],
+        }
+
     with contextlib.ExitStack() as stack:
-        cluster = postgres.attach(settings, ws.data, _wal_root(ws), ws.scratch, stack, extra=extra)
         t0 = time.monotonic()
-        control = postgres.controldata(cluster, timeout=_left(deadline, timeout, "pg_controldata"))
-        state = control.get("Database cluster state", "")
-        step("controldata", t0, state=state, checkpoint=control.get("Latest checkpoint location"),
-             checkpoint_redo=control.get("Latest checkpoint's REDO location"))  # fmt: skip
+        try:
+            cluster = postgres.attach(settings, ws.data, _wal_root(ws), ws.scratch, stack, extra=extra)
+        except FileNotFoundError as exc:  # the crash took the data directory with it: a finding
+            step("attach", t0, f"PostgreSQL cannot come back after the crash: {exc}")
+            return report(None, None)
+        t0 = time.monotonic()
+        try:
+            control = postgres.controldata(cluster, timeout=_left(deadline, timeout, "pg_controldata"))
+        except proc.CommandError as exc:  # a damaged control file: the start below will say more
+            step("controldata", t0, f"pg_controldata cannot read the control file: {_first_line(exc)}")
+        else:
+            step("controldata", t0, state=control.get("Database cluster state", ""),
+                 checkpoint=control.get("Latest checkpoint location"),
+                 checkpoint_redo=control.get("Latest checkpoint's REDO location"))  # fmt: skip
         offset = cluster.log_file.stat().st_size if cluster.log_file.exists() else 0
         started = False
         failed: Exception | None = None
@@ -608,15 +628,7 @@ def recover(
         if started and settings.data_checksums:
             t0 = time.monotonic()
             step("checksums", t0, postgres.checksums_check(cluster, _left(deadline, timeout, "pg_checksums")))
-    return {
-        "status": "failed" if problems else "passed",
-        "reason": "; ".join(problems) or None,
-        "crash_recovery": steps["start"]["log"]["crash_recovery"],
-        "steps": steps,
-        "metrics": metrics,
-        "server_log": str(cluster.log_file),
-        "stops": cluster.stops,
-    }
+    return report(steps["start"]["log"]["crash_recovery"], cluster)
 
 
 def recovery_outcome(report: Mapping[str, Any]) -> Outcome:
