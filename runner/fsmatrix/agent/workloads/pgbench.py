@@ -9,6 +9,13 @@ Before the timed run: pgbench's own pre-run step done here, unmeasured (VACUUM o
 tellers, TRUNCATE of history), then CHECKPOINT, sync and (as root) a drop of the page cache; the
 run is started with ``-n`` and a recorded ``--random-seed``.
 
+A crash cell (``run(..., acks=sink)``): an acknowledging client (``pgacks``) commits beside pgbench
+during the measured run, each commit acknowledged in the sink once it returned; a server killed
+meanwhile raises ``postgres.ServerDied``. ``recover_after_crash`` then starts PostgreSQL again on the
+same disks (it replays its WAL), times it (``recovery_s``, the redo range and durations from its
+log), and verifies: row counts and the TPC-B invariant, every acknowledged commit present (a loss
+is reported with the setting that allows it), ``pg_amcheck --all``, ``pg_checksums``.
+
 Verification (a failed check fails the run with its reason): pgbench exits 0 and reports no failed
 transaction; its log holds one line per transaction; ``pgbench_history`` holds one row per
 transaction (tpcb-like, simple-update); the TPC-B invariant (tpcb-like: sums of account, branch and
@@ -28,7 +35,7 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,13 +44,14 @@ from fsmatrix.agent import oscache, proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage.prepare import Skipped
-from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, postgres
+from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, pgacks, postgres
 
 log = logging.getLogger("fsmatrix")
 
 SCRIPTS = ("tpcb-like", "simple-update", "select-only")
 PROTOCOLS = ("simple", "prepared")
 DATABASE = "bench"
+SUPERUSER_DB = postgres.SUPERUSER  # the database every cluster has
 ACCOUNTS_PER_SCALE = 100_000
 TELLERS_PER_SCALE = 10
 RAW_UNSUPPORTED = (
@@ -230,7 +238,17 @@ def check_run(summary: Summary, latencies: Latencies) -> list[str]:
 
 def amcheck(cluster: postgres.Cluster, database: str = DATABASE, timeout: float = 3600) -> str | None:
     """``pg_amcheck --install-missing --heapallindexed``: None when it finds nothing, else what it says."""
-    cmd = [cluster.tool("pg_amcheck"), "--install-missing", "--heapallindexed", "-d", database]
+    return _amcheck(cluster, ["--heapallindexed", "-d", database], database, timeout)
+
+
+def amcheck_all(cluster: postgres.Cluster, heapallindexed: bool = True, timeout: float = 3600) -> str | None:
+    """``pg_amcheck --all``: every relation of every database (system catalogues included), and with
+    ``heapallindexed`` every heap tuple looked up in each index; None when it finds nothing."""
+    return _amcheck(cluster, ["--all", *(["--heapallindexed"] if heapallindexed else [])], SUPERUSER_DB, timeout)
+
+
+def _amcheck(cluster: postgres.Cluster, args: list[str], database: str, timeout: float) -> str | None:
+    cmd = [cluster.tool("pg_amcheck"), "--install-missing", *args]
     out = cluster.run(cmd, timeout=timeout, check=False, database=database)
     # A NOTICE (the extension already there) is no finding; anything else pg_amcheck prints is.
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip() and not line.startswith("NOTICE:")]
@@ -294,7 +312,32 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout)
 
 
-def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: float) -> Outcome:
+@contextlib.contextmanager
+def _named_if_the_server_died(cluster: postgres.Cluster, details: Mapping[str, Any]) -> Iterator[None]:
+    """A failure while the server is dead (killed by a crash injector, at any phase) is raised as
+    ``postgres.ServerDied``, the failure it caused chained to it, with the acknowledging client's
+    count once ``details["acks"]`` holds it."""
+    try:
+        yield
+    except postgres.ServerDied:
+        raise
+    except Exception as exc:
+        if cluster.postmaster is not None and cluster.postmaster.poll() is not None:
+            first = str(exc).strip().splitlines()[:1] or [type(exc).__name__]
+            raise postgres.ServerDied(
+                f"PostgreSQL stopped during the run (status {cluster.postmaster.returncode}): {first[0]}",
+                details.get("acks", {}).get("acknowledged"),
+            ) from exc
+        raise
+
+
+def run(
+    params: Params, settings: postgres.Settings, ws: Workspace, timeout: float, acks: pgacks.Sink | None = None
+) -> Outcome:
+    """The run; with ``acks`` (a crash cell), an acknowledging client commits beside pgbench during
+    the measured run and records each acknowledged commit in that sink (``pgacks``). A server that
+    dies while it is needed raises ``postgres.ServerDied`` (with the acknowledged count when it died
+    during the transaction run)."""
     deadline = time.monotonic() + timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     details: dict[str, Any] = {"params": asdict(params)}
@@ -317,7 +360,10 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
         versions["pgbench"] = cluster.run([pgbench, "--version"], timeout=30).stdout.strip()
         t0 += time.monotonic() - t_versions  # not part of creating the database
         problems: list[str] = []
-        with cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))):
+        with (
+            cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))),
+            _named_if_the_server_died(cluster, details),
+        ):
             cluster.run([cluster.tool("createdb"), DATABASE], timeout=_left(deadline, timeout, "createdb"))
             create_s = round(time.monotonic() - t0, 3)
             readback = cluster.settings_readback()
@@ -359,8 +405,11 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
             log.info("pgbench %s scale %d, %d clients, %d s", params.script, params.scale, params.clients,
                      params.duration)  # fmt: skip
             t1 = time.monotonic()
+            client: pgacks.AckClient | None = None
             try:
-                with ws.measure():
+                with ws.measure(), contextlib.ExitStack() as acking:
+                    if acks is not None:
+                        client = acking.enter_context(pgacks.acknowledging(cluster, acks, DATABASE))
                     out = cluster.run(cmd, timeout=_left(deadline, timeout, "transactions"), check=False,
                                       database=DATABASE, cwd=ws.scratch)  # fmt: skip
             except proc.CommandError as exc:
@@ -368,6 +417,15 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
             run_s = round(time.monotonic() - t1, 3)
             text = out.stdout + out.stderr
             (ws.scratch / "pgbench-run.txt").write_text(text)
+            if client is not None:
+                details["acks"] = client.summary()
+            if cluster.postmaster is not None and cluster.postmaster.poll() is not None:
+                last = text.strip().splitlines()[-1:] or [""]
+                raise postgres.ServerDied(
+                    f"PostgreSQL stopped during the transaction run (status {cluster.postmaster.returncode}); "
+                    f"pgbench: {last[0].strip()}",
+                    client.acknowledged if client is not None else None,
+                )
             if out.returncode != 0:
                 problems.append(str(proc.CommandError(cmd, out.returncode, text)))
             stats1 = _stats(cluster)
@@ -424,6 +482,206 @@ def run(params: Params, settings: postgres.Settings, ws: Workspace, timeout: flo
     verification["checks"] = {"state": after, "transactions": summary.transactions,
                                "data_checksums": settings.data_checksums}  # fmt: skip
     return Outcome(metrics=metrics, verification=verification, details=details, versions=versions)
+
+
+# ------------------------------------------------------------------ after a crash
+
+# pg_amcheck --heapallindexed fingerprints each index, then looks every heap tuple up in it: about
+# one more read of all the data. Above this many bytes of databases it is left out (the structural
+# checks of every relation remain).
+HEAPALLINDEXED_MAX_BYTES = 8 << 30
+RECOVERY_POLL_S = 0.02  # how often a recovering server is asked whether it accepts connections
+
+
+def state_before_run(scale: int) -> dict[str, int]:
+    """The tables as ``run`` leaves them before the transaction run: freshly loaded (every balance 0)
+    and an empty history."""
+    return dict.fromkeys(STATE_KEYS, 0) | {
+        "branches": scale,
+        "tellers": TELLERS_PER_SCALE * scale,
+        "accounts": ACCOUNTS_PER_SCALE * scale,
+    }
+
+
+def check_after_crash(script: str, scale: int, after: Mapping[str, int]) -> list[str]:
+    """What is wrong with the tables after a crash of ``script``'s run (empty: consistent).
+
+    How many transactions committed nobody can say after a crash, so the history is taken as the
+    count; every other check of ``check_state`` holds for any set of whole transactions (the TPC-B
+    invariant for tpcb-like), and fails on a half-applied one."""
+    return check_state(script, scale, after["history"], state_before_run(scale), after)
+
+
+def _wal_root(ws: Workspace) -> Path | None:
+    return ws.journal if ws.journal.resolve() != ws.data.resolve() else None
+
+
+def recover_after_crash(cell: Cell | Mapping[str, Any], ws: Workspace, acks: int, timeout: float) -> dict[str, Any]:
+    """After a crash of ``cell``'s run: restart PostgreSQL on the same disks and verify (``recover``)."""
+    cell = Cell.coerce(cell)
+    if ws.device is not None:
+        raise Skipped(RAW_UNSUPPORTED)
+    return recover(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, acks, timeout)
+
+
+def recover(
+    params: Params,
+    settings: postgres.Settings,
+    ws: Workspace,
+    acks: int,
+    timeout: float,
+    *,
+    heapallindexed_max_bytes: int = HEAPALLINDEXED_MAX_BYTES,
+) -> dict[str, Any]:
+    """Start the crashed cluster on its disks (PostgreSQL replays its WAL), time it, verify it, stop it.
+
+    ``acks``: the highest acknowledgement the sink holds (``pgacks.read_acks``). Steps, each with its
+    ``seconds`` and ``status``:
+
+    - ``controldata``: the state the crash left ("in production"; "shut down" after a clean stop);
+    - ``start``: ``recovery_s``, server start until it accepts connections as a client sees it (to
+      a few hundredths of a second), and what the server's log says: ``server_s`` the same to the millisecond,
+      ``sync_s`` its fsync of the data directory first, ``redo_s``/``redo_bytes`` the WAL replayed,
+      ``checkpoint_s`` the end-of-recovery checkpoint;
+    - ``invariant``: row counts and the TPC-B invariant (``check_after_crash``);
+    - ``durability``: every acknowledged commit is there (``pgacks.durability``);
+    - ``amcheck``: ``pg_amcheck --all``, ``--heapallindexed`` up to ``heapallindexed_max_bytes``;
+    - ``checksums``: ``pg_checksums --check``, server stopped, when data checksums are on.
+
+    Returns ``{"status": "passed"|"failed", "reason", "crash_recovery", "steps", "metrics", ...}``: a
+    failed check fails it with its reason; so does a server that does not come back (the later
+    checks then do not run), or a data directory that is gone (step ``attach``). ``crash_recovery``
+    False: the cluster had been shut down cleanly and nothing was replayed (no crash happened); None:
+    there was no cluster to start. TimeoutError past ``timeout``; the server is stopped on every path.
+    """
+    if acks < 0:
+        raise ValueError(f"acknowledged commits cannot be negative: {acks}")
+    deadline = time.monotonic() + timeout
+    ws.scratch.mkdir(parents=True, exist_ok=True)
+    steps: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    metrics: dict[str, float | int] = {}
+    extra = {"max_connections": str(max(100, params.clients + 10))}
+
+    def step(name: str, t0: float, failure: str | None = None, **found: Any) -> None:
+        steps[name] = {"status": "failed" if failure else "passed", "seconds": round(time.monotonic() - t0, 3),
+                       **found}  # fmt: skip
+        if failure:
+            steps[name]["message"] = failure
+            problems.append(failure)
+
+    def report(crash_recovery: bool | None, cluster: postgres.Cluster | None) -> dict[str, Any]:
+        return {
+            "status": "failed" if problems else "passed",
+            "reason": "; ".join(problems) or None,
+            "crash_recovery": crash_recovery,
+            "steps": steps,
+            "metrics": metrics,
+            "server_log": str(cluster.log_file) if cluster else None,
+            "stops": cluster.stops if cluster else [],
+        }
+
+    with contextlib.ExitStack() as stack:
+        t0 = time.monotonic()
+        try:
+            cluster = postgres.attach(settings, ws.data, _wal_root(ws), ws.scratch, stack, extra=extra)
+        except FileNotFoundError as exc:  # the crash took the data directory with it: a finding
+            step("attach", t0, f"PostgreSQL cannot come back after the crash: {exc}")
+            return report(None, None)
+        t0 = time.monotonic()
+        try:
+            control = postgres.controldata(cluster, timeout=_left(deadline, timeout, "pg_controldata"))
+        except proc.CommandError as exc:  # a damaged control file: the start below will say more
+            step("controldata", t0, f"pg_controldata cannot read the control file: {_first_line(exc)}")
+        else:
+            step("controldata", t0, state=control.get("Database cluster state", ""),
+                 checkpoint=control.get("Latest checkpoint location"),
+                 checkpoint_redo=control.get("Latest checkpoint's REDO location"))  # fmt: skip
+        offset = cluster.log_file.stat().st_size if cluster.log_file.exists() else 0
+        started = False
+        failed: Exception | None = None
+        try:
+            t0 = time.monotonic()
+            try:
+                cluster.start(_left(deadline, timeout, "recovery"), poll=RECOVERY_POLL_S)
+                started = True
+            except RuntimeError as exc:  # the server gave up (a PANIC in recovery): a finding, not an error
+                failed = exc
+            recovery_s = round(time.monotonic() - t0, 3)
+            with cluster.log_file.open("rb") as f:
+                f.seek(offset)
+                replay = postgres.parse_recovery_log(f.read().decode(errors="replace"))
+            if started:
+                step("start", t0, recovery_s=recovery_s, log=replay)
+                metrics["recovery_s"] = recovery_s
+                for name in ("server_s", "sync_s", "redo_s", "redo_bytes", "checkpoint_s"):
+                    if name in replay:
+                        metrics[name] = replay[name]
+            else:
+                why = replay["errors"][0] if replay["errors"] else str(failed)
+                step("start", t0, f"PostgreSQL did not come back after the crash: {why}", log=replay)
+            if started:
+                _verify_recovered(cluster, params, settings, acks, deadline, timeout, heapallindexed_max_bytes,
+                                  step, metrics)  # fmt: skip
+        finally:
+            cluster.stops.append(cluster.stop()["mode"])
+        if started and settings.data_checksums:
+            t0 = time.monotonic()
+            step("checksums", t0, postgres.checksums_check(cluster, _left(deadline, timeout, "pg_checksums")))
+    return report(steps["start"]["log"]["crash_recovery"], cluster)
+
+
+def recovery_outcome(report: Mapping[str, Any]) -> Outcome:
+    """``recover``'s report as a workload's Outcome: its metrics, a verification passed or failed
+    with the reason and every step, the whole report in the details."""
+    verification: dict[str, Any] = {"status": report["status"], "checks": report["steps"]}
+    if report["reason"]:
+        verification["message"] = report["reason"]
+    return Outcome(metrics=dict(report["metrics"]), verification=verification, details={"recovery": dict(report)})
+
+
+def _verify_recovered(
+    cluster: postgres.Cluster,
+    params: Params,
+    settings: postgres.Settings,
+    acks: int,
+    deadline: float,
+    timeout: float,
+    heapallindexed_max_bytes: int,
+    step: Callable[..., None],
+    metrics: dict[str, float | int],
+) -> None:
+    """The checks of a recovered, running cluster: the read-only ones first (pg_amcheck installs its
+    extension)."""
+    t0 = time.monotonic()
+    try:
+        after = read_state(cluster)
+    except proc.CommandError as exc:
+        step("invariant", t0, f"the pgbench tables cannot be read after recovery: {_first_line(exc)}")
+    else:
+        found = check_after_crash(params.script, params.scale, after)
+        step("invariant", t0, "; ".join(found) or None, state=after)
+
+    t0 = time.monotonic()
+    try:
+        report = pgacks.durability(cluster, acks, DATABASE, settings)
+    except proc.CommandError as exc:
+        step("durability", t0, f"the acknowledged commits cannot be read after recovery: {_first_line(exc)}")
+    else:
+        report.pop("status")
+        step("durability", t0, report.pop("message", None), **report)
+        metrics.update(acknowledged=report["acknowledged"], found_commits=report["found"], lost_commits=report["lost"])
+
+    t0 = time.monotonic()
+    size = int(cluster.value("SELECT sum(pg_database_size(oid)) FROM pg_database"))
+    whole = size <= heapallindexed_max_bytes
+    found_amcheck = amcheck_all(cluster, heapallindexed=whole, timeout=_left(deadline, timeout, "pg_amcheck"))
+    step("amcheck", t0, found_amcheck, heapallindexed=whole, database_bytes=size)
+
+
+def _first_line(exc: proc.CommandError) -> str:
+    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+    return lines[0] if lines else str(exc).splitlines()[0]
 
 
 WORKLOAD = Workload(

@@ -23,6 +23,7 @@ import glob
 import logging
 import os
 import pwd
+import re
 import signal
 import stat
 import subprocess
@@ -30,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,14 @@ WAL_SEGMENT = 16 << 20
 MAX_SHARED_BUFFERS = 1073741823 * PAGE
 STOP_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 120.0
+
+
+class ServerDied(RuntimeError):
+    """The server stopped while a run still needed it: a crash (injected, or not)."""
+
+    def __init__(self, message: str, acknowledged: int | None = None) -> None:
+        super().__init__(message)
+        self.acknowledged = acknowledged  # the acknowledging client's count, when one ran
 
 
 @dataclass(frozen=True)
@@ -343,8 +353,9 @@ class Cluster:
             args += ["-c", f"{name}={value}"]
         return args
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Start the server in a session of its own and wait until it accepts connections."""
+    def start(self, timeout: float = START_TIMEOUT_S, poll: float = 0.1) -> None:
+        """Start the server in a session of its own and wait until it accepts connections (asked
+        every ``poll`` seconds: what a measured start, a crash recovery's, can make finer)."""
         if self.postmaster is not None and self.postmaster.poll() is None:
             raise RuntimeError("the server is already running")
         kwargs: dict[str, Any] = {}
@@ -370,7 +381,7 @@ class Cluster:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"PostgreSQL did not accept connections within {timeout:g} s: {self.log_tail()}")
-            time.sleep(0.1)
+            time.sleep(poll)
 
     def log_tail(self, lines: int = 8) -> str:
         try:
@@ -428,7 +439,7 @@ class Cluster:
         """SIGKILL every process of the server (a crash: no shutdown checkpoint, nothing flushed).
 
         The postmaster is stopped first (SIGSTOP: it can start no new child, nor restart a killed
-        one), then its children are listed, then all of them get SIGKILL."""
+        one), then its children are listed, then all of them get SIGKILL, the postmaster last."""
         if self.postmaster is None:
             return
         postmaster = self.postmaster.pid
@@ -437,7 +448,9 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(postmaster, signal.SIGSTOP)
         targets = set(self.processes()) | set(children_of(postmaster))
-        for pid in sorted(targets):
+        # The children first, the stopped postmaster last: a child that outlived the postmaster by a
+        # moment would see it gone and exit in an orderly way ("unexpected postmaster exit"), not crash.
+        for pid in sorted(targets, key=lambda pid: (pid == postmaster, pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         _wait(self.postmaster, 10)
@@ -591,6 +604,152 @@ def create(
     )
     cluster.initdb(timeout)
     return cluster
+
+
+def attach(
+    settings: Settings,
+    data_root: Path,
+    wal_root: Path | None,
+    scratch: Path,
+    stack: contextlib.ExitStack,
+    *,
+    extra: Mapping[str, str] | None = None,
+    log_name: str = "postgres-recovery.log",
+) -> Cluster:
+    """The cluster ``create`` made in ``data_root/pgdata`` (WAL in ``wal_root/pg_wal``), found again
+    on the same disks after a crash: nothing is initialised, the server is not started. Its log is a
+    file of its own (``log_name`` in ``scratch``) so that what the restart logs is read apart from the run.
+
+    FileNotFoundError when there is no cluster there; ValueError when its WAL is not where the
+    layout puts it (pg_wal must be the symbolic link initdb --waldir made to ``wal_root/pg_wal``).
+    """
+    owner = Owner.resolve()
+    data = data_root.resolve() / "pgdata"
+    if not (data / "PG_VERSION").is_file():
+        raise FileNotFoundError(f"no PostgreSQL cluster in {data} (no PG_VERSION): nothing to recover")
+    pg_wal = data / "pg_wal"
+    wal = wal_root.resolve() / "pg_wal" if wal_root is not None else None
+    if wal is not None and (not pg_wal.is_symlink() or pg_wal.resolve() != wal):
+        raise ValueError(f"{pg_wal} does not lead to {wal}: the cluster's WAL is not on the journal disk")
+    if wal is None and pg_wal.is_symlink():
+        raise ValueError(f"{pg_wal} is a link to {pg_wal.resolve()}: this layout keeps the WAL in the data directory")
+    scratch.mkdir(parents=True, exist_ok=True)
+    return Cluster(
+        bin=locate_bin(),
+        data=data,
+        wal=wal,
+        sockets=socket_dir(scratch, owner, stack),
+        log_file=scratch / log_name,
+        settings=settings,
+        owner=owner,
+        extra=dict(extra or {}),
+    )
+
+
+def controldata(cluster: Cluster, timeout: float = 60) -> dict[str, str]:
+    """``pg_controldata`` of the (stopped) cluster, ``{"Database cluster state": "in production", ...}``.
+
+    "in production" after a crash, "shut down" after a clean stop: whether a restart has anything to
+    recover."""
+    out = cluster.run([cluster.tool("pg_controldata"), "-D", str(cluster.data)], as_owner=True, timeout=timeout)
+    fields = {}
+    for line in out.stdout.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            fields[name.strip()] = value.strip()
+    return fields
+
+
+def lsn_bytes(lsn: str) -> int:
+    """A WAL position "X/Y" (hexadecimal halves) as a byte offset; ValueError for anything else."""
+    high, sep, low = lsn.partition("/")
+    if not sep:
+        raise ValueError(f"not a WAL position: {lsn!r}")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+# What PostgreSQL 15 logs while it restarts after a crash (log_line_prefix '%m [%p] ').
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) \S+ \[\d+\] (\w+):  (.*)$")
+_EVENTS = {
+    "starting": re.compile(r"^starting PostgreSQL "),
+    "interrupted": re.compile(r"^database system was interrupted"),
+    "recovery": re.compile(r"^database system was not properly shut down; automatic recovery in progress"),
+    "redo_start": re.compile(r"^redo starts at ([0-9A-F]+/[0-9A-F]+)"),
+    "redo_done": re.compile(r"^redo done at ([0-9A-F]+/[0-9A-F]+) .*elapsed: ([0-9.]+) s"),
+    "no_redo": re.compile(r"^redo is not required"),
+    "end_of_wal": re.compile(
+        r"^(invalid record length|record with incorrect prev-link|invalid magic number|"
+        r"invalid resource manager|incorrect resource manager data checksum|"
+        r"missing contrecord|record length)"
+    ),  # fmt: skip
+    "checkpoint": re.compile(r"^checkpoint complete: .*total=([0-9.]+) s"),
+    "ready": re.compile(r"^database system is ready to accept connections"),
+}
+_NOISE = (
+    "the database system is starting up",
+    "the database system is not yet accepting connections",
+    "the database system is shutting down",
+)  # what a readiness probe is told meanwhile
+
+
+def parse_recovery_log(text: str) -> dict[str, Any]:
+    """What a restart's server log says about its crash recovery.
+
+    ``crash_recovery``: the server found the cluster not shut down (it was interrupted: it must replay
+    its WAL, whether or not it then could); ``redo_start`` /
+    ``redo_done``: the WAL range replayed (``redo_bytes`` its length), ``redo_elapsed_s`` PostgreSQL's
+    own figure (10 ms resolution); from the line timestamps (ms): ``sync_s`` (interrupted until
+    recovery began: PostgreSQL fsyncs the data directory first), ``redo_s``, ``checkpoint_s`` (the
+    end-of-recovery checkpoint) and ``server_s`` (server start to ready); ``end_of_wal``: the line
+    that ended the replay; ``errors``: FATAL and PANIC lines (not the "starting up" refusals of
+    connection attempts), the first few.
+    """
+    times: dict[str, datetime] = {}
+    found: dict[str, Any] = {"crash_recovery": False, "errors": []}
+    for line in text.splitlines():
+        match = _LINE.match(line)
+        if not match:
+            continue
+        stamp, level, message = match.groups()
+        if level in ("FATAL", "PANIC") and not message.startswith(_NOISE):
+            if len(found["errors"]) < 4:
+                found["errors"].append(f"{level}: {message.strip()}")
+            continue
+        for event, pattern in _EVENTS.items():
+            hit = pattern.match(message)
+            if not hit:
+                continue
+            if event == "checkpoint" and "ready" in times:
+                continue  # a later checkpoint, not the end-of-recovery one
+            times.setdefault(event, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f"))
+            if event in ("interrupted", "recovery"):
+                found["crash_recovery"] = True
+            elif event == "redo_start":
+                found["redo_start"] = hit.group(1)
+            elif event == "redo_done":
+                found["redo_done"], found["redo_elapsed_s"] = hit.group(1), float(hit.group(2))
+            elif event == "end_of_wal":
+                found.setdefault("end_of_wal", message.strip())
+            elif event == "checkpoint" and "recovery" in times:
+                found.setdefault("checkpoint_s", float(hit.group(1)))
+    if "redo_start" in found and "redo_done" in found:
+        found["redo_bytes"] = lsn_bytes(found["redo_done"]) - lsn_bytes(found["redo_start"])
+
+    def between(first: str, last: str) -> float | None:
+        if first in times and last in times:
+            return round((times[last] - times[first]).total_seconds(), 3)
+        return None
+
+    for name, first, last in (
+        ("sync_s", "interrupted", "recovery"),
+        ("redo_s", "redo_start", "redo_done"),
+        ("server_s", "starting", "ready"),
+    ):
+        seconds = between(first, last)
+        if seconds is not None:
+            found[name] = seconds
+    found["ready"] = "ready" in times
+    return found
 
 
 def version(cluster: Cluster) -> str:
