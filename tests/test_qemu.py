@@ -125,7 +125,7 @@ def test_virtio_scsi_disk_has_its_controller_and_iothread(tmp_path: Path) -> Non
     assert args[:2] == ["-object", "iothread,id=io2"]
     assert _device_of(args, "virtio-scsi-pci") == "virtio-scsi-pci,id=scsi2,iothread=io2"
     assert _device_of(args, "scsi-hd") == (
-        "scsi-hd,bus=scsi2.0,drive=disk2,serial=fsm-data1,logical_block_size=4096,physical_block_size=4096"
+        "scsi-hd,bus=scsi2.0,drive=disk2,serial=fsm-data1,logical_block_size=4096,physical_block_size=4096,id=dev2"
     )
     assert f"file={disk.path},if=none,id=disk2,format=raw,cache=none,aio=io_uring" in args
     assert "virtio-blk-pci" not in " ".join(args)
@@ -138,7 +138,7 @@ def test_nvme_disk_is_a_controller_with_the_serial(tmp_path: Path) -> None:
     args = image.disk_arguments(disk, 1)
     assert args == [
         "-drive", f"file={disk.path},if=none,id=disk1,format=raw,cache=writeback,aio=threads",
-        "-device", "nvme,drive=disk1,serial=fsm-data0,logical_block_size=4096,physical_block_size=512",
+        "-device", "nvme,drive=disk1,serial=fsm-data0,logical_block_size=4096,physical_block_size=512,id=dev1",
     ]  # fmt: skip
     # QEMU 7.2's nvme has no iothread property: asking for one must not break the command line.
     assert "iothread" not in " ".join(args)
@@ -173,7 +173,8 @@ def test_cell_device_settings_reach_every_data_disk(tmp_path: Path) -> None:
         Launch(cell, 1, tmp_path, tmp_path / "o.qcow2", tmp_path / "j.img", disks, tmp_path / "c"), tmp_path / "q"
     )
     # The root and job disks stay on virtio-blk, unthrottled; the data disks are NVMe, throttled.
-    assert "virtio-blk-pci,drive=disk0,serial=fsmatrix-job,logical_block_size=512,physical_block_size=512" in cmd
+    job_device = "virtio-blk-pci,drive=disk0,serial=fsmatrix-job,logical_block_size=512,physical_block_size=512,id=dev0"
+    assert job_device in cmd
     assert "virtio-blk-pci,drive=root,bootindex=0" in cmd
     assert sum(a.startswith("nvme,") for a in cmd) == 2
     throttled = [a for a in cmd if "throttling.iops-total=180" in a]

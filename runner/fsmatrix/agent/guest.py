@@ -33,6 +33,8 @@ JOB_SERIAL = "fsmatrix-job"
 BY_ID = Path("/dev/disk/by-id")
 WORKDIR = Path("/var/tmp/fsmatrix-job")
 DEVICE_WAIT_S = 30.0  # udev creates the by-id links shortly after boot
+# The job is made about a second before its guest starts: closer than this, the clock is left alone.
+CLOCK_TOLERANCE_S = 5.0
 
 # QEMU passes at most 20 bytes of a virtio-blk (or NVMe) serial to the guest.
 _SERIAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,19}$")
@@ -100,6 +102,9 @@ def parse_job(doc: Any) -> dict[str, Any]:
     phase = doc.get("phase", "run")
     if phase not in ("run", "recover"):
         raise JobError(f"job.json: 'phase' must be 'run' or 'recover', not {phase!r}")
+    host_time = doc.get("host_time")
+    if host_time is not None and (isinstance(host_time, bool) or not isinstance(host_time, int | float)):
+        raise JobError("job.json: 'host_time' must be seconds since the epoch")
     crash = doc.get("crash")
     if phase == "recover" and (cell.crash is None or not isinstance(crash, dict)):
         raise JobError("job.json: phase 'recover' needs a crash cell and 'crash', the record of the crash")
@@ -113,7 +118,22 @@ def parse_job(doc: Any) -> dict[str, Any]:
         "reference": reference,
         "phase": phase,
         "crash": crash,
+        "host_time": host_time,
     }
+
+
+def set_clock(host_time: float | None, tolerance_s: float = CLOCK_TOLERANCE_S) -> float | None:
+    """Set the guest's clock to the host's time from the job when it is off by more than
+    ``tolerance_s``: a guest restored from a saved state wakes with the time of the save. Returns
+    the correction in seconds (None: none made)."""
+    if host_time is None:
+        return None
+    off = float(host_time) - time.time()
+    if abs(off) <= tolerance_s:
+        return None
+    time.clock_settime(time.CLOCK_REALTIME, float(host_time))
+    log.info("guest clock set from the job's host time (it was %.0f s off)", -off)
+    return off
 
 
 def resolve_data_disks(
@@ -225,6 +245,7 @@ def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str
     job: dict[str, Any] | None = None
     try:
         job = parse_job(jsonfile.read(job_dir / JOB_FILE))
+        set_clock(job["host_time"])
         manifest = provenance.image_manifest() or {}
         if manifest.get("git_sha"):
             # No git in the guest: provenance reads the build's commit from here.

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -323,6 +324,8 @@ def qemu_command(
         "-drive", f"file={image},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap"
         + (",snapshot=on" if snapshot else ""),
         "-device", "virtio-blk-pci,drive=root,bootindex=0",
+        # A new VM generation id at every start: a guest restored from a saved state reseeds its RNG.
+        "-device", "vmgenid,guid=auto",
     ]  # fmt: skip
     if qmp_socket is not None:
         cmd += ["-qmp", f"unix:{qmp_socket},server=on,wait=off"]
@@ -339,33 +342,52 @@ def qemu_command(
 
 
 def disk_arguments(disk: Disk, index: int) -> list[str]:
-    """QEMU arguments attaching one disk: -drive (cache, aio, throttling), then per bus:
+    """QEMU arguments attaching one disk: its block backend (see ``disk_backend``), then its devices
+    (see ``disk_devices``) as -device options."""
+    devices = []
+    for device in disk_devices(disk, index):
+        options = ",".join(f"{key}={value}" for key, value in device.items() if key != "driver")
+        devices += ["-device", f"{device['driver']},{options}"]
+    return [*disk_backend(disk, index), *devices]
+
+
+def disk_backend(disk: Disk, index: int) -> list[str]:
+    """The disk's block backend (-drive: cache, aio, throttling) and its iothread (-object): what a
+    restored guest's command line carries, since neither is part of a saved guest state."""
+    drive = f"file={disk.path},if=none,id=disk{index},format={disk.format},cache={disk.cache},aio={disk.aio}"
+    drive += "".join(f",throttling.{key}={value}" for key, value in sorted(disk.throttle.items()))
+    iothread = ["-object", f"iothread,id=io{index}"] if _has_iothread(disk) else []
+    return [*iothread, "-drive", drive]
+
+
+def _has_iothread(disk: Disk) -> bool:
+    # QEMU 7.2's nvme device has no iothread and runs in the main loop whatever ``iothread`` says.
+    return disk.iothread and disk.bus != "nvme"
+
+
+def disk_devices(disk: Disk, index: int) -> list[dict[str, Any]]:
+    """The disk's guest devices, as ``device_add`` arguments (hot-plugged in this order):
 
     - virtio-blk: a virtio-blk-pci device;
     - virtio-scsi: a virtio-scsi-pci controller of its own and one scsi-hd on it;
     - nvme: an NVMe controller of its own (namespace 1 is the disk).
 
     Serial and block sizes go on the disk's device. With ``iothread`` the virtio-blk device or
-    the virtio-scsi controller gets an iothread of its own, so no disk's IO waits behind another's;
-    QEMU 7.2's nvme device has no iothread and runs in the main loop whatever ``iothread`` says.
+    the virtio-scsi controller gets an iothread of its own, so no disk's IO waits behind another's.
     """
-    drive = f"file={disk.path},if=none,id=disk{index},format={disk.format},cache={disk.cache},aio={disk.aio}"
-    drive += "".join(f",throttling.{key}={value}" for key, value in sorted(disk.throttle.items()))
-    sizes = f",logical_block_size={disk.logical_block_size},physical_block_size={disk.physical_block_size}"
-    iothread = ["-object", f"iothread,id=io{index}"] if disk.iothread and disk.bus != "nvme" else []
-    on_iothread = f",iothread=io{index}" if iothread else ""
+    sizes = {"logical_block_size": disk.logical_block_size, "physical_block_size": disk.physical_block_size}
+    on_iothread = {"iothread": f"io{index}"} if _has_iothread(disk) else {}
+    drive = {"drive": f"disk{index}", "serial": disk.serial}
     if disk.bus == "virtio-blk":
-        devices = ["-device", f"virtio-blk-pci,drive=disk{index},serial={disk.serial}{sizes}{on_iothread}"]
-    elif disk.bus == "virtio-scsi":
-        devices = [
-            "-device", f"virtio-scsi-pci,id=scsi{index}{on_iothread}",
-            "-device", f"scsi-hd,bus=scsi{index}.0,drive=disk{index},serial={disk.serial}{sizes}",
-        ]  # fmt: skip
-    elif disk.bus == "nvme":
-        devices = ["-device", f"nvme,drive=disk{index},serial={disk.serial}{sizes}"]
-    else:
-        raise ValueError(f"disk {disk.serial}: unknown bus {disk.bus!r} (virtio-blk, virtio-scsi or nvme)")
-    return [*iothread, "-drive", drive, *devices]
+        return [{"driver": "virtio-blk-pci", **drive, **sizes, **on_iothread, "id": f"dev{index}"}]
+    if disk.bus == "virtio-scsi":
+        return [
+            {"driver": "virtio-scsi-pci", "id": f"scsi{index}", **on_iothread},
+            {"driver": "scsi-hd", "bus": f"scsi{index}.0", **drive, **sizes, "id": f"dev{index}"},
+        ]
+    if disk.bus == "nvme":
+        return [{"driver": "nvme", **drive, **sizes, "id": f"dev{index}"}]
+    raise ValueError(f"disk {disk.serial}: unknown bus {disk.bus!r} (virtio-blk, virtio-scsi or nvme)")
 
 
 # --------------------------------------------------------------------------------------------

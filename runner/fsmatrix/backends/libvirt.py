@@ -226,6 +226,7 @@ class LibvirtBackend(QemuBackend):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.start = "boot"  # libvirt boots every run's domain; restoring is the qemu backend's
         self._stack = contextlib.ExitStack()
         self._conn: Any = None
         self._daemons: libvirtd.Daemons | None = None

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +34,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, workdirs
 from fsmatrix.agent import job, proc, provenance, storage
-from fsmatrix.backends import hostinfo, image, jobdisk, profiles
+from fsmatrix.backends import hostinfo, image, jobdisk, profiles, snapshot
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
@@ -52,7 +52,8 @@ DATA_SERIAL = "fsm-data{}"
 TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
 # The guest agent's first log line (fsmatrix.agent.guest.main), which systemd copies to the serial
 # console: the moment the guest has booted and job mode has started.
-AGENT_MARKER = b"guest agent, job disk"
+# The agent logs this once it has read the run's job and found its disks: boot-to-agent ends here.
+AGENT_MARKER = b" INFO job "
 CONSOLE_POLL_S = 0.25
 
 
@@ -67,6 +68,7 @@ class Launch:
     job_disk: Path
     data: list[Disk]
     console: Path  # where the guest's serial console goes
+    template: snapshot.Template | None = None  # restore this saved guest instead of booting
 
 
 def running_vms(prefix: str = "fsmatrix-") -> list[tuple[int, str]]:
@@ -180,8 +182,10 @@ class QemuBackend:
         self._manifest: dict[str, Any] = {}
         self.accel = "tcg"
         self.aio = "threads"
-        # Seconds from QEMU's start to the agent's first console line, in the last boot (None: not seen).
+        # Seconds from QEMU's start to the agent having read its job, in the last run (None: not seen).
         self.boot_to_agent_s: float | None = None
+        # How each run's guest starts: restored from a saved booted guest, or booted (snapshot.py).
+        self.start = snapshot.start_mode()
 
     # ------------------------------------------------------------------ setup
 
@@ -265,19 +269,51 @@ class QemuBackend:
     # ------------------------------------------------------------------ one run
 
     def command(self, launch: Launch, qmp: Path) -> list[str]:
-        """The QEMU command line of one run: the overlay as root disk, job disk, data disks."""
-        vm = launch.cell.spec.vm
+        """The QEMU command line of one run: the overlay as root disk, job disk, data disks; to
+        restore, the template's devices and the disks' backends only (they are hot-plugged)."""
+        name = f"fsmatrix-{launch.cell.id}-r{launch.repeat}"
+        if launch.template is None:
+            return self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, self.drives(launch))
+        cmd = self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, ())
+        for index, disk in enumerate(self.drives(launch)):
+            cmd += image.disk_backend(disk, index)
+        return cmd + snapshot.restore_arguments(launch.template)
+
+    def _vm_command(
+        self, cell: Cell, overlay: Path, console: Path, qmp: Path, name: str, drives: Sequence[Disk]
+    ) -> list[str]:
+        vm = cell.spec.vm
         return image.qemu_command(
-            launch.overlay,
+            overlay,
             accel=self.accel,
-            name=f"fsmatrix-{launch.cell.id}-r{launch.repeat}",
-            serial_log=launch.console,
+            name=name,
+            serial_log=console,
             memory_mib=vm.memory_mib,
             cpus=vm.cpus,
-            drives=self.drives(launch),
+            drives=drives,
             snapshot=False,  # the overlay takes the writes; the golden image is its read-only backing file
             qmp_socket=qmp,
         )
+
+    def template(self, cell: Cell) -> snapshot.Template | None:
+        """The saved booted guest this cell's runs restore (made on first use); None when runs boot
+        (FSMATRIX_VM_START=boot) or no template could be made (then this run boots, and says so)."""
+        assert self._image is not None
+        if self.start != "restore":
+            return None
+
+        def command_for(overlay: Path, console: Path, qmp: Path) -> list[str]:
+            return self._vm_command(cell, overlay, console, qmp, "fsmatrix-template", ())
+
+        placeholder = Path("/template")
+        key = snapshot.template_key(
+            command_for(placeholder, placeholder, placeholder), self._sha256, hostinfo.qemu_version() or ""
+        )
+        try:
+            return snapshot.ensure_template(image.cache_root(), key, self._image.qcow2, command_for, self._echo)
+        except (RuntimeError, OSError, proc.CommandError) as exc:
+            log.warning("cannot save a booted guest to restore (%s): this run boots", exc)
+            return None
 
     def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
         if self._image is None:
@@ -285,7 +321,7 @@ class QemuBackend:
         assert self._image is not None
         run_dir = self.workdir / f"vm-{cell.id}-r{repeat}-{os.getpid()}"
         started, started_at = time.monotonic(), _now()
-        vm_info = {"cpus": cell.spec.vm.cpus, "memory": cell.spec.vm.memory}
+        vm_info = {"cpus": cell.spec.vm.cpus, "memory": cell.spec.vm.memory, "start": self.start}
         with contextlib.ExitStack() as claims:
             try:
                 self._claim_devices(claims)
@@ -317,9 +353,12 @@ class QemuBackend:
     ) -> dict[str, Any]:
         assert self._image is not None
         try:
+            template = self.template(cell)
+            vm_info["start"] = "boot" if template is None else "restore"
             overlay = run_dir / "root.qcow2"
+            backing = self._image.qcow2 if template is None else template.overlay  # the disk the saved memory expects
             proc.run(
-                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(self._image.qcow2), "-F", "qcow2", str(overlay)],
+                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(backing), "-F", "qcow2", str(overlay)],
                 timeout=60,
             )
             data = self._data_disks(cell, run_dir)
@@ -331,11 +370,14 @@ class QemuBackend:
                 "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
                 "environment": {**self.environment(), "vm": vm_info},
                 "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
+                # A restored guest's clock stopped when its template was saved: the agent sets it from this.
+                "host_time": time.time(),
             }
             job_disk = jobdisk.make_job_disk(run_dir / "job.img", job_doc)
             console = run_dir / "console.log"
             limit = float(cell.spec.timeout) + self.boot_allowance
-            code = self.boot_and_wait(Launch(cell, repeat, run_dir, overlay, job_disk, data, console), limit)
+            launch = Launch(cell, repeat, run_dir, overlay, job_disk, data, console, template)
+            code = self.boot_and_wait(launch, limit)
             if code is None:
                 tail = console_tail(console)
                 log.info("guest console (tail):\n%s", tail)
@@ -389,6 +431,8 @@ class QemuBackend:
                 vm = subprocess.Popen(
                     [*parent_death_prefix(), *cmd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
                 )
+            if launch.template is not None:
+                self._resume_restored(launch, vm, qmp)
             watcher = ConsoleWatcher(console, AGENT_MARKER)
             while (code := vm.poll()) is None:
                 now = time.monotonic()
@@ -405,6 +449,18 @@ class QemuBackend:
             if vm is not None and vm.poll() is None:
                 vm.kill()  # an exception on the way: no QEMU may outlive its run
                 vm.wait()
+
+    def _resume_restored(self, launch: Launch, vm: subprocess.Popen[bytes], qmp: Path) -> None:
+        """A restored guest: plug in the data disks, then the job disk (which starts the job), and resume."""
+        drives = self.drives(launch)
+        devices = [d for index, disk in enumerate(drives) for d in image.disk_devices(disk, index)]
+        job_devices = image.disk_devices(drives[0], 0)  # the job disk comes first in drives(): plug it last
+        ordered = [d for d in devices if d not in job_devices] + job_devices
+        monitor = snapshot.connect(qmp, vm)
+        try:
+            snapshot.attach_and_resume(monitor, vm, ordered)
+        finally:
+            monitor.close()
 
     def vm_error(self, run_dir: Path) -> str:
         """What the VM process said when it failed (QEMU's stderr)."""

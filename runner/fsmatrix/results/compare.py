@@ -35,6 +35,8 @@ ENV_KEYS = (
     "cpu_model",
     "cpu_count",
     "memory_kib",
+    # A guest restored from a saved booted one, or booted: its page cache and timing start differently.
+    "vm.start",
     # The machine under the run (provenance.host): for a VM result the keys above describe the guest,
     # which looks the same on every host; these tell two hosts (and two QEMUs) apart.
     *(
