@@ -100,6 +100,16 @@ def template_key(command: Sequence[str], image_sha256: str, qemu_version: str) -
 def connect(qmp: Path, vm: subprocess.Popen[bytes], timeout: float = QMP_CONNECT_S) -> QEMUMonitorProtocol:
     """A QMP connection to a QEMU just started (its socket appears once it has parsed its options)."""
     deadline = time.monotonic() + timeout
+    # qemu.qmp logs every refused attempt as an error: until the socket is there, that is expected.
+    quiet = logging.getLogger("qemu.qmp")
+    level, quiet.level = quiet.level, logging.CRITICAL
+    try:
+        return _connect(qmp, vm, deadline, timeout)
+    finally:
+        quiet.setLevel(level)
+
+
+def _connect(qmp: Path, vm: subprocess.Popen[bytes], deadline: float, timeout: float) -> QEMUMonitorProtocol:
     while True:
         monitor = QEMUMonitorProtocol(str(qmp))
         try:
