@@ -9,13 +9,13 @@ tmpfs cell, with the result written to a job directory.
 from __future__ import annotations
 
 import json
-import time
 import os
 import shutil
 import stat
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 from typing import Any
 
