@@ -1,14 +1,18 @@
 """What the qemu backend costs and how faithful its disks are: ``python -m fsmatrix.vmbench``.
 
-Each repetition boots the guest twice through the qemu backend, on one raw data file attached as
+Each repetition starts the guest twice through the qemu backend, on one raw data file attached as
 the data disk (passthrough, cache none): a fio cell of 4k random reads (queue depth 1, psync) and
 one of 1 MiB sequential reads. Right after each boot, fio on the host reads the SAME file with
 the same parameters and direct=1. It reports, as median and range over the repetitions:
 
-- boot-to-agent: from QEMU's start until the guest agent's first line on the serial console;
-- per-run overhead: the run's wall time on the host (overlay, job disk, boot, power-off) minus the
-  guest's own job time (storage preparation and workload);
+- boot-to-agent: from QEMU's start until the guest agent has read the run's job and found its
+  disks (its console line says so);
+- per-run overhead: the run's wall time on the host (overlay, job disk, boot or restore,
+  power-off) minus the guest's own job time (storage preparation and workload);
 - fidelity: guest IOPS / host IOPS and guest MiB/s / host MiB/s, paired within a repetition.
+
+``--start boot|restore`` chooses how the guest starts (the backend's default: restore from a saved
+booted guest; the one-off saving is not part of any run's figures).
 
 The guest fio works on the disk itself (filesystem raw; ``--filesystem ext4`` puts files in ext4
 instead), the host fio on the image file: the same bytes. Under TCG the guest's CPU, not the
@@ -39,6 +43,7 @@ from rich.table import Table
 from fsmatrix import __version__
 from fsmatrix.agent import proc, storage
 from fsmatrix.agent.workloads import fio
+from fsmatrix.backends import snapshot
 from fsmatrix.backends.qemu import DEFAULT_WORKDIR, QemuBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
@@ -176,6 +181,7 @@ def measure(repeats: int, runtime: int, size: int, workdir: Path, filesystem: st
             "qemu": proc.output(["qemu-system-x86_64", "--version"], timeout=30).splitlines()[0],
         },
         "accel": environment["accel"],
+        "start": backend.start,
         "image": environment["image_name"],
         "settings": {"repeats": repeats, "runtime_s": runtime, "data_file_bytes": size, "filesystem": filesystem},
         "summary": summary,
@@ -197,7 +203,10 @@ def table(doc: dict[str, Any]) -> Table:
         return f"{stats['median']:.{digits}f} [{stats['min']:.{digits}f}, {stats['max']:.{digits}f}]"
 
     summary = doc["summary"]
-    title = f"vmbench: accel {doc['accel']}, {doc['settings']['repeats']} repeats, median [min, max]"
+    title = (
+        f"vmbench: accel {doc['accel']}, guest start {doc.get('start', 'boot')}, {doc['settings']['repeats']} repeats, "
+        "median [min, max]"
+    )
     out = Table(title=escape(title))
     for header in ("figure", "guest", "host", "guest / host"):
         out.add_column(header)
@@ -216,7 +225,8 @@ def table(doc: dict[str, Any]) -> Table:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fsmatrix.vmbench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="repetitions (each boots twice) (%(default)s)")
+    parser.add_argument("--repeats", type=int, default=5, help="repetitions (each starts a guest twice) (%(default)s)")
+    parser.add_argument("--start", choices=snapshot.STARTS, default=None, help="boot or restore (default: restore)")
     parser.add_argument("--runtime", type=int, default=10, help="seconds of each fio measurement (%(default)s)")
     parser.add_argument("--size", default="1G", help="the data file, also the guest's data disk (%(default)s)")
     parser.add_argument("--filesystem", default="raw", help="the guest's filesystem for fio (%(default)s)")
@@ -227,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     if args.repeats < 1 or args.runtime < 1:
         parser.error("--repeats and --runtime must be at least 1")
+    if args.start:
+        os.environ[snapshot.START_ENV] = args.start
     try:
         doc = measure(args.repeats, args.runtime, storage.parse_size(args.size), args.workdir, args.filesystem, console)
     except UserError as exc:
