@@ -107,25 +107,6 @@ def test_bootstrap_interval_covers_the_true_ratio() -> None:
     assert covered >= 80  # percentile bootstrap of medians at n=10 is a little narrow, not wildly so
 
 
-def test_false_positive_and_detection_rates_from_a_pool() -> None:
-    rng = np.random.default_rng(5)
-    pool = noisy(rng, 10, 10.0, cv=0.02, outlier=0)
-    assert stats.split_rates(pool, 5, "lower", trials=100) <= 0.05
-    assert stats.split_rates(pool, 5, "lower", effect=0.3, trials=100) == 1.0
-    mde = stats.min_detectable_effect(pool, 5, "lower", trials=50)
-    assert 0.01 <= mde <= 0.1
-    noisier = noisy(rng, 10, 10.0, cv=0.10, outlier=0)
-    assert stats.min_detectable_effect(noisier, 5, "lower", trials=50) > mde
-    assert math.isinf(stats.min_detectable_effect(pool[:4], 2, "lower"))  # too few runs to call anything
-
-
-def test_analytic_detectable_effect_grows_with_noise_and_shrinks_with_runs() -> None:
-    assert stats.detectable_effect_lognormal(0.02, 10) < stats.detectable_effect_lognormal(0.02, 5)
-    assert stats.detectable_effect_lognormal(0.05, 5) > stats.detectable_effect_lognormal(0.02, 5)
-    assert stats.log_spread([10.0, 10.0, 10.0]) == 0.0
-    assert stats.log_spread([9.0, 10.0, 11.0]) == pytest.approx(0.105, abs=0.01)
-
-
 def test_bad_direction_is_refused() -> None:
     with pytest.raises(ValueError, match="direction"):
         stats.compare_samples([1.0] * 3, [1.0] * 3, "sideways")
