@@ -7,6 +7,7 @@ and of the recovery log, without a server."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -682,3 +683,29 @@ def test_missing_acknowledgements_fail_the_recovery(job_dir: Path) -> None:
                                  environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]))  # fmt: skip
     assert again["status"] == "passed", again["reason"]
     assert again["crash"]["acknowledged"] == 0 and again["crash"]["lost_commits"] == 0
+
+
+@needs_root
+@needs_pg
+def test_fsmatrix_run_kills_and_recovers_a_pgbench_cell_on_the_host_backend(job_dir: Path) -> None:
+    """The whole CLI path: `fsmatrix run --backend host` on a one-cell matrix with crash.mode kill."""
+    matrix = job_dir / "pgcrash.yaml"
+    matrix.write_text(
+        "name: pgcrash\naxes: {filesystem: [ext4]}\ndefaults:\n"
+        f"  workload.pgbench: {{scale: {SCALE}, clients: 2, threads: 2, duration: 60}}\n"
+        "  storage.disk_size: 512M\n  crash: {mode: kill, after_s: 1.5}\n"
+    )
+    results = job_dir / "results"
+    out = subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--backend", "host", "--results", str(results),
+         "--workdir", str(job_dir / "work")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (path,) = results.glob("pgcrash/*/r1.json")
+    doc = json.loads(path.read_text())
+    assert doc["status"] == "passed", doc["reason"]
+    assert "-crash-kill-pgbench-" in doc["cell_id"]
+    section = doc["crash"]
+    assert section["fired"] and section["lost_commits"] == 0 and section["acknowledged"] > 0
+    assert section["recovery_s"] > 0 and doc["metrics"]["recovery_s"] == section["recovery_s"]
