@@ -158,6 +158,62 @@ def test_console_sink_writes_whole_lines_to_a_terminal() -> None:
     assert pgacks.parse_acks(text) == 0
 
 
+def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path / "scratch")
+    kill = Cell.from_dict(crash_cell())
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "scratch" / pgbench.ACKS_FILE).write_text("FSMATRIX-ACK 99\n")  # an earlier run's
+    sink = pgbench.ack_sink(kill, ws)
+    assert isinstance(sink, pgacks.FileSink) and sink.path == tmp_path / "scratch" / pgbench.ACKS_FILE
+    sink.record(1)
+    sink.close()
+    assert pgacks.read_acks(sink.path) == 1  # a fresh file: the earlier count is gone
+
+    doc = crash_cell()
+    doc["crash"]["mode"] = "power-cut"
+    cut = Cell.from_dict(doc)
+    tag = pgbench.ack_tag(cut)
+    assert tag == pgbench.ack_tag(cut.to_dict()) != pgbench.ack_tag(kill)  # from the cell alone
+    master, slave = os.openpty()  # a pseudo-terminal stands in for /dev/ttyS0
+    try:
+        monkeypatch.setattr(pgbench, "SERIAL_CONSOLE", Path(os.ttyname(slave)))
+        sink = pgbench.ack_sink(cut, ws)
+        assert isinstance(sink, pgacks.ConsoleSink)
+        sink.record(7)
+        sink.close()
+        time.sleep(0.1)
+        text = os.read(master, 4096).decode()
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert pgacks.parse_acks(text, tag) == 7 and pgacks.parse_acks(text) == 0
+    monkeypatch.setattr(pgbench, "SERIAL_CONSOLE", tmp_path / "no-ttyS0")
+    with pytest.raises(RuntimeError, match="needs the VM's serial console .*no-ttyS0"):
+        pgbench.ack_sink(cut, ws)
+
+
+def test_the_acknowledged_count_comes_from_the_host_or_the_file(tmp_path: Path) -> None:
+    ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path)
+    kill = Cell.from_dict(crash_cell())
+    event = crash.CrashEvent(mode="kill", after_s=1.5)
+    with pytest.raises(FileNotFoundError, match="acks is missing"):
+        pgbench.acknowledged_commits(kill, ws, event)
+    (tmp_path / pgbench.ACKS_FILE).write_text("FSMATRIX-ACK 1\nFSMATRIX-ACK 2\nFSMATRIX-ACK 3")  # the last cut short
+    assert pgbench.acknowledged_commits(kill, ws, event) == (2, str(tmp_path / pgbench.ACKS_FILE))
+    event.acknowledged = 40  # the host's count wins
+    assert pgbench.acknowledged_commits(kill, ws, event) == (40, "the host's serial log")
+    event.acknowledged = -1
+    with pytest.raises(ValueError, match="cannot be negative"):
+        pgbench.acknowledged_commits(kill, ws, event)
+    doc = crash_cell()
+    doc["crash"]["mode"] = "power-cut"
+    cut = crash.CrashEvent(mode="power-cut", after_s=1.5)
+    with pytest.raises(ValueError, match="the host passed no acknowledged count"):
+        pgbench.acknowledged_commits(Cell.from_dict(doc), ws, cut)  # the file is the guest's: not trusted
+
+
 # ------------------------------------------------------------------ real PostgreSQL on ext4 on a loop device
 
 
@@ -709,3 +765,27 @@ def test_fsmatrix_run_kills_and_recovers_a_pgbench_cell_on_the_host_backend(job_
     section = doc["crash"]
     assert section["fired"] and section["lost_commits"] == 0 and section["acknowledged"] > 0
     assert section["recovery_s"] > 0 and doc["metrics"]["recovery_s"] == section["recovery_s"]
+
+
+@needs_root
+@needs_pg
+def test_a_cleanly_stopped_cluster_is_no_crash_recovery() -> None:
+    """The hook on a cluster shut down cleanly (nothing replayed): the crash never reached the
+    database, and the check says so."""
+    cell = Cell.from_dict(crash_cell())
+    with loop_workspace(cell) as ws:
+        ws.scratch.mkdir(parents=True)
+        with contextlib.ExitStack() as stack:
+            cluster = postgres.create(cell.settings_of(postgres.Settings), ws.data, None, ws.scratch, stack)
+            with cluster.running():
+                cluster.run([cluster.tool("createdb"), pgbench.DATABASE])
+                cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgbench.DATABASE],
+                            database=pgbench.DATABASE)  # fmt: skip
+        (ws.scratch / pgbench.ACKS_FILE).write_text("")
+        event = crash.CrashEvent(mode="kill", after_s=1.5, fired=True)
+        outcome = pgbench.recover_cell(cell, ws, event)
+    assert outcome.verification["status"] == "passed"  # the database itself is fine
+    checks = {c["name"]: c for c in event.checks}
+    assert checks["crash recovery"]["verdict"] == "failed"
+    assert event.problems() == ["crash recovery: PostgreSQL had been shut down cleanly: it replayed nothing"]
+    assert "shut down" in next(s for s in event.steps if s["name"] == "controldata")["detail"]
