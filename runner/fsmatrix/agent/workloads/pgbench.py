@@ -315,7 +315,11 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     if ws.device is not None:
         raise Skipped(RAW_UNSUPPORTED)
     sink = ack_sink(cell, ws) if cell.crash is not None else None
-    return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout, acks=sink)
+    try:
+        return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout, acks=sink)
+    finally:
+        if sink is not None:  # the client closes it; a run that failed before the client started did not
+            sink.close()
 
 
 @contextlib.contextmanager
