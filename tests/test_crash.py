@@ -128,9 +128,11 @@ def test_the_shipped_crash_matrix_expands() -> None:
 
     m = matrix.load(Path(__file__).resolve().parent.parent / "matrix" / "crash.yaml")
     modes = {c.spec.crash.mode for c in m.cells if c.spec.crash}
-    assert modes == {"power-cut"} and len(m.cells) == 14
+    assert modes == {"power-cut"} and len(m.cells) == 16
+    pg = {c.spec.settings["postgres"].synchronous_commit for c in m.cells if c.spec.workload == "pgbench"}
+    assert pg == {"on", "off"}
     assert sum(c.spec.mount_options == "data=writeback" for c in m.cells) == 2
-    journals = {(c.spec.filesystem, c.spec.settings["gtm"].journal) for c in m.cells}
+    journals = {(c.spec.filesystem, c.spec.settings["gtm"].journal) for c in m.cells if c.spec.workload == "threen1"}
     for fs in ("ext2", "ext3", "ext4", "xfs", "jfs", "btrfs"):
         assert {(fs, "before"), (fs, "nobefore")} <= journals
 

@@ -7,10 +7,12 @@ and of the recovery log, without a server."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 
 from conftest import attached_under, mounted_under, needs_root, sysv_ipc_ids
-from fsmatrix.agent import storage
+from fsmatrix.agent import crash, job, proc, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.workloads import Workspace, pgacks, pgbench, postgres
 
@@ -154,6 +156,62 @@ def test_console_sink_writes_whole_lines_to_a_terminal() -> None:
         os.close(slave)
     assert pgacks.parse_acks(text, "r3") == 42, text  # the terminal turns \n into \r\n: still whole lines
     assert pgacks.parse_acks(text) == 0
+
+
+def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path / "scratch")
+    kill = Cell.from_dict(crash_cell())
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "scratch" / pgbench.ACKS_FILE).write_text("FSMATRIX-ACK 99\n")  # an earlier run's
+    sink = pgbench.ack_sink(kill, ws)
+    assert isinstance(sink, pgacks.FileSink) and sink.path == tmp_path / "scratch" / pgbench.ACKS_FILE
+    sink.record(1)
+    sink.close()
+    assert pgacks.read_acks(sink.path) == 1  # a fresh file: the earlier count is gone
+
+    doc = crash_cell()
+    doc["crash"]["mode"] = "power-cut"
+    cut = Cell.from_dict(doc)
+    tag = pgbench.ack_tag(cut)
+    assert tag == pgbench.ack_tag(cut.to_dict()) != pgbench.ack_tag(kill)  # from the cell alone
+    master, slave = os.openpty()  # a pseudo-terminal stands in for /dev/ttyS0
+    try:
+        monkeypatch.setattr(pgbench, "SERIAL_CONSOLE", Path(os.ttyname(slave)))
+        sink = pgbench.ack_sink(cut, ws)
+        assert isinstance(sink, pgacks.ConsoleSink)
+        sink.record(7)
+        sink.close()
+        time.sleep(0.1)
+        text = os.read(master, 4096).decode()
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert pgacks.parse_acks(text, tag) == 7 and pgacks.parse_acks(text) == 0
+    monkeypatch.setattr(pgbench, "SERIAL_CONSOLE", tmp_path / "no-ttyS0")
+    with pytest.raises(RuntimeError, match="needs the VM's serial console .*no-ttyS0"):
+        pgbench.ack_sink(cut, ws)
+
+
+def test_the_acknowledged_count_comes_from_the_host_or_the_file(tmp_path: Path) -> None:
+    ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path)
+    kill = Cell.from_dict(crash_cell())
+    event = crash.CrashEvent(mode="kill", after_s=1.5)
+    with pytest.raises(FileNotFoundError, match="acks is missing"):
+        pgbench.acknowledged_commits(kill, ws, event)
+    (tmp_path / pgbench.ACKS_FILE).write_text("FSMATRIX-ACK 1\nFSMATRIX-ACK 2\nFSMATRIX-ACK 3")  # the last cut short
+    assert pgbench.acknowledged_commits(kill, ws, event) == (2, str(tmp_path / pgbench.ACKS_FILE))
+    event.acknowledged = 40  # the host's count wins
+    assert pgbench.acknowledged_commits(kill, ws, event) == (40, "the host's serial log")
+    event.acknowledged = -1
+    with pytest.raises(ValueError, match="cannot be negative"):
+        pgbench.acknowledged_commits(kill, ws, event)
+    doc = crash_cell()
+    doc["crash"]["mode"] = "power-cut"
+    cut = crash.CrashEvent(mode="power-cut", after_s=1.5)
+    with pytest.raises(ValueError, match="the host passed no acknowledged count"):
+        pgbench.acknowledged_commits(Cell.from_dict(doc), ws, cut)  # the file is the guest's: not trusted
 
 
 # ------------------------------------------------------------------ real PostgreSQL on ext4 on a loop device
@@ -527,3 +585,207 @@ def test_the_ack_client_stops_on_an_exception() -> None:
         assert processes_under(base) == []
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the crash hook through run_job
+
+FSMATRIX = [sys.executable, "-m", "fsmatrix"]
+
+
+def crash_cell(**postgres_settings: Any) -> dict[str, Any]:
+    """A pgbench crash cell: scale 1, killed 1.5 s into the 60 s transaction run."""
+    return {
+        "filesystem": "ext4",
+        "storage": {"disk_size": "512M"},
+        "workload": {"pgbench": {"scale": SCALE, "clients": 2, "threads": 2, "duration": 60}},
+        "postgres": postgres_settings,
+        "crash": {"mode": "kill", "after_s": 1.5},
+        "timeout": 600,
+    }
+
+
+def orphaned_shared_memory() -> set[str]:
+    """System V segments nobody is attached to (a killed postmaster's, until a restart removes it)."""
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    header = lines[0].split()
+    at, ident = header.index("nattch"), header.index("shmid")
+    return {f[ident] for f in (line.split() for line in lines[1:]) if f[at] == "0"}
+
+
+@pytest.fixture
+def job_dir() -> Iterator[Path]:
+    """A work directory under /var/tmp (reachable by the postgres user); afterwards nothing of the
+    run may be left: loop devices, mounts, server processes, the killed server's shared memory."""
+    if os.geteuid() != 0 or not HAVE_PG:
+        pytest.skip("needs root and postgresql-15")
+    base = Path(tempfile.mkdtemp(prefix="fsmatrix-pgcrash-job-", dir="/var/tmp"))
+    base.chmod(0o755)
+    orphans_before = orphaned_shared_memory()
+    try:
+        yield base
+        assert mounted_under(base) == [] and attached_under(base) == [] and processes_under(base) == []
+        assert orphaned_shared_memory() - orphans_before == set()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _crash_step(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in doc["crash"]["steps"] if s["name"] == name)
+
+
+@needs_root
+@needs_pg
+def test_a_killed_pgbench_cell_recovers_through_run_job(job_dir: Path) -> None:
+    with storage.loop_devices(1, 512 << 20, job_dir) as devices:
+        doc = job.run_job(crash_cell(), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
+                          environment={})  # fmt: skip
+    assert doc["status"] == "passed", doc["reason"]
+    section = doc["crash"]
+    assert section["fired"] is True and 1.5 <= section["fired_at_s"] < 2.5 and section["kill_source"] == "cgroup"
+    assert section["workload_error"].startswith("ServerDied: PostgreSQL stopped during the"), section["workload_error"]
+    assert [s["name"] for s in section["steps"]] == ["acknowledged commits", "controldata", "start"]
+    assert all(s["status"] == "ok" for s in section["steps"]), section["steps"]
+    assert "in production" in _crash_step(doc, "controldata")["detail"]  # killed: no shutdown checkpoint
+    assert 0 < section["recovery_s"] <= _crash_step(doc, "start")["seconds"] < 60
+    assert {c["name"]: c["verdict"] for c in section["checks"]} == {
+        "invariant": "passed", "durability": "passed", "amcheck": "passed"}  # fmt: skip
+    assert section["lost_commits"] == 0 and section["acknowledged"] > 0
+    acks = pgacks.read_acks(job_dir / "job" / "scratch" / pgbench.ACKS_FILE)
+    assert section["acknowledged"] == acks
+    m = doc["metrics"]
+    assert m["recovery_s"] == section["recovery_s"] and m["lost_commits"] == 0 and m["acknowledged"] == acks
+    assert m["redo_bytes"] > 0
+    assert doc["verification"]["status"] == "passed"
+
+
+@needs_root
+@needs_pg
+def test_a_wal_segment_deleted_between_crash_and_recovery_fails_the_run(job_dir: Path) -> None:
+    """The crash phase alone, then the WAL segment holding the last checkpoint record deleted, then
+    the recover phase on the same devices: the server cannot come back, and the run fails saying why.
+    (A 1.5 s run writes too little WAL for a later segment to exist reliably; losing one that holds
+    acknowledged commits is test_a_deleted_wal_segment_fails_the_recovery's case.)"""
+    cell = crash_cell()
+    look = job_dir / "look"
+    with storage.loop_devices(1, 512 << 20, job_dir) as devices:
+        crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
+                              recover=False)  # fmt: skip
+        assert crashed["status"] == "error" and crashed["reason"].startswith("crashed;"), crashed["reason"]
+        assert crashed["crash"]["fired"] and crashed["crash"]["steps"] == []
+        look.mkdir()
+        proc.run(["mount", devices[0], str(look)], timeout=60)
+        try:
+            (look / "pgdata" / "pg_wal" / checkpoint_segment(look / "pgdata")).unlink()
+        finally:
+            proc.run(["umount", str(look)], timeout=60)
+        doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
+                               environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]))  # fmt: skip
+    assert doc["status"] == "failed", doc
+    assert doc["crash"]["mount_s"] is not None
+    assert doc["reason"] == (
+        "recovery failed: start: PostgreSQL did not come back after the crash: "
+        "PANIC: could not locate a valid checkpoint record"
+    ), doc["reason"]
+    assert _crash_step(doc, "start")["status"] == "failed" and doc["crash"]["checks"] == []
+    assert doc["crash"]["lost_commits"] is None  # never counted: the server stayed down
+
+
+def checkpoint_segment(pgdata: Path) -> str:
+    """The name of the WAL segment holding the cluster's latest checkpoint record (pg_controldata)."""
+    out = proc.run(["/usr/lib/postgresql/15/bin/pg_controldata", "-D", str(pgdata)], timeout=60).stdout
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    high, low = (int(part, 16) for part in fields["Latest checkpoint location"].strip().split("/"))
+    timeline = int(fields["Latest checkpoint's TimeLineID"])
+    return f"{timeline:08X}{high:08X}{low >> 24:08X}"  # 16 MiB segments, initdb's default
+
+
+@needs_root
+@needs_pg
+def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count the host passes (CrashEvent.acknowledged, as after a power cut) beyond what the
+    database holds: the run fails naming the lost commits and the setting that allows the loss."""
+    cell = crash_cell(synchronous_commit="off")
+    with storage.loop_devices(1, 512 << 20, job_dir) as devices:
+        crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
+                              recover=False)  # fmt: skip
+        event = crash.CrashEvent.from_dict(crashed["crash"])
+        event.acknowledged = pgacks.read_acks(job_dir / "job" / "scratch" / pgbench.ACKS_FILE) + 1000
+        doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
+                               environment={}, event=event)  # fmt: skip
+    assert doc["status"] == "failed"
+    assert doc["crash"]["lost_commits"] >= 999  # one more row than acknowledged is normal
+    assert "synchronous_commit=off" in doc["reason"] and "acknowledged commits are missing" in doc["reason"]
+    assert _crash_step(doc, "acknowledged commits")["detail"].endswith("(from the host's serial log)")
+
+
+@needs_root
+@needs_pg
+def test_missing_acknowledgements_fail_the_recovery(job_dir: Path) -> None:
+    cell = crash_cell()
+    with storage.loop_devices(1, 512 << 20, job_dir) as devices:
+        crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
+                              recover=False)  # fmt: skip
+        (job_dir / "job" / "scratch" / pgbench.ACKS_FILE).unlink()
+        event = crash.CrashEvent.from_dict(crashed["crash"])
+        doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
+                               environment={}, event=event)  # fmt: skip
+        assert doc["status"] == "failed"
+        assert doc["reason"].startswith("recovery failed: acknowledged commits: "), doc["reason"]
+        assert "is missing" in doc["reason"] and "start" not in [s["name"] for s in doc["crash"]["steps"]]
+        # The same with an empty record (nothing acknowledged) passes; its start also removes the
+        # killed server's shared memory, which the failed recovery never got to.
+        (job_dir / "job" / "scratch" / pgbench.ACKS_FILE).write_text("")
+        again = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
+                                 environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]))  # fmt: skip
+    assert again["status"] == "passed", again["reason"]
+    assert again["crash"]["acknowledged"] == 0 and again["crash"]["lost_commits"] == 0
+
+
+@needs_root
+@needs_pg
+def test_fsmatrix_run_kills_and_recovers_a_pgbench_cell_on_the_host_backend(job_dir: Path) -> None:
+    """The whole CLI path: `fsmatrix run --backend host` on a one-cell matrix with crash.mode kill."""
+    matrix = job_dir / "pgcrash.yaml"
+    matrix.write_text(
+        "name: pgcrash\naxes: {filesystem: [ext4]}\ndefaults:\n"
+        f"  workload.pgbench: {{scale: {SCALE}, clients: 2, threads: 2, duration: 60}}\n"
+        "  storage.disk_size: 512M\n  crash: {mode: kill, after_s: 1.5}\n"
+    )
+    results = job_dir / "results"
+    out = subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--backend", "host", "--results", str(results),
+         "--workdir", str(job_dir / "work")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    (path,) = results.glob("pgcrash/*/r1.json")
+    doc = json.loads(path.read_text())
+    assert doc["status"] == "passed", doc["reason"]
+    assert "-crash-kill-pgbench-" in doc["cell_id"]
+    section = doc["crash"]
+    assert section["fired"] and section["lost_commits"] == 0 and section["acknowledged"] > 0
+    assert section["recovery_s"] > 0 and doc["metrics"]["recovery_s"] == section["recovery_s"]
+
+
+@needs_root
+@needs_pg
+def test_a_cleanly_stopped_cluster_is_no_crash_recovery() -> None:
+    """The hook on a cluster shut down cleanly (nothing replayed): the crash never reached the
+    database, and the check says so."""
+    cell = Cell.from_dict(crash_cell())
+    with loop_workspace(cell) as ws:
+        ws.scratch.mkdir(parents=True)
+        with contextlib.ExitStack() as stack:
+            cluster = postgres.create(cell.settings_of(postgres.Settings), ws.data, None, ws.scratch, stack)
+            with cluster.running():
+                cluster.run([cluster.tool("createdb"), pgbench.DATABASE])
+                cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgbench.DATABASE],
+                            database=pgbench.DATABASE)  # fmt: skip
+        (ws.scratch / pgbench.ACKS_FILE).write_text("")
+        event = crash.CrashEvent(mode="kill", after_s=1.5, fired=True)
+        outcome = pgbench.recover_cell(cell, ws, event)
+    assert outcome.verification["status"] == "passed"  # the database itself is fine
+    checks = {c["name"]: c for c in event.checks}
+    assert checks["crash recovery"]["verdict"] == "failed"
+    assert event.problems() == ["crash recovery: PostgreSQL had been shut down cleanly: it replayed nothing"]
+    assert "shut down" in next(s for s in event.steps if s["name"] == "controldata")["detail"]

@@ -22,6 +22,7 @@ only: the guest runs this too.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import signal
@@ -72,6 +73,10 @@ class CrashEvent:
     "detail"}``; ``checks``: ``{"name", "verdict": "passed" | "failed", "message"}``; ``reused``:
     the work found in the database and not done again; ``lost_commits``: for a database that
     acknowledges commits, how many acknowledged ones are gone (None: not applicable).
+    ``acknowledged``: for such a database, the highest commit its client saw acknowledged before the
+    crash. After a power cut the guest's own record of it is gone with the guest, so the host fills
+    it in from the VM's serial log (``pgacks.parse_acks(log, tag)``) before the recover phase; None:
+    the recover hook reads its own sink (a file that survives a kill) and records the count here.
     """
 
     mode: str
@@ -88,6 +93,7 @@ class CrashEvent:
     checks: list[dict[str, Any]] = field(default_factory=list)
     reused: dict[str, Any] = field(default_factory=dict)
     lost_commits: int | None = None
+    acknowledged: int | None = None  # power-cut: from the host's serial log; else the hook's own count
 
     @classmethod
     def for_settings(cls, settings: Settings) -> CrashEvent:
@@ -97,7 +103,8 @@ class CrashEvent:
     def from_dict(cls, doc: dict[str, Any]) -> CrashEvent:
         """From a stored ``crash`` section (the crash phase's, handed to the recover phase)."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in doc.items() if k in known})
+        # A copy: the recovery appends to steps and checks, and must not change the caller's document.
+        return cls(**{k: copy.deepcopy(v) for k, v in doc.items() if k in known})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

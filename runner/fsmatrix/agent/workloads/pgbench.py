@@ -29,6 +29,8 @@ per-transaction log by ``parse_log`` only.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import random
@@ -40,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import oscache, proc
+from fsmatrix.agent import crash, oscache, proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage.prepare import Skipped
@@ -305,11 +307,19 @@ def _drop_caches() -> str:
 
 
 def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
-    """Create a cluster on ws.data (WAL on ws.journal when it differs), load, run, verify, stop."""
+    """Create a cluster on ws.data (WAL on ws.journal when it differs), load, run, verify, stop.
+
+    A crash cell runs the acknowledging client beside pgbench (``ack_sink``); the crash ends the run
+    with ``postgres.ServerDied``, and ``recover_cell`` takes over."""
     cell = Cell.coerce(cell)
     if ws.device is not None:
         raise Skipped(RAW_UNSUPPORTED)
-    return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout)
+    sink = ack_sink(cell, ws) if cell.crash is not None else None
+    try:
+        return run(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, timeout, acks=sink)
+    finally:
+        if sink is not None:  # the client closes it; a run that failed before the client started did not
+            sink.close()
 
 
 @contextlib.contextmanager
@@ -684,6 +694,125 @@ def _first_line(exc: proc.CommandError) -> str:
     return lines[0] if lines else str(exc).splitlines()[0]
 
 
+# ------------------------------------------------------------------ the crash hook
+
+# Where a VM's guest writes its acknowledgements for a power cut (or flush points): its first serial
+# port, which the host records to a log that outlives the guest.
+SERIAL_CONSOLE = Path("/dev/ttyS0")
+ACKS_FILE = "acks"  # kill: the FileSink in the run's scratch directory (off the device under test)
+# recover's steps that are the database's recovery (in order); the others are integrity checks.
+RECOVERY_STEPS = ("attach", "controldata", "start")
+
+
+def ack_tag(cell: Cell | Mapping[str, Any]) -> str:
+    """The tag of a crash cell's acknowledgements on a serial console, from the cell alone: the host
+    computes the same one to read them back (``pgacks.parse_acks(serial_log, ack_tag(cell))``)."""
+    text = json.dumps(Cell.coerce(cell).to_dict(), sort_keys=True)
+    return "pgbench-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def ack_sink(cell: Cell, ws: Workspace) -> pgacks.Sink:
+    """Where a crash cell's acknowledged commits go: for ``kill`` (the kernel survives) a fresh
+    O_DSYNC file in the scratch directory; for the VM modes, which lose the guest, the serial
+    console with the cell's tag (the host counts them from its log and passes the count in
+    ``CrashEvent.acknowledged``)."""
+    assert cell.crash is not None
+    if cell.crash.mode in crash.VM_ONLY_MODES:
+        if not SERIAL_CONSOLE.exists():
+            raise RuntimeError(
+                f"crash.mode {cell.crash.mode!r} needs the VM's serial console {SERIAL_CONSOLE} for the "
+                "acknowledged commits, and there is none"
+            )
+        return pgacks.ConsoleSink(SERIAL_CONSOLE, ack_tag(cell))
+    path = ws.scratch / ACKS_FILE
+    ws.scratch.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # a count left by an earlier run in this scratch must not be taken for ours
+    return pgacks.FileSink(path)
+
+
+def acknowledged_commits(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> tuple[int, str]:
+    """How many commits were acknowledged before the crash, and where that count comes from."""
+    if event.acknowledged is not None:
+        if event.acknowledged < 0:
+            raise ValueError(f"crash.acknowledged cannot be negative: {event.acknowledged}")
+        return event.acknowledged, "the host's serial log"
+    path = ws.scratch / ACKS_FILE
+    if cell.crash is not None and cell.crash.mode in crash.VM_ONLY_MODES:
+        raise ValueError(
+            f"crash.mode {cell.crash.mode!r}: the host passed no acknowledged count (CrashEvent.acknowledged) "
+            "from the VM's serial log"
+        )
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: the acknowledging client's record of the run is gone")
+    return pgacks.read_acks(path), str(path)
+
+
+def recover_cell(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEvent) -> Outcome:
+    """The crash hook: PostgreSQL restarted on the crashed cluster (its WAL replay is ``recovery_s``),
+    then the invariant, every acknowledged commit (``lost_commits``), pg_amcheck and, with data
+    checksums, pg_checksums. Nothing is resumed: the checks are the verification.
+
+    The database's recovery steps go to ``event.steps`` (a failed one raises RecoveryFailed: the
+    later checks never ran), the checks to ``event.checks``; a lost commit fails the run, the
+    reason naming the commits and the setting that allows the loss."""
+    cell = Cell.coerce(cell)
+    with event.step("acknowledged commits") as record:
+        acks, source = acknowledged_commits(cell, ws, event)
+        record["detail"] = f"{acks} (from {source})"
+    event.acknowledged = acks
+    report = recover_after_crash(cell, ws, acks, float(cell.timeout))
+    steps: dict[str, dict[str, Any]] = report["steps"]
+    for name in RECOVERY_STEPS:
+        if name in steps:
+            found = steps[name]
+            failed = found["status"] == "failed"
+            detail = found.get("message") or _step_detail(name, found)
+            event.steps.append({"name": name, "seconds": found["seconds"], "status": "failed" if failed else "ok",
+                                "detail": crash.short(detail)})  # fmt: skip
+    # No cluster, or a server that did not come back: the checks never ran (an unreadable control
+    # file alone is recorded, and the start says more).
+    for name in ("attach", "start"):
+        if steps.get(name, {}).get("status") == "failed":
+            raise crash.RecoveryFailed(name, crash.short(steps[name]["message"]))
+    metrics = report["metrics"]
+    event.recovery_s = metrics.get("recovery_s")
+    for name, found in steps.items():
+        if name not in RECOVERY_STEPS:
+            passed = found["status"] == "passed"
+            event.check(name, passed, found.get("message") or _check_detail(name, found))
+    if "lost_commits" in metrics:
+        event.lost_commits = int(metrics["lost_commits"])
+    outcome = recovery_outcome(report)
+    if not report["crash_recovery"]:  # a clean shutdown: the crash never reached the database
+        event.check("crash recovery", False, "PostgreSQL had been shut down cleanly: it replayed nothing")
+    if outcome.verification["status"] != "passed":
+        # The reasons are the failed checks above (the crash section): the verification only names them.
+        failed_checks = [c["name"] for c in event.checks if c["verdict"] == "failed"]
+        outcome.verification["message"] = "failed after the crash: " + ", ".join(failed_checks)
+    return outcome
+
+
+def _step_detail(name: str, found: Mapping[str, Any]) -> str:
+    if name == "controldata":
+        return f"cluster state: {found.get('state')}"
+    if name == "start":
+        replay = found.get("log", {})
+        return (f"ready after {found.get('recovery_s')} s; redo {replay.get('redo_bytes', 0)} bytes "
+                f"in {replay.get('redo_s')} s; {replay.get('end_of_wal', '')}")  # fmt: skip
+    return ""
+
+
+def _check_detail(name: str, found: Mapping[str, Any]) -> str:
+    if name == "durability":
+        rows = f"{found['found']} rows, max {found['found_max']}"
+        return f"all {found['acknowledged']} acknowledged commits found ({rows})"
+    if name == "invariant":
+        return "row counts and the TPC-B invariant hold"
+    if name == "amcheck":
+        return "pg_amcheck --all" + (" --heapallindexed" if found.get("heapallindexed") else "") + ": clean"
+    return "passed"
+
+
 WORKLOAD = Workload(
     name="pgbench",
     help="pgbench on a fresh PostgreSQL cluster (seeds 001, 004): create, load, index, transactions",
@@ -715,4 +844,5 @@ WORKLOAD = Workload(
     journal="the PostgreSQL WAL (pg_wal)",
     guest_packages=("postgresql-15",),
     host_packages=("postgresql-15",),
+    recover=recover_cell,
 )
