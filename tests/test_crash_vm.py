@@ -166,6 +166,7 @@ def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Pa
     assert "the VM that was to be cut" in log and crash.MEASURE_START_MARKER in log and "result: passed" in log
     late = json.loads(docs[900].read_text())
     assert late["status"] == "failed" and late["reason"].startswith("crash not injected: the guest powered off")
+    assert late["crash"]["mode"] == "power-cut" and late["crash"]["fired"] is False and late["crash"]["measured_s"]
     assert done.returncode != 0  # a failed run
     # Nothing left: no QEMU, no run directory (its data disks with it).
     assert not [name for pid, name in running_vms() if str(workdir) in Path(f"/proc/{pid}/cmdline").read_text()]

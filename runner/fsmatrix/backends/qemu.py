@@ -397,9 +397,11 @@ class QemuBackend:
                 # The first VM is cut; the second (below) recovers on the same data disk files.
                 cut = self._power_cut(cell, repeat, run_dir, template, data, job_doc, limit)
                 if "status" in cut:  # not cut: the run's result, made on the host
-                    return self._host_result(
+                    not_cut = self._host_result(
                         cell, repeat, started, started_at, cut["status"], cut["reason"], cut["tail"], vm_info
                     )
+                    not_cut["crash"] = cut["crash"]
+                    return not_cut
                 crash_phase = cut
                 job_doc = {**job_doc, "phase": "recover", "crash": cut["crash"], "host_time": time.time()}
             launch = self._launch(cell, repeat, run_dir, template, data, job_doc, "recover" if crash_phase else "run")
@@ -491,7 +493,7 @@ class QemuBackend:
     ) -> dict[str, Any]:
         """The first VM of a power-cut cell, killed ``after_s`` into its measured part. Returns
         ``{"crash": <the record for the recover phase>, "wall_s"}``, or, when the cut did not happen,
-        ``{"status", "reason", "tail"}`` for the run's result."""
+        ``{"status", "reason", "tail", "crash"}`` for the run's result (its crash section: not fired)."""
         settings = cell.spec.crash
         assert settings is not None
         launch = self._launch(cell, repeat, run_dir, template, data, job_doc, "run")
@@ -511,14 +513,16 @@ class QemuBackend:
         log.info("guest console (the VM that was to be cut):\n%s", text or "(none)")
         tail = console_tail(launch.console)
         if fired_at is None:
+            not_cut = crash.CrashEvent.for_settings(settings).to_dict()  # fired False
             if code is None:
                 reason = (
                     f"the guest did not power off within {limit:.0f} s and its measured part never began "
                     f"(no {crash.MEASURE_START_MARKER} on its console): no power cut; console tail:\n{tail}"
                 )
-                return {"status": "timeout", "reason": reason, "tail": tail}
+                return {"status": "timeout", "reason": reason, "tail": tail, "crash": not_cut}
             guest = jobdisk.read_result(launch.job_disk) or {}
             measured = (guest.get("crash") or {}).get("measured_s")
+            not_cut["measured_s"] = measured if isinstance(measured, int | float) else None
             began = crash.MEASURE_START_MARKER.encode() in text.encode()
             how = (
                 f"its measured part lasted {measured:g} s"
@@ -530,7 +534,7 @@ class QemuBackend:
                 f"crash not injected: the guest powered off (exit status {code}) before the power cut at "
                 f"crash.after_s={settings.after_s:g} ({how}){guest_said}"
             )
-            return {"status": "failed", "reason": reason, "tail": tail}
+            return {"status": "failed", "reason": reason, "tail": tail, "crash": not_cut}
         log.warning("power cut: qemu killed %.3f s into the measured part", fired_at)
         record: dict[str, Any] = {
             "mode": crash.POWER_CUT,
