@@ -121,10 +121,23 @@ def test_acknowledged_commits_only_for_pgbench() -> None:
 # in a VM
 
 
+def _our_vms(workdir: Path) -> list[str]:
+    """fsmatrix QEMU processes still running on disks under ``workdir``."""
+    found = []
+    for pid, name in running_vms():
+        try:
+            if str(workdir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(name)
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    # cache=none opens the disks with O_DIRECT, which a tmpfs /tmp refuses.
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-crashvm-test-", dir="/var/tmp") as d:
+    # cache=none opens the disks with O_DIRECT, which a tmpfs /tmp refuses. A short name: the QMP
+    # socket's path (workdir, a run directory named by the long crash cell id) must fit AF_UNIX's 108 bytes.
+    with tempfile.TemporaryDirectory(prefix="fpc-", dir="/var/tmp") as d:
         yield Path(d)
 
 
@@ -169,5 +182,5 @@ def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Pa
     assert late["crash"]["mode"] == "power-cut" and late["crash"]["fired"] is False and late["crash"]["measured_s"]
     assert done.returncode != 0  # a failed run
     # Nothing left: no QEMU, no run directory (its data disks with it).
-    assert not [name for pid, name in running_vms() if str(workdir) in Path(f"/proc/{pid}/cmdline").read_text()]
+    assert not _our_vms(workdir)
     assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
