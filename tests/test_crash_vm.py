@@ -75,7 +75,7 @@ def _fake_qemu(backend: QemuBackend, script: str, tmp_path: Path) -> Launch:
 def test_power_cut_kills_qemu_after_s_after_the_marker(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path)
     # Boots for a second, prints the marker, then would run for a minute.
-    launch = _fake_qemu(backend, f'sleep 1; echo "x {crash.MEASURE_START_MARKER}" >> "$1"; sleep 60', tmp_path)
+    launch = _fake_qemu(backend, f'sleep 1; echo "x {crash.MEASURE_START_MARKER}" >> "$1"; exec sleep 60', tmp_path)
     backend.power_cut_after_s = 1.5
     started = time.monotonic()
     code = backend.boot_and_wait(launch, limit=30)
@@ -95,6 +95,31 @@ def test_no_marker_no_cut_and_a_guest_that_ends_first_is_not_cut(tmp_path: Path)
     backend.power_cut_after_s = None
     launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; sleep 1; exit 0', tmp_path)
     assert backend.boot_and_wait(launch, limit=30) == 0
+    assert backend.power_cut_fired_at_s is None
+
+
+def test_ctrl_c_while_waiting_for_the_cut_leaves_no_qemu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = QemuBackend(workdir=tmp_path)
+    launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; exec sleep 60', tmp_path)
+    backend.power_cut_after_s = 30
+    spawned: list[subprocess.Popen[bytes]] = []
+    real_popen, real_sleep = subprocess.Popen, time.sleep
+
+    def popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        spawned.append(real_popen(*args, **kwargs))  # type: ignore[call-overload]
+        return spawned[-1]
+
+    def interrupt(seconds: float) -> None:
+        if launch.console.exists() and crash.MEASURE_START_MARKER in launch.console.read_text():
+            raise KeyboardInterrupt  # as Ctrl-C would, in the wait loop
+        real_sleep(0.05)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(time, "sleep", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        backend.boot_and_wait(launch, limit=30)
+    monkeypatch.undo()
+    assert spawned and spawned[0].poll() is not None  # killed and reaped on the way out
     assert backend.power_cut_fired_at_s is None
 
 
