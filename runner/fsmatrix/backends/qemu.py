@@ -10,6 +10,12 @@ The guest runs the cell and powers off by itself; the host reads result.json bac
 disk, adds its provenance and deletes everything the run made. A run that outlives the cell's
 timeout plus a boot allowance is stopped (QMP ``quit``, then SIGKILL) and recorded as ``timeout``
 with the tail of the guest's console.
+
+A crash cell with ``crash.mode: power-cut`` runs in two VMs on the same data disk files: the first
+is killed (SIGKILL, no flush) ``after_s`` seconds after its console shows the measured part began;
+the second, restored the same way with a fresh root overlay and job disk (``"phase": "recover"``
+and the host's record of the cut), mounts the crashed filesystems and runs the workload's recovery.
+Its result is the run's; both consoles go to the run's log.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Any
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, workdirs
-from fsmatrix.agent import job, proc, provenance, storage
+from fsmatrix.agent import crash, job, proc, provenance, storage
 from fsmatrix.backends import hostinfo, image, jobdisk, profiles, snapshot
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
@@ -55,6 +61,9 @@ TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
 # The agent logs this once it has read the run's job and found its disks: boot-to-agent ends here.
 AGENT_MARKER = b" INFO job "
 CONSOLE_POLL_S = 0.25
+CUT_POLL_S = 0.02  # once the measured part began, until the power cut
+# Crash modes each VM backend builds; the others are refused at preflight (flush-points: not yet).
+CRASH_MODES = (crash.KILL, crash.POWER_CUT)
 
 
 @dataclass(frozen=True)
@@ -149,12 +158,24 @@ class ConsoleWatcher:
         return self._seen
 
 
+def acknowledged_commits(cell: Cell, console_text: str) -> int | None:
+    """pgbench: the commits acknowledged on the cut VM's console (pgacks' lines); None otherwise."""
+    if cell.spec.workload != "pgbench":
+        return None
+    try:
+        from fsmatrix.agent.workloads import pgacks
+    except ImportError:
+        return None
+    return pgacks.parse_acks(console_text)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class QemuBackend:
     name = "qemu"
+    crash_modes: tuple[str, ...] = CRASH_MODES
 
     def __init__(
         self,
@@ -186,6 +207,10 @@ class QemuBackend:
         self.boot_to_agent_s: float | None = None
         # How each run's guest starts: restored from a saved booted guest, or booted (snapshot.py).
         self.start = snapshot.start_mode()
+        # power-cut: boot_and_wait kills QEMU this many seconds after the measured part began (None:
+        # never), and records when it did (seconds after the marker; None: the guest got there first).
+        self.power_cut_after_s: float | None = None
+        self.power_cut_fired_at_s: float | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -198,6 +223,13 @@ class QemuBackend:
                 profiles.profile(cell.spec.device.profile)
             except ValueError as exc:
                 raise UserError(f"cell {cell.id}: {exc}") from exc
+        for cell in cells:
+            mode = cell.spec.crash.mode if cell.spec.crash is not None else None
+            if mode is not None and mode not in self.crash_modes:
+                raise UserError(
+                    f"cell {cell.id}: crash.mode {mode!r} is not built yet on the {self.name} backend "
+                    f"(modes it runs: {', '.join(self.crash_modes)})"
+                )
         if self.devices:
             self._check_devices(cells)
         for pid, name in running_vms():
@@ -357,36 +389,32 @@ class QemuBackend:
             template = self.template(cell)  # saved on first use: a one-off cost, kept out of vm_wall_s
             vm_started = time.monotonic()
             vm_info["start"] = "boot" if template is None else "restore"
-            overlay = run_dir / "root.qcow2"
-            backing = self._image.qcow2 if template is None else template.overlay  # the disk the saved memory expects
-            proc.run(
-                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(backing), "-F", "qcow2", str(overlay)],
-                timeout=60,
-            )
             data = self._data_disks(cell, run_dir)
-            job_doc = {
-                "cell": cell.params,
-                "cell_id": cell.id,
-                "repeat": repeat,
-                "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
-                "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
-                "environment": {**self.environment(), "vm": vm_info},
-                "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
-                # A restored guest's clock stopped when its template was saved: the agent sets it from this.
-                "host_time": time.time(),
-            }
-            job_disk = jobdisk.make_job_disk(run_dir / "job.img", job_doc)
-            console = run_dir / "console.log"
+            job_doc = self.job_document(cell, repeat, data, vm_info)
             limit = float(cell.spec.timeout) + self.boot_allowance
-            launch = Launch(cell, repeat, run_dir, overlay, job_disk, data, console, template)
+            crash_phase: dict[str, Any] = {}
+            if cell.spec.crash is not None and cell.spec.crash.mode == crash.POWER_CUT:
+                # The first VM is cut; the second (below) recovers on the same data disk files.
+                cut = self._power_cut(cell, repeat, run_dir, template, data, job_doc, limit)
+                if "status" in cut:  # not cut: the run's result, made on the host
+                    not_cut = self._host_result(
+                        cell, repeat, started, started_at, cut["status"], cut["reason"], cut["tail"], vm_info
+                    )
+                    not_cut["crash"] = cut["crash"]
+                    return not_cut
+                crash_phase = cut
+                job_doc = {**job_doc, "phase": "recover", "crash": cut["crash"], "host_time": time.time()}
+            launch = self._launch(cell, repeat, run_dir, template, data, job_doc, "recover" if crash_phase else "run")
             code = self.boot_and_wait(launch, limit)
+            console, job_disk = launch.console, launch.job_disk
             if code is None:
                 tail = console_tail(console)
                 log.info("guest console (tail):\n%s", tail)
                 return self._host_result(
                     cell, repeat, started, started_at, "timeout",
                     f"the guest did not power off within {limit:.0f} s (timeout {cell.spec.timeout} s "
-                    f"+ boot allowance {self.boot_allowance:.0f} s); console tail:\n{tail}",
+                    f"+ boot allowance {self.boot_allowance:.0f} s){' in the recover phase' if crash_phase else ''}; "
+                    f"console tail:\n{tail}",
                     tail, vm_info,
                 )  # fmt: skip
             wall = time.monotonic() - vm_started
@@ -407,6 +435,8 @@ class QemuBackend:
                 )
             self._add_provenance(doc, vm_info)
             doc.setdefault("details", {})["vm_wall_s"] = round(wall, 1)
+            if crash_phase:
+                doc["details"]["power_cut_vm_wall_s"] = crash_phase["wall_s"]
             if vm_started - before_template > 1.0:
                 doc["details"]["template_s"] = round(vm_started - before_template, 1)
             if self.boot_to_agent_s is not None:
@@ -414,6 +444,112 @@ class QemuBackend:
             return doc
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    def job_document(self, cell: Cell, repeat: int, data: list[Disk], vm_info: dict[str, Any]) -> dict[str, Any]:
+        """The job of a run's (first) VM: the cell, its disks, the host's environment and reference."""
+        return {
+            "cell": cell.params,
+            "cell_id": cell.id,
+            "repeat": repeat,
+            "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
+            "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
+            "environment": {**self.environment(), "vm": vm_info},
+            "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
+            # A restored guest's clock stopped when its template was saved: the agent sets it from this.
+            "host_time": time.time(),
+        }
+
+    def _launch(
+        self,
+        cell: Cell,
+        repeat: int,
+        run_dir: Path,
+        template: snapshot.Template | None,
+        data: list[Disk],
+        job_doc: dict[str, Any],
+        phase: str,
+    ) -> Launch:
+        """A VM of the run, ready to boot: a fresh root overlay and job disk; ``data`` as they are."""
+        assert self._image is not None
+        suffix = "" if phase == "run" else f"-{phase}"
+        overlay = run_dir / f"root{suffix}.qcow2"
+        backing = self._image.qcow2 if template is None else template.overlay  # the disk the saved memory expects
+        proc.run(
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(backing), "-F", "qcow2", str(overlay)],
+            timeout=60,
+        )
+        job_disk = jobdisk.make_job_disk(run_dir / f"job{suffix}.img", job_doc)
+        return Launch(cell, repeat, run_dir, overlay, job_disk, data, run_dir / f"console{suffix}.log", template)
+
+    def _power_cut(
+        self,
+        cell: Cell,
+        repeat: int,
+        run_dir: Path,
+        template: snapshot.Template | None,
+        data: list[Disk],
+        job_doc: dict[str, Any],
+        limit: float,
+    ) -> dict[str, Any]:
+        """The first VM of a power-cut cell, killed ``after_s`` into its measured part. Returns
+        ``{"crash": <the record for the recover phase>, "wall_s"}``, or, when the cut did not happen,
+        ``{"status", "reason", "tail", "crash"}`` for the run's result (its crash section: not fired)."""
+        settings = cell.spec.crash
+        assert settings is not None
+        launch = self._launch(cell, repeat, run_dir, template, data, job_doc, "run")
+        vm_started = time.monotonic()
+        self.power_cut_after_s = settings.after_s
+        try:
+            code = self.boot_and_wait(launch, limit)
+        finally:
+            self.power_cut_after_s = None
+        wall = round(time.monotonic() - vm_started, 1)
+        fired_at = self.power_cut_fired_at_s
+        text = (
+            launch.console.read_text(encoding="utf-8", errors="replace").replace("\r", "")
+            if launch.console.exists()
+            else ""
+        )
+        log.info("guest console (the VM that was to be cut):\n%s", text or "(none)")
+        tail = console_tail(launch.console)
+        if fired_at is None:
+            not_cut = crash.CrashEvent.for_settings(settings).to_dict()  # fired False
+            if code is None:
+                reason = (
+                    f"the guest did not power off within {limit:.0f} s and its measured part never began "
+                    f"(no {crash.MEASURE_START_MARKER} on its console): no power cut; console tail:\n{tail}"
+                )
+                return {"status": "timeout", "reason": reason, "tail": tail, "crash": not_cut}
+            guest = jobdisk.read_result(launch.job_disk) or {}
+            measured = (guest.get("crash") or {}).get("measured_s")
+            not_cut["measured_s"] = measured if isinstance(measured, int | float) else None
+            began = crash.MEASURE_START_MARKER.encode() in text.encode()
+            how = (
+                f"its measured part lasted {measured:g} s"
+                if isinstance(measured, int | float)
+                else ("its measured part had begun" if began else "its measured part never began")
+            )
+            guest_said = f"; the guest's result: {guest.get('status')}: {guest.get('reason')}" if guest else ""
+            reason = (
+                f"crash not injected: the guest powered off (exit status {code}) before the power cut at "
+                f"crash.after_s={settings.after_s:g} ({how}){guest_said}"
+            )
+            return {"status": "failed", "reason": reason, "tail": tail, "crash": not_cut}
+        log.warning("power cut: qemu killed %.3f s into the measured part", fired_at)
+        record: dict[str, Any] = {
+            "mode": crash.POWER_CUT,
+            "after_s": settings.after_s,
+            "fired": True,
+            "fired_at_s": fired_at,
+            "measured_s": fired_at,
+        }
+        acknowledged = acknowledged_commits(cell, text)
+        if acknowledged is not None:
+            record["acknowledged"] = acknowledged
+        # The first VM's root overlay and job disk are done with; its data disks carry on.
+        launch.overlay.unlink(missing_ok=True)
+        launch.job_disk.unlink(missing_ok=True)
+        return {"crash": record, "wall_s": wall}
 
     def drives(self, launch: Launch) -> list[Disk]:
         """The job disk, then the data disks (the root disk is the overlay)."""
@@ -438,14 +574,29 @@ class QemuBackend:
             if launch.template is not None:
                 self._resume_restored(launch, vm, qmp)
             watcher = ConsoleWatcher(console, AGENT_MARKER)
+            cut_after = self.power_cut_after_s
+            self.power_cut_fired_at_s = None
+            measure = ConsoleWatcher(console, crash.MEASURE_START_MARKER.encode()) if cut_after is not None else None
+            measure_seen: float | None = None
             while (code := vm.poll()) is None:
                 now = time.monotonic()
+                if measure is not None and cut_after is not None:
+                    if measure_seen is None and measure.seen():
+                        measure_seen = now
+                        log.info("power cut: the measured part began; cutting in %g s", cut_after)
+                    if measure_seen is not None and now - measure_seen >= cut_after:
+                        # The power cut: no QMP quit, no flush; what the guest had not written is lost.
+                        vm.send_signal(signal.SIGKILL)
+                        code = vm.wait()
+                        self.power_cut_fired_at_s = round(now - measure_seen, 3)
+                        return code
                 if now - started >= limit:
                     self._stop(vm, qmp)
                     return None
                 if self.boot_to_agent_s is None and watcher.seen():
                     self.boot_to_agent_s = now - started
-                time.sleep(min(CONSOLE_POLL_S, max(0.0, limit - (now - started))))
+                pause = CONSOLE_POLL_S if measure_seen is None else CUT_POLL_S  # the cut lands close to after_s
+                time.sleep(min(pause, max(0.0, limit - (now - started))))
             if self.boot_to_agent_s is None and watcher.seen():  # the marker came in the last poll interval
                 self.boot_to_agent_s = time.monotonic() - started
             return code

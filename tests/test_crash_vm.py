@@ -1,0 +1,211 @@
+"""Crash cells on the qemu backend: ``crash.mode: power-cut`` (QEMU killed after_s into the measured
+part, then a second VM recovers on the same data disk files).
+
+Without a VM: the preflight refusals, the power cut itself on a stand-in for QEMU (a shell that
+prints the marker to its "console"), and the recover phase's job. With a VM (marker ``image``, TCG
+here): a GT.M 3n+1 cell cut 3 s into its measured part recovers and resumes to the reference answer,
+and a cell whose workload ends before ``after_s`` fails "crash not injected".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsmatrix.agent import crash, guest
+from fsmatrix.backends import image
+from fsmatrix.backends.disks import Disk
+from fsmatrix.backends.libvirt import LibvirtBackend
+from fsmatrix.backends.qemu import Launch, QemuBackend, acknowledged_commits, running_vms
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import Cell, expand_document
+
+FSMATRIX = [sys.executable, "-m", "fsmatrix"]
+IMAGE_TEST_TIMEOUT = 3600
+THREEN1 = {"start": 1, "end": 300000, "workers": 2, "block": 1000, "keys": "integer"}
+
+
+def _crash_cell(mode: str = crash.POWER_CUT, after_s: float = 3, workload: str = "threen1") -> Cell:
+    params = THREEN1 if workload == "threen1" else {}
+    doc = {
+        "include": [
+            {
+                "filesystem": "ext4",
+                "gtm": {"journal": "before", "global_buffers": 4096},
+                "workload": {workload: params},
+                "crash": {"mode": mode, "after_s": after_s},
+            }
+        ],
+        "defaults": {"storage.disk_size": "1G", "timeout": 600},
+    }
+    return expand_document(doc, "c").cells[0]
+
+
+# --------------------------------------------------------------------------------------------
+# without a VM
+
+
+def test_flush_points_is_refused_at_preflight_naming_the_cell(tmp_path: Path) -> None:
+    cell = _crash_cell(crash.FLUSH_POINTS)
+    with pytest.raises(UserError, match=rf"^cell {cell.id}: crash.mode 'flush-points' is not built yet on the qemu"):
+        QemuBackend(workdir=tmp_path).preflight([cell])
+
+
+def test_libvirt_refuses_power_cut_at_preflight(tmp_path: Path) -> None:
+    cell = _crash_cell(crash.POWER_CUT)
+    with pytest.raises(UserError, match=rf"^cell {cell.id}: crash.mode 'power-cut' is not built yet on the libvirt"):
+        LibvirtBackend(workdir=tmp_path).preflight([cell])
+
+
+def _fake_qemu(backend: QemuBackend, script: str, tmp_path: Path) -> Launch:
+    """A launch whose "QEMU" is ``sh -c script`` writing to the console file $1."""
+    cell = _crash_cell()
+    console = tmp_path / "console.log"
+    backend.command = lambda launch, qmp: ["sh", "-c", script, "fake-qemu", str(console)]  # type: ignore[method-assign]
+    return Launch(cell, 1, tmp_path, tmp_path / "o.qcow2", tmp_path / "j.img", [], console)
+
+
+def test_power_cut_kills_qemu_after_s_after_the_marker(tmp_path: Path) -> None:
+    backend = QemuBackend(workdir=tmp_path)
+    # Boots for a second, prints the marker, then would run for a minute.
+    launch = _fake_qemu(backend, f'sleep 1; echo "x {crash.MEASURE_START_MARKER}" >> "$1"; exec sleep 60', tmp_path)
+    backend.power_cut_after_s = 1.5
+    started = time.monotonic()
+    code = backend.boot_and_wait(launch, limit=30)
+    took = time.monotonic() - started
+    assert code == -9  # SIGKILL: no quit, no flush
+    assert backend.power_cut_fired_at_s is not None and 1.5 <= backend.power_cut_fired_at_s < 1.8
+    assert 2.5 <= took < 5
+
+
+def test_no_marker_no_cut_and_a_guest_that_ends_first_is_not_cut(tmp_path: Path) -> None:
+    backend = QemuBackend(workdir=tmp_path)
+    launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; sleep 0.5; exit 0', tmp_path)
+    backend.power_cut_after_s = 5
+    assert backend.boot_and_wait(launch, limit=30) == 0
+    assert backend.power_cut_fired_at_s is None
+    # Without power_cut_after_s (every other cell) the marker means nothing.
+    backend.power_cut_after_s = None
+    launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; sleep 1; exit 0', tmp_path)
+    assert backend.boot_and_wait(launch, limit=30) == 0
+    assert backend.power_cut_fired_at_s is None
+
+
+def test_ctrl_c_while_waiting_for_the_cut_leaves_no_qemu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = QemuBackend(workdir=tmp_path)
+    launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; exec sleep 60', tmp_path)
+    backend.power_cut_after_s = 30
+    spawned: list[subprocess.Popen[bytes]] = []
+    real_popen, real_sleep = subprocess.Popen, time.sleep
+
+    def popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        spawned.append(real_popen(*args, **kwargs))  # type: ignore[call-overload]
+        return spawned[-1]
+
+    def interrupt(seconds: float) -> None:
+        if launch.console.exists() and crash.MEASURE_START_MARKER in launch.console.read_text():
+            raise KeyboardInterrupt  # as Ctrl-C would, in the wait loop
+        real_sleep(0.05)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(time, "sleep", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        backend.boot_and_wait(launch, limit=30)
+    monkeypatch.undo()
+    assert spawned and spawned[0].poll() is not None  # killed and reaped on the way out
+    assert backend.power_cut_fired_at_s is None
+
+
+def test_recover_job_parses_as_the_guest_reads_it(tmp_path: Path) -> None:
+    """The second VM's job: the first one's, with phase recover and the host's record of the cut."""
+    backend = QemuBackend(workdir=tmp_path)
+    cell = _crash_cell()
+    data = [Disk(tmp_path / "d0.img", "fsm-data0")]
+    doc = backend.job_document(cell, 1, data, {"cpus": 2})
+    record = {"mode": crash.POWER_CUT, "after_s": 3, "fired": True, "fired_at_s": 3.01, "measured_s": 3.01}
+    parsed = guest.parse_job(json.loads(json.dumps({**doc, "phase": "recover", "crash": record})))
+    assert parsed["phase"] == "recover" and parsed["data_serials"] == ["fsm-data0"]
+    event = crash.CrashEvent.from_dict(parsed["crash"])
+    assert event.fired and event.fired_at_s == 3.01 and event.mode == crash.POWER_CUT
+    with pytest.raises(guest.JobError, match="phase 'recover' needs"):
+        guest.parse_job({**doc, "phase": "recover"})  # without the record of the crash
+
+
+def test_acknowledged_commits_only_for_pgbench() -> None:
+    assert acknowledged_commits(_crash_cell(), "FSMATRIX-ACK 5\n") is None
+
+
+# --------------------------------------------------------------------------------------------
+# in a VM
+
+
+def _our_vms(workdir: Path) -> list[str]:
+    """fsmatrix QEMU processes still running on disks under ``workdir``."""
+    found = []
+    for pid, name in running_vms():
+        try:
+            if str(workdir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(name)
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    # cache=none opens the disks with O_DIRECT, which a tmpfs /tmp refuses. A short name: the QMP
+    # socket's path (workdir, a run directory named by the long crash cell id) must fit AF_UNIX's 108 bytes.
+    with tempfile.TemporaryDirectory(prefix="fpc-", dir="/var/tmp") as d:
+        yield Path(d)
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Path) -> None:
+    image.build()
+    matrix = tmp_path / "pc.yaml"
+    cell = "gtm: {journal: before, global_buffers: 4096}\n    crash: {mode: power-cut, after_s: %s}\n"
+    matrix.write_text(
+        "name: pc\n"
+        "include:\n"
+        "  - filesystem: ext4\n"
+        "    workload: {threen1: {start: 1, end: 300000, workers: 2, block: 1000, keys: integer}}\n"
+        "    " + cell % 3 + "  - filesystem: ext4\n"
+        "    workload: {threen1: {start: 1, end: 20000, workers: 2, block: 1000, keys: integer}}\n"
+        "    " + cell % 900 + "defaults:\n  storage.disk_size: 1G\n  timeout: 600\nrepeat: 1\n"
+    )
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=IMAGE_TEST_TIMEOUT,
+        check=False,
+    )
+    docs = {json.loads(p.read_text())["params"]["crash"]["after_s"]: p for p in results.glob("pc/*/r1.json")}
+    assert sorted(docs) == [3, 900], done.stdout + done.stderr
+    cut = json.loads(docs[3].read_text())
+    assert cut["status"] == "passed", cut.get("reason")
+    assert cut["verification"]["status"] == "passed"
+    section = cut["crash"]
+    assert section["mode"] == "power-cut" and section["fired"] and 3 <= section["fired_at_s"] < 4
+    assert section["mount_s"] is not None and section["recovery_s"] is not None
+    assert section["steps"] and all(s["status"] == "ok" for s in section["steps"])
+    assert section["checks"] and all(c["verdict"] == "passed" for c in section["checks"])
+    assert sum(v for v in section["reused"].values() if isinstance(v, int | float)) > 0
+    log = docs[3].with_suffix(".log").read_text()
+    assert "the VM that was to be cut" in log and crash.MEASURE_START_MARKER in log and "result: passed" in log
+    late = json.loads(docs[900].read_text())
+    assert late["status"] == "failed" and late["reason"].startswith("crash not injected: the guest powered off")
+    assert late["crash"]["mode"] == "power-cut" and late["crash"]["fired"] is False and late["crash"]["measured_s"]
+    assert done.returncode != 0  # a failed run
+    # Nothing left: no QEMU, no run directory (its data disks with it).
+    assert not _our_vms(workdir)
+    assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
