@@ -174,6 +174,12 @@ def test_restore_command_carries_backends_and_hot_plugs_the_job_disk_last(tmp_pa
     assert [d["driver"] for d in plugged[1]] == ["virtio-scsi-pci", "scsi-hd"]
 
 
+def test_qmp_socket_path_fits_whatever_the_run_directory() -> None:
+    long_run_dir = "/var/tmp/" + "w" * 80 + "/vm-ext4-crash-power-cut-threen1-1-300000-w2-e8b96852-r1-12345/root.qcow2"
+    paths = {snapshot.socket_path(long_run_dir) for _ in range(3)}
+    assert len(paths) == 3 and all(len(str(p).encode()) < 108 for p in paths)
+
+
 def test_start_mode_and_template_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(snapshot.START_ENV, raising=False)
     assert snapshot.start_mode() == "restore"

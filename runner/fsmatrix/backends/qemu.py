@@ -560,7 +560,7 @@ class QemuBackend:
         stopped after ``limit`` seconds. No VM outlives this call, whatever happens (Ctrl-C included).
         The libvirt backend overrides this; everything around it is shared."""
         run_dir, console = launch.run_dir, launch.console
-        qmp = run_dir / "qmp.sock"
+        qmp = snapshot.socket_path(str(launch.overlay))
         cmd = self.command(launch, qmp)
         log.info("qemu: %s", " ".join(cmd))
         vm: subprocess.Popen[bytes] | None = None
@@ -604,6 +604,7 @@ class QemuBackend:
             if vm is not None and vm.poll() is None:
                 vm.kill()  # an exception on the way: no QEMU may outlive its run
                 vm.wait()
+            qmp.unlink(missing_ok=True)
 
     def _resume_restored(self, launch: Launch, vm: subprocess.Popen[bytes], qmp: Path) -> None:
         """A restored guest: plug in the data disks, then the job disk (which starts the job), and resume."""

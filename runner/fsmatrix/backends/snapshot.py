@@ -27,12 +27,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -57,6 +59,16 @@ TEMPLATE_BOOT_S = 600.0
 MIGRATE_S = 120.0
 QMP_CONNECT_S = 10.0
 POLL_S = 0.02
+
+
+def socket_path(tag: str) -> Path:
+    """A path for a QMP socket that fits AF_UNIX's 108 bytes whatever the work directory's length
+    (a run directory named after a long cell id under a long --workdir does not)."""
+    digest = hashlib.sha256(tag.encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / f"fsmatrix-qmp-{os.getpid()}-{next(_SOCKETS)}-{digest}.sock"
+
+
+_SOCKETS = itertools.count()
 
 
 def start_mode() -> str:
@@ -175,7 +187,7 @@ def ensure_template(cache: Path, key: str, image_qcow2: Path, command_for: Any, 
 
 
 def _save(directory: Path, image_qcow2: Path, command_for: Any) -> None:
-    overlay, console, qmp = directory / "root.qcow2", directory / "console.log", directory / "qmp.sock"
+    overlay, console, qmp = directory / "root.qcow2", directory / "console.log", socket_path(str(directory))
     create = ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image_qcow2), "-F", "qcow2", str(overlay)]
     proc.run(create, timeout=60)
     cmd = command_for(overlay, console, qmp)
@@ -206,6 +218,7 @@ def _save(directory: Path, image_qcow2: Path, command_for: Any) -> None:
         if vm.poll() is None:
             vm.kill()
             vm.wait()
+        qmp.unlink(missing_ok=True)
 
 
 def restore_arguments(template: Template) -> list[str]:
