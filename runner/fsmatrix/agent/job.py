@@ -101,6 +101,19 @@ def result_document(
     }
 
 
+def _started_result(cell: Cell, cell_id: str, repeat: int, environment: dict[str, Any]) -> dict[str, Any]:
+    """The result document of a run that starts now (an error until it ends otherwise)."""
+    return result_document(
+        cell,
+        cell_id=cell_id,
+        repeat=repeat,
+        status="error",
+        reason=None,
+        started_at=_now(),
+        provenance={**provenance.collect(), **environment, "tools": {}},
+    )
+
+
 def reference_for(cell: Cell | Mapping[str, Any]) -> dict[str, Any] | None:
     """The workload's reference values for ``cell`` (None if it declares none): what a VM backend
     computes on the host and puts in the job, so the guest spends no run time on it."""
@@ -187,15 +200,7 @@ def run_job(
     crashed database on the devices for ``run_recovery`` (the crash phase alone).
     """
     cell = Cell.coerce(cell)
-    result = result_document(
-        cell,
-        cell_id=cell_id,
-        repeat=repeat,
-        status="error",
-        reason=None,
-        started_at=_now(),
-        provenance={**provenance.collect(), **environment, "tools": {}},
-    )
+    result = _started_result(cell, cell_id, repeat, environment)
     event = crash.CrashEvent.for_settings(cell.crash) if cell.crash is not None else None
     t0 = time.monotonic()
     try:
@@ -298,15 +303,7 @@ def run_recovery(
     were, since a database journal names its files by absolute path (GT.M's does).
     """
     cell = Cell.coerce(cell)
-    result = result_document(
-        cell,
-        cell_id=cell_id,
-        repeat=repeat,
-        status="error",
-        reason=None,
-        started_at=_now(),
-        provenance={**provenance.collect(), **environment, "tools": {}},
-    )
+    result = _started_result(cell, cell_id, repeat, environment)
     t0 = time.monotonic()
     try:
         hook = cell.declaration.recover
