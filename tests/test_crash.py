@@ -282,6 +282,7 @@ def test_kill_with_before_image_journaling_recovers_and_resumes_to_the_reference
     assert "exited with status -9" in section["workload_error"]
     assert section["mount_s"] is None  # same mount: only the recover phase mounts again
     assert [s["name"] for s in section["steps"]] == [
+        "discard shared memory",
         "mupip journal -recover -backward",
         "mupip integ",
         "survey",

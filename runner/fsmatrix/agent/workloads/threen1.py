@@ -630,8 +630,9 @@ def survey(db: gtm.Database, params: Params, timeout: float = SAMPLE_TIMEOUT) ->
 def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEvent) -> Outcome:
     """The crash hook: recover the crashed database in ``ws``, check it, resume the range, verify.
 
-    - journal ``before``: ``mupip journal -recover -backward`` (it also removes the shared memory
-      the killed processes left);
+    - journal ``before``: the killed processes' shared memory discarded unflushed (what a power cut
+      leaves; recovering with it attached sometimes trips a GT.M assertion), then
+      ``mupip journal -recover -backward``;
     - ``nobefore``: the killed processes' shared memory discarded unflushed, the copy taken when
       the database was created put back, ``mupip journal -recover -forward`` onto it, journaling on
       again;
@@ -653,6 +654,10 @@ def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEve
     try:
         gtm.compile_routine(db, ROUTINE, timeout=SETUP_TIMEOUT)  # survey^threen1 (touches no database)
         if settings.journal == "before":
+            # Unflushed, as a power cut would lose it: GT.M V7.0-005's backward recovery sometimes
+            # asserts (GTMASSERT2, wcs_recover.c) or waits a minute on a dead process's shared memory.
+            with event.step("discard shared memory") as step:
+                step["detail"] = ", ".join(gtm.discard_ipc(db)) or "none left"
             with event.step("mupip journal -recover -backward", recovery=True) as step:
                 said = gtm.journal_recover(db, "backward", timeout=_left(deadline, cell.timeout))
                 step["detail"] = _journal_said(said)
