@@ -338,9 +338,8 @@ class QemuBackend:
             return self._vm_command(cell, overlay, console, qmp, "fsmatrix-template", ())
 
         placeholder = Path("/template")
-        key = snapshot.template_key(
-            command_for(placeholder, placeholder, placeholder), self._sha256, hostinfo.qemu_version() or ""
-        )
+        qemu = str((self._host or {}).get("qemu_version") or "")  # read once, when the backend was prepared
+        key = snapshot.template_key(command_for(placeholder, placeholder, placeholder), self._sha256, qemu)
         try:
             return snapshot.ensure_template(image.cache_root(), key, self._image.qcow2, command_for, self._echo)
         except (RuntimeError, OSError, proc.CommandError) as exc:
@@ -609,9 +608,8 @@ class QemuBackend:
     def _resume_restored(self, launch: Launch, vm: subprocess.Popen[bytes], qmp: Path) -> None:
         """A restored guest: plug in the data disks, then the job disk (which starts the job), and resume."""
         drives = self.drives(launch)
-        devices = [d for index, disk in enumerate(drives) for d in image.disk_devices(disk, index)]
-        job_devices = image.disk_devices(drives[0], 0)  # the job disk comes first in drives(): plug it last
-        ordered = [d for d in devices if d not in job_devices] + job_devices
+        order = [*range(1, len(drives)), 0]  # the job disk comes first in drives(): plug it last
+        ordered = [device for index in order for device in image.disk_devices(drives[index], index)]
         monitor = snapshot.connect(qmp, vm)
         try:
             snapshot.attach_and_resume(monitor, vm, ordered)
