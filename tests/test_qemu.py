@@ -428,6 +428,7 @@ def test_run_on_ext4_and_jfs_in_the_guest(built: image.ImagePaths, tmp_path: Pat
         assert host["kernel"] == os.uname().release and host["cpu_count"] == os.cpu_count()
         assert host["cpu_model"] != prov["cpu_model"]  # the host's CPU, not QEMU's virtual one
         assert host["qemu_version"].startswith("QEMU emulator version") and len(host["machine_id"]) == 16
+        assert host["fsmatrix_git"] == image.git_sha()  # the host side's commit, beside the image's
         assert host["workdir"]["fstype"] and prov["device_profile"] == "native"
         assert doc["samples"]["run_cpu_source"] == "cgroup2"  # the guest agent's own cgroup, under systemd
         assert doc["storage"]["readback"]["data"]["filesystem"] == filesystem

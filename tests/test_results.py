@@ -152,3 +152,13 @@ def test_rank_copes_with_zeros() -> None:
     ranked = report.rank({"a": [0.0, 0.0, 0.0], "b": [1.0, 1.1, 0.9]}, "lower")
     assert ranked["a"].ratio == 1.0 and ranked["b"].ratio == float("inf")
     assert report.rank({"a": [0.0, 0.0, 0.0], "b": [2.0, 2.0, 2.1]}, "higher")["a"].ratio == float("inf")
+
+
+def test_report_names_the_guest_agents_commit_and_the_host_sides() -> None:
+    from fsmatrix.results import report
+
+    docs = _fs_docs("xfs", [1.0, 1.1])
+    assert "- fsmatrix commit: unknown" in report.markdown(docs, "t")
+    for d in docs:
+        d["provenance"] = {"git": {"sha": "a" * 40}, "host": {"fsmatrix_git": "b" * 40}}
+    assert f"- fsmatrix commit: guest agent {'a' * 12}; host {'b' * 12}" in report.markdown(docs, "t")

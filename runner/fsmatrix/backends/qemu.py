@@ -292,8 +292,10 @@ class QemuBackend:
         }
 
     def host_software(self) -> dict[str, Any]:
-        """Versions of the host-side software that runs the guest (``provenance.host``)."""
-        return {"qemu_version": hostinfo.qemu_version()}
+        """Versions of the host-side software that runs the guest (``provenance.host``): QEMU, and
+        the commit of the fsmatrix that drove it (``provenance.git`` is the guest agent's, from the
+        image build, and stays put while host-side code changes)."""
+        return {"qemu_version": hostinfo.qemu_version(), "fsmatrix_git": image.git_sha()}
 
     def close(self) -> None:
         """Nothing outlives a run here: each cell's VM and disks go with it."""

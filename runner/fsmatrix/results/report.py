@@ -213,10 +213,16 @@ def environments(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
 def _environment_section(docs: list[dict[str, Any]]) -> list[str]:
     envs = environments(docs)
     shas = {str((doc.get("provenance") or {}).get("git", {}).get("sha", "unknown"))[:12] for doc in docs}
+    # VM results: the agent's commit is the image's; the host side that drove the guest has its own.
+    host_shas = {str(((doc.get("provenance") or {}).get("host") or {}).get("fsmatrix_git", ""))[:12] for doc in docs}
+    host_shas.discard("")
     lines = ["## Environment", ""]
     for key, values in envs.items():
         lines.append(f"- {key}: {', '.join(sorted(values))}")
-    lines.append(f"- fsmatrix commit: {', '.join(sorted(shas))}")
+    if host_shas:
+        lines.append(f"- fsmatrix commit: guest agent {', '.join(sorted(shas))}; host {', '.join(sorted(host_shas))}")
+    else:
+        lines.append(f"- fsmatrix commit: {', '.join(sorted(shas))}")
     mixed = [k for k, v in envs.items() if len(v) > 1]
     if mixed:
         lines += [
