@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fsmatrix.agent import crash, guest
+from fsmatrix.agent.workloads import pgacks, pgbench
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import LibvirtBackend
@@ -29,6 +30,7 @@ from fsmatrix.matrix import Cell, expand_document
 
 FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 IMAGE_TEST_TIMEOUT = 3600
+PGBENCH = {"scale": 1, "clients": 2, "threads": 2, "duration": 30}
 THREEN1 = {"start": 1, "end": 300000, "workers": 2, "block": 1000, "keys": "integer"}
 
 
@@ -44,6 +46,22 @@ def _crash_cell(mode: str = crash.POWER_CUT, after_s: float = 3, workload: str =
             }
         ],
         "defaults": {"storage.disk_size": "1G", "timeout": 600},
+    }
+    return expand_document(doc, "c").cells[0]
+
+
+def _pgbench_cell(after_s: float = 5, **postgres: object) -> Cell:
+    """A small pgbench power-cut cell (TCG is slow)."""
+    doc = {
+        "include": [
+            {
+                "filesystem": "ext4",
+                "workload": {"pgbench": PGBENCH},
+                "crash": {"mode": crash.POWER_CUT, "after_s": after_s},
+                **({"postgres": postgres} if postgres else {}),
+            }
+        ],
+        "defaults": {"storage.disk_size": "1G", "timeout": 900},
     }
     return expand_document(doc, "c").cells[0]
 
@@ -140,6 +158,18 @@ def test_recover_job_parses_as_the_guest_reads_it(tmp_path: Path) -> None:
 
 def test_acknowledged_commits_only_for_pgbench() -> None:
     assert acknowledged_commits(_crash_cell(), "FSMATRIX-ACK 5\n") is None
+
+
+def test_acknowledged_commits_reads_the_lines_the_guest_tags() -> None:
+    """The guest tags its lines with ack_tag(cell): the host must count those, and only those
+    (an untagged read counted 0 and made every durability check vacuous)."""
+    cell = _pgbench_cell()
+    tag = pgbench.ack_tag(cell.params)  # what the guest computes from the job's cell
+    console = b"".join(pgacks.ack_line(k, tag) for k in range(1, 8)).decode()
+    console += "FSMATRIX-ACK 99\nFSMATRIX-ACK pgbench-000000000000 50\n"  # untagged, another cell's
+    console += f"FSMATRIX-ACK {tag} 8"  # cut short by the power cut: no newline, not counted
+    assert acknowledged_commits(cell, console) == 7
+    assert acknowledged_commits(cell, "booting...\n") == 0
 
 
 # --------------------------------------------------------------------------------------------
