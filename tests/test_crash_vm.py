@@ -239,3 +239,79 @@ def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Pa
     # Nothing left: no QEMU, no run directory (its data disks with it).
     assert not _our_vms(workdir)
     assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_power_cut_pgbench_keeps_every_commit_and_fsync_off_reports_the_loss(tmp_path: Path, workdir: Path) -> None:
+    """Two pgbench cells (scale 1, 2 clients: TCG is slow) cut 5 s into their transactions. With
+    synchronous_commit=on every commit acknowledged on the serial console is a row after recovery.
+    With fsync=off nothing reaches the disk until the kernel writes it back on its own (30 s
+    later by default), so the cut loses what was acknowledged since the load's checkpoint; the run
+    fails naming the lost commits and fsync=off. The report's crash table shows both."""
+    image.build()
+    matrix = tmp_path / "pgpc.yaml"
+    matrix.write_text(
+        "name: pgpc\n"
+        "include:\n"
+        "  - {postgres.synchronous_commit: 'on'}\n"
+        "  - {postgres.fsync: false}\n"
+        "defaults:\n"
+        "  filesystem: ext4\n"
+        f"  workload: {{pgbench: {json.dumps(PGBENCH)}}}\n"
+        "  crash: {mode: power-cut, after_s: 5}\n"
+        "  storage.disk_size: 1G\n"
+        "  timeout: 900\n"
+        "repeat: 1\n"
+    )
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=IMAGE_TEST_TIMEOUT,
+        check=False,
+    )
+    docs = {p: json.loads(p.read_text()) for p in results.glob("pgpc/*/r1.json")}
+    by_fsync = {d["params"]["postgres"]["fsync"]: d for d in docs.values()}
+    assert sorted(by_fsync) == [False, True], done.stdout + done.stderr
+
+    kept = by_fsync[True]
+    assert kept["status"] == "passed", kept.get("reason")
+    section = kept["crash"]
+    assert section["fired"] and 5 <= section["fired_at_s"] < 6 and section["mount_s"] is not None
+    # The count is the host's, from the cut VM's console, and there were commits to lose.
+    assert _step_of(section, "acknowledged commits")["detail"].endswith("(from the host's serial log)")
+    assert section["acknowledged"] > 0 and section["lost_commits"] == 0
+    assert "in production" in _step_of(section, "controldata")["detail"]  # no shutdown checkpoint: a crash
+    assert {c["name"]: c["verdict"] for c in section["checks"]} == {
+        "invariant": "passed", "durability": "passed", "amcheck": "passed"}  # fmt: skip
+    assert kept["metrics"]["recovery_s"] == section["recovery_s"] > 0
+
+    lost = by_fsync[False]
+    section = lost["crash"]
+    assert lost["status"] == "failed" and section["fired"]
+    assert section["lost_commits"] > 0 and section["acknowledged"] > 0
+    n, of = section["lost_commits"], section["acknowledged"]
+    assert lost["reason"].startswith(f"durability: {n} of {of} acknowledged commits are missing after recovery")
+    assert "fsync=off: nothing is forced to stable storage" in lost["reason"]
+    assert {c["name"]: c["verdict"] for c in section["checks"]}["durability"] == "failed"
+    assert lost["metrics"]["lost_commits"] == n
+    assert done.returncode != 0  # a failed run
+
+    # The report's crash table: one row each, the loss a finding.
+    shown = subprocess.run([*FSMATRIX, "report", str(results / "pgpc")], capture_output=True, text=True,
+                           timeout=120, check=True).stdout  # fmt: skip
+    assert "## Crash recovery" in shown
+    assert f"| {kept['cell_id']} | r1 | power-cut at " in shown
+    assert f"| yes | 0 of {kept['crash']['acknowledged']:,} |" in shown
+    assert f"| no: durability failed | {n:,} of {of:,} |" in shown
+    assert f"- {lost['cell_id']} r1 failed: durability: {n} of {of} acknowledged commits" in shown
+    assert not _our_vms(workdir)
+    assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
+
+
+def _step_of(section: dict[str, object], name: str) -> dict[str, str]:
+    steps = section["steps"]
+    assert isinstance(steps, list)
+    return next(s for s in steps if s["name"] == name)

@@ -69,10 +69,10 @@ def _doc(cell_id: str, workload: str, status: str, crash: dict[str, Any] | None,
     return doc
 
 
-def _params(workload: str) -> dict[str, Any]:
+def _params(workload: str, **settings: Any) -> dict[str, Any]:
     """A whole cell's parameters, as a result holds them (the report reads its row keys)."""
     params = {"scale": 1} if workload == "pgbench" else {"start": 1, "end": 1000}
-    doc = {"include": [{"filesystem": "ext4", "workload": {workload: params}}]}
+    doc = {"include": [{"filesystem": "ext4", "workload": {workload: params}, **settings}]}
     return expand_document(doc, "t").cells[0].params
 
 
@@ -96,8 +96,10 @@ def _threen1_section() -> dict[str, Any]:
 
 
 def _docs() -> list[dict[str, Any]]:
+    fsync_off = _doc(PG_FSYNC_OFF, "pgbench", "failed", _fsync_off_section(), LOSS)
+    fsync_off["params"] = _params("pgbench", postgres={"fsync": False})
     return [
-        _doc(PG_FSYNC_OFF, "pgbench", "failed", _fsync_off_section(), LOSS),
+        fsync_off,
         _doc(PG_ON, "pgbench", "passed", _section()),
         _doc(THREEN1, "threen1", "passed", _threen1_section()),
         _doc("ext4-threen1-1-1000-w2-00000000", "threen1", "passed", None),  # no crash: no row
@@ -105,12 +107,17 @@ def _docs() -> list[dict[str, Any]]:
 
 
 def test_rows_say_recovered_lost_commits_mount_recovery_and_reuse() -> None:
+    rows = {r.cell: r for r in crashtable.crash_rows(_docs()[:2])}
+    assert sorted(rows) == sorted([PG_ON, PG_FSYNC_OFF])
+    on = rows[PG_ON]
+    assert on.cells() == [PG_ON, "postgres.fsync=True", "r1", "power-cut at 5.01 s", "yes", "0 of 203", "0.321",
+                          "4.63", "–", "passed"]  # fmt: skip
+    off = rows[PG_FSYNC_OFF]
+    assert (off.settings, off.recovered, off.lost, off.status) == (
+        "postgres.fsync=False", "no: durability failed", "277 of 277", "failed")  # fmt: skip
+    assert crashtable.varying_settings(_docs()[1:2]) == {PG_ON: ""}  # one cell: nothing sets it apart
     rows = {r.cell: r for r in crashtable.crash_rows(_docs())}
     assert sorted(rows) == sorted([PG_ON, PG_FSYNC_OFF, THREEN1])  # the uncrashed run has none
-    on = rows[PG_ON]
-    assert on.cells() == [PG_ON, "r1", "power-cut at 5.01 s", "yes", "0 of 203", "0.321", "4.63", "–", "passed"]
-    off = rows[PG_FSYNC_OFF]
-    assert (off.recovered, off.lost, off.status) == ("no: durability failed", "277 of 277", "failed")
     gtm = rows[THREEN1]
     assert (gtm.lost, gtm.mount_s, gtm.reused) == ("–", "0.149", "48,925 of 300,000 starting numbers")
 
@@ -141,8 +148,8 @@ def test_markdown_section() -> None:
     lines = crashtable.markdown_section(_docs())
     text = "\n".join(lines)
     assert lines[0] == "## Crash recovery"
-    assert "| cell | run | crash | recovered? | lost commits | mount s | recovery s | reused | status |" in lines
-    assert f"| {PG_FSYNC_OFF} | r1 | power-cut at 5.01 s | no: durability failed | 277 of 277 | 0.272 |" in text
+    assert "| cell | settings | run | crash | recovered? | lost commits | mount s | recovery s | reused | status |" in lines
+    assert "| r1 | power-cut at 5.01 s | no: durability failed | 277 of 277 | 0.272 |" in text
     assert text.count("\n| ext4-crash-") == 3
     findings = lines[lines.index("**Findings**") + 2 :]
     assert findings[0] == f"- {PG_FSYNC_OFF} r1 failed: {LOSS}"
@@ -198,9 +205,11 @@ def test_html_section_parses_marks_failed_rows_and_escapes() -> None:
     header, *rows = parser.rows
     assert header[1] == list(crashtable.HEADER)
     by_cell = {cells[0]: (css, cells) for css, cells in rows}
-    assert by_cell[PG_FSYNC_OFF] == ("failed", [PG_FSYNC_OFF, "r1", "power-cut at 5.01 s", "no: durability failed",
-                                                "277 of 277", "0.272", "1.44", "–", "failed"])  # fmt: skip
-    assert by_cell[PG_ON][0] == "" and by_cell[THREEN1][1][7] == "48,925 of 300,000 starting numbers"
+    css, cells = by_cell[PG_FSYNC_OFF]
+    assert css == "failed" and "postgres.fsync=False" in cells[1]
+    assert cells[2:] == ["r1", "power-cut at 5.01 s", "no: durability failed", "277 of 277", "0.272", "1.44", "–",
+                         "failed"]  # fmt: skip
+    assert by_cell[PG_ON][0] == "" and by_cell[THREEN1][1][8] == "48,925 of 300,000 starting numbers"
     assert parser.items == [f"{PG_FSYNC_OFF} r1 failed: durability: <lost> & gone"]  # escaped, read back whole
     assert crashtable.html_section(_docs()[3:]) == []
 

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-HEADER = ("cell", "run", "crash", "recovered?", "lost commits", "mount s", "recovery s", "reused", "status")
+HEADER = ("cell", "settings", "run", "crash", "recovered?", "lost commits", "mount s", "recovery s", "reused", "status")
 MISSING = "–"  # not measured, or not applicable to this workload
 LEGEND = (
-    "recovered?: every recovery step succeeded and every check after it passed; lost commits: "
+    "settings: those that differ between these cells; recovered?: every recovery step succeeded and every check after it passed; lost commits: "
     "acknowledged commits missing after recovery, of those acknowledged (pgbench); mount s: mounting "
     "the crashed filesystem (its journal replay); recovery s: the database's own recovery; reused: "
     "work found done after the crash and not redone (3n+1)."
@@ -33,6 +33,7 @@ class CrashRow:
     """One run of a crash cell, as the table shows it (every entry already text)."""
 
     cell: str
+    settings: str  # what sets this cell apart from the table's other cells ("fs=ext4, postgres.fsync=False")
     run: str
     crash: str
     recovered: str
@@ -43,7 +44,7 @@ class CrashRow:
     status: str
 
     def cells(self) -> list[str]:
-        return [self.cell, self.run, self.crash, self.recovered, self.lost, self.mount_s, self.recovery_s,
+        return [self.cell, self.settings, self.run, self.crash, self.recovered, self.lost, self.mount_s, self.recovery_s,
                 self.reused, self.status]  # fmt: skip
 
 
@@ -107,14 +108,36 @@ def _reused_text(reused: Any) -> str:
     return ", ".join(f"{k} {_count(v)}" for k, v in reused.items() if isinstance(v, int) and not isinstance(v, bool))
 
 
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
+
+
+def varying_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """cell id → the settings whose values differ between these results' cells, ``k=v, ...`` (the
+    cell id alone does not say that one pgbench cell has fsync off). "" when all cells agree."""
+    flats = {str(d.get("cell_id")): _flatten(d.get("params") or {}) for d in docs}
+    keys = sorted({k for flat in flats.values() for k in flat})
+    varying = [k for k in keys if len({flat.get(k, "") for flat in flats.values()}) > 1]
+    return {cid: ", ".join(f"{k}={flat[k]}" for k in varying if k in flat) for cid, flat in flats.items()}
+
+
 def crash_rows(docs: list[dict[str, Any]]) -> list[CrashRow]:
     """A row per result with a crash section."""
     rows = []
-    for doc in crash_docs(docs):
+    crashed = crash_docs(docs)
+    settings = varying_settings(crashed)
+    for doc in crashed:
         section: Mapping[str, Any] = doc["crash"]
         rows.append(
             CrashRow(
                 cell=str(doc.get("cell_id", "?")),
+                settings=settings.get(str(doc.get("cell_id")), ""),
                 run=f"r{_repeat(doc)}",
                 crash=_crash_text(section),
                 recovered=recovered(section),
