@@ -21,8 +21,9 @@ from typing import Any
 HEADER = ("cell", "settings", "run", "crash", "recovered?", "lost commits", "mount s", "recovery s", "reused", "status")
 MISSING = "–"  # not measured, or not applicable to this workload
 LEGEND = (
-    "settings: those that differ between these cells; recovered?: every recovery step succeeded and every check after it passed; lost commits: "
-    "acknowledged commits missing after recovery, of those acknowledged (pgbench); mount s: mounting "
+    "settings: those that differ between these cells; recovered?: every recovery step succeeded and every "
+    "check after it passed; lost commits: acknowledged commits missing after recovery, of those "
+    "acknowledged (pgbench); mount s: mounting "
     "the crashed filesystem (its journal replay); recovery s: the database's own recovery; reused: "
     "work found done after the crash and not redone (3n+1)."
 )
@@ -44,8 +45,8 @@ class CrashRow:
     status: str
 
     def cells(self) -> list[str]:
-        return [self.cell, self.settings, self.run, self.crash, self.recovered, self.lost, self.mount_s, self.recovery_s,
-                self.reused, self.status]  # fmt: skip
+        return [self.cell, self.settings, self.run, self.crash, self.recovered, self.lost, self.mount_s,
+                self.recovery_s, self.reused, self.status]  # fmt: skip
 
 
 def crash_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
