@@ -4,7 +4,9 @@ part, then a second VM recovers on the same data disk files).
 Without a VM: the preflight refusals, the power cut itself on a stand-in for QEMU (a shell that
 prints the marker to its "console"), and the recover phase's job. With a VM (marker ``image``, TCG
 here): a GT.M 3n+1 cell cut 3 s into its measured part recovers and resumes to the reference answer,
-and a cell whose workload ends before ``after_s`` fails "crash not injected".
+and a cell whose workload ends before ``after_s`` fails "crash not injected"; a pgbench cell with
+synchronous_commit=on keeps every commit acknowledged on the serial console, and one with fsync=off
+fails naming the commits it lost.
 """
 
 from __future__ import annotations
@@ -246,9 +248,10 @@ def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Pa
 def test_power_cut_pgbench_keeps_every_commit_and_fsync_off_reports_the_loss(tmp_path: Path, workdir: Path) -> None:
     """Two pgbench cells (scale 1, 2 clients: TCG is slow) cut 5 s into their transactions. With
     synchronous_commit=on every commit acknowledged on the serial console is a row after recovery.
-    With fsync=off nothing reaches the disk until the kernel writes it back on its own (30 s
-    later by default), so the cut loses what was acknowledged since the load's checkpoint; the run
-    fails naming the lost commits and fsync=off. The report's crash table shows both."""
+    With fsync=off nothing the measured part writes reaches the disk until the kernel writes it back
+    on its own (30 s later by default; the agent's sync before the measured part wrote the load), so
+    the cut loses the acknowledged commits; the run fails naming them and fsync=off. The report's
+    crash table shows both."""
     image.build()
     matrix = tmp_path / "pgpc.yaml"
     matrix.write_text(
@@ -303,9 +306,12 @@ def test_power_cut_pgbench_keeps_every_commit_and_fsync_off_reports_the_loss(tmp
     shown = subprocess.run([*FSMATRIX, "report", str(results / "pgpc")], capture_output=True, text=True,
                            timeout=120, check=True).stdout  # fmt: skip
     assert "## Crash recovery" in shown
-    assert f"| {kept['cell_id']} | r1 | power-cut at " in shown
-    assert f"| yes | 0 of {kept['crash']['acknowledged']:,} |" in shown
-    assert f"| no: durability failed | {n:,} of {of:,} |" in shown
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in shown.splitlines() if " | power-cut at " in line}
+    kept_cut, lost_cut = (f"power-cut at {d['crash']['fired_at_s']:.2f} s" for d in (kept, lost))
+    assert rows[kept["cell_id"]][1:6] == ["postgres.fsync=True", "r1", kept_cut, "yes",
+                                          f"0 of {kept['crash']['acknowledged']:,}"]  # fmt: skip
+    assert rows[lost["cell_id"]][1:6] == ["postgres.fsync=False", "r1", lost_cut, "no: durability failed",
+                                          f"{n:,} of {of:,}"]  # fmt: skip
     assert f"- {lost['cell_id']} r1 failed: durability: {n} of {of} acknowledged commits" in shown
     assert not _our_vms(workdir)
     assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
