@@ -116,6 +116,12 @@ def test_rows_say_recovered_lost_commits_mount_recovery_and_reuse() -> None:
     assert (off.settings, off.recovered, off.lost, off.status) == (
         "postgres.fsync=False", "no: durability failed", "277 of 277", "failed")  # fmt: skip
     assert crashtable.varying_settings(_docs()[1:2]) == {PG_ON: ""}  # one cell: nothing sets it apart
+    # Compared within a workload: 3n+1 has no postgres.fsync, which does not set it apart.
+    other = _doc("ext4-crash-power-cut-threen1-1-1000-w2-11111111", "threen1", "passed", _threen1_section())
+    other["params"] = _params("threen1", gtm={"journal": "nobefore"})
+    assert crashtable.varying_settings(_docs()[:3] + [other]) == {
+        PG_FSYNC_OFF: "postgres.fsync=False", PG_ON: "postgres.fsync=True",
+        THREEN1: "gtm.journal=before", other["cell_id"]: "gtm.journal=nobefore"}  # fmt: skip
     rows = {r.cell: r for r in crashtable.crash_rows(_docs())}
     assert sorted(rows) == sorted([PG_ON, PG_FSYNC_OFF, THREEN1])  # the uncrashed run has none
     gtm = rows[THREEN1]

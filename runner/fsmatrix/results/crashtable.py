@@ -21,11 +21,11 @@ from typing import Any
 HEADER = ("cell", "settings", "run", "crash", "recovered?", "lost commits", "mount s", "recovery s", "reused", "status")
 MISSING = "–"  # not measured, or not applicable to this workload
 LEGEND = (
-    "settings: those that differ between these cells; recovered?: every recovery step succeeded and every "
-    "check after it passed; lost commits: acknowledged commits missing after recovery, of those "
-    "acknowledged (pgbench); mount s: mounting "
-    "the crashed filesystem (its journal replay); recovery s: the database's own recovery; reused: "
-    "work found done after the crash and not redone (3n+1)."
+    "settings: those that differ between the cells of a workload; recovered?: every recovery step "
+    "succeeded and every check after it passed; lost commits: acknowledged commits missing after "
+    "recovery, of those acknowledged (pgbench); mount s: mounting the crashed filesystem (its journal "
+    "replay); recovery s: the database's own recovery; reused: work found done after the crash and "
+    "not redone (3n+1)."
 )
 
 
@@ -120,12 +120,19 @@ def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def varying_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
-    """cell id → the settings whose values differ between these results' cells, ``k=v, ...`` (the
-    cell id alone does not say that one pgbench cell has fsync off). "" when all cells agree."""
-    flats = {str(d.get("cell_id")): _flatten(d.get("params") or {}) for d in docs}
-    keys = sorted({k for flat in flats.values() for k in flat})
-    varying = [k for k in keys if len({flat.get(k, "") for flat in flats.values()}) > 1]
-    return {cid: ", ".join(f"{k}={flat[k]}" for k in varying if k in flat) for cid, flat in flats.items()}
+    """cell id → the settings whose values differ between the cells of its workload, ``k=v, ...``
+    (the cell id alone does not say that one pgbench cell has fsync off). Compared within a workload:
+    3n+1's cells have no postgres settings, and that sets nothing apart. "" when all cells agree."""
+    by_workload: dict[str, dict[str, dict[str, str]]] = {}
+    for doc in docs:
+        flats = by_workload.setdefault(str(doc.get("workload")), {})
+        flats[str(doc.get("cell_id"))] = _flatten(doc.get("params") or {})
+    out = {}
+    for flats in by_workload.values():
+        keys = sorted({k for flat in flats.values() for k in flat})
+        varying = [k for k in keys if len({flat.get(k, "") for flat in flats.values()}) > 1]
+        out.update({cid: ", ".join(f"{k}={flat[k]}" for k in varying if k in flat) for cid, flat in flats.items()})
+    return out
 
 
 def crash_rows(docs: list[dict[str, Any]]) -> list[CrashRow]:
