@@ -372,11 +372,13 @@ def test_the_recover_phase_mounts_the_crashed_filesystem_and_recovers(job_dir: P
 
 @needs_root
 @needs_gtm
-def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path) -> None:
+@pytest.mark.parametrize("journal", ["before", "nobefore"])
+def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, journal: str) -> None:
+    """Backward recovery (before-image) and forward recovery onto the backup (nobefore) alike."""
     mnt = job_dir / "look"
     with storage.loop_devices(1, 1 << 30, job_dir) as devices:
         crashed = run_job(
-            crash_cell("before"), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash", environment={},
+            crash_cell(journal), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash", environment={},
             recover=False,
         )  # fmt: skip
         assert crashed["crash"]["fired"], crashed["reason"]
@@ -384,18 +386,19 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path) -> N
         mnt.mkdir()
         proc.run(["mount", devices[0], str(mnt)], timeout=60)
         try:
-            journal = mnt / f"{threen1.DB_NAME}.mjl"  # the filesystem is mounted as ws.data
-            with journal.open("r+b") as f:
+            mjl = mnt / f"{threen1.DB_NAME}.mjl"  # the filesystem is mounted as ws.data
+            with mjl.open("r+b") as f:
                 f.write(b"\xa5" * 65536)
         finally:
             proc.run(["umount", str(mnt)], timeout=60)
         doc = run_recovery(
-            crash_cell("before"), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            crash_cell(journal), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
             environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]),
         )  # fmt: skip
     assert doc["status"] == "failed"
-    assert doc["reason"].startswith("recovery failed: mupip journal -recover -backward: "), doc["reason"]
-    assert _step(doc, "mupip journal -recover -backward")["status"] == "failed"
+    recovery = "mupip journal -recover -" + ("backward" if journal == "before" else "forward")
+    assert doc["reason"].startswith(f"recovery failed: {recovery}: "), doc["reason"]
+    assert _step(doc, recovery)["status"] == "failed"
 
 
 @needs_root

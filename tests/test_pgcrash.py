@@ -1,6 +1,6 @@
 """PostgreSQL crash recovery on real PostgreSQL 15 and real ext4 on loop devices: a run killed mid-way
 comes back (timed, pg_amcheck clean, TPC-B invariant, no acknowledged commit lost), and each check
-fails when it should: a deleted WAL segment, a balance changed behind pgbench, acknowledgements
+fails when it should: a deleted or a damaged WAL segment, a balance changed behind pgbench, acknowledgements
 beyond what the table holds, commits lost to synchronous_commit=off. Parsing of acknowledgements
 and of the recovery log, without a server."""
 
@@ -492,6 +492,33 @@ def test_a_deleted_wal_segment_fails_the_recovery(layout: str) -> None:
         assert "acknowledged commits are missing after recovery" in report["reason"]
         assert "nothing allows that loss" in report["reason"]
         assert report["steps"]["start"]["status"] == "passed" and report["crash_recovery"] is True
+
+
+@needs_root
+@needs_pg
+def test_a_damaged_wal_segment_fails_the_recovery() -> None:
+    """The segment written last overwritten with garbage after its first page (the records of the
+    acknowledged commits): the replay stops at the first record whose header or CRC does not check,
+    PostgreSQL comes up as if the WAL ended there, and only the acknowledgements show the loss."""
+    cell = _cell()
+    with loop_workspace(cell) as ws:
+        ws.scratch.mkdir(parents=True)
+        sink = ws.scratch / "acks"
+        _crash_with_acks(cell.settings_of(postgres.Settings), ws, sink, lambda cluster: time.sleep(0.5))
+        pg_wal = ws.data / "pgdata" / "pg_wal"
+        segments = [p for p in pg_wal.iterdir() if len(p.name) == 24 and p.is_file()]
+        newest = max(segments, key=lambda p: p.stat().st_mtime_ns)
+        with newest.open("r+b") as segment:
+            segment.seek(8192)  # past the segment's first page: its long header stays valid
+            segment.write(bytes(range(256)) * 4096)  # 1 MiB that is no WAL record
+        acks = pgacks.read_acks(sink)
+        report = pgbench.recover_after_crash(cell, ws, acks, 300)
+        assert report["steps"]["start"]["status"] == "passed" and report["crash_recovery"] is True, report
+        durable = report["steps"]["durability"]
+        assert report["status"] == "failed" and durable["status"] == "failed", report
+        assert 0 < durable["lost"] <= acks, durable
+        assert report["reason"].startswith(f"{durable['lost']} of {acks} acknowledged commits are missing after")
+        assert "nothing allows that loss" in report["reason"]
 
 
 @needs_root

@@ -163,10 +163,11 @@ def acknowledged_commits(cell: Cell, console_text: str) -> int | None:
     if cell.spec.workload != "pgbench":
         return None
     try:
-        from fsmatrix.agent.workloads import pgacks
+        from fsmatrix.agent.workloads import pgacks, pgbench
     except ImportError:
         return None
-    return pgacks.parse_acks(console_text)
+    # The guest tags its lines with the cell's tag (an untagged count would read 0).
+    return pgacks.parse_acks(console_text, pgbench.ack_tag(cell.spec))
 
 
 def _now() -> str:

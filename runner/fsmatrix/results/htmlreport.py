@@ -23,7 +23,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from fsmatrix.agent import workloads
-from fsmatrix.results import report
+from fsmatrix.results import crashtable, report
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
@@ -43,6 +43,7 @@ td.tied { background: #f4f4e6; }
 figure { margin: 0.5em 0 1.5em; }
 figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: 0.9em; color: #555; }
+tr.failed td { background: #f8e0e0; }
 """
 
 
@@ -214,6 +215,7 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
                 parts.append(
                     f"<p>{html.escape(cid)} repeat {doc['repeat']}: no per-second samples (shorter than 1 s).</p>"
                 )
+    parts += crashtable.html_section(docs)
     parts.append("<h2>Runs and verification</h2>")
     status_rows = []
     for cid, ds in sorted(by_cell.items()):
