@@ -58,6 +58,7 @@ INFORMATIONAL_CHECKS = frozenset({"work reused"})
 # the log (measured: see docs/crash-recovery.md). The disk image is sparse: unused log costs nothing.
 LOG_DISK_FACTOR = 4
 SCRATCH_DISK_FACTOR = 2  # the replayed copy, and as much again for each point's recovery writes
+DISK_WAIT_S = 30.0  # for udev's by-id links (guest.DEVICE_WAIT_S)
 
 
 class FlushPointsError(RuntimeError):
@@ -69,12 +70,14 @@ def disk_sizes(data_bytes: int) -> tuple[int, int]:
     return data_bytes * LOG_DISK_FACTOR, data_bytes * SCRATCH_DISK_FACTOR + MIN_COW_BYTES
 
 
-def find_disks(wait_s: float = 30.0) -> tuple[str, str]:
+def find_disks(by_id: Path = Path("/dev/disk/by-id"), wait_s: float | None = None) -> tuple[str, str]:
     """The log and scratch disks (by serial, as the qemu backend attached them)."""
     from fsmatrix.agent import guest  # late: guest imports job, which imports this module
 
     try:
-        log_disk, scratch_disk = guest.resolve_data_disks([LOG_SERIAL, SCRATCH_SERIAL], wait_s=wait_s)
+        log_disk, scratch_disk = guest.resolve_data_disks(
+            [LOG_SERIAL, SCRATCH_SERIAL], by_id=by_id, wait_s=DISK_WAIT_S if wait_s is None else wait_s
+        )
     except guest.JobError as exc:
         raise FlushPointsError(
             f"crash.mode 'flush-points' needs the log and scratch disks the qemu backend attaches: {exc}"

@@ -55,6 +55,8 @@ log = logging.getLogger("fsmatrix")
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 ALLOWANCE_ENV = "FSMATRIX_BOOT_ALLOWANCE"
+# A test's hook: the flush-points log disk's size in bytes (a log too small to hold the run fails it).
+FLUSH_LOG_BYTES_ENV = "FSMATRIX_FLUSH_LOG_BYTES"
 # Boot plus job setup and power-off, on top of the cell's own timeout: a TCG boot takes 30-100 s here.
 BOOT_ALLOWANCE_S = {"kvm": 60.0, "tcg": 300.0}
 QUIT_GRACE_S = 15.0  # after QMP quit, before SIGKILL
@@ -576,6 +578,8 @@ class QemuBackend:
         if cell.spec.crash is None or cell.spec.crash.mode != crash.FLUSH_POINTS:
             return []
         sizes = flushpoints.disk_sizes(storage.parse_size(cell.spec.storage.disk_size))
+        if os.environ.get(FLUSH_LOG_BYTES_ENV):
+            sizes = (int(os.environ[FLUSH_LOG_BYTES_ENV]), sizes[1])
         disks = []
         for serial, size in zip((flushpoints.LOG_SERIAL, flushpoints.SCRATCH_SERIAL), sizes, strict=True):
             path = run_dir / f"{serial}.img"
