@@ -305,6 +305,10 @@ class FlushPoints:
                         "flush point %d (entry %d): %s%s", index, entry, record.verdict,
                         f": {record.reason}" if record.reason else "",
                     )  # fmt: skip
+        left = left_behind(mount_point)
+        event.flush_points["left_behind"] = left
+        if left:
+            raise crash.RecoveryFailed("teardown", "left behind: " + ", ".join(left))
         event.fired = True  # every chosen crash state was recovered from (or tried)
         event.mount_s = max((p["mount_s"] for p in event.points if p["mount_s"] is not None), default=None)
         event.recovery_s = max((p["recovery_s"] for p in event.points if p["recovery_s"] is not None), default=None)
@@ -377,6 +381,15 @@ class FlushPoints:
         record.recovery_s = point_event.recovery_s
         record.steps, record.checks, record.reused = point_event.steps, point_event.checks, point_event.reused
         record.verdict, record.reason = point_verdict(point_event, outcome, error)
+
+
+def left_behind(mount_point: Path) -> list[str]:
+    """What this module made and should have removed by now: its device-mapper targets, the mount."""
+    from fsmatrix.agent.storage.devices import read_mounts
+
+    found = [f"device-mapper target {n}" for n in (TARGET, BASE, COW, SNAPSHOT) if Path(f"/dev/mapper/{n}").exists()]
+    found += [f"mount {m.mount_point}" for m in read_mounts() if m.mount_point == str(mount_point)]
+    return found
 
 
 def _sectors_up_to(wlog: lw.WriteLog, points: list[int]) -> dict[int, int]:
