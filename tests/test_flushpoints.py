@@ -4,8 +4,8 @@ Without a VM (this host's kernel has no device-mapper): the verdict of a point, 
 the refusals at preflight (host, libvirt) and their acceptance by qemu, the extra disks and time
 limit the qemu backend gives such a cell, and a host run that cannot find the disks failing with
 one clear line, leaving nothing behind. With a VM (marker ``image``, TCG here): GT.M 3n+1 on ext4,
-ten flush points each recovered and judged; and a log disk too small for the run fails it, naming
-the full log.
+ten flush points each recovered and judged; one point's files damaged on purpose (a test hook)
+fails that point and the run; and a log disk too small for the run fails it, naming the full log.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from fsmatrix.agent import crash, flushpoints, job
 from fsmatrix.agent.storage import loop_devices
 from fsmatrix.agent.workloads import Outcome
 from fsmatrix.backends import image
+from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu import FLUSH_LOG_BYTES_ENV, Launch, QemuBackend, running_vms
+from fsmatrix.backends.qemu import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV, Launch, QemuBackend, running_vms
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 
@@ -184,8 +185,40 @@ def test_the_log_size_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert made[0].path.stat().st_size == 8 << 20
 
 
+def test_the_corrupt_point_hook_reaches_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = QemuBackend(workdir=tmp_path)
+    data = [Disk(tmp_path / "d0.img", "fsm-data0")]
+    assert flushpoints.CORRUPT_POINT_KEY not in backend.job_document(_cell(), 1, data, {})["environment"]
+    monkeypatch.setenv(FLUSH_CORRUPT_ENV, "2")
+    assert backend.job_document(_cell(), 1, data, {})["environment"][flushpoints.CORRUPT_POINT_KEY] == 2
+    other = _cell(mode=crash.POWER_CUT)  # only a flush-points cell is damaged
+    assert flushpoints.CORRUPT_POINT_KEY not in backend.job_document(other, 1, data, {})["environment"]
+
+
 # --------------------------------------------------------------------------------------------
 # the guest side, where the host can run it
+
+
+def test_corrupt_files_zeroes_the_start_of_every_file(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    big, small = tmp_path / "threen1.dat", tmp_path / "sub" / "threen1.mjl"
+    big.write_bytes(b"\xff" * (flushpoints.CORRUPT_BYTES + 10))
+    small.write_bytes(b"GDSDYNUNX03")
+    assert flushpoints.corrupt_files(tmp_path) == 2
+    assert big.read_bytes() == bytes(flushpoints.CORRUPT_BYTES) + b"\xff" * 10  # same size, head zeroed
+    assert small.read_bytes() == bytes(11)
+
+
+def test_the_corrupt_hook_damages_only_its_point(tmp_path: Path) -> None:
+    assert flushpoints.corrupt_hook({}, tmp_path) is None
+    hook = flushpoints.corrupt_hook({flushpoints.CORRUPT_POINT_KEY: 1}, tmp_path)
+    assert hook is not None
+    target = tmp_path / "db.dat"
+    target.write_bytes(b"x" * 100)
+    hook("/dev/mapper/x", 0)
+    assert target.read_bytes() == b"x" * 100
+    hook("/dev/mapper/x", 1)
+    assert target.read_bytes() == bytes(100)
 
 
 def test_missing_disks_are_named(tmp_path: Path) -> None:
@@ -284,6 +317,20 @@ def test_ten_flush_points_of_3n1_on_ext4_each_recover(tmp_path: Path, workdir: P
     sectors = [p["sectors_replayed"] for p in points]
     assert sectors == sorted(sectors)  # later points replay more of the log
     assert "flush point 9 (entry" in log
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_a_damaged_point_fails_the_run_and_the_others_still_pass(tmp_path: Path, workdir: Path) -> None:
+    doc, _ = _run_in_vm(tmp_path, workdir, {FLUSH_CORRUPT_ENV: "2"})
+    assert doc["status"] == "failed"
+    points = doc["crash"]["points"]
+    assert len(points) == 10
+    assert [p["index"] for p in points if p["verdict"] == "failed"] == [2], [p["reason"] for p in points]
+    assert points[2]["reason"]
+    assert f"flush point 2 (log entry {points[2]['entry']}): " in doc["reason"], doc["reason"]
+    assert doc["provenance"][flushpoints.CORRUPT_POINT_KEY] == 2  # the result says it was damaged on purpose
+    assert doc["crash"]["flush_points"]["left_behind"] == []
 
 
 @pytest.mark.image

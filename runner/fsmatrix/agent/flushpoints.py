@@ -61,6 +61,13 @@ SCRATCH_DISK_FACTOR = 2  # the replayed copy, and as much again for each point's
 DISK_WAIT_S = 30.0  # for udev's by-id links (guest.DEVICE_WAIT_S)
 
 
+# A test's hook, in the job's ``environment`` (the qemu backend copies FSMATRIX_FLUSH_CORRUPT_POINT
+# there): damage the files of that point's replayed filesystem before its recovery, so the point
+# must fail. It stays in the result's provenance: such a run says it was damaged on purpose.
+CORRUPT_POINT_KEY = "flush_points_corrupt_point"
+CORRUPT_BYTES = 64 << 10
+
+
 class FlushPointsError(RuntimeError):
     """The flush-points machinery could not run (a disk missing, a log unusable): fails the run."""
 
@@ -381,6 +388,36 @@ class FlushPoints:
         record.recovery_s = point_event.recovery_s
         record.steps, record.checks, record.reused = point_event.steps, point_event.checks, point_event.reused
         record.verdict, record.reason = point_verdict(point_event, outcome, error)
+
+
+def corrupt_files(directory: Path) -> int:
+    """Zero the first CORRUPT_BYTES of every regular file under ``directory`` (a database's headers
+    with them); return how many files. The test hook's damage."""
+    damaged = 0
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            with path.open("r+b") as fh:
+                size = min(CORRUPT_BYTES, os.fstat(fh.fileno()).st_size)
+                fh.write(bytes(size))
+                fh.flush()
+                os.fsync(fh.fileno())
+            damaged += 1
+    return damaged
+
+
+def corrupt_hook(environment: Mapping[str, Any], mount_point: Path) -> Callable[[str, int], None] | None:
+    """``replay_points``' ``before_recover`` for a job whose environment asks for a damaged point."""
+    chosen = environment.get(CORRUPT_POINT_KEY)
+    if chosen is None:
+        return None
+    point = int(chosen)
+
+    def damage(device: str, index: int) -> None:
+        if index == point:
+            log.warning("flush point %d: damaging its files on purpose (test hook %s)", index, CORRUPT_POINT_KEY)
+            log.warning("flush point %d: %d files damaged on %s", index, corrupt_files(mount_point), device)
+
+    return damage
 
 
 def left_behind(mount_point: Path) -> list[str]:

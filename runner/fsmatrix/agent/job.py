@@ -263,7 +263,8 @@ def run_job(
             assert hook is not None  # Cell.check refuses a crash setting for a workload without one
             # Where the data filesystem was: a database journal names its files by absolute path.
             data_mount = Path(os.path.realpath(workdir / "mnt")) / "data"
-            replays.replay_points(cell, data_mount, workdir / "scratch", hook, reference)
+            damage = flushpoints.corrupt_hook(environment, data_mount)  # a test's hook; None otherwise
+            replays.replay_points(cell, data_mount, workdir / "scratch", hook, reference, before_recover=damage)
         result["samples"] = samples
         if outcome is None:  # the crash phase alone: the recover phase judges the run
             result["reason"] = "crashed; the recovery is a separate phase (job.run_recovery)"

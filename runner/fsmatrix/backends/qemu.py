@@ -55,8 +55,10 @@ log = logging.getLogger("fsmatrix")
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 ALLOWANCE_ENV = "FSMATRIX_BOOT_ALLOWANCE"
-# A test's hook: the flush-points log disk's size in bytes (a log too small to hold the run fails it).
+# Tests' hooks: the flush-points log disk's size in bytes (a log too small to hold the run fails it);
+# the flush point whose replayed files the guest damages before recovering (that point must fail).
 FLUSH_LOG_BYTES_ENV = "FSMATRIX_FLUSH_LOG_BYTES"
+FLUSH_CORRUPT_ENV = "FSMATRIX_FLUSH_CORRUPT_POINT"
 # Boot plus job setup and power-off, on top of the cell's own timeout: a TCG boot takes 30-100 s here.
 BOOT_ALLOWANCE_S = {"kvm": 60.0, "tcg": 300.0}
 QUIT_GRACE_S = 15.0  # after QMP quit, before SIGKILL
@@ -461,11 +463,18 @@ class QemuBackend:
             "repeat": repeat,
             "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
             "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
-            "environment": {**self.environment(), "vm": vm_info},
+            "environment": {**self.environment(), "vm": vm_info, **self._test_hooks(cell)},
             "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
             # A restored guest's clock stopped when its template was saved: the agent sets it from this.
             "host_time": time.time(),
         }
+
+    def _test_hooks(self, cell: Cell) -> dict[str, Any]:
+        """What a test asks the guest to do on purpose (FLUSH_CORRUPT_ENV), for a flush-points cell."""
+        chosen = os.environ.get(FLUSH_CORRUPT_ENV)
+        if not chosen or cell.spec.crash is None or cell.spec.crash.mode != crash.FLUSH_POINTS:
+            return {}
+        return {flushpoints.CORRUPT_POINT_KEY: int(chosen)}
 
     def _launch(
         self,
