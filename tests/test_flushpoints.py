@@ -264,17 +264,26 @@ def _our_vms(workdir: Path) -> list[str]:
     return found
 
 
-def _run_in_vm(tmp_path: Path, workdir: Path, env: dict[str, str] | None = None) -> tuple[dict, str]:  # type: ignore[type-arg]
+THREEN1_CELL = (
+    "  - filesystem: ext4\n"
+    "    workload: {threen1: {start: 1, end: 20000, workers: 2, block: 1000, keys: integer}}\n"
+    "    gtm: {journal: before, global_buffers: 4096}\n"
+    "    crash: {mode: flush-points, after_s: 1, points: 10, seed: 1}\n"
+)
+PGBENCH_CELL = (
+    "  - filesystem: ext4\n"
+    "    workload: {pgbench: {scale: 1, clients: 2, threads: 2, duration: 5}}\n"
+    "    crash: {mode: flush-points, after_s: 1, points: 3, seed: 7}\n"
+)
+
+
+def _run_in_vm(
+    tmp_path: Path, workdir: Path, env: dict[str, str] | None = None, cell: str = THREEN1_CELL
+) -> tuple[dict, str]:  # type: ignore[type-arg]
     image.build()
     matrix = tmp_path / "fp.yaml"
     matrix.write_text(
-        "name: fp\n"
-        "include:\n"
-        "  - filesystem: ext4\n"
-        "    workload: {threen1: {start: 1, end: 20000, workers: 2, block: 1000, keys: integer}}\n"
-        "    gtm: {journal: before, global_buffers: 4096}\n"
-        "    crash: {mode: flush-points, after_s: 1, points: 10, seed: 1}\n"
-        "defaults:\n  storage.disk_size: 512M\n  timeout: 600\nrepeat: 1\n"
+        "name: fp\ninclude:\n" + cell + "defaults:\n  storage.disk_size: 512M\n  timeout: 600\nrepeat: 1\n"
     )
     results = tmp_path / "results"
     done = subprocess.run(
@@ -317,6 +326,21 @@ def test_ten_flush_points_of_3n1_on_ext4_each_recover(tmp_path: Path, workdir: P
     sectors = [p["sectors_replayed"] for p in points]
     assert sectors == sorted(sectors)  # later points replay more of the log
     assert "flush point 9 (entry" in log
+
+
+@pytest.mark.image
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_pgbench_flush_points_replay_wal_and_keep_the_invariant(tmp_path: Path, workdir: Path) -> None:
+    doc, _ = _run_in_vm(tmp_path, workdir, cell=PGBENCH_CELL)
+    assert doc["status"] == "passed", doc.get("reason")
+    points = doc["crash"]["points"]
+    assert len(points) == 3 and all(p["verdict"] == "passed" for p in points), points
+    for point in points:
+        assert any(s["name"] == "start" and s["status"] == "ok" for s in point["steps"])  # the WAL replay
+        assert point["recovery_s"] is not None and point["mount_s"] is not None
+        verdicts = {c["name"]: c["verdict"] for c in point["checks"]}
+        assert verdicts["invariant"] == "passed" and verdicts["amcheck"] == "passed"
+    assert doc["crash"]["flush_points"]["left_behind"] == []
 
 
 @pytest.mark.image
