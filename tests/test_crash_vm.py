@@ -72,12 +72,6 @@ def _pgbench_cell(after_s: float = 5, **postgres: object) -> Cell:
 # without a VM
 
 
-def test_flush_points_is_refused_at_preflight_naming_the_cell(tmp_path: Path) -> None:
-    cell = _crash_cell(crash.FLUSH_POINTS)
-    with pytest.raises(UserError, match=rf"^cell {cell.id}: crash.mode 'flush-points' is not built yet on the qemu"):
-        QemuBackend(workdir=tmp_path).preflight([cell])
-
-
 def test_libvirt_refuses_power_cut_at_preflight(tmp_path: Path) -> None:
     cell = _crash_cell(crash.POWER_CUT)
     with pytest.raises(UserError, match=rf"^cell {cell.id}: crash.mode 'power-cut' is not built yet on the libvirt"):

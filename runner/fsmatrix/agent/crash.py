@@ -9,7 +9,10 @@ integrity and resumes the work. The modes:
   Works on every backend (the guest agent kills, as the host one does).
 - ``power-cut``: the VM backends stop QEMU at once; the guest reboots and the recovery runs on the
   filesystem as the disk holds it (``job.run_recovery``). The host backend refuses it.
-- ``flush-points``: VM backends only (a dm-log-writes log replayed up to chosen flush points).
+- ``flush-points``: the qemu backend only. The data device sits behind dm-log-writes; after a
+  normal run its log is replayed onto a scratch disk up to ``points`` flush/FUA points chosen with
+  ``seed``, and each replayed state is mounted, recovered and verified (``fsmatrix.agent.flushpoints``).
+  ``after_s`` is not used by this mode.
 
 ``CrashEvent`` is what happened and what the recovery did; a workload's hook fills in its steps,
 checks and what it reused, and ``job`` stores ``event.to_dict()`` as the result's ``crash``.
@@ -94,6 +97,10 @@ class CrashEvent:
     reused: dict[str, Any] = field(default_factory=dict)
     lost_commits: int | None = None
     acknowledged: int | None = None  # power-cut: from the host's serial log; else the hook's own count
+    # flush-points: how the points were drawn and what the log held (seed, available, chosen, log
+    # bytes), and one record per point replayed (flushpoints.PointRecord): each must pass.
+    flush_points: dict[str, Any] | None = None
+    points: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def for_settings(cls, settings: Settings) -> CrashEvent:
@@ -142,6 +149,11 @@ class CrashEvent:
         """What failed: failed steps and failed checks, in words (empty: all well)."""
         found = [f"recovery step {s['name']} failed: {s['detail']}" for s in self.steps if s["status"] == "failed"]
         found += [f"{c['name']}: {c['message']}" for c in self.checks if c["verdict"] == "failed"]
+        found += [
+            f"flush point {p['index']} (log entry {p['entry']}): {p['reason']}"
+            for p in self.points
+            if p.get("verdict") != "passed"
+        ]
         return found
 
 

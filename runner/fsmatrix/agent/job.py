@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 import traceback
 from collections.abc import Iterator, Mapping
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import cgroup, crash, provenance, storage
+from fsmatrix.agent import cgroup, crash, flushpoints, provenance, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.sampler import Sampler
 from fsmatrix.agent.workloads import Outcome, Workspace
@@ -202,12 +203,17 @@ def run_job(
     cell = Cell.coerce(cell)
     result = _started_result(cell, cell_id, repeat, environment)
     event = crash.CrashEvent.for_settings(cell.crash) if cell.crash is not None else None
+    replays: flushpoints.FlushPoints | None = None
     t0 = time.monotonic()
     try:
         if reference is None:
             reference = reference_for(cell)
+        if cell.crash is not None and event is not None and cell.crash.mode == crash.FLUSH_POINTS:
+            # A normal run on a logged data device; the crash states are rebuilt from the log afterwards.
+            replays = flushpoints.FlushPoints.for_cell(cell.crash, event)
         with contextlib.ExitStack() as stack:
-            prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt"))
+            wrap = replays.wrap if replays is not None else None
+            prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt", wrap_data=wrap))
             _storage_section(cell, prepared, result)
             scratch = workdir / "scratch"
             scratch.mkdir(parents=True, exist_ok=True)
@@ -229,7 +235,8 @@ def run_job(
                 def measured() -> Iterator[None]:
                     # A crash cell's clock starts with the measured part, inside the sampler's window.
                     crash_clock = injector.armed() if injector is not None else contextlib.nullcontext()
-                    with sampler.measured(), parts.measured(), run_cpu.measured(), crash_clock:
+                    marks = replays.marks() if replays is not None else contextlib.nullcontext()
+                    with sampler.measured(), parts.measured(), run_cpu.measured(), crash_clock, marks:
                         yield
 
                 workspace = Workspace(
@@ -241,7 +248,7 @@ def run_job(
                     reference=reference,
                     crash=event,
                 )
-                if event is None:
+                if event is None or replays is not None:
                     outcome: Outcome | None = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
                 else:
                     outcome = _crash_and_recover(cell, workspace, event, recover)
@@ -251,6 +258,13 @@ def run_job(
             samples["run_cpu_source"] = run_cpu.source
             if prepared.component_diskstat_names:
                 samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
+        if replays is not None and outcome is not None:  # unmounted, the log complete: the crash states
+            hook = cell.declaration.recover
+            assert hook is not None  # Cell.check refuses a crash setting for a workload without one
+            # Where the data filesystem was: a database journal names its files by absolute path.
+            data_mount = Path(os.path.realpath(workdir / "mnt")) / "data"
+            damage = flushpoints.corrupt_hook(environment, data_mount)  # a test's hook; None otherwise
+            replays.replay_points(cell, data_mount, workdir / "scratch", hook, reference, before_recover=damage)
         result["samples"] = samples
         if outcome is None:  # the crash phase alone: the recover phase judges the run
             result["reason"] = "crashed; the recovery is a separate phase (job.run_recovery)"

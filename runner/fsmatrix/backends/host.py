@@ -39,9 +39,14 @@ class HostBackend:
         for cell in cells:
             mode = cell.spec.crash.mode if cell.spec.crash is not None else None
             if mode in crash.VM_ONLY_MODES:
+                why = (
+                    "it logs the data disk's writes with dm-log-writes and replays them onto extra disks in the guest"
+                    if mode == crash.FLUSH_POINTS
+                    else "the host backend cannot cut its own power"
+                )
                 raise UserError(
-                    f"cell {cell.id}: crash.mode {mode!r} needs a VM backend (--backend qemu): the host "
-                    "backend cannot cut its own power; crash.mode 'kill' runs here"
+                    f"cell {cell.id}: crash.mode {mode!r} needs a VM backend (--backend qemu): {why}; "
+                    "crash.mode 'kill' runs here"
                 )
         for device in self.devices:
             try:

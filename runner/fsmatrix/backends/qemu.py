@@ -16,6 +16,12 @@ is killed (SIGKILL, no flush) ``after_s`` seconds after its console shows the me
 the second, restored the same way with a fresh root overlay and job disk (``"phase": "recover"``
 and the host's record of the cut), mounts the crashed filesystems and runs the workload's recovery.
 Its result is the run's; both consoles go to the run's log.
+
+A ``crash.mode: flush-points`` cell gets two more virtio-blk disks, fresh sparse files: the
+dm-log-writes log (serial ``fsm-log``) and the scratch disk the log is replayed onto
+(``fsm-scratch``), sized from ``storage.disk_size`` (``flushpoints.disk_sizes``). The guest
+replays and recovers every point itself (``fsmatrix.agent.flushpoints``), so the VM may take the
+cell's timeout once for the run and once per point.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import Any
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, workdirs
-from fsmatrix.agent import crash, job, proc, provenance, storage
+from fsmatrix.agent import crash, flushpoints, job, proc, provenance, storage
 from fsmatrix.backends import hostinfo, image, jobdisk, profiles, snapshot
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
@@ -49,6 +55,10 @@ log = logging.getLogger("fsmatrix")
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 ALLOWANCE_ENV = "FSMATRIX_BOOT_ALLOWANCE"
+# Tests' hooks: the flush-points log disk's size in bytes (a log too small to hold the run fails it);
+# the flush point whose replayed files the guest damages before recovering (that point must fail).
+FLUSH_LOG_BYTES_ENV = "FSMATRIX_FLUSH_LOG_BYTES"
+FLUSH_CORRUPT_ENV = "FSMATRIX_FLUSH_CORRUPT_POINT"
 # Boot plus job setup and power-off, on top of the cell's own timeout: a TCG boot takes 30-100 s here.
 BOOT_ALLOWANCE_S = {"kvm": 60.0, "tcg": 300.0}
 QUIT_GRACE_S = 15.0  # after QMP quit, before SIGKILL
@@ -62,8 +72,8 @@ TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
 AGENT_MARKER = b" INFO job "
 CONSOLE_POLL_S = 0.25
 CUT_POLL_S = 0.02  # once the measured part began, until the power cut
-# Crash modes each VM backend builds; the others are refused at preflight (flush-points: not yet).
-CRASH_MODES = (crash.KILL, crash.POWER_CUT)
+# Crash modes each VM backend builds; the others are refused at preflight.
+CRASH_MODES = (crash.KILL, crash.POWER_CUT, crash.FLUSH_POINTS)
 
 
 @dataclass(frozen=True)
@@ -393,7 +403,8 @@ class QemuBackend:
             vm_info["start"] = "boot" if template is None else "restore"
             data = self._data_disks(cell, run_dir)
             job_doc = self.job_document(cell, repeat, data, vm_info)
-            limit = float(cell.spec.timeout) + self.boot_allowance
+            self._flush_point_disks(cell, run_dir, create=True)
+            limit = self.time_limit(cell)
             crash_phase: dict[str, Any] = {}
             if cell.spec.crash is not None and cell.spec.crash.mode == crash.POWER_CUT:
                 # The first VM is cut; the second (below) recovers on the same data disk files.
@@ -455,11 +466,18 @@ class QemuBackend:
             "repeat": repeat,
             "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
             "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
-            "environment": {**self.environment(), "vm": vm_info},
+            "environment": {**self.environment(), "vm": vm_info, **self._test_hooks(cell)},
             "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
             # A restored guest's clock stopped when its template was saved: the agent sets it from this.
             "host_time": time.time(),
         }
+
+    def _test_hooks(self, cell: Cell) -> dict[str, Any]:
+        """What a test asks the guest to do on purpose (FLUSH_CORRUPT_ENV), for a flush-points cell."""
+        chosen = os.environ.get(FLUSH_CORRUPT_ENV)
+        if not chosen or cell.spec.crash is None or cell.spec.crash.mode != crash.FLUSH_POINTS:
+            return {}
+        return {flushpoints.CORRUPT_POINT_KEY: int(chosen)}
 
     def _launch(
         self,
@@ -554,8 +572,35 @@ class QemuBackend:
         return {"crash": record, "wall_s": wall}
 
     def drives(self, launch: Launch) -> list[Disk]:
-        """The job disk, then the data disks (the root disk is the overlay)."""
-        return [Disk(launch.job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False), *launch.data]
+        """The job disk, then the data disks (the root disk is the overlay), then a flush-points
+        cell's log and scratch disks."""
+        job_disk = Disk(launch.job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False)
+        return [job_disk, *launch.data, *self._flush_point_disks(launch.cell, launch.run_dir)]
+
+    def time_limit(self, cell: Cell) -> float:
+        """Seconds a run's VM may take: the cell's timeout (a flush-points cell's once more for
+        each point the guest recovers) plus the boot allowance."""
+        settings = cell.spec.crash
+        runs = 1 + (settings.points if settings is not None and settings.mode == crash.FLUSH_POINTS else 0)
+        return float(cell.spec.timeout) * runs + self.boot_allowance
+
+    def _flush_point_disks(self, cell: Cell, run_dir: Path, *, create: bool = False) -> list[Disk]:
+        """A flush-points cell's log and scratch disks (none for any other cell): sparse files in
+        ``run_dir`` (zeroed, as the log must start), made when ``create``."""
+        if cell.spec.crash is None or cell.spec.crash.mode != crash.FLUSH_POINTS:
+            return []
+        sizes = flushpoints.disk_sizes(storage.parse_size(cell.spec.storage.disk_size))
+        if os.environ.get(FLUSH_LOG_BYTES_ENV):
+            sizes = (int(os.environ[FLUSH_LOG_BYTES_ENV]), sizes[1])
+        disks = []
+        for serial, size in zip((flushpoints.LOG_SERIAL, flushpoints.SCRATCH_SERIAL), sizes, strict=True):
+            path = run_dir / f"{serial}.img"
+            if create:
+                with path.open("wb") as fh:
+                    fh.truncate(size)
+            # Not under test: the host's page cache may hold their writes (they outlive no VM).
+            disks.append(Disk(path, serial, cache="writeback", aio="threads", iothread=False))
+        return disks
 
     def boot_and_wait(self, launch: Launch, limit: float) -> int | None:
         """Boot the run's VM and wait for it to power off: QEMU's exit status, or None when it was

@@ -8,7 +8,7 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,7 +324,12 @@ class PreparedStorage:
 
 @contextmanager
 def prepare(
-    cell: Cell | StorageSpec | Mapping[str, Any], devices: Sequence[str], mount_root: Path, *, reuse: bool = False
+    cell: Cell | StorageSpec | Mapping[str, Any],
+    devices: Sequence[str],
+    mount_root: Path,
+    *,
+    reuse: bool = False,
+    wrap_data: Callable[[str, ExitStack], str] | None = None,
 ) -> Iterator[PreparedStorage]:
     """mkfs and mount the cell's storage under ``mount_root``/data (and /journal); undo it on exit.
 
@@ -338,6 +343,10 @@ def prepare(
     ``reuse``: mount the filesystems the devices already hold, do NOT mkfs them (the recover phase
     of a crash cell, ``job.run_recovery``: the crashed filesystem as the disk kept it). The same
     checks run first; striped layouts and filesystems without a device (tmpfs) cannot be reused.
+
+    ``wrap_data``: called with the data device and the teardown stack before mkfs; returns the
+    device to make the filesystem on instead (``crash.mode: flush-points`` puts a dm-log-writes
+    target there), registering its own removal on the stack (it runs after the unmount).
     """
     spec = StorageSpec.of(cell)
     storage = spec.storage
@@ -407,6 +416,8 @@ def prepare(
         data_device: str | None = None
         for role, fs_name, mkfs_options, mount_options in roles:
             role_device = next(remaining) if filesystems.get(fs_name).device else None
+            if role == "data" and role_device is not None and wrap_data is not None:
+                role_device = wrap_data(role_device, stack)
             if role_device is not None:
                 used_by_role.append(role_device)
             if role == "data":
