@@ -312,6 +312,7 @@ class FlushPoints:
                         "flush point %d (entry %d): %s%s", index, entry, record.verdict,
                         f": {record.reason}" if record.reason else "",
                     )  # fmt: skip
+        log.info("flush-points: %s", summary(event.points))
         left = left_behind(mount_point)
         event.flush_points["left_behind"] = left
         if left:
