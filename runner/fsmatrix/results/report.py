@@ -19,7 +19,7 @@ from typing import Any
 
 from fsmatrix import results
 from fsmatrix.agent import workloads
-from fsmatrix.results import compare, stats
+from fsmatrix.results import compare, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -196,6 +196,7 @@ def markdown(docs: list[dict[str, Any]], title: str) -> str:
         cells = {cid: ds for cid, ds in by_cell.items() if ds[0]["workload"] == kind}
         if cells:
             lines += _workload_section(kind, tables, cells)
+    lines += seedreport.markdown(docs)  # a seed matrix's results beside the seed's published tables
     lines += _status_section(by_cell)
     return "\n".join(lines) + "\n"
 
