@@ -172,10 +172,10 @@ def _copy(tmp_path: Path) -> Path:
         ("000.csv", "000,elapsed,20000000,ext2,1680,s", "000,elapsd,20000000,ext2,1680,s", "000/elapsd is not in"),
         ("000.csv", "000,sync_io,jfs,plain,2484,s", "000,sync_io,jfs,plane,2484,s", "no column 'plane'"),
         ("000.csv", "000,elapsed,20000000,ext2,1680,s", "000,elapsed,20000000,ext3,1680,s", "given twice"),
-        ("tables.yaml", "metric: elapsed_s", "metric: elapsed", "has no metric 'elapsed'"),
-        ("tables.yaml", "relative_to: plain}", "relative_to: plan}", "relative_to 'plan'"),
-        ("claims.yaml", "20000000, btrfs)", "20000000, btrf)", "no column 'btrf'"),
-        ("claims.yaml", "id: 000-btrfs-slowest", "id: 000-ext2-fastest", "used twice"),
+        ("tables.yml", "metric: elapsed_s", "metric: elapsed", "has no metric 'elapsed'"),
+        ("tables.yml", "relative_to: plain}", "relative_to: plan}", "relative_to 'plan'"),
+        ("claims.yml", "20000000, btrfs)", "20000000, btrf)", "no column 'btrf'"),
+        ("claims.yml", "id: 000-btrfs-slowest", "id: 000-ext2-fastest", "used twice"),
     ],
 )
 def test_bad_data_fails_loading(tmp_path: Path, file: str, old: str, new: str, message: str) -> None:

@@ -252,7 +252,7 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
 
 
 def _reproduces(doc: dict[str, Any], fail: Any) -> list[dict[str, Any]]:
-    """``reproduces``: the published tables (matrix/seeds/published/tables.yaml) this file's
+    """``reproduces``: the published tables (matrix/seeds/published/tables.yml) this file's
     results stand beside, each ``{table: SEED/TABLE, stand_in: [{setting, ours, theirs}]}`` (a
     cell whose SETTING is OURS is placed where the table has THEIRS: a small scale's input). The
     tables themselves are checked by the tests and by the report, not here (the published data

@@ -2,9 +2,9 @@
 
 - ``NNN.csv``: one value per line, ``seed,table,row,column,value,unit`` (the table id is
   ``SEED/TABLE``, e.g. ``000/elapsed``);
-- ``tables.yaml``: per table, its title, the fsmatrix workload and metric that measure the same
+- ``tables.yml``: per table, its title, the fsmatrix workload and metric that measure the same
   thing, how the seed presents it, and how a result cell's settings map onto its rows and columns;
-- ``claims.yaml``: each seed's qualitative claims in a small language (``best``, ``worst``,
+- ``claims.yml``: each seed's qualitative claims in a small language (``best``, ``worst``,
   ``better``, ``order``), checked by ``seedreport`` against results.
 
 Everything is validated on loading (a claim naming a row, column or table that does not exist is an
@@ -96,7 +96,7 @@ class Claim:
     id: str
     seed: str
     says: str
-    text: str  # as written in claims.yaml
+    text: str  # as written in claims.yml
     kind: str  # best, worst, better, order
     table: str
     series: str | None  # best/worst/order
@@ -330,7 +330,7 @@ def _read_csv(path: Path, tables: dict[str, Table]) -> None:
                 seed, name, row, column, value, unit = (x.strip() for x in record)
                 table_id = f"{seed}/{name}"
                 if table_id not in tables:
-                    raise UserError(f"table {table_id} is not in tables.yaml", file=str(path), line=number)
+                    raise UserError(f"table {table_id} is not in tables.yml", file=str(path), line=number)
                 try:
                     number_value = float(value.replace(",", ""))
                 except ValueError:
@@ -340,7 +340,7 @@ def _read_csv(path: Path, tables: dict[str, Table]) -> None:
                     labels = getattr(table, axis)
                     if isinstance(labels, dict) and label not in labels:
                         raise UserError(
-                            f"table {table_id} has no {axis[:-1]} {label!r} in tables.yaml ({', '.join(labels)})",
+                            f"table {table_id} has no {axis[:-1]} {label!r} in tables.yml ({', '.join(labels)})",
                             file=str(path),
                             line=number,
                         )
@@ -354,7 +354,7 @@ def _read_csv(path: Path, tables: dict[str, Table]) -> None:
 
 def load(directory: Path = DEFAULT_DIR) -> Published:
     """The published tables (with their values) and the parsed claims. Raises UserError on any error."""
-    tables_path, claims_path = directory / "tables.yaml", directory / "claims.yaml"
+    tables_path, claims_path = directory / "tables.yml", directory / "claims.yml"
     doc = _read_yaml(tables_path)
     if not isinstance(doc, dict) or not isinstance(doc.get("tables"), dict):
         raise _fail(tables_path, "expected a mapping with 'tables'")
