@@ -86,9 +86,10 @@ def matrix_group() -> None:
     default=None,
     help="github: cells per job (default: 1, or as many as needed to stay within 256 jobs).",
 )
-def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None) -> None:
+@click.option("--scale", default=None, help="Expand at this one of the file's `scales` (e.g. small).")
+def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, scale: str | None) -> None:
     """Expand FILE into cells with stable ids."""
-    m = matrix.load(file)
+    m = matrix.load(file, scale)
     cells = m.select(list(only))
     if fmt == "json":
         click.echo(json.dumps([{"id": c.id, **c.params} for c in cells], indent=1, ensure_ascii=False))
@@ -153,6 +154,7 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
 @click.option(
     "--repeat", type=click.IntRange(1, matrix.MAX_REPEAT), default=None, help="Override the matrix's repeat count."
 )
+@click.option("--scale", default=None, help="Run at this one of the file's `scales` (e.g. small; matrix/README.md).")
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
     "--device",
@@ -170,6 +172,7 @@ def run(
     results_root: Path,
     run_id: str | None,
     repeat: int | None,
+    scale: str | None,
     force: bool,
     devices: tuple[str, ...],
     yes: bool,
@@ -178,7 +181,7 @@ def run(
     """Run the cells of matrix FILE and store one result per repeat."""
     from fsmatrix import runs
 
-    m = matrix.load(file)
+    m = matrix.load(file, scale)
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))

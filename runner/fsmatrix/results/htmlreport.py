@@ -23,7 +23,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from fsmatrix.agent import workloads
-from fsmatrix.results import crashtable, report
+from fsmatrix.results import crashtable, report, seedreport
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
@@ -200,6 +200,7 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
                 parts.append(_figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))
         for rtitle, header, rows_ in report.relative_speed_tables(kind, cells):
             parts += [f"<h4>{html.escape(rtitle)}</h4>", _plain_table(header, rows_)]
+    parts += seedreport.html_parts(docs)  # a seed matrix's results beside the seed's published tables
     parts.append("<h2>Per-run time series</h2>")
     parts.append(
         "<p>Per second: device throughput, CPU use and IO rate with device utilisation. Shaded seconds are the ones "

@@ -19,7 +19,7 @@ from typing import Any
 
 from fsmatrix import results
 from fsmatrix.agent import workloads
-from fsmatrix.results import compare, crashtable, stats
+from fsmatrix.results import compare, crashtable, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -197,6 +197,7 @@ def markdown(docs: list[dict[str, Any]], title: str) -> str:
         if cells:
             lines += _workload_section(kind, tables, cells)
     lines += crashtable.markdown_section(docs)
+    lines += seedreport.markdown(docs)  # a seed matrix's results beside the seed's published tables
     lines += _status_section(by_cell)
     return "\n".join(lines) + "\n"
 
