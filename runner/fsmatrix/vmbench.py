@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1G", help="the data file, also the guest's data disk (%(default)s)")
     parser.add_argument("--filesystem", default="raw", help="the guest's filesystem for fio (%(default)s)")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="not tmpfs: O_DIRECT (%(default)s)")
-    parser.add_argument("--json", type=Path, default=Path("vmbench.json"), help="write the results here")
+    parser.add_argument("--json", type=Path, default=Path("results/vmbench.json"), help="write the results here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     console = Console(stderr=True)
@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"vmbench: error: {exc}", file=sys.stderr)
         return 2
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=1) + "\n")
     Console(width=120).print(table(doc))
     print(f"written: {args.json}")
