@@ -24,6 +24,17 @@ from fsmatrix.errors import UserError
 COMPLETE = ("passed", "skipped")  # a resumed run does these again only with --force
 
 
+def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A result's nested ``params`` as dotted keys (``{"gtm": {"journal": x}}`` → ``{"gtm.journal": x}``)."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def result_path(run_dir: Path, cell_id: str, repeat: int) -> Path:
     return run_dir / cell_id / f"r{repeat}.json"
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fsmatrix.results import flatten
+
 HEADER = ("cell", "settings", "run", "crash", "recovered?", "lost commits", "mount s", "recovery s", "reused", "status")
 MISSING = "–"  # not measured, or not applicable to this workload
 LEGEND = (
@@ -109,16 +111,6 @@ def _reused_text(reused: Any) -> str:
     return ", ".join(f"{k} {_count(v)}" for k, v in reused.items() if isinstance(v, int) and not isinstance(v, bool))
 
 
-def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    flat: dict[str, str] = {}
-    for key, value in params.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = str(value)
-    return flat
-
-
 def varying_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
     """cell id → the settings whose values differ between the cells of its workload, ``k=v, ...``
     (the cell id alone does not say that one pgbench cell has fsync off). Compared within a workload:
@@ -126,7 +118,7 @@ def varying_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
     by_workload: dict[str, dict[str, dict[str, str]]] = {}
     for doc in docs:
         flats = by_workload.setdefault(str(doc.get("workload")), {})
-        flats[str(doc.get("cell_id"))] = _flatten(doc.get("params") or {})
+        flats[str(doc.get("cell_id"))] = {k: str(v) for k, v in flatten(doc.get("params") or {}).items()}
     out = {}
     for flats in by_workload.values():
         keys = sorted({k for flat in flats.values() for k in flat})

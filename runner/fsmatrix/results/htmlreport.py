@@ -23,7 +23,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from fsmatrix.agent import workloads
-from fsmatrix.results import crashtable, report, seedreport
+from fsmatrix.results import crashtable, flatten, report, seedreport
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
@@ -260,7 +260,7 @@ def runs_csv(docs: list[dict[str, Any]]) -> str:
     param_keys: list[str] = []
     metric_keys: list[str] = []
     for doc in docs:
-        for key in report.flatten(doc.get("params") or {}):
+        for key in flatten(doc.get("params") or {}):
             if key not in param_keys:
                 param_keys.append(key)
         for key in doc.get("metrics") or {}:
@@ -270,7 +270,7 @@ def runs_csv(docs: list[dict[str, Any]]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(fixed + [f"param.{k}" for k in param_keys] + metric_keys)
     for doc in sorted(docs, key=lambda d: (str(d.get("run_id")), d["cell_id"], d["repeat"])):
-        flat = report.flatten(doc.get("params") or {})
+        flat = flatten(doc.get("params") or {})
         sha = ((doc.get("provenance") or {}).get("git") or {}).get("sha", "")
         row = [doc.get("run_id", ""), doc["cell_id"], doc["repeat"], doc["status"], doc.get("workload", "")]
         row += [doc.get("started_at", ""), doc.get("duration_s", ""), sha]

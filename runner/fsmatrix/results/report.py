@@ -19,7 +19,7 @@ from typing import Any
 
 from fsmatrix import results
 from fsmatrix.agent import workloads
-from fsmatrix.results import compare, crashtable, seedreport, stats
+from fsmatrix.results import compare, crashtable, flatten, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -54,16 +54,6 @@ ENV_KEYS = (
     "host.kernel",
     "host.memory_kib",
 )
-
-
-def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _row_label(kind: str, flat: dict[str, Any]) -> str:

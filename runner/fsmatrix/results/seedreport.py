@@ -26,7 +26,7 @@ import yaml
 from scipy import stats as sps
 
 from fsmatrix.errors import UserError
-from fsmatrix.results import published, stats
+from fsmatrix.results import flatten, published, stats
 
 HOLDS, FAILS, NOISE, MISSING = "holds", "does not hold", "not distinguishable", "not measured"
 VERDICTS = (HOLDS, FAILS, NOISE, MISSING)
@@ -97,16 +97,6 @@ def reproduced(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def _same(a: Any, b: Any) -> bool:
     return bool(a == b or str(a) == str(b))
 
@@ -135,7 +125,7 @@ def view(table: published.Table, stand_in: list[dict[str, Any]], docs: list[dict
     for cell_id, ds in by_cell.items():
         if ds[0].get("workload") != table.workload:
             continue
-        flat = _flatten(ds[0].get("params") or {})
+        flat = flatten(ds[0].get("params") or {})
         for item in stand_in:
             if _same(flat.get(item["setting"]), item["ours"]):
                 flat[item["setting"]] = item["theirs"]
