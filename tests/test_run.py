@@ -263,3 +263,27 @@ def test_runs_on_an_explicit_block_device(write_matrix, tmp_path: Path, workdir:
         assert doc["status"] == "passed" and doc["storage"]["readback"]["data"]["device"] == device
         assert doc["provenance"]["device_source"] == "block"
         assert device not in Path("/proc/mounts").read_text()
+
+
+def test_order_rounds_runs_every_cell_once_per_round(write_matrix, tmp_path: Path, workdir: Path) -> None:  # type: ignore[no-untyped-def]
+    matrix = write_matrix("""\
+name: o
+axes:
+  workload.threen1.keys: [integer, spelled]
+defaults:
+  filesystem: tmpfs
+  workload.threen1: {start: 1, end: 1000, workers: 1, block: 100}
+repeat: 2
+""")
+
+    def ran(*extra: str) -> list[str]:
+        """The runs in the order the progress lines ("[2/4] CELL r1: passed (…)") report them."""
+        proc = fsmatrix("run", str(matrix), "--results", str(tmp_path), "--workdir", str(workdir), "--force", *extra)
+        assert proc.returncode == 0, proc.stderr
+        keys = {d["cell_id"]: d["params"]["workload"]["threen1"]["keys"] for d in docs_of(tmp_path / "o")}
+        progress = [line for line in proc.stderr.splitlines() if line.startswith("[") and "] " in line]
+        runs = [line.split("] ", 1)[1].split(":")[0].split(" ") for line in progress]
+        return [f"{keys[cell]} {r}" for cell, r in runs if cell in keys]
+
+    assert ran() == ["integer r1", "integer r2", "spelled r1", "spelled r2"]
+    assert ran("--order", "rounds") == ["integer r1", "spelled r1", "integer r2", "spelled r2"]

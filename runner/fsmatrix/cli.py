@@ -157,6 +157,14 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
 @click.option("--scale", default=None, help="Run at this one of the file's `scales` (e.g. small; matrix/README.md).")
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
+    "--order",
+    type=click.Choice(["cells", "rounds"]),
+    default="cells",
+    show_default=True,
+    help="cells: every repeat of a cell, then the next cell; rounds: every cell once per round, so a change "
+    "in the machine's load falls on all cells alike (use it when cells are compared with each other).",
+)
+@click.option(
     "--device",
     "devices",
     multiple=True,
@@ -174,6 +182,7 @@ def run(
     repeat: int | None,
     scale: str | None,
     force: bool,
+    order: str,
     devices: tuple[str, ...],
     yes: bool,
     workdir: Path,
@@ -208,6 +217,7 @@ def run(
             repeat=repeat or m.repeat,
             force=force,
             console=console,
+            order=order,
         )
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started

@@ -54,6 +54,7 @@ def run_matrix(
     repeat: int,
     force: bool,
     console: Console,
+    order: str = "cells",
 ) -> RunSummary:
     run_dir = results_root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +73,12 @@ def run_matrix(
     except sqlite3.Error as exc:
         raise UserError(f"--results {results_root}: cannot open its index.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
-    todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
+    if order == "rounds":
+        # Round r runs every cell once: a drift of the machine's load spreads over every cell,
+        # instead of landing on the cells that happened to run while it lasted.
+        todo = [(c, r) for r in range(1, repeat + 1) for c in cells]
+    else:
+        todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
