@@ -333,7 +333,9 @@ def crashed() -> Iterator[Crashed]:
         finally:
             if (ws.data / "pgdata" / "postmaster.pid").exists():  # also when the wait failed: the run ends now
                 killed = kill_server(ws.data / "pgdata")
-            thread.join(120)
+            # The run's own cleanup may still try pg_ctl stop (fast, then immediate) before it sees the
+            # server gone: up to 2 × (STOP_TIMEOUT_S + 20) s on a loaded machine.
+            thread.join(2 * (postgres.STOP_TIMEOUT_S + 20) + 60)
         assert not thread.is_alive() and killed
         yield Crashed(cell, ws, sink, errors[0] if errors else None, killed, {})
 
