@@ -56,18 +56,27 @@ def loop(tmp_path: Path) -> Iterator[str]:
         yield device
 
 
-def snapshot(device: str) -> tuple[str | None, list[tuple[str, str]], str]:
+def active_swap() -> list[tuple[str, ...]]:
+    """/proc/swaps without its Used column: the kernel may swap into a test's swap area at any time."""
+    rows = [line.split() for line in Path("/proc/swaps").read_text().splitlines()[1:]]
+    return [(row[0], row[1], row[2], row[4]) for row in rows if len(row) == 5]
+
+
+def snapshot(device: str) -> tuple[str | None, list[tuple[str, str]], list[tuple[str, ...]]]:
     """What a refusal must leave unchanged: the device's first MiB, the mount table, active swap."""
+    swap = active_swap()
+    # An active swap area's pages change whenever the kernel swaps: only its header page is stable.
+    length = 4096 if any(os.path.realpath(row[0]) == os.path.realpath(device) for row in swap) else 1 << 20
     try:
         with open(device, "rb") as f:
-            head: str | None = hashlib.sha256(f.read(1 << 20)).hexdigest()
+            head: str | None = hashlib.sha256(f.read(length)).hexdigest()
     except PermissionError:  # some sandboxes forbid reading the root disk even to root
         head = None
     # Only the device's own mounts: other tests on this shared machine mount and unmount meanwhile.
     number = os.stat(device).st_rdev
     own = f"{os.major(number)}:{os.minor(number)}"
     mounts = [(m.mount_point, m.major_minor) for m in read_mounts() if m.major_minor == own or m.source == device]
-    return head, mounts, Path("/proc/swaps").read_text()
+    return head, mounts, swap
 
 
 def refused(device: str) -> str:
@@ -217,7 +226,8 @@ def test_refuses_device_mounted_only_in_another_mount_namespace(loop: str, tmp_p
     point.mkdir()
     sh("mkfs.ext2", "-qF", loop)
     # The mount exists only inside the new namespace: invisible to our mountinfo and PID 1's.
-    script = f"mount {loop} {point} && echo up && exec sleep 60"
+    # Read-only, so that no delayed superblock write changes the device during the before/after digest.
+    script = f"mount -o ro {loop} {point} && echo up && exec sleep 60"
     holder = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
         stdout=subprocess.PIPE,
