@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fsmatrix.agent.storage.devices import read_mounts
+from fsmatrix.backends.qemu import running_vms
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -41,6 +46,45 @@ def sysv_ipc_ids() -> set[tuple[str, str]]:
         for line in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]:
             ids.add((kind, line.split()[1]))
     return ids
+
+
+def vms_under(directory: Path) -> list[tuple[int, str]]:
+    """fsmatrix QEMU processes (pid, name) still running on disks under ``directory``."""
+    found = []
+    for pid, name in running_vms():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        if str(directory) in cmdline:
+            found.append((pid, name))
+    return found
+
+
+FSMATRIX = [sys.executable, "-m", "fsmatrix"]
+IMAGE_TEST_TIMEOUT = 3600  # includes building the guest image when it is not cached
+
+
+def run_on_qemu(
+    matrix: Path, results: Path, workdir: Path, timeout: float = IMAGE_TEST_TIMEOUT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`fsmatrix run MATRIX --backend qemu`, its output captured; the caller judges the outcome."""
+    return subprocess.run(
+        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A run's --workdir for VM tests: on /var/tmp, since cache=none opens the disks with O_DIRECT,
+    which a tmpfs /tmp refuses. A module may define a workdir fixture of its own."""
+    with tempfile.TemporaryDirectory(prefix="fsm-", dir="/var/tmp") as d:
+        yield Path(d)
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")

@@ -13,25 +13,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
 from fsmatrix.agent import crash, guest
 from fsmatrix.agent.workloads import pgacks, pgbench
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu import Launch, QemuBackend, acknowledged_commits, running_vms
+from fsmatrix.backends.qemu import Launch, QemuBackend, acknowledged_commits
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
-IMAGE_TEST_TIMEOUT = 3600
 PGBENCH = {"scale": 1, "clients": 2, "threads": 2, "duration": 30}
 THREEN1 = {"start": 1, "end": 300000, "workers": 2, "block": 1000, "keys": "integer"}
 
@@ -172,26 +168,6 @@ def test_acknowledged_commits_reads_the_lines_the_guest_tags() -> None:
 # in a VM
 
 
-def _our_vms(workdir: Path) -> list[str]:
-    """fsmatrix QEMU processes still running on disks under ``workdir``."""
-    found = []
-    for pid, name in running_vms():
-        try:
-            if str(workdir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                found.append(name)
-        except OSError:  # gone meanwhile
-            continue
-    return found
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    # cache=none opens the disks with O_DIRECT, which a tmpfs /tmp refuses. A short name: the QMP
-    # socket's path (workdir, a run directory named by the long crash cell id) must fit AF_UNIX's 108 bytes.
-    with tempfile.TemporaryDirectory(prefix="fpc-", dir="/var/tmp") as d:
-        yield Path(d)
-
-
 @pytest.mark.image
 @pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
 def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Path) -> None:
@@ -208,13 +184,7 @@ def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Pa
         "    " + cell % 900 + "defaults:\n  storage.disk_size: 1G\n  timeout: 600\nrepeat: 1\n"
     )
     results = tmp_path / "results"
-    done = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=IMAGE_TEST_TIMEOUT,
-        check=False,
-    )
+    done = run_on_qemu(matrix, results, workdir)
     docs = {json.loads(p.read_text())["params"]["crash"]["after_s"]: p for p in results.glob("pc/*/r1.json")}
     assert sorted(docs) == [3, 900], done.stdout + done.stderr
     cut = json.loads(docs[3].read_text())
@@ -233,7 +203,7 @@ def test_power_cut_recovers_3n1_and_a_late_cut_fails(tmp_path: Path, workdir: Pa
     assert late["crash"]["mode"] == "power-cut" and late["crash"]["fired"] is False and late["crash"]["measured_s"]
     assert done.returncode != 0  # a failed run
     # Nothing left: no QEMU, no run directory (its data disks with it).
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
     assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
 
 
@@ -262,13 +232,7 @@ def test_power_cut_pgbench_keeps_every_commit_and_fsync_off_reports_the_loss(tmp
         "repeat: 1\n"
     )
     results = tmp_path / "results"
-    done = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=IMAGE_TEST_TIMEOUT,
-        check=False,
-    )
+    done = run_on_qemu(matrix, results, workdir)
     docs = {p: json.loads(p.read_text()) for p in results.glob("pgpc/*/r1.json")}
     by_fsync = {d["params"]["postgres"]["fsync"]: d for d in docs.values()}
     assert sorted(by_fsync) == [False, True], done.stdout + done.stderr
@@ -307,7 +271,7 @@ def test_power_cut_pgbench_keeps_every_commit_and_fsync_off_reports_the_loss(tmp
     assert rows[lost["cell_id"]][1:6] == ["postgres.fsync=False", "r1", lost_cut, "no: durability failed",
                                           f"{n:,} of {of:,}"]  # fmt: skip
     assert f"- {lost['cell_id']} r1 failed: durability: {n} of {of} acknowledged commits" in shown
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
     assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
 
 

@@ -11,16 +11,12 @@ fails that point and the run; and a log disk too small for the run fails it, nam
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root
+from conftest import IMAGE_TEST_TIMEOUT, attached_under, mounted_under, needs_root, run_on_qemu, vms_under
 from fsmatrix.agent import crash, flushpoints, job
 from fsmatrix.agent.storage import loop_devices
 from fsmatrix.agent.workloads import Outcome
@@ -28,12 +24,9 @@ from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV, Launch, QemuBackend, running_vms
+from fsmatrix.backends.qemu import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV, Launch, QemuBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
-
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
-IMAGE_TEST_TIMEOUT = 3600
 
 
 def _cell(mode: str = crash.FLUSH_POINTS, points: int = 10, disk_size: str = "512M") -> Cell:
@@ -246,24 +239,6 @@ def test_a_host_run_without_the_disks_is_an_error_and_leaves_nothing(
 # in a VM
 
 
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    # cache=none opens the data disks with O_DIRECT, which a tmpfs /tmp refuses; a short name for the QMP socket.
-    with tempfile.TemporaryDirectory(prefix="fpv-", dir="/var/tmp") as d:
-        yield Path(d)
-
-
-def _our_vms(workdir: Path) -> list[str]:
-    found = []
-    for pid, name in running_vms():
-        try:
-            if str(workdir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                found.append(name)
-        except OSError:
-            continue
-    return found
-
-
 THREEN1_CELL = (
     "  - filesystem: ext4\n"
     "    workload: {threen1: {start: 1, end: 20000, workers: 2, block: 1000, keys: integer}}\n"
@@ -286,19 +261,12 @@ def _run_in_vm(
         "name: fp\ninclude:\n" + cell + "defaults:\n  storage.disk_size: 512M\n  timeout: 600\nrepeat: 1\n"
     )
     results = tmp_path / "results"
-    done = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=IMAGE_TEST_TIMEOUT,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+    done = run_on_qemu(matrix, results, workdir, env=env)
     found = list(results.glob("fp/*/r1.json"))
     assert len(found) == 1, done.stdout + done.stderr
     # Nothing left: no QEMU, no run directory (its disks with it). The guest's dm targets and mounts
     # went with the guest; its own teardown is checked in its log.
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
     assert not [p for p in workdir.iterdir() if p.name.startswith("vm-")]
     return json.loads(found[0].read_text()), found[0].with_suffix(".log").read_text()
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from conftest import IMAGE_TEST_TIMEOUT
 from fsmatrix import __version__
 from fsmatrix.agent import workloads
 from fsmatrix.agent.storage import filesystems
@@ -33,7 +34,6 @@ REPO = Path(__file__).resolve().parent.parent
 PACKER = REPO / "packer"
 BOOT_TIMEOUT = 420  # TCG boots take 35-100 s here; leave room for a busy machine
 JOB_TIMEOUT = 420
-IMAGE_TEST_TIMEOUT = 3600  # the first image test also builds the image when it is not cached
 NINE = ("ext2", "ext3", "ext4", "xfs", "btrfs", "jfs", "reiserfs", "nilfs2", "f2fs")
 
 needs_packer = pytest.mark.skipif(

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import attached_under, mounted_under
+from conftest import IMAGE_TEST_TIMEOUT, attached_under, mounted_under, vms_under
 from fsmatrix.agent import storage
 from fsmatrix.agent.job import run_job
 from fsmatrix.agent.sampler import parse_diskstats
@@ -27,11 +27,10 @@ from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage import stripe
 from fsmatrix.agent.workloads import Workspace, fio, sysbench
 from fsmatrix.backends import image
-from fsmatrix.backends.qemu import QemuBackend, running_vms
+from fsmatrix.backends.qemu import QemuBackend
 from fsmatrix.matrix import Cell, expand_document
 
 DATA = Path(__file__).parent / "data"
-IMAGE_TEST_TIMEOUT = 3600  # includes building the image when it is not cached
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup")
 
@@ -344,9 +343,7 @@ def _run_in_vm(
     # The guest's agent.log holds the raw mdadm / lvs output the parsers' test data came from.
     (tmp_path / f"{name}-host.log").write_text(caplog.text)
     print(f"host log with the guest agent.log: {tmp_path / f'{name}-host.log'}")
-    assert not [
-        vm for vm in running_vms() if str(workdir) in Path(f"/proc/{vm[0]}/cmdline").read_text(errors="replace")
-    ]
+    assert not vms_under(workdir)
     assert not list(workdir.iterdir())
     return result
 

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import IMAGE_TEST_TIMEOUT
 from fsmatrix.agent import proc
 from fsmatrix.backends import image, libvirtd
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import QEMU_LOG_DIR, LibvirtBackend, check_buses, domain_name, domain_xml, iotune
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
-
-IMAGE_TEST_TIMEOUT = 3600  # includes building the image when it is not cached
 
 
 def _cell(defaults: dict[str, object] | None = None, end: int = 100000) -> Cell:

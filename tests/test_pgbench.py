@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root, sysv_ipc_ids
+from conftest import attached_under, mounted_under, needs_root, run_on_qemu, sysv_ipc_ids
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.workloads import Workspace, pgbench, postgres
 
@@ -495,10 +495,7 @@ def test_split_journal_cell_in_the_guest(tmp_path: Path, workdir: Path) -> None:
         "  storage: {layout: split-journal, journal_filesystem: ext2, disk_size: 1G}\n"
     )
     results = tmp_path / "results"
-    out = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
-        capture_output=True, text=True, timeout=1800, check=False,
-    )  # fmt: skip
+    out = run_on_qemu(matrix, results, workdir, timeout=1800)
     assert out.returncode == 0, out.stdout + out.stderr
     (path,) = results.glob("guest/*/r1.json")
     doc = json.loads(path.read_text())

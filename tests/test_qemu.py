@@ -14,23 +14,21 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from conftest import IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
 from fsmatrix.agent import storage
 from fsmatrix.backends import image, profiles, snapshot
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import ConsoleWatcher, Launch, QemuBackend, qemu_supports_io_uring, running_vms
+from fsmatrix.backends.qemu import ConsoleWatcher, Launch, QemuBackend, qemu_supports_io_uring
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 
 FSMATRIX = [sys.executable, "-m", "fsmatrix"]
-IMAGE_TEST_TIMEOUT = 3600  # includes building the image when it is not cached
 
 
 def _cell(defaults: dict[str, object] | None = None, filesystem: str = "ext4") -> Cell:
@@ -47,22 +45,9 @@ def _cell(defaults: dict[str, object] | None = None, filesystem: str = "ext4") -
 def _run_qemu_matrix(matrix: Path, results: Path, workdir: Path, timeout: float) -> None:
     """`fsmatrix run --backend qemu` on ``matrix``; fails the test unless every run passed."""
     started = time.monotonic()
-    done = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--backend", "qemu", "--results", str(results), "--workdir", str(workdir)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = run_on_qemu(matrix, results, workdir, timeout)
     print(f"qemu runs of {matrix.name}: {time.monotonic() - started:.0f} s")
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    # cache=none opens the disks with O_DIRECT, which a tmpfs /tmp refuses.
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-qemu-test-", dir="/var/tmp") as d:
-        yield Path(d)
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,7 +305,7 @@ def test_qemu_device_refusals_on_the_command_line(tmp_path: Path) -> None:
             check=False,
         )
         assert too_many.returncode == 2 and "2 --device given, but the cells need 1" in too_many.stderr
-    assert not list((tmp_path / "r").rglob("r1.json")) and not _our_vms(tmp_path)
+    assert not list((tmp_path / "r").rglob("r1.json")) and not vms_under(tmp_path)
 
 
 def test_console_watcher_finds_a_marker_split_across_reads(tmp_path: Path) -> None:
@@ -377,19 +362,6 @@ def built() -> image.ImagePaths:
     return image.build()
 
 
-def _our_vms(workdir: Path) -> list[tuple[int, str]]:
-    """fsmatrix QEMU processes still running on disks under ``workdir``."""
-    found = []
-    for pid, name in running_vms():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(workdir) in cmdline:
-            found.append((pid, name))
-    return found
-
-
 @pytest.mark.image
 @pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
 def test_run_on_ext4_and_jfs_in_the_guest(built: image.ImagePaths, tmp_path: Path, workdir: Path) -> None:
@@ -437,7 +409,7 @@ def test_run_on_ext4_and_jfs_in_the_guest(built: image.ImagePaths, tmp_path: Pat
         assert "guest agent.log:" in log and "result: passed" in log  # agent.log attached
         # ... and the console: a restored guest's starts where the template was saved (no boot messages).
         assert "guest console:" in log and " INFO job " in log and "Linux version" not in log
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
     assert not list(workdir.iterdir())
 
 
@@ -467,7 +439,7 @@ def test_a_run_past_its_timeout_is_stopped(
     assert result["provenance"]["backend"] == "qemu" and result["provenance"]["image"]["name"] == built.name
     assert result["provenance"]["vm"]["start"] == "boot"
     assert elapsed < 25 + 30  # limit + QMP quit grace + disk setup, not the cell's 50M numbers
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
     assert not list(workdir.iterdir())
 
 
@@ -494,9 +466,9 @@ def test_interrupt_kills_the_vm_and_cleans_up(built: image.ImagePaths, tmp_path:
     )
     try:
         deadline = time.monotonic() + 120
-        while not _our_vms(workdir) and time.monotonic() < deadline and run.poll() is None:
+        while not vms_under(workdir) and time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.5)
-        assert _our_vms(workdir), "the VM never started"
+        assert vms_under(workdir), "the VM never started"
         time.sleep(2)
         run.send_signal(signal.SIGINT)  # what Ctrl-C sends
         out, _ = run.communicate(timeout=60)
@@ -504,7 +476,7 @@ def test_interrupt_kills_the_vm_and_cleans_up(built: image.ImagePaths, tmp_path:
         if run.poll() is None:
             run.kill()
     assert run.returncode == 130, out
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
     assert not list(workdir.iterdir())
 
 
@@ -547,7 +519,7 @@ def test_hdd_profile_caps_guest_iops_and_nvme_runs(built: image.ImagePaths, tmp_
     # Each data disk was found on its bus: /dev/vdX for virtio-blk, the NVMe namespace for nvme.
     assert next(iter(hdd["provenance"]["guest"]["data_disks"].values())).startswith("/dev/vd")
     assert native["provenance"]["guest"]["data_disks"] == {"fsm-data0": "/dev/nvme0n1"}
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
     assert not list(workdir.iterdir())
 
 
@@ -583,4 +555,4 @@ def test_passthrough_loop_device_on_virtio_scsi(built: image.ImagePaths, tmp_pat
     assert doc["provenance"]["guest"]["data_disks"] == {"fsm-data0": "/dev/sda"}
     log = (results / "pass" / doc["cell_id"]).glob("r1.log")
     assert any(f"file={device},if=none,id=disk1,format=raw,cache=none" in p.read_text() for p in log)
-    assert not _our_vms(workdir)
+    assert not vms_under(workdir)
