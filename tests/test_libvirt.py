@@ -328,4 +328,6 @@ def test_a_run_past_its_timeout_is_destroyed(built: image.ImagePaths, workdir: P
     assert result["status"] == "timeout", result.get("reason")
     assert "did not power off within 21 s" in str(result["reason"])
     assert result["provenance"]["backend"] == "libvirt"  # type: ignore[index]
-    assert float(str(result["_elapsed"])) < 21 + 30  # limit + destroy + disk setup, not 50M numbers
+    # Stopped at its limit, not after 50M numbers (hours under TCG). A wide bound: disk setup, define
+    # and destroy took 53 s once on a loaded CI machine; the status and reason above are the real check.
+    assert float(str(result["_elapsed"])) < 21 + 240

@@ -438,7 +438,9 @@ def test_a_run_past_its_timeout_is_stopped(
     assert len(result["details"]["console_tail"].splitlines()) <= 40
     assert result["provenance"]["backend"] == "qemu" and result["provenance"]["image"]["name"] == built.name
     assert result["provenance"]["vm"]["start"] == "boot"
-    assert elapsed < 25 + 30  # limit + QMP quit grace + disk setup, not the cell's 50M numbers
+    # Stopped at its limit, not after the cell's 50M numbers (hours under TCG); a wide bound for a
+    # loaded machine (the libvirt twin of this test once took 53 s): the status and reason are the check.
+    assert elapsed < 25 + 240
     assert not vms_under(workdir)
     assert not list(workdir.iterdir())
 
