@@ -287,3 +287,22 @@ repeat: 2
 
     assert ran() == ["integer r1", "integer r2", "spelled r1", "spelled r2"]
     assert ran("--order", "rounds") == ["integer r1", "spelled r1", "integer r2", "spelled r2"]
+
+
+def test_the_summary_shows_mount_options_when_they_tell_cells_apart(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from fsmatrix.matrix import expand_document
+    from fsmatrix.runs import RunSummary, summary_table
+
+    def table(mounts: list[str]):  # type: ignore[no-untyped-def]
+        doc = {"axes": {"filesystem": ["ext3"], "mount_options": mounts}, "defaults": {"workload.fio.pattern": "write"}}
+        return summary_table(RunSummary(tmp_path), expand_document(doc, "t").cells)
+
+    shown = table(["data=journal", "data=writeback"])
+    assert [c.header for c in shown.columns][:3] == ["cell", "mount", "workload"]
+    console = Console(width=300, record=True)
+    console.print(shown)
+    text = console.export_text()
+    assert "data=journal" in text and "data=writeback" in text
+    assert "mount" not in [c.header for c in table([""]).columns]

@@ -164,7 +164,18 @@ def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path)
 def summary_table(summary: RunSummary, cells: list[Cell]) -> Table:
     """One row per cell: statuses and the median of its first key metric."""
     table = Table(title=f"results in {summary.run_dir}")
-    for header in ("cell", "workload", "runs", "status", "metric", "median", "min..max"):
+    # Mount options are not in a cell id's readable part: shown when they tell cells apart.
+    mounts = any(cell.spec.mount_options for cell in cells)
+    for header in (
+        "cell",
+        *(("mount",) if mounts else ()),
+        "workload",
+        "runs",
+        "status",
+        "metric",
+        "median",
+        "min..max",
+    ):
         table.add_column(header, no_wrap=header in ("cell", "min..max"))
     for cell in cells:
         docs = summary.docs.get(cell.id, [])
@@ -175,5 +186,6 @@ def summary_table(summary: RunSummary, cells: list[Cell]) -> Table:
         spread = f"{min(values):.4g}..{max(values):.4g}" if len(values) > 1 else "-"
         colour = "green" if statuses and set(statuses) <= set(results.COMPLETE) else "red"
         status = f"[{colour}]{','.join(statuses)}[/{colour}]"
-        table.add_row(cell.id, cell.summary(), str(len(docs)), status, metric, median, spread)
+        mount = (cell.spec.mount_options,) if mounts else ()
+        table.add_row(cell.id, *mount, cell.summary(), str(len(docs)), status, metric, median, spread)
     return table

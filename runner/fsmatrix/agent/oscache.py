@@ -1,7 +1,9 @@
-"""The kernel's page cache: emptied before a measured phase so it starts cold, as the seeds did."""
+"""The kernel's page cache: emptied before a measured phase so it starts cold, as the seeds did;
+and whether a filesystem really bypasses it for O_DIRECT (``direct_io_refused``)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -17,3 +19,50 @@ def drop_caches() -> None:
         DROP_CACHES.write_text("3\n")
     except OSError as exc:
         raise PermissionError(f"cannot drop the page cache (write 3 to {DROP_CACHES}): {exc}") from exc
+
+
+# statx(2): STATX_DIOALIGN (Linux 6.1) asks for a file's direct-I/O alignment; stx_dio_mem_align
+# and stx_dio_offset_align are the two u32 at offset 152 of the 256-byte struct statx.
+STATX_DIOALIGN = 0x2000
+_AT_FDCWD = -100
+_STATX_SIZE = 256
+_DIO_OFFSET_ALIGN = slice(156, 160)
+DIO_PROBE_NAME = ".fsmatrix-dio-probe"
+
+
+def direct_io_alignment(path: Path) -> int | None:
+    """The file's direct-I/O offset alignment in bytes; 0 when its filesystem does no direct I/O on
+    it; None when this kernel or filesystem does not say (before Linux 6.1; btrfs)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        statx = libc.statx
+    except (OSError, AttributeError):  # a C library without statx
+        return None
+    buffer = ctypes.create_string_buffer(_STATX_SIZE)
+    if statx(_AT_FDCWD, os.fsencode(path), 0, STATX_DIOALIGN, buffer) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), str(path))
+    if not int.from_bytes(buffer.raw[0:4], "little") & STATX_DIOALIGN:
+        return None
+    return int.from_bytes(buffer.raw[_DIO_OFFSET_ALIGN], "little")
+
+
+def direct_io_refused(directory: Path) -> str | None:
+    """Why O_DIRECT on a new file in ``directory`` would be served by the page cache after all, or
+    None. ext3/ext4 with data=journal accept O_DIRECT and silently do buffered I/O instead: a
+    benchmark asked for direct I/O would measure memory, not the disk. Asked of a probe file, since
+    the benchmark's own files may not exist yet; a filesystem that does not answer is given the
+    benefit of the doubt."""
+    probe = directory / DIO_PROBE_NAME
+    probe.touch()
+    try:
+        alignment = direct_io_alignment(probe)
+    finally:
+        probe.unlink(missing_ok=True)
+    if alignment != 0:
+        return None
+    return (
+        f"direct I/O was asked for, but the filesystem at {directory} does none on its files (statx reports "
+        "no direct-I/O alignment; ext3/ext4 with data=journal silently buffer O_DIRECT): the figures "
+        "would be the page cache's. Use buffered I/O for this cell"
+    )

@@ -311,6 +311,11 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
             "region_bytes_per_job": run_params["raw_region_bytes"],
         }
     numbers: dict[str, float | int] = {}
+    refused = oscache.direct_io_refused(ws.data) if params["direct"] and ws.device is None else None
+    if refused is not None:
+        return Outcome(
+            {}, {"status": "failed", "message": f"fio: {refused} (workload.fio.direct: false)"}, details, versions
+        )
     _remove_files(params, ws)
     try:
         for index, phase in enumerate(_phases(params)):

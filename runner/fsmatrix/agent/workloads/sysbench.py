@@ -221,6 +221,9 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     ws.scratch.mkdir(parents=True, exist_ok=True)
     versions = {"sysbench": tool_version()}
     details: dict[str, Any] = {"params": params}
+    refused = oscache.direct_io_refused(ws.data) if params["io"] == "direct" else None
+    if refused is not None:
+        return _failed(f"sysbench: {refused} (workload.sysbench.io: buffered)", details, versions)
     try:
         started = time.monotonic()
         cmd, status, text = _run_phase(params, "prepare", ws, deadline, timeout)
