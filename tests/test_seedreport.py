@@ -172,6 +172,7 @@ def test_section_in_markdown_and_html_reports(small_000: tuple[Path, list[matrix
     docs = docs_for(run_dir, cells, SEPARATED, "elapsed_s")
     text = report.markdown(docs, "t")
     assert text.index("## Against the published results") < text.index("## Runs and verification")
+    assert "| ours (elapsed_s: median, runs) |" in text  # our unit, which need not be the seed's
     page = htmlreport.html_report(docs, "t")
     assert "<h2>Against the published results</h2>" in page
     assert '<td class="holds">holds</td>' in page

@@ -309,7 +309,8 @@ def table_blocks(tv: TableView) -> list[Block]:
             f"{table.series} {series}",
             f"published ({unit})" if not table.normalised else "published",
             f"published, {how}",
-            "ours (median, runs)",
+            # The metric names its unit (lat_avg_ms, elapsed_s), which may differ from the seed's.
+            f"ours ({table.metric_for(series if table.series == 'column' else entries[0])}: median, runs)",
             f"ours, {how}",
         ]
         rows = []
