@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import FSMATRIX
 from fsmatrix import matrix, results
 from fsmatrix.agent import job, options
 from fsmatrix.agent.cell import Cell as CellSpec
@@ -21,7 +21,6 @@ from fsmatrix.agent.storage import filesystems
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, Matrix
 
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 OK_CELL = "defaults: {workload.threen1: {start: 1, end: 100}}\n"
 
 

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, attached_under, mounted_under, needs_root
+from conftest import FSMATRIX, REPO, attached_under, mounted_under, needs_root
 from fsmatrix import container
 from fsmatrix.backends import hostinfo, image
 from fsmatrix.results import iter_result_files, load_document
@@ -32,7 +31,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman (make deps installs it)"),
 ]
 
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 LABEL = "io.fsmatrix.test=test_container"
 SMALL = """\
 name: ctr

@@ -7,15 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root
+from conftest import FSMATRIX, attached_under, mounted_under, needs_root
 
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 pytestmark = needs_root
 
 

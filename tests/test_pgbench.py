@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root, run_on_qemu, sysv_ipc_ids
+from conftest import FSMATRIX, attached_under, mounted_under, needs_root, run_on_qemu, sysv_ipc_ids
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.workloads import Workspace, pgbench, postgres
 
 HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
 pytestmark = [needs_root, pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")]
 
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 
 SAMPLE_OUTPUT = """\
 pgbench (15.18 (Debian 15.18-0+deb12u1))

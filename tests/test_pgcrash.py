@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root, sysv_ipc_ids
+from conftest import FSMATRIX, attached_under, mounted_under, needs_root, sysv_ipc_ids
 from fsmatrix.agent import crash, job, proc, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.workloads import Workspace, pgacks, pgbench, postgres
@@ -618,8 +617,6 @@ def test_the_ack_client_stops_on_an_exception() -> None:
 
 
 # ------------------------------------------------------------------ the crash hook through run_job
-
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 
 
 def crash_cell(**postgres_settings: Any) -> dict[str, Any]:

@@ -13,22 +13,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from conftest import IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
+from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
 from fsmatrix.agent import storage
 from fsmatrix.backends import image, profiles, snapshot
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import ConsoleWatcher, Launch, QemuBackend, qemu_supports_io_uring
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
-
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 
 
 def _cell(defaults: dict[str, object] | None = None, filesystem: str = "ext4") -> Cell:

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under, needs_root
+from conftest import FSMATRIX, attached_under, mounted_under, needs_root
 from fsmatrix import workdirs
 from fsmatrix.backends.qemu import parent_death_prefix
 
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 pytestmark = needs_root
 
 

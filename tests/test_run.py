@@ -11,7 +11,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,12 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
+from conftest import FSMATRIX, needs_root
 from fsmatrix.agent import storage
 
 pytestmark = needs_root
-
-FSMATRIX = [sys.executable, "-m", "fsmatrix"]
 
 
 @pytest.fixture
