@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -109,8 +110,12 @@ def test_a_failure_while_the_server_is_dead_is_named_a_crash(tmp_path: Path) -> 
     )  # fmt: skip
     assert cluster.postmaster is not None
     try:
-        with pytest.raises(RuntimeError, match="^boom$"), pgbench._named_if_the_server_died(cluster, {}):
+        with pytest.raises(RuntimeError) as alive, pgbench._named_if_the_server_died(cluster, {}):
             raise RuntimeError("boom")  # the server is alive: the failure is its own
+        assert str(alive.value) == "boom"
+        (note,) = alive.value.__notes__
+        pid = cluster.postmaster.pid
+        assert re.fullmatch(rf"the postmaster \(pid {pid}\) is alive: state S, flags 0x[0-9a-f]+", note), note
         cluster.postmaster.kill()
         cluster.postmaster.wait()
         died = r"^PostgreSQL stopped during the run \(status -9\): boom$"
@@ -119,9 +124,35 @@ def test_a_failure_while_the_server_is_dead_is_named_a_crash(tmp_path: Path) -> 
         with pytest.raises(postgres.ServerDied, match=died) as caught, watch:
             raise RuntimeError("boom\nmore")
         assert caught.value.acknowledged == 7
+        # The injector kills the postmaster last: a client that failed a moment before still sees it
+        # alive, and the failure waits for it (pgbench.DEATH_GRACE_S) before calling it its own.
+        cluster.postmaster = subprocess.Popen(["sleep", "30"])
+        killer = threading.Timer(1.0, cluster.postmaster.kill)
+        killer.start()
+        t0 = time.monotonic()
+        with pytest.raises(postgres.ServerDied, match=died), pgbench._named_if_the_server_died(cluster, {}):
+            raise RuntimeError("boom")
+        assert 0.9 < time.monotonic() - t0 < pgbench.DEATH_GRACE_S
+        killer.join()
     finally:
         cluster.postmaster.kill()
         cluster.postmaster.wait()
+
+
+def test_a_process_on_its_way_out_is_not_live() -> None:
+    """A killed process closes its files (clients of a killed postmaster get "connection refused")
+    before its parent can reap it; in between, /proc says PF_EXITING, and that is not live."""
+    me = postgres._live(Path(f"/proc/{os.getpid()}"))
+    assert me == (os.getpid(), os.getppid())
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+    head, _, rest = stat.rpartition(")")
+    fields = rest.split()
+    fields[6] = str(int(fields[6]) | postgres.PF_EXITING)
+    fake = Path(tempfile.mkdtemp()) / str(os.getpid())  # /proc as the kernel shows an exiting task
+    fake.mkdir()
+    (fake / "stat").write_text(head + ") " + " ".join(fields))
+    assert postgres._live(fake) is None
+    shutil.rmtree(fake.parent)
 
 
 def test_file_sink_appends_durably_and_reads_back(tmp_path: Path) -> None:

@@ -55,6 +55,9 @@ PROTOCOLS = ("simple", "prepared")
 DATABASE = "bench"
 SUPERUSER_DB = postgres.SUPERUSER  # the database every cluster has
 ACCOUNTS_PER_SCALE = 100_000
+# How long a failure waits for a server that a crash injector is killing, before it is taken as the
+# failure's own: only failures pay it.
+DEATH_GRACE_S = 5.0
 TELLERS_PER_SCALE = 10
 RAW_UNSUPPORTED = (
     "PostgreSQL cannot run on a raw block device (it needs a filesystem for its files); "
@@ -332,12 +335,15 @@ def _named_if_the_server_died(cluster: postgres.Cluster, details: Mapping[str, A
     except postgres.ServerDied:
         raise
     except Exception as exc:
-        if cluster.postmaster is not None and cluster.postmaster.poll() is not None:
+        if cluster.exited(grace=DEATH_GRACE_S):
+            assert cluster.postmaster is not None
             first = str(exc).strip().splitlines()[:1] or [type(exc).__name__]
             raise postgres.ServerDied(
                 f"PostgreSQL stopped during the run (status {cluster.postmaster.returncode}): {first[0]}",
                 details.get("acks", {}).get("acknowledged"),
             ) from exc
+        if cluster.postmaster is not None:  # for whoever reads the failure: what the server was doing
+            exc.add_note(f"the postmaster (pid {cluster.postmaster.pid}) is alive: {cluster.postmaster_state()}")
         raise
 
 
@@ -429,7 +435,8 @@ def run(
             (ws.scratch / "pgbench-run.txt").write_text(text)
             if client is not None:
                 details["acks"] = client.summary()
-            if cluster.postmaster is not None and cluster.postmaster.poll() is not None:
+            if cluster.exited(grace=DEATH_GRACE_S if out.returncode != 0 else 0):
+                assert cluster.postmaster is not None
                 last = text.strip().splitlines()[-1:] or [""]
                 raise postgres.ServerDied(
                     f"PostgreSQL stopped during the transaction run (status {cluster.postmaster.returncode}); "

@@ -390,6 +390,29 @@ class Cluster:
             return ""
         return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
+    def exited(self, grace: float = 0.0) -> bool:
+        """Whether the postmaster this cluster started has exited or is exiting, waiting up to
+        ``grace`` seconds for it. A crash injector kills the children first and the postmaster
+        last: a client can fail in between, and see the server alive."""
+        if self.postmaster is None:
+            return False
+        deadline = time.monotonic() + grace
+        while self.postmaster.poll() is None and _live(Path(f"/proc/{self.postmaster.pid}")) is not None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def postmaster_state(self) -> str:
+        """The postmaster's state letter and flags as /proc shows them (R, S, D, T...), for a message."""
+        if self.postmaster is None:
+            return "never started"
+        try:
+            fields = Path(f"/proc/{self.postmaster.pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return "gone"
+        return f"state {fields[0]}, flags {int(fields[6]):#x}"
+
     def processes(self) -> list[int]:
         """Live processes of this server: the postmaster and every process whose working directory
         is the data directory. Each child of the postmaster makes itself a process-group leader
@@ -409,7 +432,7 @@ class Cluster:
         report: dict[str, Any] = {"mode": "not-running"}
         if self.postmaster is None:
             return report
-        if self.postmaster.poll() is None:
+        if not self.exited():
             for mode in ("fast", "immediate"):
                 try:
                     out = self.run(
@@ -499,13 +522,18 @@ def _wait(popen: subprocess.Popen[bytes], seconds: float) -> bool:
         return False
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit
+
+
 def _live(entry: Path) -> tuple[int, int] | None:
-    """(pid, parent pid) of a live (not zombie) process, None for anything else."""
+    """(pid, parent pid) of a live process, None for anything else: gone, a zombie, or on its way
+    out (PF_EXITING; a killed process has closed its files, its socket among them, some time before
+    its parent can reap it)."""
     try:
         fields = (entry / "stat").read_text().rpartition(")")[2].split()
     except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
         return None
-    if len(fields) < 2 or fields[0] in ("Z", "X"):
+    if len(fields) < 7 or fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING:
         return None
     return int(entry.name), int(fields[1])
 
