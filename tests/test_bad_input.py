@@ -140,7 +140,7 @@ def test_matrix_too_many_cells_refused_before_expansion(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(UserError, match="up to 1000000 cells .axes 100 × 100 × 100.; at most 10000"):
         matrix.expand_document(matrix.yamlpos.load(f"axes:\n{axes}"), "big.yaml")
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5.0  # refused up front: expanding would take minutes
     assert "at most 10000" in expand_refuses(tmp_path, f"axes:\n{axes}")
 
 
@@ -164,7 +164,7 @@ def test_yaml_alias_bomb_refused_while_parsing(tmp_path: Path) -> None:
         path = tmp_path / "bomb.yaml"
         path.write_text(text)
         matrix.load(path)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5.0  # refused up front: expanding would take minutes
     assert "aliases expanded" in expand_refuses(tmp_path, text)
     assert "refers to a node that contains it" in expand_refuses(tmp_path, "axes: &a\n  filesystem: [*a]\n")
 

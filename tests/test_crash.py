@@ -188,18 +188,18 @@ def test_the_injector_kills_the_runs_processes_and_not_itself(capsys: pytest.Cap
     assert event.fired and event.fired_at_s is not None and 0.3 <= event.fired_at_s < 2
     assert event.kill_source == "cgroup" and child.pid in event.killed and os.getpid() not in event.killed
     assert len(event.killed) >= 2  # the detached sleep too
-    assert [p for p in members if p != os.getpid() and crash._alive(p)] == []
+    assert [p for p in members if p != os.getpid() and proc.holds_files(p)] == []
     assert crash.MEASURE_START_MARKER in capsys.readouterr().out
 
 
 def test_the_injector_does_not_fire_once_the_measured_part_ended(capsys: pytest.CaptureFixture[str]) -> None:
-    event = crash.CrashEvent(mode="kill", after_s=0.2)
+    event = crash.CrashEvent(mode="kill", after_s=1.0)  # far beyond the measured part, even on a stalled machine
     injector = crash.Injector(event, None, [])
     with injector.armed():
         time.sleep(0.05)
-    time.sleep(0.3)
+    time.sleep(1.3)
     assert not event.fired and event.killed == []
-    assert event.measured_s is not None and 0.05 <= event.measured_s < 0.2
+    assert event.measured_s is not None and 0.05 <= event.measured_s < 1.0
     assert capsys.readouterr().out.count(crash.MEASURE_START_MARKER) == 1
     with injector.armed():  # a second measured part (a resume) is never crashed nor announced
         pass
@@ -221,7 +221,7 @@ def test_without_a_cgroup_the_injector_kills_children_and_whoever_holds_the_file
         event = crash.CrashEvent(mode="kill", after_s=0.1)
         with crash.Injector(event, None, [held]).armed():
             child.wait(timeout=10)
-            while crash._alive(holder):
+            while proc.holds_files(holder):
                 time.sleep(0.01)
         assert event.kill_source == "open-files"
         assert {child.pid, holder} <= set(event.killed) and os.getpid() not in event.killed
@@ -229,7 +229,7 @@ def test_without_a_cgroup_the_injector_kills_children_and_whoever_holds_the_file
         if child.poll() is None:
             child.kill()
             child.wait()
-        if crash._alive(holder):
+        if proc.holds_files(holder):
             os.kill(holder, 9)
 
 
@@ -277,7 +277,7 @@ def test_kill_with_before_image_journaling_recovers_and_resumes_to_the_reference
     assert doc["status"] == "passed", doc["reason"]
     section = doc["crash"]
     assert section["mode"] == "kill" and section["after_s"] == 1.0 and section["fired"] is True
-    assert 1.0 <= section["fired_at_s"] < 1.5 and section["kill_source"] == "cgroup"
+    assert 1.0 <= section["fired_at_s"] < 2.5 and section["kill_source"] == "cgroup"  # after_s, not a second early
     assert len(section["killed"]) >= 3  # the parent and both workers
     assert "exited with status -9" in section["workload_error"]
     assert section["mount_s"] is None  # same mount: only the recover phase mounts again

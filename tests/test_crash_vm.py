@@ -91,8 +91,8 @@ def test_power_cut_kills_qemu_after_s_after_the_marker(tmp_path: Path) -> None:
     code = backend.boot_and_wait(launch, limit=30)
     took = time.monotonic() - started
     assert code == -9  # SIGKILL: no quit, no flush
-    assert backend.power_cut_fired_at_s is not None and 1.5 <= backend.power_cut_fired_at_s < 1.8
-    assert 2.5 <= took < 5
+    assert backend.power_cut_fired_at_s is not None and 1.5 <= backend.power_cut_fired_at_s < 2.0
+    assert 2.5 <= took < 10  # not the fake's 61 s: it was cut
 
 
 def test_no_marker_no_cut_and_a_guest_that_ends_first_is_not_cut(tmp_path: Path) -> None:

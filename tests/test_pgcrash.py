@@ -139,20 +139,23 @@ def test_a_failure_while_the_server_is_dead_is_named_a_crash(tmp_path: Path) -> 
         cluster.postmaster.wait()
 
 
-def test_a_process_on_its_way_out_is_not_live() -> None:
+def test_a_process_on_its_way_out_is_not_running(tmp_path: Path) -> None:
     """A killed process closes its files (clients of a killed postmaster get "connection refused")
-    before its parent can reap it; in between, /proc says PF_EXITING, and that is not live."""
-    me = postgres._live(Path(f"/proc/{os.getpid()}"))
-    assert me == (os.getpid(), os.getppid())
-    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
-    head, _, rest = stat.rpartition(")")
+    before its parent can reap it; in between, /proc says PF_EXITING: not running, still holding files."""
+    me = proc.process_state(os.getpid())
+    assert me is not None and me.parent == os.getppid() and me.running and me.holds_files
+    head, _, rest = Path(f"/proc/{os.getpid()}/stat").read_text().rpartition(")")
     fields = rest.split()
-    fields[6] = str(int(fields[6]) | postgres.PF_EXITING)
-    fake = Path(tempfile.mkdtemp()) / str(os.getpid())  # /proc as the kernel shows an exiting task
-    fake.mkdir()
-    (fake / "stat").write_text(head + ") " + " ".join(fields))
-    assert postgres._live(fake) is None
-    shutil.rmtree(fake.parent)
+    fields[6] = str(int(fields[6]) | proc.PF_EXITING)
+    (tmp_path / "1234").mkdir()  # /proc as the kernel shows an exiting task
+    (tmp_path / "1234" / "stat").write_text(head + ") " + " ".join(fields))
+    exiting = proc.process_state(1234, tmp_path)
+    assert exiting is not None and not exiting.running and exiting.holds_files
+    fields[0] = "Z"
+    (tmp_path / "1234" / "stat").write_text(head + ") " + " ".join(fields))
+    zombie = proc.process_state(1234, tmp_path)
+    assert zombie is not None and not zombie.running and not zombie.holds_files
+    assert proc.process_state(1235, tmp_path) is None
 
 
 def test_file_sink_appends_durably_and_reads_back(tmp_path: Path) -> None:

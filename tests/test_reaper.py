@@ -17,17 +17,10 @@ import pytest
 
 from conftest import FSMATRIX, attached_under, mounted_under, needs_root
 from fsmatrix import workdirs
+from fsmatrix.agent import proc
 from fsmatrix.backends.qemu import parent_death_prefix
 
 pytestmark = needs_root
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 # A stand-in for a run: takes its run directory, attaches a loop device to a file in it, mounts it,
@@ -69,16 +62,16 @@ def test_live_run_untouched_dead_run_reaped(tmp_path: Path) -> None:
         foreign.mkdir()
         (foreign / "keep").write_text("x")
         assert workdirs.reap(workdir) == []  # alive: its lock is held
-        assert attached_under(real) and mounted_under(real) and alive(worker)
+        assert attached_under(real) and mounted_under(real) and proc.holds_files(worker)
         run.kill()  # SIGKILL: nothing of it cleans up
         run.wait()
-        assert attached_under(real) and mounted_under(real) and alive(worker)  # left behind
+        assert attached_under(real) and mounted_under(real) and proc.holds_files(worker)  # left behind
         removed = workdirs.reap(workdir)
         assert f"process {worker} (sleep)" in removed
         assert any(r.startswith("mount ") for r in removed)
         assert f"loop device {loop} ({real}/cell-r1-test/data.img)" in removed
         assert f"directory {workdir / 'cell-r1-test'}" in removed
-        assert attached_under(real) == [] and mounted_under(real) == [] and not alive(worker)
+        assert attached_under(real) == [] and mounted_under(real) == [] and not proc.holds_files(worker)
         assert sorted(p.name for p in workdir.iterdir()) == ["not-ours"]
         assert (foreign / "keep").read_text() == "x"
     finally:
@@ -117,16 +110,16 @@ def test_qemu_dies_with_its_runner(tmp_path: Path) -> None:
     qemu = int(runner.stdout.readline())
     try:
         time.sleep(0.5)
-        assert alive(qemu)
+        assert proc.holds_files(qemu)
         runner.kill()
         runner.wait()
         for _ in range(50):
-            if not alive(qemu):
+            if not proc.holds_files(qemu):
                 break
             time.sleep(0.1)
-        assert not alive(qemu), "QEMU outlived its runner"
+        assert not proc.holds_files(qemu), "QEMU outlived its runner"
     finally:
-        if alive(qemu):
+        if proc.holds_files(qemu):
             os.kill(qemu, signal.SIGKILL)
 
 

@@ -54,7 +54,7 @@ def live_processes_under(directory: Path) -> list[str]:
     """Running (not zombie) processes with a file, cwd or GT.M global directory under ``directory``."""
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or not gtm.alive(int(entry.name)):
+        if not entry.name.isdigit() or not proc.holds_files(int(entry.name)):
             continue
         try:
             paths = [os.readlink(fd) for fd in (entry / "fd").iterdir()] + [os.readlink(entry / "cwd")]
@@ -522,7 +522,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     finally:
         if child.poll() is None:
             child.kill()
-    assert not any(gtm.alive(p) for p in pids)
+    assert not any(proc.holds_files(p) for p in pids)
     assert live_processes_under(tmp_path) == []
     assert sysv_ipc_ids() - before == set()
 
@@ -560,7 +560,7 @@ def test_timeout_stops_every_worker_and_the_filesystem_unmounts(tmp_path: Path) 
         assert live_processes_under(tmp_path / "scratch") == []
         assert sysv_ipc_ids() - before == set()
         pids = threen1.read_pid_file(next((tmp_path / "scratch").glob("threen1-*/workers.pids")))
-        assert len(pids) == 3 and not any(gtm.alive(p) for p in pids)
+        assert len(pids) == 3 and not any(proc.holds_files(p) for p in pids)
         proc.run(["umount", str(mnt)], timeout=60)  # fails with "target is busy" if anything is left
         mounted = False
     finally:

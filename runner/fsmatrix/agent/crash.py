@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from fsmatrix.agent import proc
 from fsmatrix.agent.declare import setting
 
 log = logging.getLogger("fsmatrix")
@@ -166,14 +167,6 @@ def short(text: str) -> str:
 # ------------------------------------------------------------------------------------ the injector
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def cgroup_members(directory: Path) -> list[int]:
     """The processes in a cgroup (v1 or v2 both list them in cgroup.procs)."""
     try:
@@ -263,7 +256,7 @@ class Injector:
             pids = cgroup_members(self.cgroup_dir)
         else:
             pids = children_of(me) + processes_using(self.directories)
-        return sorted({p for p in pids if p != me and _alive(p)})
+        return sorted({p for p in pids if p != me and proc.holds_files(p)})
 
     def fire(self) -> None:
         """SIGKILL the run's processes now (the timer calls this; a test may too)."""

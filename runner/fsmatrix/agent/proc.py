@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger("fsmatrix")
 
@@ -71,3 +73,44 @@ def have(tool: str) -> bool:
     """Whether ``tool`` is on PATH (sbin included: mkfs tools live there)."""
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
     return shutil.which(tool, path=path) is not None
+
+
+# ------------------------------------------------------------------ processes, as /proc shows them
+
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    state: str  # R, S, D, T, Z, X...
+    parent: int
+    flags: int
+
+    @property
+    def holds_files(self) -> bool:
+        """Not a zombie: a process on its way out still closes its last files (its deferred fput)
+        before its parent can reap it, so cleanup before an unmount waits for this to turn false."""
+        return self.state not in ("Z", "X")
+
+    @property
+    def running(self) -> bool:
+        """Neither a zombie nor on its way out. A killed process has closed its sockets (a client
+        gets "connection refused") some time before it becomes a zombie."""
+        return self.holds_files and not self.flags & PF_EXITING
+
+
+def process_state(pid: int, proc_root: Path = Path("/proc")) -> ProcessState | None:
+    """``pid``'s state, parent and flags (/proc/PID/stat fields 3, 4 and 9); None when it is gone."""
+    try:
+        fields = (proc_root / str(pid) / "stat").read_text().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    if len(fields) < 7:
+        return None
+    return ProcessState(fields[0], int(fields[1]), int(fields[6]))
+
+
+def holds_files(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (see ``ProcessState.holds_files``)."""
+    state = process_state(pid)
+    return state is not None and state.holds_files

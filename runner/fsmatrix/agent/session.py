@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix import __version__
-from fsmatrix.agent import guest, jsonfile, storage
+from fsmatrix.agent import guest, jsonfile, proc, storage
 
 log = logging.getLogger("fsmatrix")
 
@@ -54,10 +54,9 @@ def _pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a live holder of ours (not a recycled pid, not a zombie)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    except OSError:
         return False
-    return b"fsmatrix.agent.session" in cmdline and state != "Z"
+    return b"fsmatrix.agent.session" in cmdline and proc.holds_files(pid)
 
 
 def read_state(session_dir: Path = SESSION_DIR) -> dict[str, Any] | None:

@@ -149,7 +149,7 @@ def prune(keep: int, cache: Path | None = None) -> list[ImagePaths]:
     current = image_paths(cache=cache).name
     older = [paths for paths in built_images(cache) if paths.name != current]
     for paths in older[keep:]:
-        for path in [*paths.files, paths.qcow2.parent / f"{paths.name}.packer.log"]:
+        for path in [*paths.files, *(paths.qcow2.parent / f"{paths.name}.{log}.log" for log in ("packer", "serial"))]:
             path.unlink(missing_ok=True)
     return older[keep:]
 
@@ -484,48 +484,51 @@ def _build(paths: ImagePaths, cache: Path, echo: Echo) -> ImagePaths:
     build_dir = paths.qcow2.parent / f".build-{paths.name}"
     shutil.rmtree(build_dir, ignore_errors=True)
     build_dir.mkdir(parents=True)
-    now = datetime.now(UTC)
-    build_time = now.isoformat(timespec="seconds")
-    output = build_dir / "output"
-    variables = {
-        "base_image": str(base),
-        "disk_size": f"{DISK_MIB}M",
-        "accelerator": accel,
-        "output_directory": str(output),
-        "vm_name": paths.qcow2.name,
-        "ssh_private_key_file": str(key),
-        "agent_tarball": str(write_agent_tarball(build_dir / "fsmatrix-agent.tar")),
-        "manifest_out": str(build_dir / paths.manifest.name),
-        "box_out": str(build_dir / paths.box.name),
-        "serial_log": str(build_dir / "serial.log"),
-        "git_sha": git_sha(),
-        "build_time": build_time,
-        "fsmatrix_version": __version__,
-        "image_name": paths.name,
-    }
-    cmd = ["packer", "build", "-force", "-color=false"]
-    for name, value in variables.items():
-        cmd += ["-var", f"{name}={value}"]
-    env = {
-        **os.environ,
-        "CHECKPOINT_DISABLE": "1",  # no update check: the build is offline
-        "PACKER_CACHE_DIR": str(cache / "packer_cache"),
-        "PACKER_NO_COLOR": "1",
-    }
-    started = time.monotonic()
-    log_file = paths.qcow2.parent / f"{paths.name}.packer.log"
-    echo(f"packer: building {paths.name} (log: {log_file}, guest console: {build_dir / 'serial.log'})")
-    _log_run([*cmd, "."], log_file, PACKER_TIMEOUT, env=env, cwd=PACKER_DIR)
-    echo(f"packer: done in {time.monotonic() - started:.0f} s")
+    serial_log = paths.qcow2.parent / f"{paths.name}.serial.log"  # beside the packer log: kept for a failure
+    try:  # an interrupted build (^C, a timeout, packer failing) leaves no half-built directory
+        now = datetime.now(UTC)
+        build_time = now.isoformat(timespec="seconds")
+        output = build_dir / "output"
+        variables = {
+            "base_image": str(base),
+            "disk_size": f"{DISK_MIB}M",
+            "accelerator": accel,
+            "output_directory": str(output),
+            "vm_name": paths.qcow2.name,
+            "ssh_private_key_file": str(key),
+            "agent_tarball": str(write_agent_tarball(build_dir / "fsmatrix-agent.tar")),
+            "manifest_out": str(build_dir / paths.manifest.name),
+            "box_out": str(build_dir / paths.box.name),
+            "serial_log": str(serial_log),
+            "git_sha": git_sha(),
+            "build_time": build_time,
+            "fsmatrix_version": __version__,
+            "image_name": paths.name,
+        }
+        cmd = ["packer", "build", "-force", "-color=false"]
+        for name, value in variables.items():
+            cmd += ["-var", f"{name}={value}"]
+        env = {
+            **os.environ,
+            "CHECKPOINT_DISABLE": "1",  # no update check: the build is offline
+            "PACKER_CACHE_DIR": str(cache / "packer_cache"),
+            "PACKER_NO_COLOR": "1",
+        }
+        started = time.monotonic()
+        log_file = paths.qcow2.parent / f"{paths.name}.packer.log"
+        echo(f"packer: building {paths.name} (log: {log_file}, guest console: {serial_log})")
+        _log_run([*cmd, "."], log_file, PACKER_TIMEOUT, env=env, cwd=PACKER_DIR)
+        echo(f"packer: done in {time.monotonic() - started:.0f} s")
 
-    os.replace(output / paths.qcow2.name, paths.qcow2)
-    os.replace(build_dir / paths.box.name, paths.box)
-    os.replace(build_dir / paths.manifest.name, paths.manifest)
-    paths.sha256.write_text(f"{sha256_file(paths.qcow2)}  {paths.qcow2.name}\n")
-    # Vagrant wants a newer version for a newer box: the build time makes it monotonic.
-    version = f"{__version__}.{now:%Y%m%d%H%M%S}"
-    paths.catalog.write_text(json.dumps(_catalog(paths, version, sha256_file(paths.box)), indent=1) + "\n")
-    shutil.rmtree(build_dir, ignore_errors=True)
+        os.replace(output / paths.qcow2.name, paths.qcow2)
+        os.replace(build_dir / paths.box.name, paths.box)
+        os.replace(build_dir / paths.manifest.name, paths.manifest)
+        paths.sha256.write_text(f"{sha256_file(paths.qcow2)}  {paths.qcow2.name}\n")
+        # Vagrant wants a newer version for a newer box: the build time makes it monotonic.
+        version = f"{__version__}.{now:%Y%m%d%H%M%S}"
+        paths.catalog.write_text(json.dumps(_catalog(paths, version, sha256_file(paths.box)), indent=1) + "\n")
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
     echo(f"image: {paths.qcow2}")
     return paths
 

@@ -424,20 +424,6 @@ def journal_files(db: Database) -> list[Path]:
 # ------------------------------------------------------------------ cleanup
 
 
-def _state(pid: int) -> str | None:
-    """The process state letter, or None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return stat.rpartition(")")[2].split()[0]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is running (a zombie is not: it holds no files)."""
-    return _state(pid) not in (None, "Z", "X")
-
-
 def processes_using(db: Database) -> list[int]:
     """Live processes that use ``db``: GT.M processes started with its global directory (workers
     the JOB command detached included) and any process with its database or journal file open."""
@@ -450,7 +436,7 @@ def processes_using(db: Database) -> list[int]:
         pid = int(entry.name)
         try:
             uses = wanted_env in (entry / "environ").read_bytes().split(b"\0") or _has_open(entry, files)
-            if uses and alive(pid):
+            if uses and proc.holds_files(pid):
                 found.append(pid)
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
@@ -481,13 +467,13 @@ def stop_processes(db: Database, pids: Iterable[int] = (), grace: float = 10.0) 
     wanted_env = f"gtmgbldir={db.gld}".encode()
     for pid in pids:
         try:  # a recorded PID may have exited and been reused by an unrelated process
-            if alive(pid) and wanted_env in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if proc.holds_files(pid) and wanted_env in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 targets.add(pid)
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
     report: dict[str, list[int]] = {"terminated": [], "killed": []}
     for sig, key in ((signal.SIGTERM, "terminated"), (signal.SIGKILL, "killed")):
-        live = [pid for pid in sorted(targets) if alive(pid)]
+        live = [pid for pid in sorted(targets) if proc.holds_files(pid)]
         if not live:
             break
         for pid in live:
@@ -497,7 +483,7 @@ def stop_processes(db: Database, pids: Iterable[int] = (), grace: float = 10.0) 
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 5.0)
-        while time.monotonic() < deadline and any(alive(pid) for pid in live):
+        while time.monotonic() < deadline and any(proc.holds_files(pid) for pid in live):
             time.sleep(0.05)
         targets |= set(processes_using(db))
     if report["killed"]:

@@ -397,21 +397,20 @@ class Cluster:
         if self.postmaster is None:
             return False
         deadline = time.monotonic() + grace
-        while self.postmaster.poll() is None and _live(Path(f"/proc/{self.postmaster.pid}")) is not None:
+        while self.postmaster.poll() is None and self._postmaster_running():
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
         return True
 
+    def _postmaster_running(self) -> bool:
+        state = proc.process_state(self.postmaster.pid) if self.postmaster is not None else None
+        return state is not None and state.running
+
     def postmaster_state(self) -> str:
         """The postmaster's state letter and flags as /proc shows them (R, S, D, T...), for a message."""
-        if self.postmaster is None:
-            return "never started"
-        try:
-            fields = Path(f"/proc/{self.postmaster.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            return "gone"
-        return f"state {fields[0]}, flags {int(fields[6]):#x}"
+        state = proc.process_state(self.postmaster.pid) if self.postmaster is not None else None
+        return "gone" if state is None else f"state {state.state}, flags {state.flags:#x}"
 
     def processes(self) -> list[int]:
         """Live processes of this server: the postmaster and every process whose working directory
@@ -522,20 +521,10 @@ def _wait(popen: subprocess.Popen[bytes], seconds: float) -> bool:
         return False
 
 
-PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit
-
-
-def _live(entry: Path) -> tuple[int, int] | None:
-    """(pid, parent pid) of a live process, None for anything else: gone, a zombie, or on its way
-    out (PF_EXITING; a killed process has closed its files, its socket among them, some time before
-    its parent can reap it)."""
-    try:
-        fields = (entry / "stat").read_text().rpartition(")")[2].split()
-    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
-        return None
-    if len(fields) < 7 or fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING:
-        return None
-    return int(entry.name), int(fields[1])
+def _live(pid: int) -> tuple[int, int] | None:
+    """(pid, parent pid) of a process that is not a zombie, None for anything else."""
+    state = proc.process_state(pid)
+    return (pid, state.parent) if state is not None and state.holds_files else None
 
 
 def processes_with_cwd(directory: Path) -> list[int]:
@@ -543,7 +532,7 @@ def processes_with_cwd(directory: Path) -> list[int]:
     wanted = str(directory.resolve())
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or _live(entry) is None:
+        if not entry.name.isdigit() or _live(int(entry.name)) is None:
             continue
         try:
             if os.readlink(entry / "cwd") == wanted:
@@ -558,7 +547,7 @@ def children_of(parent: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            live = _live(entry)
+            live = _live(int(entry.name))
             if live is not None and live[1] == parent:
                 found.append(live[0])
     return sorted(found)
