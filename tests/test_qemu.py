@@ -16,6 +16,7 @@ import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,6 +179,39 @@ def test_start_mode_and_template_key(monkeypatch: pytest.MonkeyPatch) -> None:
         snapshot.template_key(["qemu", "-m", "1024"], "sha", "QEMU 8.0"),
     }
     assert key not in others and len(others) == 3
+
+
+def test_quit_closes_the_monitor_of_a_qemu_that_exited(tmp_path: Path) -> None:
+    """QEMU exits as it answers quit: a close that comes after its end of the socket is gone used
+    to raise EOFError (CI: a template save failed so, twice in one run). Real QEMU, no machine."""
+    qmp = tmp_path / "qmp.sock"
+    command = ["qemu-system-x86_64", "-machine", "none", "-nodefaults", "-display", "none",
+               "-qmp", f"unix:{qmp},server=on,wait=off"]  # fmt: skip
+
+    def quit_then_close(close: Any) -> None:
+        vm = subprocess.Popen(command)
+        try:
+            monitor = snapshot.connect(qmp, vm)
+            monitor.cmd("quit")
+            assert vm.wait(timeout=30) == 0
+            time.sleep(0.3)  # the library's reader has met the end of the stream
+            close(monitor)
+        finally:
+            if vm.poll() is None:
+                vm.kill()
+                vm.wait()
+
+    with pytest.raises(EOFError):
+        quit_then_close(lambda monitor: monitor.close())  # the library's own close
+    quit_then_close(snapshot.close)  # quiet
+    vm = subprocess.Popen(command)
+    try:
+        snapshot.quit_qemu(snapshot.connect(qmp, vm))
+        assert vm.wait(timeout=30) == 0
+    finally:
+        if vm.poll() is None:
+            vm.kill()
+            vm.wait()
 
 
 def test_unknown_bus_is_refused(tmp_path: Path) -> None:

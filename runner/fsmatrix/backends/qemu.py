@@ -662,7 +662,7 @@ class QemuBackend:
         try:
             snapshot.attach_and_resume(monitor, vm, ordered)
         finally:
-            monitor.close()
+            snapshot.close(monitor)
 
     def vm_error(self, run_dir: Path) -> str:
         """What the VM process said when it failed (QEMU's stderr)."""
@@ -711,9 +711,9 @@ class QemuBackend:
             monitor.settimeout(QMP_CONNECT_S)
             try:
                 monitor.connect()
-                monitor.cmd("quit")
+                snapshot.quit_qemu(monitor)
             finally:
-                monitor.close()
+                snapshot.close(monitor)
             vm.wait(timeout=QUIT_GRACE_S)
             log.info("qemu stopped with QMP quit")
         except Exception as exc:  # a QMP, socket or wait failure alike: kill it

@@ -121,6 +121,21 @@ def connect(qmp: Path, vm: subprocess.Popen[bytes], timeout: float = QMP_CONNECT
         quiet.setLevel(level)
 
 
+def close(monitor: QEMUMonitorProtocol) -> None:
+    """Close a QMP connection. When QEMU has exited (a quit, a crash), its end of the socket is
+    gone and the library's reader raises EOFError or a reset here: nothing the caller asked failed."""
+    with contextlib.suppress(EOFError, OSError):
+        monitor.close()
+
+
+def quit_qemu(monitor: QEMUMonitorProtocol) -> None:
+    """QMP quit, and close the connection QEMU ends by exiting."""
+    try:
+        monitor.cmd("quit")
+    finally:
+        close(monitor)
+
+
 def _connect(qmp: Path, vm: subprocess.Popen[bytes], deadline: float, timeout: float) -> QEMUMonitorProtocol:
     while True:
         monitor = QEMUMonitorProtocol(str(qmp))
@@ -128,7 +143,7 @@ def _connect(qmp: Path, vm: subprocess.Popen[bytes], deadline: float, timeout: f
             monitor.connect()
             return monitor
         except Exception as exc:  # not listening yet (qemu.qmp raises its own ConnectError)
-            monitor.close()
+            close(monitor)
             if vm.poll() is not None:
                 raise RuntimeError(f"QEMU exited with status {vm.returncode} before its monitor answered") from exc
             if time.monotonic() >= deadline:
@@ -210,9 +225,9 @@ def _save(directory: Path, image_qcow2: Path, command_for: Any) -> None:
                 return status == "completed"
 
             _wait(migrated, MIGRATE_S, "saving the guest's state", vm)
-            monitor.cmd("quit")
+            quit_qemu(monitor)
         finally:
-            monitor.close()
+            close(monitor)
         vm.wait(timeout=30)
     finally:
         if vm.poll() is None:
