@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from conftest import IMAGE_TEST_TIMEOUT
+from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT
 from fsmatrix import __version__
 from fsmatrix.agent import workloads
 from fsmatrix.agent.storage import filesystems
-from fsmatrix.backends import image, jobdisk
+from fsmatrix.backends import image, jobdisk, snapshot
 from fsmatrix.backends.disks import Disk
 from fsmatrix.matrix import expand_document
 
@@ -425,3 +425,23 @@ def test_prune_keeps_the_current_image_and_the_newest_others(tmp_path: Path) -> 
     assert [p.name for p in deleted] == [old[1].name, old[0].name]
     assert current.complete() and old[2].complete()
     assert not any(p.exists() for gone in deleted for p in gone.files)
+
+
+def test_prune_deletes_the_saved_guests_of_images_that_are_gone(tmp_path: Path) -> None:
+    kept, gone = image.image_paths("a" * 16, cache=tmp_path), image.image_paths("b" * 16, cache=tmp_path)
+    kept.qcow2.parent.mkdir(parents=True)
+    kept.qcow2.write_text("x")
+    root = tmp_path / snapshot.SNAPSHOT_DIR
+    for key, paths in (("k1", kept), ("k2", gone)):
+        (root / key).mkdir(parents=True)
+        (root / key / "state").write_text("memory")
+        (root / key / "template.json").write_text(json.dumps({"key": key, "image": str(paths.qcow2)}))
+        (root / f"{key}.lock").touch()
+    (root / "k3.building").mkdir()  # being saved: no record yet, left alone
+    (root / "k4").mkdir()
+    (root / "k4" / "template.json").write_text("{not json")  # not ours to judge
+    done = subprocess.run([*FSMATRIX, "image", "prune"], env={**os.environ, image.CACHE_ENV: str(tmp_path)},
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0 and f"deleted the saved guest {root / 'k2'} (its image is gone)" in done.stdout
+    assert sorted(p.name for p in root.iterdir()) == ["k1", "k1.lock", "k3.building", "k4"]
+    assert snapshot.prune_orphans(tmp_path) == []

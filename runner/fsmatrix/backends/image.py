@@ -32,7 +32,7 @@ import click
 
 from fsmatrix import __version__
 from fsmatrix.agent import proc
-from fsmatrix.backends import hostinfo
+from fsmatrix.backends import hostinfo, snapshot
 from fsmatrix.backends.disks import Disk
 from fsmatrix.errors import UserError
 
@@ -585,7 +585,10 @@ def prune_command(keep: int) -> None:
     deleted = prune(keep)
     for paths in deleted:
         click.echo(f"deleted {paths.name}")
-    if not deleted:
+    templates = snapshot.prune_orphans(cache_root())
+    for directory in templates:
+        click.echo(f"deleted the saved guest {directory} (its image is gone)")
+    if not deleted and not templates:
         _echo("nothing to delete")
 
 

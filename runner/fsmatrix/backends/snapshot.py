@@ -102,6 +102,23 @@ class Template:
         return self.done.exists() and self.overlay.exists() and self.state.exists()
 
 
+def prune_orphans(cache: Path) -> list[Path]:
+    """Delete the saved guests whose image is gone (``fsmatrix image prune`` deleted it, or a cache
+    was moved): nothing can restore them, and each holds its guest's memory (about 200 MiB).
+    A template being saved (``.building``, locked) is left alone. Returns the deleted directories."""
+    deleted = []
+    for done in sorted((cache / SNAPSHOT_DIR).glob("*/template.json")):
+        try:
+            image_qcow2 = Path(json.loads(done.read_text())["image"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: not ours to judge
+        if not image_qcow2.exists():
+            shutil.rmtree(done.parent, ignore_errors=True)
+            done.parent.with_name(f"{done.parent.name}.lock").unlink(missing_ok=True)
+            deleted.append(done.parent)
+    return deleted
+
+
 def template_key(command: Sequence[str], image_sha256: str, qemu_version: str) -> str:
     """What a saved state depends on: the image, QEMU's version and the VM's command line (machine,
     CPU, memory, devices; made with fixed placeholder paths)."""
