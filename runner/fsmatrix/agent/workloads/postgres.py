@@ -397,7 +397,10 @@ class Cluster:
         if self.postmaster is None:
             return False
         deadline = time.monotonic() + grace
-        while self.postmaster.poll() is None and self._postmaster_running():
+        while self.postmaster.poll() is None:
+            if not self._postmaster_running():  # on its way out: its exit status comes in a moment
+                _wait(self.postmaster, 10)
+                return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
