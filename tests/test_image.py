@@ -437,7 +437,8 @@ def test_prune_deletes_the_saved_guests_of_images_that_are_gone(tmp_path: Path) 
         (root / key / "state").write_text("memory")
         (root / key / "template.json").write_text(json.dumps({"key": key, "image": str(paths.qcow2)}))
         (root / f"{key}.lock").touch()
-    (root / "k3.building").mkdir()  # being saved: no record yet, left alone
+    (root / "k3.building").mkdir()  # being saved, its record just written: left alone whatever it says
+    (root / "k3.building" / "template.json").write_text(json.dumps({"key": "k3", "image": str(gone.qcow2)}))
     (root / "k4").mkdir()
     (root / "k4" / "template.json").write_text("{not json")  # not ours to judge
     done = subprocess.run([*FSMATRIX, "image", "prune"], env={**os.environ, image.CACHE_ENV: str(tmp_path)},

@@ -711,7 +711,7 @@ class QemuBackend:
             monitor.settimeout(QMP_CONNECT_S)
             try:
                 monitor.connect()
-                snapshot.quit_qemu(monitor)
+                monitor.cmd("quit")
             finally:
                 snapshot.close(monitor)
             vm.wait(timeout=QUIT_GRACE_S)

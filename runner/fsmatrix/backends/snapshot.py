@@ -108,6 +108,8 @@ def prune_orphans(cache: Path) -> list[Path]:
     A template being saved (``.building``, locked) is left alone. Returns the deleted directories."""
     deleted = []
     for done in sorted((cache / SNAPSHOT_DIR).glob("*/template.json")):
+        if done.parent.name.endswith(".building"):
+            continue
         try:
             image_qcow2 = Path(json.loads(done.read_text())["image"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -143,14 +145,6 @@ def close(monitor: QEMUMonitorProtocol) -> None:
     gone and the library's reader raises EOFError or a reset here: nothing the caller asked failed."""
     with contextlib.suppress(EOFError, OSError):
         monitor.close()
-
-
-def quit_qemu(monitor: QEMUMonitorProtocol) -> None:
-    """QMP quit, and close the connection QEMU ends by exiting."""
-    try:
-        monitor.cmd("quit")
-    finally:
-        close(monitor)
 
 
 def _connect(qmp: Path, vm: subprocess.Popen[bytes], deadline: float, timeout: float) -> QEMUMonitorProtocol:
@@ -242,7 +236,7 @@ def _save(directory: Path, image_qcow2: Path, command_for: Any) -> None:
                 return status == "completed"
 
             _wait(migrated, MIGRATE_S, "saving the guest's state", vm)
-            quit_qemu(monitor)
+            monitor.cmd("quit")
         finally:
             close(monitor)
         vm.wait(timeout=30)

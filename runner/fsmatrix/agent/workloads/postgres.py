@@ -398,7 +398,8 @@ class Cluster:
             return False
         deadline = time.monotonic() + grace
         while self.postmaster.poll() is None:
-            if not self._postmaster_running():  # on its way out: its exit status comes in a moment
+            state = self._postmaster_process()
+            if state is None or not state.running:  # on its way out: its exit status comes in a moment
                 _wait(self.postmaster, 10)
                 return True
             if time.monotonic() >= deadline:
@@ -406,13 +407,12 @@ class Cluster:
             time.sleep(0.05)
         return True
 
-    def _postmaster_running(self) -> bool:
-        state = proc.process_state(self.postmaster.pid) if self.postmaster is not None else None
-        return state is not None and state.running
+    def _postmaster_process(self) -> proc.ProcessState | None:
+        return proc.process_state(self.postmaster.pid) if self.postmaster is not None else None
 
     def postmaster_state(self) -> str:
         """The postmaster's state letter and flags as /proc shows them (R, S, D, T...), for a message."""
-        state = proc.process_state(self.postmaster.pid) if self.postmaster is not None else None
+        state = self._postmaster_process()
         return "gone" if state is None else f"state {state.state}, flags {state.flags:#x}"
 
     def processes(self) -> list[int]:
