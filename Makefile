@@ -113,7 +113,7 @@ bench: deps
 
 # VM benchmarks (README, Performance): boot-to-agent, per-run overhead, guest/host fio fidelity.
 bench-vm: deps
-	$(BIN)/python -m fsmatrix.vmbench
+	$(BIN)/python -m fsmatrix.bench.vm
 
 # The quick matrix without VMs: loop devices on this host (cells its kernel cannot run are skipped).
 demo-host: deps

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fsmatrix.agent.storage.devices import read_mounts
-from fsmatrix.backends.qemu import running_vms
+from fsmatrix.backends.qemu.backend import running_vms
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

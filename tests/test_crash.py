@@ -22,9 +22,10 @@ import pytest
 from conftest import attached_under, mounted_under
 from fsmatrix.agent import cgroup, crash, proc, storage
 from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.declare import Invalid
 from fsmatrix.agent.job import run_job, run_recovery
-from fsmatrix.agent.workloads import gtm, threen1
+from fsmatrix.agent.workloads import threen1
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import cell_id, expand_document

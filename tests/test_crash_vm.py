@@ -20,11 +20,12 @@ import pytest
 
 from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
 from fsmatrix.agent import crash, guest
-from fsmatrix.agent.workloads import pgacks, pgbench
+from fsmatrix.agent.workloads import pgbench
+from fsmatrix.agent.workloads.pgbench import acks as pgacks
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu import Launch, QemuBackend, acknowledged_commits
+from fsmatrix.backends.qemu.backend import Launch, QemuBackend, acknowledged_commits
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 

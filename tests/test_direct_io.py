@@ -13,8 +13,9 @@ import pytest
 
 from conftest import attached_under, mounted_under, needs_root
 from fsmatrix.agent import oscache
+from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.storage import loop_devices
-from fsmatrix.agent.workloads import Workspace, fio, sysbench
+from fsmatrix.agent.workloads import fio, sysbench
 
 pytestmark = needs_root
 

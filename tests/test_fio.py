@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from fsmatrix.agent import oscache
-from fsmatrix.agent.workloads import Workspace, fio
+from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.workloads import fio
 
 DATA = Path(__file__).parent / "data" / "fio"
 MIB = 2**20

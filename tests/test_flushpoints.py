@@ -1,4 +1,4 @@
-"""``crash.mode: flush-points`` (fsmatrix.agent.flushpoints; the qemu backend's log and scratch disks).
+"""``crash.mode: flush-points`` (fsmatrix.agent.crash.flush_points; the qemu backend's log and scratch disks).
 
 Without a VM (this host's kernel has no device-mapper): the verdict of a point, the run's problems,
 the refusals at preflight (host, libvirt) and their acceptance by qemu, the extra disks and time
@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 
 from conftest import IMAGE_TEST_TIMEOUT, attached_under, mounted_under, needs_root, run_on_qemu, vms_under
-from fsmatrix.agent import crash, flushpoints, job
+from fsmatrix.agent import crash, job
+from fsmatrix.agent.contract import Outcome
+from fsmatrix.agent.crash import flush_points as flushpoints
 from fsmatrix.agent.storage import loop_devices
-from fsmatrix.agent.workloads import Outcome
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV, Launch, QemuBackend
+from fsmatrix.backends.qemu.backend import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV, Launch, QemuBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import sysv_ipc_ids
 from fsmatrix.agent import proc
-from fsmatrix.agent.workloads import gtm
+from fsmatrix.agent.databases import gtm
 
 DATA = Path(__file__).parent / "data" / "dse"
 

@@ -23,6 +23,7 @@ import pytest
 
 from fsmatrix import __version__
 from fsmatrix.agent import guest
+from fsmatrix.agent.storage import data_disks
 from fsmatrix.backends import jobdisk
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,7 +146,7 @@ def _guest_by_id(root: Path) -> Path:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mknod")
 def test_data_disks_resolve_by_bus_on_captured_guest_links(tmp_path: Path) -> None:
     by_id = _guest_by_id(tmp_path)
-    found = guest.resolve_data_disks(
+    found = data_disks.resolve_data_disks(
         ["fsm-data0", "fsm-data1", "fsm-data2"], by_id=by_id, wait_s=0, buses=["virtio-blk", "virtio-scsi", "nvme"]
     )
     assert [Path(d).name for d in found] == ["vdb", "sda", "nvme0n1"]
@@ -156,12 +157,12 @@ def test_data_disks_resolve_by_bus_on_captured_guest_links(tmp_path: Path) -> No
         (["fsm-data0"], ["sata"], "unknown bus"),
         (["fsm-data0"], [], "but 0 buses"),
     ):
-        with pytest.raises(guest.JobError, match=message):
-            guest.resolve_data_disks(serials, by_id=by_id, wait_s=0, buses=buses)
+        with pytest.raises(data_disks.DataDiskError, match=message):
+            data_disks.resolve_data_disks(serials, by_id=by_id, wait_s=0, buses=buses)
     # A link with the right name must still lead to that bus's kind of disk.
     (by_id / "nvme-QEMU_NVMe_Ctrl_fsm-data9").symlink_to("../../dev/sda")
-    with pytest.raises(guest.JobError, match="not a nvme disk"):
-        guest.resolve_data_disks(["fsm-data9"], by_id=by_id, wait_s=0, buses=["nvme"])
+    with pytest.raises(data_disks.DataDiskError, match="not a nvme disk"):
+        data_disks.resolve_data_disks(["fsm-data9"], by_id=by_id, wait_s=0, buses=["nvme"])
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mknod")
@@ -172,7 +173,7 @@ def test_data_disks_resolve_only_through_by_id(tmp_path: Path) -> None:
     os.mknod(block, 0o600 | stat.S_IFBLK, os.stat("/dev/loop0").st_rdev)
     (by_id / "virtio-fsm-data0").symlink_to(block)
     (by_id / "virtio-not-a-disk").symlink_to("/dev/null")
-    assert guest.resolve_data_disks(["fsm-data0"], by_id=by_id, wait_s=0) == [str(block)]
+    assert data_disks.resolve_data_disks(["fsm-data0"], by_id=by_id, wait_s=0) == [str(block)]
     for serials, message in (
         (["/dev/vda"], "not a plain virtio serial"),
         (["../vda"], "not a plain virtio serial"),
@@ -182,8 +183,8 @@ def test_data_disks_resolve_only_through_by_id(tmp_path: Path) -> None:
         (["not-a-disk"], "not a block device"),
         (["fsm-data0", "fsm-data0"], "already in the job"),
     ):
-        with pytest.raises(guest.JobError, match=message):
-            guest.resolve_data_disks(serials, by_id=by_id, wait_s=0)
+        with pytest.raises(data_disks.DataDiskError, match=message):
+            data_disks.resolve_data_disks(serials, by_id=by_id, wait_s=0)
 
 
 def test_route_parsers_on_captured_tables(tmp_path: Path) -> None:

@@ -26,8 +26,9 @@ from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT
 from fsmatrix import __version__
 from fsmatrix.agent import workloads
 from fsmatrix.agent.storage import filesystems
-from fsmatrix.backends import image, jobdisk, snapshot
+from fsmatrix.backends import image, jobdisk
 from fsmatrix.backends.disks import Disk
+from fsmatrix.backends.qemu import cmdline, snapshot
 from fsmatrix.matrix import expand_document
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,20 +89,20 @@ def test_agent_tarball_holds_only_the_agent(tmp_path: Path) -> None:
     with tarfile.open(image.write_agent_tarball(tmp_path / "a.tar")) as tar:
         names = tar.getnames()
     assert "fsmatrix/__init__.py" in names and "fsmatrix/agent/guest.py" in names
-    assert "fsmatrix/agent/workloads/threen1.m" in names
+    assert "fsmatrix/agent/workloads/threen1/threen1.m" in names
     assert all(n == "fsmatrix/__init__.py" or n.startswith("fsmatrix/agent/") for n in names)
     assert not any("__pycache__" in n for n in names)
 
 
 def test_qemu_command_network_and_disks(tmp_path: Path) -> None:
     common = {"accel": "tcg", "name": "fsmatrix-t", "serial_log": tmp_path / "s.log"}
-    offline = image.qemu_command(
+    offline = cmdline.qemu_command(
         tmp_path / "i.qcow2", drives=[Disk(tmp_path / "job.img", "fsmatrix-job", iothread=False)], **common
     )
     assert offline[offline.index("-nic") + 1] == "none"
     assert any(a.startswith("virtio-blk-pci,drive=disk0,serial=fsmatrix-job,") for a in offline)
     assert any("snapshot=on" in arg for arg in offline)
-    online = image.qemu_command(tmp_path / "i.qcow2", ssh_port=2345, **common)
+    online = cmdline.qemu_command(tmp_path / "i.qcow2", ssh_port=2345, **common)
     netdev = online[online.index("-netdev") + 1]
     assert "restrict=on" in netdev and "hostfwd=tcp:127.0.0.1:2345-:22" in netdev
 
@@ -202,7 +203,7 @@ def guest_host(built: image.ImagePaths, accel: str, tmp_path_factory: pytest.Tem
     name = f"fsmatrix-test-{uuid.uuid4().hex[:8]}"
     port = _free_port()
     serial = work / "serial.log"
-    cmd = image.qemu_command(built.qcow2, accel=accel, name=name, serial_log=serial, ssh_port=port)
+    cmd = cmdline.qemu_command(built.qcow2, accel=accel, name=name, serial_log=serial, ssh_port=port)
     vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     key = image.ssh_key()
     host = testinfra.get_host(
@@ -382,7 +383,7 @@ def test_job_mode_runs_the_cell_and_powers_off(
         fh.truncate(1 << 30)
     name = f"fsmatrix-job-test-{uuid.uuid4().hex[:8]}"
     serial = tmp_path / "serial.log"
-    cmd = image.qemu_command(
+    cmd = cmdline.qemu_command(
         built.qcow2,
         accel=accel,
         name=name,

@@ -21,13 +21,14 @@ import pytest
 
 from conftest import IMAGE_TEST_TIMEOUT, attached_under, mounted_under, vms_under
 from fsmatrix.agent import storage
+from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.job import run_job
 from fsmatrix.agent.sampler import parse_diskstats
 from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage import stripe
-from fsmatrix.agent.workloads import Workspace, fio, sysbench
+from fsmatrix.agent.workloads import fio, sysbench
 from fsmatrix.backends import image
-from fsmatrix.backends.qemu import QemuBackend
+from fsmatrix.backends.qemu.backend import QemuBackend
 from fsmatrix.matrix import Cell, expand_document
 
 DATA = Path(__file__).parent / "data"

@@ -1,4 +1,4 @@
-"""dm-log-writes logs: reading, marks, flush points, full logs, replay (fsmatrix.agent.storage.logwrites).
+"""dm-log-writes logs: reading, marks, flush points, full logs, replay (fsmatrix.agent.crash.logwrites).
 
 This host's kernel has no dm-log-writes module (nor device-mapper), so no real log can be produced
 here: the logs below come from ``KernelStyleLog``, a small writer that lays entries out the way
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import attached_under, needs_root
-from fsmatrix.agent.storage import logwrites as lw
+from fsmatrix.agent.crash import logwrites as lw
 from fsmatrix.agent.storage import loop_devices
 
 DEVICE_BYTES = 256 << 10
@@ -546,7 +546,7 @@ def test_parse_status() -> None:
 
 def test_cli(tmp_path: Path) -> None:
     made = workload_log(tmp_path / "log")
-    run = [sys.executable, "-m", "fsmatrix.agent.storage.logwrites"]
+    run = [sys.executable, "-m", "fsmatrix.agent.crash.logwrites"]
     env = {**os.environ, "PYTHONPATH": str(Path(lw.__file__).parents[3])}
     shown = subprocess.run(
         [*run, str(made.path), "--entries", "--between", "start", "end"], capture_output=True, text=True, env=env

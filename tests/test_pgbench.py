@@ -20,7 +20,9 @@ import pytest
 
 from conftest import FSMATRIX, attached_under, mounted_under, needs_root, run_on_qemu, sysv_ipc_ids
 from fsmatrix.agent.cell import Cell
-from fsmatrix.agent.workloads import Workspace, pgbench, postgres
+from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.databases import postgres
+from fsmatrix.agent.workloads import pgbench
 
 HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
 pytestmark = [needs_root, pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")]

@@ -26,7 +26,10 @@ import pytest
 from conftest import FSMATRIX, attached_under, mounted_under, needs_root, sysv_ipc_ids
 from fsmatrix.agent import crash, job, proc, storage
 from fsmatrix.agent.cell import Cell
-from fsmatrix.agent.workloads import Workspace, pgacks, pgbench, postgres
+from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.databases import postgres
+from fsmatrix.agent.workloads import pgbench
+from fsmatrix.agent.workloads.pgbench import acks as pgacks
 
 HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
 needs_pg = pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")

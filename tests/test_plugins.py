@@ -33,7 +33,7 @@ from typing import Any
 
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import parse_size, setting
-from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace
+from fsmatrix.agent.contract import Metric, Outcome, Workload, Workspace
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Device profiles (fsmatrix.backends.profiles): their QEMU throttling, the host backend's refusal
+"""Device profiles (fsmatrix.backends.qemu.profiles): their QEMU throttling, the host backend's refusal
 to fake one, and matrix/profiles.yaml, the matrix that measures them. No VM boots here; the
 throttled guest run is tests/test_qemu.py::test_hdd_profile_caps_guest_iops.
 """
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fsmatrix import matrix
-from fsmatrix.backends import image, profiles
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
+from fsmatrix.backends.qemu import cmdline, profiles
 from fsmatrix.matrix import schema
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,10 +37,10 @@ def test_throttled_profiles_cap_iops_and_bandwidth_consistently(name: str, iops:
 
 def test_hdd_throttling_reaches_the_qemu_drive(tmp_path: Path) -> None:
     disk = Disk(tmp_path / "d.img", "fsm-data0", throttle=profiles.throttle("hdd"))
-    args = image.disk_arguments(disk, 1)
+    args = cmdline.disk_arguments(disk, 1)
     drive = args[args.index("-drive") + 1]
     assert drive.endswith(",throttling.bps-total=150000000,throttling.iops-size=833333,throttling.iops-total=180")
-    assert ",throttling." not in " ".join(image.disk_arguments(Disk(tmp_path / "d.img", "fsm-data0"), 1))
+    assert ",throttling." not in " ".join(cmdline.disk_arguments(Disk(tmp_path / "d.img", "fsm-data0"), 1))
 
 
 def test_unknown_profile_is_refused() -> None:

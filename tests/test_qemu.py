@@ -22,9 +22,10 @@ import pytest
 
 from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
 from fsmatrix.agent import storage
-from fsmatrix.backends import image, profiles, snapshot
+from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import ConsoleWatcher, Launch, QemuBackend, qemu_supports_io_uring
+from fsmatrix.backends.qemu import cmdline, profiles, snapshot
+from fsmatrix.backends.qemu.backend import ConsoleWatcher, Launch, QemuBackend, qemu_supports_io_uring
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 
@@ -105,7 +106,7 @@ def _device_of(args: list[str], prefix: str) -> str:
 
 def test_virtio_scsi_disk_has_its_controller_and_iothread(tmp_path: Path) -> None:
     disk = Disk(tmp_path / "d.img", "fsm-data1", bus="virtio-scsi", logical_block_size=4096, physical_block_size=4096)
-    args = image.disk_arguments(disk, 2)
+    args = cmdline.disk_arguments(disk, 2)
     assert args[:2] == ["-object", "iothread,id=io2"]
     assert _device_of(args, "virtio-scsi-pci") == "virtio-scsi-pci,id=scsi2,iothread=io2"
     assert _device_of(args, "scsi-hd") == (
@@ -113,13 +114,13 @@ def test_virtio_scsi_disk_has_its_controller_and_iothread(tmp_path: Path) -> Non
     )
     assert f"file={disk.path},if=none,id=disk2,format=raw,cache=none,aio=io_uring" in args
     assert "virtio-blk-pci" not in " ".join(args)
-    no_thread = image.disk_arguments(Disk(disk.path, "fsm-data1", bus="virtio-scsi", iothread=False), 2)
+    no_thread = cmdline.disk_arguments(Disk(disk.path, "fsm-data1", bus="virtio-scsi", iothread=False), 2)
     assert "-object" not in no_thread and _device_of(no_thread, "virtio-scsi-pci") == "virtio-scsi-pci,id=scsi2"
 
 
 def test_nvme_disk_is_a_controller_with_the_serial(tmp_path: Path) -> None:
     disk = Disk(tmp_path / "d.img", "fsm-data0", bus="nvme", cache="writeback", aio="threads", logical_block_size=4096)
-    args = image.disk_arguments(disk, 1)
+    args = cmdline.disk_arguments(disk, 1)
     assert args == [
         "-drive", f"file={disk.path},if=none,id=disk1,format=raw,cache=writeback,aio=threads",
         "-device", "nvme,drive=disk1,serial=fsm-data0,logical_block_size=4096,physical_block_size=512,id=dev1",
@@ -151,7 +152,7 @@ def test_restore_command_carries_backends_and_hot_plugs_the_job_disk_last(tmp_pa
         Launch(cell, 1, tmp_path, tmp_path / "o.qcow2", tmp_path / "j.img", [], tmp_path / "c"), tmp_path / "q"
     )
     assert devices == [a for i, a in enumerate(plain) if plain[i - 1] == "-device" and "drive=disk" not in a]
-    plugged = [image.disk_devices(d, i) for i, d in enumerate(backend.drives(launch))]
+    plugged = [cmdline.disk_devices(d, i) for i, d in enumerate(backend.drives(launch))]
     assert plugged[0] == [{"driver": "virtio-blk-pci", "drive": "disk0", "serial": "fsmatrix-job",
                            "logical_block_size": 512, "physical_block_size": 512, "id": "dev0"}]  # fmt: skip
     assert [d["driver"] for d in plugged[1]] == ["virtio-scsi-pci", "scsi-hd"]
@@ -208,7 +209,7 @@ def test_quit_closes_the_monitor_of_a_qemu_that_exited(tmp_path: Path) -> None:
 
 def test_unknown_bus_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown bus 'ide'"):
-        image.disk_arguments(Disk(tmp_path / "d.img", "fsm-data0", bus="ide"), 1)
+        cmdline.disk_arguments(Disk(tmp_path / "d.img", "fsm-data0", bus="ide"), 1)
 
 
 def test_cell_device_settings_reach_every_data_disk(tmp_path: Path) -> None:
@@ -345,7 +346,7 @@ def test_console_watcher_finds_a_marker_split_across_reads(tmp_path: Path) -> No
 def test_vmbench_summary_and_table() -> None:
     from rich.console import Console
 
-    from fsmatrix import vmbench
+    from fsmatrix.bench import vm as vmbench
 
     assert vmbench.spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
     assert vmbench.spread([])["n"] == 0

@@ -145,7 +145,7 @@ def test_bootstrap_interval_coverage_is_what_the_docs_say() -> None:
 
 def test_bench_gate_scaling_and_rates() -> None:
     """The gate benchmark's injected slowdown touches only the gated metrics, in their worse direction."""
-    from fsmatrix import bench_gate
+    from fsmatrix.bench import gate as bench_gate
     from fsmatrix.results import compare
 
     doc = {

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fsmatrix.agent import oscache, proc
-from fsmatrix.agent.workloads import Workspace, sysbench
+from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.workloads import sysbench
 
 DATA = Path(__file__).parent / "data" / "sysbench"
 READ_MODES = ("seqrd", "rndrd")

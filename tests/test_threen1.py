@@ -20,7 +20,11 @@ import pytest
 
 from conftest import sysv_ipc_ids
 from fsmatrix.agent import proc
-from fsmatrix.agent.workloads import Workspace, gtm, threen1, threen1_memory, threen1_reference
+from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.databases import gtm
+from fsmatrix.agent.workloads import threen1
+from fsmatrix.agent.workloads.threen1 import memory as threen1_memory
+from fsmatrix.agent.workloads.threen1 import reference as threen1_reference
 
 DATA = Path(__file__).parent / "data" / "threen1"
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
@@ -580,11 +584,11 @@ def test_spelled_1m_database_is_about_the_published_size(ws: Workspace) -> None:
     assert out.metrics["reads"] - out.metrics["updates"] == 1_000_000
 
 
-# --- next to the published program (python -m fsmatrix.threen1_side_by_side) -------------------
+# --- next to the published program (python -m fsmatrix.bench.threen1_side_by_side) -------------------
 
 
 def test_side_by_side_reads_the_published_result_line() -> None:
-    from fsmatrix import threen1_side_by_side as sbs
+    from fsmatrix.bench import threen1_side_by_side as sbs
 
     # the published program's output for 1..1,000,000, 4 streams, block 50,000 (2026-11-25)
     line = "1 1,000,000 4 50,000 524 56,991,483,520 9 2,169,133 3,169,133 241,015 352,126\n"
@@ -599,7 +603,7 @@ def test_side_by_side_reads_the_published_result_line() -> None:
 
 
 def test_side_by_side_judges_each_figure() -> None:
-    from fsmatrix import threen1_side_by_side as sbs
+    from fsmatrix.bench import threen1_side_by_side as sbs
 
     published = sbs.Side(3169133, 2169133, 524, 56991483520,
                          {"SET": 2168205, "GET": 869719, "DTA": 3168019, "TTR": 434861, "TTW": 21},
@@ -619,7 +623,7 @@ def test_side_by_side_judges_each_figure() -> None:
 
 
 def test_side_by_side_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from fsmatrix import threen1_side_by_side as sbs
+    from fsmatrix.bench import threen1_side_by_side as sbs
 
     assert sbs.main([str(tmp_path / "threeen1f.m")]) == 2
     assert "not an M routine file" in capsys.readouterr().err
@@ -632,7 +636,7 @@ def test_side_by_side_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
 def test_side_by_side_with_the_published_program(capsys: pytest.CaptureFixture[str]) -> None:
     """The README's comparison, 1..1,000,000 with 4 workers: set FSMATRIX_THREEN1_PUBLISHED to the
     published threeen1f.m (fsmatrix does not ship it)."""
-    from fsmatrix import threen1_side_by_side as sbs
+    from fsmatrix.bench import threen1_side_by_side as sbs
 
     published = os.environ.get("FSMATRIX_THREEN1_PUBLISHED", "")
     if not published or not Path(published).is_file():

@@ -17,7 +17,7 @@ from conftest import REPO, attached_under, mounted_under, needs_root
 from fsmatrix import matrix
 from fsmatrix.agent import guest, jsonfile, proc, session, storage
 from fsmatrix.backends import image, libvirtd, vagrant
-from fsmatrix.backends.qemu import running_vms
+from fsmatrix.backends.qemu.backend import running_vms
 from fsmatrix.errors import UserError
 
 SCRATCH = Path("/var/tmp")  # not /tmp: tmpfs refuses O_DIRECT

@@ -16,7 +16,7 @@ python3 -m fsmatrix.agent --version
 gtm_dist=$(find /usr/lib/x86_64-linux-gnu/fis-gtm -maxdepth 2 -name mumps -printf '%h\n' | sort -V | tail -n 1)
 export gtm_dist
 install -d /opt/fsmatrix/routines
-for routine in "$site"/fsmatrix/agent/workloads/*.m; do
+for routine in "$site"/fsmatrix/agent/workloads/*/*.m; do
 	(cd /opt/fsmatrix/routines && "$gtm_dist/mumps" -object="$(basename "${routine%.m}").o" "$routine")
 done
 ls -l /opt/fsmatrix/routines

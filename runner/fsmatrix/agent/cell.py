@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 from fsmatrix.agent import crash as crashes
 from fsmatrix.agent import declare
 from fsmatrix.agent import options as option_rules
+from fsmatrix.agent.contract import Workload
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage import filesystems, stripe
-from fsmatrix.agent.workloads import WORKLOADS, Workload, all_workloads, get, settings_blocks
+from fsmatrix.agent.workloads import WORKLOADS, all_workloads, get, settings_blocks
 
 T = TypeVar("T")
 
@@ -28,7 +29,7 @@ SINGLE = "single"
 SPLIT_JOURNAL = "split-journal"
 LAYOUTS = (SINGLE, SPLIT_JOURNAL, *stripe.LAYOUTS)
 STRIPED_LAYOUTS = stripe.LAYOUTS
-# What a data disk behaves like (VM backends): QEMU block throttling per disk; see backends/profiles.py.
+# What a data disk behaves like (VM backends): QEMU block throttling per disk; see backends/qemu/profiles.py.
 NATIVE = "native"
 DEVICE_PROFILES = (NATIVE, "ssd", "hdd")
 DEFAULT_BUS = "virtio-blk"

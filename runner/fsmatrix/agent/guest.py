@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import socket
-import stat
 import sys
 import time
 import traceback
@@ -23,32 +21,16 @@ from typing import Any
 
 from fsmatrix import __version__
 from fsmatrix.agent import jsonfile, provenance
+from fsmatrix.agent.storage.data_disks import BY_ID, BY_ID_NAMES, DataDiskError, resolve_data_disks
 
 log = logging.getLogger("fsmatrix")
 
 JOB_FILE = "job.json"
 RESULT_FILE = "result.json"
 LOG_FILE = "agent.log"
-JOB_SERIAL = "fsmatrix-job"
-BY_ID = Path("/dev/disk/by-id")
 WORKDIR = Path("/var/tmp/fsmatrix-job")
-DEVICE_WAIT_S = 30.0  # udev creates the by-id links shortly after boot
 # The job is made about a second before its guest starts: closer than this, the clock is left alone.
 CLOCK_TOLERANCE_S = 5.0
-
-# QEMU passes at most 20 bytes of a virtio-blk (or NVMe) serial to the guest.
-_SERIAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,19}$")
-# The by-id link udev (Debian 12, systemd 252) makes for a QEMU disk with serial S on each bus, as
-# seen in the guest: virtio-S, scsi-0QEMU_QEMU_HARDDISK_S (scsi-hd's vendor, model and S), and
-# nvme-QEMU_NVMe_Ctrl_S (model and S; the _1 and EUI links name the same namespace).
-BY_ID_NAMES = {
-    "virtio-blk": "virtio-{serial}",
-    "virtio-scsi": "scsi-0QEMU_QEMU_HARDDISK_{serial}",
-    "nvme": "nvme-QEMU_NVMe_Ctrl_{serial}",
-}
-# The kernel's name for a disk on each bus: a link leading anywhere else is refused.
-_KERNEL_NAME = {"virtio-blk": re.compile(r"^vd[a-z]+$"), "virtio-scsi": re.compile(r"^sd[a-z]+$"),
-                "nvme": re.compile(r"^nvme[0-9]+n1$")}  # fmt: skip
 
 
 class JobError(Exception):
@@ -136,48 +118,6 @@ def set_clock(host_time: float | None, tolerance_s: float = CLOCK_TOLERANCE_S) -
     return off
 
 
-def resolve_data_disks(
-    serials: list[str], by_id: Path = BY_ID, wait_s: float = DEVICE_WAIT_S, buses: list[str] | None = None
-) -> list[str]:
-    """The block devices behind the by-id links of ``serials`` on ``buses`` (default: all
-    virtio-blk), in order; JobError for anything else.
-
-    A serial must be a plain name (no path), not the job disk's; its link is the one its bus gets
-    (BY_ID_NAMES) and must lead to a block device with that bus's kernel name (vdX, sdX,
-    nvmeNn1); each device may be used once. Waits up to ``wait_s`` for udev to create the links.
-    """
-    buses = ["virtio-blk"] * len(serials) if buses is None else buses
-    if len(buses) != len(serials):
-        raise JobError(f"{len(serials)} data disk serials but {len(buses)} buses")
-    devices: list[str] = []
-    for serial, bus in zip(serials, buses, strict=True):
-        if not _SERIAL.match(serial):
-            raise JobError(f"data disk serial {serial!r} is not a plain virtio serial (letters, digits, . _ -)")
-        if serial == JOB_SERIAL:
-            raise JobError(f"data disk serial {serial!r} is the job disk")
-        if bus not in BY_ID_NAMES:
-            raise JobError(f"data disk {serial!r}: unknown bus {bus!r} (one of {', '.join(BY_ID_NAMES)})")
-        link = by_id / BY_ID_NAMES[bus].format(serial=serial)
-        deadline = time.monotonic() + wait_s
-        while not link.exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if not link.exists():
-            seen = sorted(p.name for p in by_id.glob(f"*{serial}*")) if by_id.is_dir() else []
-            raise JobError(
-                f"no {bus} disk with serial {serial!r}: {link} does not exist"
-                + (f" (by-id has {', '.join(seen)})" if seen else "")
-            )
-        target = link.resolve()
-        if not stat.S_ISBLK(target.stat().st_mode):
-            raise JobError(f"{link} leads to {target}, which is not a block device")
-        if not _KERNEL_NAME[bus].match(target.name):
-            raise JobError(f"{link} leads to {target}, which is not a {bus} disk")
-        if str(target) in devices:
-            raise JobError(f"data disk serial {serial!r} names a device already in the job ({target})")
-        devices.append(str(target))
-    return devices
-
-
 def parse_route_table(text: str) -> list[dict[str, str]]:
     """Routes in /proc/net/route (IPv4): interface, destination and gateway as dotted quads."""
 
@@ -250,7 +190,10 @@ def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str
         if manifest.get("git_sha"):
             # No git in the guest: provenance reads the build's commit from here.
             os.environ.setdefault("FSMATRIX_GIT_SHA", str(manifest["git_sha"]))
-        devices = resolve_data_disks(job["data_serials"], by_id=by_id, buses=job["data_buses"])
+        try:
+            devices = resolve_data_disks(job["data_serials"], by_id=by_id, buses=job["data_buses"])
+        except DataDiskError as exc:
+            raise JobError(str(exc)) from exc
         log.info("job %s repeat %d on %s", job["cell_id"], job["repeat"], ", ".join(devices) or "no disks")
         from fsmatrix.agent import job as jobs  # imported late: a broken agent still writes a result
         from fsmatrix.agent.crash import CrashEvent

@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import cgroup, crash, flushpoints, provenance, storage
+from fsmatrix.agent import cgroup, crash, provenance, storage
 from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.contract import Outcome, Workspace
+from fsmatrix.agent.crash import flush_points as flushpoints
 from fsmatrix.agent.sampler import Sampler
-from fsmatrix.agent.workloads import Outcome, Workspace
 
 log = logging.getLogger("fsmatrix")
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from fsmatrix import __version__
 from fsmatrix.agent import guest, jsonfile, proc, storage
+from fsmatrix.agent.storage import data_disks
 
 log = logging.getLogger("fsmatrix")
 
@@ -78,7 +79,7 @@ def hold(session_dir: Path, mount_root: Path, by_id: Path) -> int:
     state_path = session_dir / STATE_FILE
     try:
         job = guest.parse_job(jsonfile.read(session_dir / guest.JOB_FILE))
-        devices = guest.resolve_data_disks(job["data_serials"], by_id=by_id, buses=job["data_buses"])
+        devices = data_disks.resolve_data_disks(job["data_serials"], by_id=by_id, buses=job["data_buses"])
         with storage.prepare(job["cell"], devices, mount_root) as prepared:
             state = {
                 "status": "ready",
@@ -107,7 +108,7 @@ def hold(session_dir: Path, mount_root: Path, by_id: Path) -> int:
 def start_holder(
     session_dir: Path = SESSION_DIR,
     mount_root: Path = MOUNT_ROOT,
-    by_id: Path = guest.BY_ID,
+    by_id: Path = data_disks.BY_ID,
     timeout: float = READY_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Start the holder in a session of its own and wait until its storage is mounted: the state."""
@@ -167,7 +168,7 @@ def prepare(
     job_file: Path | None,
     session_dir: Path = SESSION_DIR,
     mount_root: Path = MOUNT_ROOT,
-    by_id: Path = guest.BY_ID,
+    by_id: Path = data_disks.BY_ID,
 ) -> dict[str, Any]:
     """Install ``job_file`` as the session's job (or keep the current one) and mount its storage."""
     session_dir.mkdir(parents=True, exist_ok=True)
@@ -186,7 +187,7 @@ def run(
     session_dir: Path = SESSION_DIR,
     workdir: Path = guest.WORKDIR,
     mount_root: Path = MOUNT_ROOT,
-    by_id: Path = guest.BY_ID,
+    by_id: Path = data_disks.BY_ID,
     remount: bool = True,
 ) -> dict[str, Any]:
     """Release the storage, run the job as job mode does (result.json in ``session_dir``), remount."""
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p_hold = sub.add_parser("hold", help=argparse.SUPPRESS)
     for p in (p_prepare, p_run, p_hold):
         p.add_argument("--mount-root", type=Path, default=MOUNT_ROOT, help="where the storage is mounted")
-        p.add_argument("--by-id", type=Path, default=guest.BY_ID, help=argparse.SUPPRESS)
+        p.add_argument("--by-id", type=Path, default=data_disks.BY_ID, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     session_dir: Path = args.session_dir
     _setup_logging(session_dir, to_file=args.command == "run")
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(status(session_dir), indent=1))
         elif args.command == "release":
             print("released" if stop_holder(session_dir) else "nothing was held")
-    except (SessionError, guest.JobError, OSError, ValueError) as exc:
+    except (SessionError, guest.JobError, data_disks.DataDiskError, OSError, ValueError) as exc:
         print(f"fsmatrix session: {exc}", file=sys.stderr)
         return 1
     return 0

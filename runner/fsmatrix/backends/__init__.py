@@ -45,7 +45,7 @@ def _host(workdir: Path, devices: list[str]) -> Backend:
 
 
 def _qemu(workdir: Path, devices: list[str]) -> Backend:
-    from fsmatrix.backends.qemu import QemuBackend
+    from fsmatrix.backends.qemu.backend import QemuBackend
 
     return QemuBackend(workdir=workdir, devices=devices)
 

@@ -2,8 +2,8 @@
 
 A run's disks are the job disk plus the cell's data disks. Each data disk carries the cell's
 ``device`` settings (bus, cache, aio, iothread, block sizes) and the QEMU block throttling of its
-device profile (backends/profiles.py); the guest finds every disk by its serial alone, under the
-/dev/disk/by-id name its bus gives it (see fsmatrix.agent.guest.BY_ID_NAMES).
+device profile (backends/qemu/profiles.py); the guest finds every disk by its serial alone, under the
+/dev/disk/by-id name its bus gives it (see fsmatrix.agent.storage.data_disks.BY_ID_NAMES).
 """
 
 from __future__ import annotations

@@ -26,14 +26,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
 from fsmatrix import __version__
 from fsmatrix.agent import proc
-from fsmatrix.backends import hostinfo, snapshot
-from fsmatrix.backends.disks import Disk
+from fsmatrix.backends import hostinfo
+from fsmatrix.backends.qemu import snapshot
 from fsmatrix.errors import UserError
 
 CACHE_ENV = "FSMATRIX_CACHE"
@@ -289,105 +288,6 @@ def probe_accel(kernel: Path, timeout: float = 30.0, cache: Path | None = None, 
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps({"boot_id": _boot_id(), "accel": accel}) + "\n")
     return accel
-
-
-# --------------------------------------------------------------------------------------------
-# booting
-
-
-def qemu_command(
-    image: Path,
-    *,
-    accel: str,
-    name: str,
-    serial_log: Path,
-    memory_mib: int = 1024,
-    cpus: int = 2,
-    ssh_port: int | None = None,
-    drives: Sequence[Disk] = (),
-    snapshot: bool = True,
-    qmp_socket: Path | None = None,
-) -> list[str]:
-    """The QEMU command line that boots ``image``.
-
-    ``drives`` are the extra disks (see backends/disks.py). With ``ssh_port`` the guest
-    gets a user-mode NIC that reaches nothing outside (restrict=on) and 127.0.0.1:ssh_port
-    forwards to its SSH; without it, no NIC at all. ``snapshot`` keeps the image unchanged.
-    ``name`` should contain "fsmatrix" so leftover processes can be found.
-    ``qmp_socket``: a QMP server on that unix socket.
-    """
-    cmd = [
-        "qemu-system-x86_64", "-name", name, "-accel", accel, "-cpu", "max", "-smp", str(cpus),
-        "-m", str(memory_mib), "-display", "none", "-monitor", "none", "-nodefaults", "-no-reboot",
-        "-serial", f"file:{serial_log}",
-        # bootindex: SeaBIOS boots only the disk it ranks first, which must not be a data disk.
-        "-drive", f"file={image},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap"
-        + (",snapshot=on" if snapshot else ""),
-        "-device", "virtio-blk-pci,drive=root,bootindex=0",
-        # A new VM generation id at every start: a guest restored from a saved state reseeds its RNG.
-        "-device", "vmgenid,guid=auto",
-    ]  # fmt: skip
-    if qmp_socket is not None:
-        cmd += ["-qmp", f"unix:{qmp_socket},server=on,wait=off"]
-    for index, disk in enumerate(drives):
-        cmd += disk_arguments(disk, index)
-    if ssh_port is None:
-        cmd += ["-nic", "none"]
-    else:
-        cmd += [
-            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
-            "-device", "virtio-net-pci,netdev=net0",
-        ]  # fmt: skip
-    return cmd
-
-
-def disk_arguments(disk: Disk, index: int) -> list[str]:
-    """QEMU arguments attaching one disk: its block backend (see ``disk_backend``), then its devices
-    (see ``disk_devices``) as -device options."""
-    devices = []
-    for device in disk_devices(disk, index):
-        options = ",".join(f"{key}={value}" for key, value in device.items() if key != "driver")
-        devices += ["-device", f"{device['driver']},{options}"]
-    return [*disk_backend(disk, index), *devices]
-
-
-def disk_backend(disk: Disk, index: int) -> list[str]:
-    """The disk's block backend (-drive: cache, aio, throttling) and its iothread (-object): what a
-    restored guest's command line carries, since neither is part of a saved guest state."""
-    drive = f"file={disk.path},if=none,id=disk{index},format={disk.format},cache={disk.cache},aio={disk.aio}"
-    drive += "".join(f",throttling.{key}={value}" for key, value in sorted(disk.throttle.items()))
-    iothread = ["-object", f"iothread,id=io{index}"] if _has_iothread(disk) else []
-    return [*iothread, "-drive", drive]
-
-
-def _has_iothread(disk: Disk) -> bool:
-    # QEMU 7.2's nvme device has no iothread and runs in the main loop whatever ``iothread`` says.
-    return disk.iothread and disk.bus != "nvme"
-
-
-def disk_devices(disk: Disk, index: int) -> list[dict[str, Any]]:
-    """The disk's guest devices, as ``device_add`` arguments (hot-plugged in this order):
-
-    - virtio-blk: a virtio-blk-pci device;
-    - virtio-scsi: a virtio-scsi-pci controller of its own and one scsi-hd on it;
-    - nvme: an NVMe controller of its own (namespace 1 is the disk).
-
-    Serial and block sizes go on the disk's device. With ``iothread`` the virtio-blk device or
-    the virtio-scsi controller gets an iothread of its own, so no disk's IO waits behind another's.
-    """
-    sizes = {"logical_block_size": disk.logical_block_size, "physical_block_size": disk.physical_block_size}
-    on_iothread = {"iothread": f"io{index}"} if _has_iothread(disk) else {}
-    drive = {"drive": f"disk{index}", "serial": disk.serial}
-    if disk.bus == "virtio-blk":
-        return [{"driver": "virtio-blk-pci", **drive, **sizes, **on_iothread, "id": f"dev{index}"}]
-    if disk.bus == "virtio-scsi":
-        return [
-            {"driver": "virtio-scsi-pci", "id": f"scsi{index}", **on_iothread},
-            {"driver": "scsi-hd", "bus": f"scsi{index}.0", **drive, **sizes, "id": f"dev{index}"},
-        ]
-    if disk.bus == "nvme":
-        return [{"driver": "nvme", **drive, **sizes, "id": f"dev{index}"}]
-    raise ValueError(f"disk {disk.serial}: unknown bus {disk.bus!r} (virtio-blk, virtio-scsi or nvme)")
 
 
 # --------------------------------------------------------------------------------------------

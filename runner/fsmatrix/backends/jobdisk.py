@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import proc
-from fsmatrix.agent.guest import JOB_FILE, JOB_SERIAL, LOG_FILE, RESULT_FILE, parse_job
+from fsmatrix.agent.guest import JOB_FILE, LOG_FILE, RESULT_FILE, parse_job
+from fsmatrix.agent.storage.data_disks import JOB_SERIAL
 
 LABEL = JOB_SERIAL
 SERIAL = JOB_SERIAL

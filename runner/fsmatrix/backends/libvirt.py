@@ -29,7 +29,7 @@ from typing import Any
 
 from fsmatrix.backends import libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import AGENT_MARKER, CONSOLE_POLL_S, ConsoleWatcher, Launch, QemuBackend
+from fsmatrix.backends.qemu.backend import AGENT_MARKER, CONSOLE_POLL_S, ConsoleWatcher, Launch, QemuBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 

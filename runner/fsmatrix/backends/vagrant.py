@@ -24,7 +24,7 @@ from fsmatrix.agent import job, storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.agent.cell import Cell as CellSpec
 from fsmatrix.backends import image
-from fsmatrix.backends.qemu import DATA_SERIAL
+from fsmatrix.backends.qemu.backend import DATA_SERIAL
 from fsmatrix.errors import UserError
 
 DRIVER_ENV = "FSMATRIX_LIBVIRT_DRIVER"

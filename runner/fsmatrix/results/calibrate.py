@@ -29,7 +29,7 @@ metrics only, Holm across them) on every pair of batches, without and with the f
 
 Both rates are **in-sample**: the floors were measured on the very batches they are tested on, so
 the rate with floors is optimistic, and the pairs share batches, so the intervals (which treat
-pairs as independent) are too narrow. A later A/A pair (``python -m fsmatrix.bench_gate``) is the
+pairs as independent) are too narrow. A later A/A pair (``python -m fsmatrix.bench.gate``) is the
 out-of-sample check.
 
 Stored as JSON under ``<results root>/calibration/<matrix>-<environment hash>.json``; the gate

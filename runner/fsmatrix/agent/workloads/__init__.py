@@ -13,20 +13,10 @@ workload's ``params`` dataclass, ``cell.settings[block]`` one of each settings b
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import tempfile
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any
 
-from fsmatrix.agent import declare
-
-if TYPE_CHECKING:
-    from fsmatrix.agent.cell import Cell
-    from fsmatrix.agent.crash import CrashEvent
+from fsmatrix.agent.contract import SettingsBlock, Workload
 
 # The registry: one line per workload module in this package, in the order reports list them.
 WORKLOADS: tuple[str, ...] = (
@@ -35,145 +25,6 @@ WORKLOADS: tuple[str, ...] = (
     "fio",
     "pgbench",
 )
-
-P = TypeVar("P")
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """Where a workload may write."""
-
-    data: Path  # a directory on the filesystem under test
-    journal: Path  # where a database journal / WAL goes (== data unless the layout splits it)
-    scratch: Path  # per-run directory *off* the device under test: logs, temporary files
-    # Wrap the measured part (not layout, prepare or cleanup) in ``with ws.measure():`` so the
-    # sampler's totals cover only it. Without a sampler it does nothing.
-    measure: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
-    # Filesystem "raw": the block device the workload runs on (data is then an empty directory on
-    # no filesystem under test). None when there is a filesystem.
-    device: str | None = None
-    # What the workload's declared ``reference`` computed for this cell before the run (on the host
-    # for the VM backends: it comes in the job); None: the workload computes it itself if it needs it.
-    reference: Mapping[str, Any] | None = None
-    # A crash cell (cell.crash): the crash as it happens; ``crash.fired`` turns True when the
-    # injector has killed the workload's processes (its cleanup must then leave the crashed
-    # database as it is for the recover hook). None for every other cell.
-    crash: CrashEvent | None = None
-
-
-@dataclass
-class Outcome:
-    """What a workload hands back. Numbers in ``metrics`` are plain floats/ints, units in the name."""
-
-    metrics: dict[str, float | int]
-    verification: dict[str, Any]  # {"status": "passed" | "failed" | "not-applicable", ...}
-    details: dict[str, Any] = field(default_factory=dict)  # everything else parsed from the tool
-    versions: dict[str, str] = field(default_factory=dict)  # versions of tools that affect numbers
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A key metric: what a comparison and the reports look at."""
-
-    name: str  # the key in Outcome.metrics
-    title: str  # report table heading, e.g. "Elapsed time (s)"
-    unit: str  # "s", "reads/s", "MiB/s", ...
-    better: str  # "lower" | "higher"
-
-
-# The throughput metrics every file-I/O benchmark reports (sysbench fileio, fio).
-FILE_IO_METRICS = (
-    Metric("iops", "IO requests per second", "requests/s", "higher"),
-    Metric("read_mib_s", "Read throughput (MiB/s)", "MiB/s", "higher"),
-    Metric("write_mib_s", "Write throughput (MiB/s)", "MiB/s", "higher"),
-)
-
-
-@dataclass(frozen=True)
-class SettingsBlock:
-    """A top-level settings block of a cell that a database owns (``gtm``, later ``postgres``).
-
-    ``settings`` is its declared dataclass (``fsmatrix.agent.declare.setting`` fields); a cell
-    carries the block only when its workload owns it.
-    """
-
-    name: str
-    settings: type
-    help: str
-    summary: Callable[[Any], str]  # a few words for the `matrix expand` table, e.g. "BG jnl=before"
-
-
-@dataclass(frozen=True)
-class Workload(Generic[P]):
-    """Everything fsmatrix knows about one workload. ``P`` is its parameters dataclass."""
-
-    name: str
-    help: str  # one line: `fsmatrix matrix settings`, `fsmatrix workload --help`
-    params: type[P]  # frozen dataclass of declare.setting fields: defaults, bounds, help
-    run_cell: Callable[[Cell, Workspace, float], Outcome]
-    metrics: tuple[Metric, ...]  # the key metrics, in report order
-    primary: str  # the metric the reports lead with and the regression gate decides on (one of ``metrics``)
-    slug: Callable[[P], str]  # the workload part of a cell id, e.g. "1-100000-w4"
-    summary: Callable[[P], str]  # a short description for tables and progress
-    row_keys: tuple[str, ...]  # parameters that name a report row (its input)
-    operation: str  # what one operation is, for the per-operation device metrics
-    operations: Callable[[Mapping[str, float | int]], float | None]  # how many, from Outcome.metrics
-    needs_filesystem: bool = True  # False: can run on filesystem "raw" (the block device itself)
-    settings: tuple[SettingsBlock, ...] = ()  # the database settings blocks it owns
-    # What layout "split-journal" puts on the second device ("the GT.M journal"); None: not supported.
-    journal: str | None = None
-    guest_packages: tuple[str, ...] = ()  # Debian packages the guest image needs
-    host_packages: tuple[str, ...] = ()  # Debian packages the host backend needs (usually the same)
-    # The key metrics for given parameters (a direction a mode never does is left out); default all.
-    key_metrics_for: Callable[[P], tuple[str, ...]] | None = None
-    # Formats a row label from the row_keys' values (default: the values joined by " ").
-    row_label: Callable[[Mapping[str, Any]], str] | None = None
-    # What the regression gate decides on, when more than the primary metric: the primary first,
-    # then e.g. "cpu_busy_s" (the run's own CPU-seconds, which run_job measures for every workload).
-    # The gate adjusts these tests' p-values together with those of every other cell (Holm).
-    gated: tuple[str, ...] = ()
-    # Expected answers its verification needs that may take long to compute (3n+1: longest sequence
-    # and largest number of a range outside the published table). Computed before the run, outside
-    # its timeout: by run_job, or by a VM backend on the host and passed in the job (JSON values).
-    reference: Callable[[P], dict[str, Any]] | None = None
-    # Metrics the reports also show side by side in one table per input, the storage stacks as rows
-    # (seed 004's shape: create, load, index, total, TPS, latency); () for none.
-    overview: tuple[str, ...] = ()
-    # A sentence the reports print under the workload's heading (what its numbers cannot be compared with).
-    note: str = ""
-    # Recovery after a crash (cells with a ``crash`` setting; None: the workload refuses them).
-    # Called on the crashed database in the same workspace (or, after a power cut, a workspace on
-    # the same filesystem mounted again): recover it, check its integrity, resume the work, verify.
-    # It records its steps, checks and reused work in the CrashEvent (``event.step(...)``,
-    # ``event.check(...)``, ``event.reused``) and returns the Outcome of the resumed work.
-    recover: Callable[[Cell, Workspace, CrashEvent], Outcome] | None = None
-
-    def parse_params(self, values: Mapping[str, Any] | None) -> P:
-        return declare.parse(self.params, values, f"workload.{self.name}")
-
-    def key_metrics(self, params: P) -> dict[str, str]:
-        """{metric: better direction} for these parameters, the primary metric first."""
-        chosen = self.key_metrics_for(params) if self.key_metrics_for else tuple(m.name for m in self.metrics)
-        by_name = {m.name: m for m in self.metrics}
-        ordered = [self.primary] + [n for n in chosen if n != self.primary]
-        return {n: by_name[n].better for n in ordered if n in chosen or n == self.primary}
-
-    def label(self, values: Mapping[str, Any]) -> str:
-        """The report row label from ``{row key: value}``."""
-        if self.row_label is not None:
-            return self.row_label(values)
-        return " ".join(str(values[k]) for k in self.row_keys)
-
-    @property
-    def gate_metrics(self) -> tuple[str, ...]:
-        """The metrics the regression gate decides on: ``gated``, or just the primary metric."""
-        return self.gated or (self.primary,)
-
-    @property
-    def cli_params(self) -> list[declare.Field]:
-        """Parameters that are arguments of `fsmatrix workload NAME` (the others are --set KEY=VALUE)."""
-        return [f for f in declare.fields(self.params) if f.spec.cli]
-
 
 _loaded: dict[str, Workload[Any]] = {}
 
@@ -198,22 +49,3 @@ def all_workloads() -> list[Workload[Any]]:
 def settings_blocks() -> dict[str, SettingsBlock]:
     """Every settings block some workload owns, by name."""
     return {b.name: b for w in all_workloads() for b in w.settings}
-
-
-def run_in_directory(
-    workload: Workload[Any],
-    params: Cell | Mapping[str, Any],
-    directory: Path,
-    timeout: float,
-) -> Outcome:
-    """Run a workload directly in an existing ``directory`` (no matrix, no mkfs); scratch in /tmp.
-
-    ``params``: the workload's parameters, or a whole standalone cell (``Cell.standalone``)."""
-    from fsmatrix.agent.cell import Cell  # the cell module imports this package
-
-    if not directory.is_dir():
-        raise NotADirectoryError(f"{workload.name}: {directory} is not a directory")
-    cell = params if isinstance(params, Cell) else Cell.standalone(workload.name, params)
-    with tempfile.TemporaryDirectory(prefix=f"fsmatrix-{workload.name}-") as scratch:
-        ws = Workspace(data=directory, journal=directory, scratch=Path(scratch))
-        return workload.run_cell(cell, ws, timeout)

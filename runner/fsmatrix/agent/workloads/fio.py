@@ -35,8 +35,9 @@ from typing import Any
 
 from fsmatrix.agent import declare, oscache, proc
 from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.contract import FILE_IO_METRICS, Metric, Outcome, Workload, Workspace
 from fsmatrix.agent.declare import parse_size, setting
-from fsmatrix.agent.workloads import FILE_IO_METRICS, Metric, Outcome, Workload, Workspace, run_in_directory
+from fsmatrix.agent.standalone import run_in_directory
 
 log = logging.getLogger("fsmatrix")
 

@@ -44,9 +44,11 @@ from typing import Any
 
 from fsmatrix.agent import crash, oscache, proc
 from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.contract import Metric, Outcome, Workload, Workspace
+from fsmatrix.agent.databases import postgres
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage.prepare import Skipped
-from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, pgacks, postgres
+from fsmatrix.agent.workloads.pgbench import acks as pgacks
 
 log = logging.getLogger("fsmatrix")
 

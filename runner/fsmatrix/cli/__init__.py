@@ -19,6 +19,8 @@ from rich.table import Table
 from fsmatrix import __version__, matrix, results, workdirs
 from fsmatrix.agent import declare, workloads
 from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.agent.contract import Workload
+from fsmatrix.agent.standalone import run_in_directory
 from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema
@@ -353,7 +355,7 @@ def _click_type(f: declare.Field) -> Any:
     return types.get(f.kind, click.STRING)
 
 
-def _workload_command(workload: workloads.Workload[Any]) -> click.Command:
+def _workload_command(workload: Workload[Any]) -> click.Command:
     """``fsmatrix workload NAME``, built from the workload's declaration: its ``cli`` parameters are
     arguments, every other one an option (default: the declared one), ``--set`` reaches the rest
     (``--set gtm.journal=off`` for a settings block the workload owns)."""
@@ -378,7 +380,7 @@ def _workload_command(workload: workloads.Workload[Any]) -> click.Command:
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         try:
-            outcome = workloads.run_in_directory(workload, cell, directory, timeout)
+            outcome = run_in_directory(workload, cell, directory, timeout)
         except (FileExistsError, NotADirectoryError, ValueError) as exc:
             raise UserError(f"{directory}: {exc}") from exc
         except FileNotFoundError as exc:  # a tool the workload needs (GT.M, sysbench, fio) is missing
@@ -418,7 +420,7 @@ for _workload in workloads.all_workloads():
 def _register_subcommands() -> None:
     from fsmatrix.backends.image import image_group
     from fsmatrix.backends.libvirtd import libvirt_group
-    from fsmatrix.cli_results import calibrate_cmd, compare_cmd, report_cmd
+    from fsmatrix.cli.results import calibrate_cmd, compare_cmd, report_cmd
     from fsmatrix.container import container_group
 
     main.add_command(image_group, "image")

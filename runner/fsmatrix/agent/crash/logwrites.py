@@ -595,7 +595,7 @@ def status(name: str) -> Status:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m fsmatrix.agent.storage.logwrites", description="Show a dm-log-writes log."
+        prog="python3 -m fsmatrix.agent.crash.logwrites", description="Show a dm-log-writes log."
     )
     parser.add_argument("log", help="the log device or file")
     parser.add_argument("--entries", action="store_true", help="list every entry")

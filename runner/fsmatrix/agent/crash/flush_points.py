@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsmatrix.agent import crash, proc
-from fsmatrix.agent.storage import filesystems
-from fsmatrix.agent.storage import logwrites as lw
+from fsmatrix.agent.crash import logwrites as lw
+from fsmatrix.agent.storage import data_disks, filesystems
 
 if TYPE_CHECKING:
     from fsmatrix.agent.cell import Cell
-    from fsmatrix.agent.workloads import Outcome, Workspace
+    from fsmatrix.agent.contract import Outcome, Workspace
 
 log = logging.getLogger("fsmatrix")
 
@@ -58,7 +58,7 @@ INFORMATIONAL_CHECKS = frozenset({"work reused"})
 # the log (measured: see docs/crash-recovery.md). The disk image is sparse: unused log costs nothing.
 LOG_DISK_FACTOR = 4
 SCRATCH_DISK_FACTOR = 2  # the replayed copy, and as much again for each point's recovery writes
-DISK_WAIT_S = 30.0  # for udev's by-id links (guest.DEVICE_WAIT_S)
+DISK_WAIT_S = data_disks.DEVICE_WAIT_S
 
 
 # A test's hook, in the job's ``environment`` (the qemu backend copies FSMATRIX_FLUSH_CORRUPT_POINT
@@ -79,13 +79,11 @@ def disk_sizes(data_bytes: int) -> tuple[int, int]:
 
 def find_disks(by_id: Path = Path("/dev/disk/by-id"), wait_s: float | None = None) -> tuple[str, str]:
     """The log and scratch disks (by serial, as the qemu backend attached them)."""
-    from fsmatrix.agent import guest  # late: guest imports job, which imports this module
-
     try:
-        log_disk, scratch_disk = guest.resolve_data_disks(
+        log_disk, scratch_disk = data_disks.resolve_data_disks(
             [LOG_SERIAL, SCRATCH_SERIAL], by_id=by_id, wait_s=DISK_WAIT_S if wait_s is None else wait_s
         )
-    except guest.JobError as exc:
+    except data_disks.DataDiskError as exc:
         raise FlushPointsError(
             f"crash.mode 'flush-points' needs the log and scratch disks the qemu backend attaches: {exc}"
         ) from exc
@@ -341,8 +339,8 @@ class FlushPoints:
         reference: Mapping[str, Any] | None,
         before_recover: Callable[[str, int], None] | None,
     ) -> None:
+        from fsmatrix.agent.contract import Workspace
         from fsmatrix.agent.storage.prepare import unmount
-        from fsmatrix.agent.workloads import Workspace
 
         point_event = crash.CrashEvent(mode=self.event.mode, after_s=self.event.after_s, fired=True)
         # The acknowledgements of the whole run say nothing of an earlier point: not checked here.

@@ -2,7 +2,7 @@
 
 Per run (repeats are separate boots): a copy-on-write overlay of the golden image (which is never
 written), raw data disks with serials ``fsm-data<N>`` on the cell's bus (virtio-blk, virtio-scsi or
-nvme) and throttled by its device profile (backends/profiles.py), a job disk holding the cell, and
+nvme) and throttled by its device profile (backends/qemu/profiles.py), a job disk holding the cell, and
 QEMU started directly without a NIC. With ``devices`` (``fsmatrix run --device``) those block
 devices are the data disks instead of fresh image files (format raw, cache none).
 
@@ -20,7 +20,7 @@ Its result is the run's; both consoles go to the run's log.
 A ``crash.mode: flush-points`` cell gets two more virtio-blk disks, fresh sparse files: the
 dm-log-writes log (serial ``fsm-log``) and the scratch disk the log is replayed onto
 (``fsm-scratch``), sized from ``storage.disk_size`` (``flushpoints.disk_sizes``). The guest
-replays and recovers every point itself (``fsmatrix.agent.flushpoints``), so the VM may take the
+replays and recovers every point itself (``fsmatrix.agent.crash.flush_points``), so the VM may take the
 cell's timeout once for the run and once per point.
 """
 
@@ -45,9 +45,11 @@ from typing import Any
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, workdirs
-from fsmatrix.agent import crash, flushpoints, job, proc, provenance, storage
-from fsmatrix.backends import hostinfo, image, jobdisk, profiles, snapshot
+from fsmatrix.agent import crash, job, proc, provenance, storage
+from fsmatrix.agent.crash import flush_points as flushpoints
+from fsmatrix.backends import hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
+from fsmatrix.backends.qemu import cmdline, profiles, snapshot
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell
 
@@ -173,7 +175,8 @@ def acknowledged_commits(cell: Cell, console_text: str) -> int | None:
     if cell.spec.workload != "pgbench":
         return None
     try:
-        from fsmatrix.agent.workloads import pgacks, pgbench
+        from fsmatrix.agent.workloads import pgbench
+        from fsmatrix.agent.workloads.pgbench import acks as pgacks
     except ImportError:
         return None
     # The guest tags its lines with the cell's tag (an untagged count would read 0).
@@ -321,14 +324,14 @@ class QemuBackend:
             return self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, self.drives(launch))
         cmd = self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, ())
         for index, disk in enumerate(self.drives(launch)):
-            cmd += image.disk_backend(disk, index)
+            cmd += cmdline.disk_backend(disk, index)
         return cmd + snapshot.restore_arguments(launch.template)
 
     def _vm_command(
         self, cell: Cell, overlay: Path, console: Path, qmp: Path, name: str, drives: Sequence[Disk]
     ) -> list[str]:
         vm = cell.spec.vm
-        return image.qemu_command(
+        return cmdline.qemu_command(
             overlay,
             accel=self.accel,
             name=name,
@@ -657,7 +660,7 @@ class QemuBackend:
         """A restored guest: plug in the data disks, then the job disk (which starts the job), and resume."""
         drives = self.drives(launch)
         order = [*range(1, len(drives)), 0]  # the job disk comes first in drives(): plug it last
-        ordered = [device for index in order for device in image.disk_devices(drives[index], index)]
+        ordered = [device for index in order for device in cmdline.disk_devices(drives[index], index)]
         monitor = snapshot.connect(qmp, vm)
         try:
             snapshot.attach_and_resume(monitor, vm, ordered)

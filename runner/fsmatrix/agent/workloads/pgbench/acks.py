@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from fsmatrix.agent.workloads import postgres
+from fsmatrix.agent.databases import postgres
 
 log = logging.getLogger("fsmatrix")
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import declare, proc
+from fsmatrix.agent.contract import SettingsBlock
 from fsmatrix.agent.declare import Invalid, setting
-from fsmatrix.agent.workloads import SettingsBlock
 
 log = logging.getLogger("fsmatrix")
 

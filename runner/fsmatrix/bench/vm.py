@@ -1,4 +1,4 @@
-"""What the qemu backend costs and how faithful its disks are: ``python -m fsmatrix.vmbench``.
+"""What the qemu backend costs and how faithful its disks are: ``python -m fsmatrix.bench.vm``.
 
 Each repetition starts the guest twice through the qemu backend, on one raw data file attached as
 the data disk (passthrough, cache none): a fio cell of 4k random reads (queue depth 1, psync) and
@@ -43,8 +43,8 @@ from rich.table import Table
 from fsmatrix import __version__
 from fsmatrix.agent import proc, storage
 from fsmatrix.agent.workloads import fio
-from fsmatrix.backends import snapshot
-from fsmatrix.backends.qemu import DEFAULT_WORKDIR, QemuBackend
+from fsmatrix.backends.qemu import snapshot
+from fsmatrix.backends.qemu.backend import DEFAULT_WORKDIR, QemuBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Cell, expand_document
 
@@ -173,7 +173,7 @@ def measure(repeats: int, runtime: int, size: int, workdir: Path, filesystem: st
     return {
         "fsmatrix_version": __version__,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(["python -m fsmatrix.vmbench", *sys.argv[1:]]),
+        "command": " ".join(["python -m fsmatrix.bench.vm", *sys.argv[1:]]),
         "machine": {
             "cpu": _cpu_model(),
             "cpus": os.cpu_count(),
@@ -224,7 +224,7 @@ def table(doc: dict[str, Any]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fsmatrix.vmbench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fsmatrix.bench.vm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="repetitions (each starts a guest twice) (%(default)s)")
     parser.add_argument("--start", choices=snapshot.STARTS, default=None, help="boot or restore (default: restore)")
     parser.add_argument("--runtime", type=int, default=10, help="seconds of each fio measurement (%(default)s)")

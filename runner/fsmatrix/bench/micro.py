@@ -18,7 +18,7 @@ from rich.console import Console
 
 from fsmatrix import matrix, runs
 from fsmatrix.agent import provenance
-from fsmatrix.agent.workloads.threen1_memory import run_in_memory
+from fsmatrix.agent.workloads.threen1.memory import run_in_memory
 from fsmatrix.backends.host import HostBackend
 
 REPEATS = 3
@@ -29,7 +29,7 @@ def _spread(values: list[float], fmt: str) -> str:
 
 
 def main() -> int:
-    bench = Path(__file__).resolve().parents[2] / "matrix" / "bench.yaml"
+    bench = Path(__file__).resolve().parents[3] / "matrix" / "bench.yaml"
     m = matrix.load(bench)
     console = Console(stderr=True)
     summary = runs.run_matrix(

@@ -1,4 +1,4 @@
-"""How well does the regression gate work on this machine? ``python -m fsmatrix.bench_gate``
+"""How well does the regression gate work on this machine? ``python -m fsmatrix.bench.gate``
 
 Real runs (host backend by default, as root: one 3n+1 cell on ext4 on a loop device with direct
 I/O; ``--backend qemu`` runs the same cell in guests). Each round runs three separate batches of N

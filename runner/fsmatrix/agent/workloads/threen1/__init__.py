@@ -50,8 +50,11 @@ from typing import Any
 
 from fsmatrix.agent import crash, declare, proc
 from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.contract import Metric, Outcome, Workload, Workspace
+from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.declare import Invalid, setting
-from fsmatrix.agent.workloads import Metric, Outcome, Workload, Workspace, gtm, threen1_memory, threen1_reference
+from fsmatrix.agent.workloads.threen1 import memory as threen1_memory
+from fsmatrix.agent.workloads.threen1 import reference as threen1_reference
 
 log = logging.getLogger("fsmatrix")
 

@@ -11,7 +11,7 @@ integrity and resumes the work. The modes:
   filesystem as the disk holds it (``job.run_recovery``). The host backend refuses it.
 - ``flush-points``: the qemu backend only. The data device sits behind dm-log-writes; after a
   normal run its log is replayed onto a scratch disk up to ``points`` flush/FUA points chosen with
-  ``seed``, and each replayed state is mounted, recovered and verified (``fsmatrix.agent.flushpoints``).
+  ``seed``, and each replayed state is mounted, recovered and verified (``fsmatrix.agent.crash.flush_points``).
   ``after_s`` is not used by this mode.
 
 ``CrashEvent`` is what happened and what the recovery did; a workload's hook fills in its steps,

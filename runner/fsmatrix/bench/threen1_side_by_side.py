@@ -1,4 +1,4 @@
-"""3n+1 next to the published program: ``python -m fsmatrix.threen1_side_by_side PUBLISHED.m``.
+"""3n+1 next to the published program: ``python -m fsmatrix.bench.threen1_side_by_side PUBLISHED.m``.
 
 Runs fsmatrix's 3n+1 and the published program (``threeen1f.m`` from YottaDB's test repository,
 ``v62002/inref/threeen1f.m``: fetch it yourself, fsmatrix does not ship it) on the same range, with
@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fsmatrix.agent import proc, provenance
-from fsmatrix.agent.workloads import gtm, threen1
+from fsmatrix.agent.databases import gtm
+from fsmatrix.agent.workloads import threen1
 
 PCT = 0.05  # reads, updates, read-only transactions, bytes
 READ_WRITE_SLACK = 5  # read-write transactions, after the departure's own
@@ -181,7 +182,7 @@ def table(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fsmatrix.threen1_side_by_side", description=__doc__.split("\n\n")[0]
+        prog="python -m fsmatrix.bench.threen1_side_by_side", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("published", type=Path, help="the published program, threeen1f.m")
     parser.add_argument("--start", type=int, default=1)

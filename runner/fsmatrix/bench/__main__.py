@@ -1,0 +1,3 @@
+from fsmatrix.bench.micro import main
+
+raise SystemExit(main())
