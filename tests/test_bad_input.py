@@ -16,10 +16,10 @@ import pytest
 from conftest import FSMATRIX
 from fsmatrix import matrix, results
 from fsmatrix.agent import job, options
-from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell, Matrix
+from fsmatrix.matrix import Matrix, MatrixCell
 
 OK_CELL = "defaults: {workload.threen1: {start: 1, end: 100}}\n"
 
@@ -203,7 +203,7 @@ def test_unwritable_dir_results_and_workdir(tmp_path: Path) -> None:
 
 def result_doc(**changes: Any) -> dict[str, Any]:
     doc = job.result_document(
-        CellSpec.standalone("threen1", {"start": 1, "end": 10}),
+        Cell.standalone("threen1", {"start": 1, "end": 10}),
         cell_id="c1",
         repeat=1,
         status="passed",
@@ -259,10 +259,10 @@ class FailingBackend:
     def __init__(self) -> None:
         self.calls = 0
 
-    def preflight(self, cells: list[Cell]) -> None:
+    def preflight(self, cells: list[MatrixCell]) -> None:
         pass
 
-    def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+    def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
         self.calls += 1
         if self.calls == 1:
             raise OSError(28, "No space left on device", "/var/tmp/fsmatrix/x.img")

@@ -22,6 +22,7 @@ import pytest
 from conftest import attached_under, mounted_under
 from fsmatrix.agent import cgroup, crash, proc, storage
 from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.crash.injector import Injector, cgroup_members
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.declare import Invalid
 from fsmatrix.agent.job import run_job, run_recovery
@@ -179,11 +180,11 @@ def test_the_injector_kills_the_runs_processes_and_not_itself(capsys: pytest.Cap
         # a detached grandchild (setsid, parent gone), as GT.M's JOB workers are
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # the pipe would wait for the sleep
         subprocess.run(["setsid", "-f", "sleep", "60"], check=True, **quiet)
-        injector = crash.Injector(event, run_cpu.directory)
+        injector = Injector(event, run_cpu.directory, kill=True)
         t0 = time.monotonic()
         with injector.armed():
             child.wait(timeout=10)
-        members = crash.cgroup_members(run_cpu.directory)
+        members = cgroup_members(run_cpu.directory)
     assert child.returncode == -9
     assert time.monotonic() - t0 >= 0.3
     assert event.fired and event.fired_at_s is not None and 0.3 <= event.fired_at_s < 2
@@ -195,7 +196,7 @@ def test_the_injector_kills_the_runs_processes_and_not_itself(capsys: pytest.Cap
 
 def test_the_injector_does_not_fire_once_the_measured_part_ended(capsys: pytest.CaptureFixture[str]) -> None:
     event = crash.CrashEvent(mode="kill", after_s=1.0)  # far beyond the measured part, even on a stalled machine
-    injector = crash.Injector(event, None, [])
+    injector = Injector(event, None, [], kill=True)
     with injector.armed():
         time.sleep(0.05)
     time.sleep(1.3)
@@ -220,7 +221,7 @@ def test_without_a_cgroup_the_injector_kills_children_and_whoever_holds_the_file
     try:
         time.sleep(0.3)
         event = crash.CrashEvent(mode="kill", after_s=0.1)
-        with crash.Injector(event, None, [held]).armed():
+        with Injector(event, None, [held], kill=True).armed():
             child.wait(timeout=10)
             while proc.holds_files(holder):
                 time.sleep(0.01)
@@ -258,13 +259,15 @@ def job_dir() -> Iterator[Path]:
     assert mounted_under(base) == []
     assert attached_under(base) == []
     assert orphaned_shared_memory() - orphans_before == set()
-    assert [p for p in crash.processes_using([base]) if p != os.getpid()] == []
+    assert [p for p in proc.processes_using([base]) if p != os.getpid()] == []
     proc.run(["rm", "-rf", str(base)], timeout=60)
 
 
 def _run(cell: dict[str, Any], base: Path, **kwargs: Any) -> dict[str, Any]:
     with storage.loop_devices(1, 1 << 30, base) as devices:
-        return run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=base / "job", environment={}, **kwargs)
+        return run_job(
+            Cell.from_dict(cell), cell_id="c", repeat=1, devices=devices, workdir=base / "job", environment={}, **kwargs
+        )
 
 
 def _step(doc: dict[str, Any], name: str) -> dict[str, Any]:
@@ -352,15 +355,15 @@ def test_the_recover_phase_mounts_the_crashed_filesystem_and_recovers(job_dir: P
     """The crash phase alone, everything unmounted, then the recover phase on the same devices."""
     with storage.loop_devices(1, 1 << 30, job_dir) as devices:
         crashed = run_job(
-            crash_cell("before"), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash", environment={},
-            recover=False,
+            Cell.from_dict(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            environment={}, recover=False,
         )  # fmt: skip
         assert crashed["status"] == "error" and crashed["reason"].startswith("crashed;"), crashed["reason"]
         assert crashed["crash"]["fired"] and crashed["crash"]["steps"] == []
         assert mounted_under(job_dir) == []
         event = crash.CrashEvent.from_dict(crashed["crash"])
         doc = run_recovery(
-            crash_cell("before"), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            Cell.from_dict(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
             environment={}, event=event,
         )  # fmt: skip
     assert doc["status"] == "passed", doc["reason"]
@@ -379,8 +382,8 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
     mnt = job_dir / "look"
     with storage.loop_devices(1, 1 << 30, job_dir) as devices:
         crashed = run_job(
-            crash_cell(journal), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash", environment={},
-            recover=False,
+            Cell.from_dict(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            environment={}, recover=False,
         )  # fmt: skip
         assert crashed["crash"]["fired"], crashed["reason"]
         # Between the crash and the recovery: overwrite the journal's start (its file header).
@@ -393,7 +396,7 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
         finally:
             proc.run(["umount", str(mnt)], timeout=60)
         doc = run_recovery(
-            crash_cell(journal), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            Cell.from_dict(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
             environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]),
         )  # fmt: skip
     assert doc["status"] == "failed"

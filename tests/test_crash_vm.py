@@ -25,15 +25,16 @@ from fsmatrix.agent.workloads.pgbench import acks as pgacks
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu.backend import Launch, QemuBackend, acknowledged_commits
+from fsmatrix.backends.qemu.backend import Launch, QemuBackend
+from fsmatrix.backends.qemu.power_cut import acknowledged_on as acknowledged_commits
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell, expand_document
+from fsmatrix.matrix import MatrixCell, expand_document
 
 PGBENCH = {"scale": 1, "clients": 2, "threads": 2, "duration": 30}
 THREEN1 = {"start": 1, "end": 300000, "workers": 2, "block": 1000, "keys": "integer"}
 
 
-def _crash_cell(mode: str = crash.POWER_CUT, after_s: float = 3, workload: str = "threen1") -> Cell:
+def _crash_cell(mode: str = "power-cut", after_s: float = 3, workload: str = "threen1") -> MatrixCell:
     params = THREEN1 if workload == "threen1" else {}
     doc = {
         "include": [
@@ -49,14 +50,14 @@ def _crash_cell(mode: str = crash.POWER_CUT, after_s: float = 3, workload: str =
     return expand_document(doc, "c").cells[0]
 
 
-def _pgbench_cell(after_s: float = 5, **postgres: object) -> Cell:
+def _pgbench_cell(after_s: float = 5, **postgres: object) -> MatrixCell:
     """A small pgbench power-cut cell (TCG is slow)."""
     doc = {
         "include": [
             {
                 "filesystem": "ext4",
                 "workload": {"pgbench": PGBENCH},
-                "crash": {"mode": crash.POWER_CUT, "after_s": after_s},
+                "crash": {"mode": "power-cut", "after_s": after_s},
                 **({"postgres": postgres} if postgres else {}),
             }
         ],
@@ -70,7 +71,7 @@ def _pgbench_cell(after_s: float = 5, **postgres: object) -> Cell:
 
 
 def test_libvirt_refuses_power_cut_at_preflight(tmp_path: Path) -> None:
-    cell = _crash_cell(crash.POWER_CUT)
+    cell = _crash_cell("power-cut")
     with pytest.raises(UserError, match=rf"^cell {cell.id}: crash.mode 'power-cut' is not built yet on the libvirt"):
         LibvirtBackend(workdir=tmp_path).preflight([cell])
 
@@ -140,11 +141,11 @@ def test_recover_job_parses_as_the_guest_reads_it(tmp_path: Path) -> None:
     cell = _crash_cell()
     data = [Disk(tmp_path / "d0.img", "fsm-data0")]
     doc = backend.job_document(cell, 1, data, {"cpus": 2})
-    record = {"mode": crash.POWER_CUT, "after_s": 3, "fired": True, "fired_at_s": 3.01, "measured_s": 3.01}
+    record = {"mode": "power-cut", "after_s": 3, "fired": True, "fired_at_s": 3.01, "measured_s": 3.01}
     parsed = guest.parse_job(json.loads(json.dumps({**doc, "phase": "recover", "crash": record})))
     assert parsed["phase"] == "recover" and parsed["data_serials"] == ["fsm-data0"]
     event = crash.CrashEvent.from_dict(parsed["crash"])
-    assert event.fired and event.fired_at_s == 3.01 and event.mode == crash.POWER_CUT
+    assert event.fired and event.fired_at_s == 3.01 and event.mode == "power-cut"
     with pytest.raises(guest.JobError, match="phase 'recover' needs"):
         guest.parse_job({**doc, "phase": "recover"})  # without the record of the crash
 

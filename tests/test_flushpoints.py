@@ -25,12 +25,14 @@ from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu.backend import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV, Launch, QemuBackend
+from fsmatrix.backends.qemu import flush_points as host_side
+from fsmatrix.backends.qemu.backend import Launch, QemuBackend
+from fsmatrix.backends.qemu.flush_points import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell, expand_document
+from fsmatrix.matrix import MatrixCell, expand_document
 
 
-def _cell(mode: str = crash.FLUSH_POINTS, points: int = 10, disk_size: str = "512M") -> Cell:
+def _cell(mode: str = "flush-points", points: int = 10, disk_size: str = "512M") -> MatrixCell:
     doc = {
         "include": [
             {
@@ -46,7 +48,7 @@ def _cell(mode: str = crash.FLUSH_POINTS, points: int = 10, disk_size: str = "51
 
 
 def _event(steps: list[tuple[str, str]] = (), checks: list[tuple[str, bool]] = ()) -> crash.CrashEvent:  # type: ignore[assignment]
-    event = crash.CrashEvent(mode=crash.FLUSH_POINTS, after_s=1, fired=True)
+    event = crash.CrashEvent(mode="flush-points", after_s=1, fired=True)
     event.steps = [{"name": n, "seconds": 0.1, "status": s, "detail": f"{n} said so"} for n, s in steps]
     for name, passed in checks:
         event.check(name, passed, f"{name} {'fine' if passed else 'broken'}")
@@ -93,7 +95,7 @@ def test_a_point_fails_naming_what_failed(
 
 
 def test_a_failed_point_fails_the_run_and_says_which() -> None:
-    event = crash.CrashEvent(mode=crash.FLUSH_POINTS, after_s=1)
+    event = crash.CrashEvent(mode="flush-points", after_s=1)
     event.points = [
         {"index": 0, "entry": 40, "verdict": "passed", "reason": ""},
         {"index": 1, "entry": 97, "verdict": "failed", "reason": "mupip integ: damaged"},
@@ -159,7 +161,7 @@ def test_host_refuses_flush_points_saying_why(tmp_path: Path) -> None:
 def test_qemu_gives_a_flush_points_cell_a_log_and_a_scratch_disk(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path)
     cell = _cell(points=4)
-    made = backend._flush_point_disks(cell, tmp_path, create=True)
+    made = host_side.disks(cell, tmp_path, create=True)
     assert [d.serial for d in made] == [flushpoints.LOG_SERIAL, flushpoints.SCRATCH_SERIAL]
     assert [d.bus for d in made] == ["virtio-blk", "virtio-blk"]  # what flushpoints.find_disks looks for
     log_bytes, scratch_bytes = flushpoints.disk_sizes(512 << 20)
@@ -168,14 +170,14 @@ def test_qemu_gives_a_flush_points_cell_a_log_and_a_scratch_disk(tmp_path: Path)
     launch = Launch(cell, 1, tmp_path, tmp_path / "o.qcow2", tmp_path / "j.img", [], tmp_path / "c.log")
     assert [d.serial for d in backend.drives(launch)][-2:] == ["fsm-log", "fsm-scratch"]
     assert backend.time_limit(cell) == 300 * 5 + backend.boot_allowance  # the run and each point
-    other = _cell(mode=crash.POWER_CUT)
-    assert backend._flush_point_disks(other, tmp_path) == []
+    other = _cell(mode="power-cut")
+    assert host_side.disks(other, tmp_path) == []
     assert backend.time_limit(other) == 300 + backend.boot_allowance
 
 
 def test_the_log_size_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FLUSH_LOG_BYTES_ENV, str(8 << 20))
-    made = QemuBackend(workdir=tmp_path)._flush_point_disks(_cell(), tmp_path, create=True)
+    made = host_side.disks(_cell(), tmp_path, create=True)
     assert made[0].path.stat().st_size == 8 << 20
 
 
@@ -185,7 +187,7 @@ def test_the_corrupt_point_hook_reaches_the_job(tmp_path: Path, monkeypatch: pyt
     assert flushpoints.CORRUPT_POINT_KEY not in backend.job_document(_cell(), 1, data, {})["environment"]
     monkeypatch.setenv(FLUSH_CORRUPT_ENV, "2")
     assert backend.job_document(_cell(), 1, data, {})["environment"][flushpoints.CORRUPT_POINT_KEY] == 2
-    other = _cell(mode=crash.POWER_CUT)  # only a flush-points cell is damaged
+    other = _cell(mode="power-cut")  # only a flush-points cell is damaged
     assert flushpoints.CORRUPT_POINT_KEY not in backend.job_document(other, 1, data, {})["environment"]
 
 
@@ -228,7 +230,7 @@ def test_a_host_run_without_the_disks_is_an_error_and_leaves_nothing(
     cell = _cell(disk_size="64M")
     with loop_devices(1, 64 << 20, tmp_path) as devices:
         result = job.run_job(
-            cell.params, cell_id=cell.id, repeat=1, devices=devices, workdir=tmp_path / "w", environment={}
+            cell.spec, cell_id=cell.id, repeat=1, devices=devices, workdir=tmp_path / "w", environment={}
         )
     assert result["status"] == "error"
     assert result["reason"].startswith("FlushPointsError: crash.mode 'flush-points' needs the log and scratch")

@@ -26,10 +26,11 @@ from fsmatrix.agent.job import run_job
 from fsmatrix.agent.sampler import parse_diskstats
 from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage import stripe
+from fsmatrix.agent.storage.prepare import StorageSpec
 from fsmatrix.agent.workloads import fio, sysbench
 from fsmatrix.backends import image
 from fsmatrix.backends.qemu.backend import QemuBackend
-from fsmatrix.matrix import Cell, expand_document
+from fsmatrix.matrix import MatrixCell, expand_document
 
 DATA = Path(__file__).parent / "data"
 
@@ -112,12 +113,12 @@ def test_parse_lvs_json_rejects_text() -> None:
     ],
 )
 def test_required_devices(filesystem: str, settings: dict[str, Any], needed: int) -> None:
-    assert storage.required_devices(cell(filesystem, **settings)) == needed
+    assert storage.required_devices(StorageSpec.from_dict(cell(filesystem, **settings))) == needed
 
 
 def test_required_devices_without_stripe_settings_uses_the_defaults() -> None:
     bare = {"filesystem": "ext4", "storage": {"layout": "lvm-stripe"}}
-    assert storage.required_devices(bare) == 4
+    assert storage.required_devices(StorageSpec.from_dict(bare)) == 4
 
 
 @pytest.mark.parametrize(
@@ -131,7 +132,7 @@ def test_required_devices_without_stripe_settings_uses_the_defaults() -> None:
 )
 def test_bad_stripe_settings_are_refused(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        storage.required_devices(cell("ext4", **settings))
+        storage.required_devices(StorageSpec.from_dict(cell("ext4", **settings)))
 
 
 @pytest.fixture
@@ -160,7 +161,7 @@ def test_striped_layout_without_kernel_support_is_skipped_untouched(
     before = [_head(d) for d in loops]
     with (
         pytest.raises(storage.Skipped, match=f"{layout}: the running kernel .* has no"),
-        storage.prepare(cell("ext4", layout=layout), loops, tmp_path / "mnt"),
+        storage.prepare(StorageSpec.from_dict(cell("ext4", layout=layout)), loops, tmp_path / "mnt"),
     ):
         pass
     assert [_head(d) for d in loops] == before
@@ -176,7 +177,7 @@ def test_a_component_in_use_is_refused_before_anything_is_assembled(loops: list[
     try:
         with (
             pytest.raises(storage.UnsafeDevice, match="is mounted at"),
-            storage.prepare(cell("ext4", layout="md-raid0"), loops, tmp_path / "mnt"),
+            storage.prepare(StorageSpec.from_dict(cell("ext4", layout="md-raid0")), loops, tmp_path / "mnt"),
         ):
             pass
     finally:
@@ -227,7 +228,7 @@ def _diskstats(name: str) -> tuple[int, int]:
 @needs_root
 def test_prepare_raw_single_neither_formats_nor_mounts(loops: list[str], tmp_path: Path) -> None:
     before = _head(loops[0])
-    with storage.prepare(cell("raw"), loops[:1], tmp_path / "mnt") as prepared:
+    with storage.prepare(StorageSpec.from_dict(cell("raw")), loops[:1], tmp_path / "mnt") as prepared:
         assert prepared.bare_device and prepared.data_device == loops[0]
         assert prepared.readback == {"data": {"filesystem": "raw", "device": loops[0], "size_bytes": 128 << 20}}
         assert prepared.diskstat_names == [devmod.kernel_name(loops[0])]
@@ -293,7 +294,7 @@ def test_run_job_raw_fio_result_names_the_device(loops: list[str], tmp_path: Pat
     workdir = tmp_path / "job"
     workdir.mkdir()
     doc = run_job(
-        cell("raw", {"fio": {"pattern": "randread", "file_size": "32M", "runtime": 1}}),
+        MatrixCell.from_dict(cell("raw", {"fio": {"pattern": "randread", "file_size": "32M", "runtime": 1}})),
         cell_id="raw",
         repeat=1,
         devices=loops[:1],
@@ -326,7 +327,7 @@ def vm_workdir() -> Iterator[Path]:
         yield Path(d)
 
 
-def _vm_cell(filesystem: str, workload: dict[str, Any], settings: dict[str, Any]) -> Cell:
+def _vm_cell(filesystem: str, workload: dict[str, Any], settings: dict[str, Any]) -> MatrixCell:
     doc = {
         "axes": {"filesystem": [filesystem], "workload": [workload]},
         "defaults": {"storage.disk_size": "1G", "vm.memory": "1G", **settings},
@@ -335,7 +336,7 @@ def _vm_cell(filesystem: str, workload: dict[str, Any], settings: dict[str, Any]
 
 
 def _run_in_vm(
-    cell: Cell, workdir: Path, caplog: pytest.LogCaptureFixture, tmp_path: Path, name: str
+    cell: MatrixCell, workdir: Path, caplog: pytest.LogCaptureFixture, tmp_path: Path, name: str
 ) -> dict[str, Any]:
     backend = QemuBackend(workdir=workdir)
     backend.preflight([cell])

@@ -23,10 +23,10 @@ from fsmatrix.backends import image, libvirtd
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import QEMU_LOG_DIR, LibvirtBackend, check_buses, domain_name, domain_xml, iotune
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell, expand_document
+from fsmatrix.matrix import MatrixCell, expand_document
 
 
-def _cell(defaults: dict[str, object] | None = None, end: int = 100000) -> Cell:
+def _cell(defaults: dict[str, object] | None = None, end: int = 100000) -> MatrixCell:
     doc = {
         "axes": {"filesystem": ["ext4"], "workload": [{"threen1": {"start": 1, "end": end, "workers": 2}}]},
         "defaults": {"storage.disk_size": "2G", **(defaults or {})},
@@ -273,7 +273,7 @@ def built() -> image.ImagePaths:
     return image.build()
 
 
-def _run_through_libvirt(cell: Cell, workdir: Path, boot_allowance: float | None = None) -> dict[str, object]:
+def _run_through_libvirt(cell: MatrixCell, workdir: Path, boot_allowance: float | None = None) -> dict[str, object]:
     """One run of ``cell`` through LibvirtBackend; checks that nothing of it is left behind."""
     links = _links()
     backend = LibvirtBackend(workdir=workdir, boot_allowance=boot_allowance)

@@ -701,7 +701,7 @@ def _crash_step(doc: dict[str, Any], name: str) -> dict[str, Any]:
 @needs_pg
 def test_a_killed_pgbench_cell_recovers_through_run_job(job_dir: Path) -> None:
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
-        doc = job.run_job(crash_cell(), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
+        doc = job.run_job(Cell.from_dict(crash_cell()), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
                           environment={})  # fmt: skip
     assert doc["status"] == "passed", doc["reason"]
     section = doc["crash"]
@@ -729,7 +729,7 @@ def test_a_wal_segment_deleted_between_crash_and_recovery_fails_the_run(job_dir:
     the recover phase on the same devices: the server cannot come back, and the run fails saying why.
     (A 1.5 s run writes too little WAL for a later segment to exist reliably; losing one that holds
     acknowledged commits is test_a_deleted_wal_segment_fails_the_recovery's case.)"""
-    cell = crash_cell()
+    cell = Cell.from_dict(crash_cell())
     look = job_dir / "look"
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
@@ -768,7 +768,7 @@ def checkpoint_segment(pgdata: Path) -> str:
 def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The count the host passes (CrashEvent.acknowledged, as after a power cut) beyond what the
     database holds: the run fails naming the lost commits and the setting that allows the loss."""
-    cell = crash_cell(synchronous_commit="off")
+    cell = Cell.from_dict(crash_cell(synchronous_commit="off"))
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
                               recover=False)  # fmt: skip
@@ -785,7 +785,7 @@ def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: py
 @needs_root
 @needs_pg
 def test_missing_acknowledgements_fail_the_recovery(job_dir: Path) -> None:
-    cell = crash_cell()
+    cell = Cell.from_dict(crash_cell())
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
                               recover=False)  # fmt: skip

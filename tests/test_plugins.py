@@ -1,15 +1,18 @@
-"""Adding a workload or a filesystem is one new module and one registry line: proved end to end.
+"""Adding a workload, a filesystem or a crash mode is one new module and one registry line: proved end to end.
 
 A copy of the fsmatrix package gets a new workload module (``filecount``: write N files, fsync,
 read them back) and a new filesystem module (``ramfs``, which the host kernel has and fsmatrix does
 not declare), each registered with one added line and nothing else. Both then appear in
 ``fsmatrix matrix settings``, expand into cells, run on the host backend (real mounts) and show up
 in the report; the workload also gets its standalone ``fsmatrix workload filecount`` command.
+A new crash mode (``nothing``: kills nothing, then recovers at the end of the run) runs a 3n+1 crash
+cell through the host backend, its recovery hook included.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import shutil
 import subprocess
@@ -106,6 +109,39 @@ FILESYSTEM = Filesystem(
 )
 '''
 
+CRASH_MODE_MODULE = '''\
+"""nothing: crash nothing; when the run has ended, recover as if it had crashed then (a test plugin)."""
+
+from __future__ import annotations
+
+from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.contract import Outcome, Workspace
+from fsmatrix.agent.crash.mode import CrashMode, CrashRun
+
+
+class NothingRun(CrashRun):
+    def run(self, cell: Cell, workspace: Workspace, recover: bool) -> Outcome | None:
+        cell.declaration.run_cell(cell, workspace, float(cell.timeout))
+        self.event.fired, self.event.fired_at_s = True, self.event.measured_s  # a "crash" at the very end
+        hook = cell.declaration.recover
+        assert hook is not None
+        return hook(cell, workspace, self.event) if recover else None
+
+
+MODE = CrashMode(name="nothing", help="kill nothing; recover when the run has ended", start=NothingRun)
+'''
+
+CRASH_MATRIX = """\
+name: crash-plugin
+axes:
+  filesystem: [ext4]
+  workload:
+    - threen1: {start: 1, end: 20000, workers: 2, block: 1000}
+defaults:
+  storage.disk_size: 256M
+  crash: {mode: nothing, after_s: 1}
+"""
+
 MATRIX = """\
 name: plugins
 axes:
@@ -139,6 +175,8 @@ def plugged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _add_line(package / "workloads" / "__init__.py", '    "fio",', '    "filecount",')
     (package / "storage" / "filesystems" / "ramfs.py").write_text(FILESYSTEM_MODULE)
     _add_line(package / "storage" / "filesystems" / "__init__.py", '    "raw",', '    "ramfs",')
+    (package / "crash" / "nothing.py").write_text(CRASH_MODE_MODULE)
+    _add_line(package / "crash" / "__init__.py", '    "kill": "kill",', '    "nothing": "nothing",')
     return root
 
 
@@ -190,3 +228,18 @@ def test_plugins_run_on_the_host_backend_and_show_in_the_report(plugged: Path, t
     standalone = fsmatrix(plugged, "workload", "filecount", "5", "--size", "1K", "--dir", str(tmp_path / "d"), "--json")
     assert standalone.returncode == 0, standalone.stderr
     assert '"files": 5' in standalone.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host backend mounts (root)")
+def test_a_crash_mode_plugin_runs_a_crash_cell_on_the_host_backend(plugged: Path, tmp_path: Path) -> None:
+    matrix = tmp_path / "crash-plugin.yaml"
+    matrix.write_text(CRASH_MATRIX)
+    settings = fsmatrix(plugged, "matrix", "settings")
+    assert settings.returncode == 0 and "nothing" in settings.stdout, settings.stderr
+    results = tmp_path / "results"
+    run = fsmatrix(plugged, "run", str(matrix), "--results", str(results), "--workdir", str(tmp_path / "work"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    (doc,) = [json.loads(p.read_text()) for p in results.glob("crash-plugin/*/r*.json")]
+    assert doc["status"] == "passed", doc.get("reason")
+    assert doc["crash"]["mode"] == "nothing" and doc["crash"]["fired"]
+    assert "mupip integ" in [s["name"] for s in doc["crash"]["steps"]]  # the workload's recover hook ran

@@ -25,12 +25,13 @@ from fsmatrix.agent import storage
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, profiles, snapshot
-from fsmatrix.backends.qemu.backend import ConsoleWatcher, Launch, QemuBackend, qemu_supports_io_uring
+from fsmatrix.backends.qemu.backend import Launch, QemuBackend, qemu_supports_io_uring
+from fsmatrix.backends.qemu.console import ConsoleWatcher
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell, expand_document
+from fsmatrix.matrix import MatrixCell, expand_document
 
 
-def _cell(defaults: dict[str, object] | None = None, filesystem: str = "ext4") -> Cell:
+def _cell(defaults: dict[str, object] | None = None, filesystem: str = "ext4") -> MatrixCell:
     doc = {
         "axes": {
             "filesystem": [filesystem],
@@ -261,7 +262,7 @@ def test_passthrough_devices_are_the_data_disks(tmp_path: Path) -> None:
 def test_passthrough_count_must_match_every_cell(tmp_path: Path) -> None:
     with storage.loop_devices(1, 64 << 20, tmp_path) as devices:
         backend = QemuBackend(workdir=tmp_path / "w", devices=devices)
-        split = Cell("split", _cell({"storage.layout": "split-journal"}).spec)
+        split = MatrixCell("split", _cell({"storage.layout": "split-journal"}).spec)
         with pytest.raises(UserError, match=r"1 --device given, but the cells need 1 or 2 data disks.*\(split do not"):
             backend.preflight([_cell(), split])
     with pytest.raises(UserError, match="the same device twice"):

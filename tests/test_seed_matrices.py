@@ -33,7 +33,7 @@ def test_every_seed_has_its_matrix_files() -> None:
     }
 
 
-def fake_docs(cells: list[matrix.Cell], run_dir: Path) -> list[dict[str, Any]]:
+def fake_docs(cells: list[matrix.MatrixCell], run_dir: Path) -> list[dict[str, Any]]:
     """One passed run per cell with every metric of its workload set to 1."""
     docs = []
     for c in cells:

@@ -26,7 +26,7 @@ def run_dir_for(tmp_path: Path, matrix_file: Path) -> Path:
 
 
 def docs_for(
-    run_dir: Path, cells: list[matrix.Cell], values: dict[str, list[float]], metric: str
+    run_dir: Path, cells: list[matrix.MatrixCell], values: dict[str, list[float]], metric: str
 ) -> list[dict[str, Any]]:
     """Passed runs of the cells whose id starts with a key of ``values``, ``metric`` set per repeat."""
     docs = []
@@ -63,7 +63,7 @@ def verdicts(docs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
 
 
 @pytest.fixture
-def small_000(tmp_path: Path) -> tuple[Path, list[matrix.Cell]]:
+def small_000(tmp_path: Path) -> tuple[Path, list[matrix.MatrixCell]]:
     path = SEEDS / "gtm-3n1-filesystems.yaml"
     return run_dir_for(tmp_path, path), matrix.load(path, "small").cells
 
@@ -78,7 +78,7 @@ SEPARATED = {
 }
 
 
-def test_claims_that_hold_with_the_published_ranking(small_000: tuple[Path, list[matrix.Cell]]) -> None:
+def test_claims_that_hold_with_the_published_ranking(small_000: tuple[Path, list[matrix.MatrixCell]]) -> None:
     run_dir, cells = small_000
     docs = docs_for(run_dir, cells, SEPARATED, "elapsed_s")
     found = verdicts(docs)
@@ -94,7 +94,7 @@ def test_claims_that_hold_with_the_published_ranking(small_000: tuple[Path, list
     assert "our workload.threen1.end = 300000 stands for the seed's 20000000" in text
 
 
-def test_a_claim_that_does_not_hold(small_000: tuple[Path, list[matrix.Cell]]) -> None:
+def test_a_claim_that_does_not_hold(small_000: tuple[Path, list[matrix.MatrixCell]]) -> None:
     run_dir, cells = small_000
     values = dict(SEPARATED, **{"ext2-": [400.0, 402.0, 405.0]})  # ext2 now the slowest
     found = verdicts(docs_for(run_dir, cells, values, "elapsed_s"))
@@ -106,7 +106,7 @@ def test_a_claim_that_does_not_hold(small_000: tuple[Path, list[matrix.Cell]]) -
     assert tau_line and "1.00" not in tau_line[0]
 
 
-def test_a_difference_inside_the_noise_is_not_distinguishable(small_000: tuple[Path, list[matrix.Cell]]) -> None:
+def test_a_difference_inside_the_noise_is_not_distinguishable(small_000: tuple[Path, list[matrix.MatrixCell]]) -> None:
     run_dir, cells = small_000
     values = dict(SEPARATED, **{"ext2-": [100.0, 330.0, 180.0], "btrfs-": [150.0, 320.0, 200.0]})
     found = verdicts(docs_for(run_dir, cells, values, "elapsed_s"))
@@ -115,7 +115,7 @@ def test_a_difference_inside_the_noise_is_not_distinguishable(small_000: tuple[P
     assert found["000-ext2-fastest"][0] == "not distinguishable"
 
 
-def test_missing_entries_are_not_measured(small_000: tuple[Path, list[matrix.Cell]]) -> None:
+def test_missing_entries_are_not_measured(small_000: tuple[Path, list[matrix.MatrixCell]]) -> None:
     run_dir, cells = small_000
     values = {k: v for k, v in SEPARATED.items() if k in ("ext2-", "btrfs-")}
     found = verdicts(docs_for(run_dir, cells, values, "elapsed_s"))
@@ -167,7 +167,7 @@ def test_relative_speed_and_higher_is_better(tmp_path: Path) -> None:
     assert "| 4 | 203,742 | 217% | 20.5 (3) | 195% |" in text
 
 
-def test_section_in_markdown_and_html_reports(small_000: tuple[Path, list[matrix.Cell]]) -> None:
+def test_section_in_markdown_and_html_reports(small_000: tuple[Path, list[matrix.MatrixCell]]) -> None:
     run_dir, cells = small_000
     docs = docs_for(run_dir, cells, SEPARATED, "elapsed_s")
     text = report.markdown(docs, "t")
@@ -188,7 +188,7 @@ def test_no_section_without_a_seed_matrix(tmp_path: Path) -> None:
 
 
 def test_unreadable_published_data_is_said_not_raised(
-    small_000: tuple[Path, list[matrix.Cell]], tmp_path: Path
+    small_000: tuple[Path, list[matrix.MatrixCell]], tmp_path: Path
 ) -> None:
     run_dir, cells = small_000
     docs = docs_for(run_dir, cells, SEPARATED, "elapsed_s")

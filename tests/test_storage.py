@@ -33,7 +33,7 @@ from fsmatrix.agent.storage import (
 from fsmatrix.agent.storage import filesystems as fsmod
 from fsmatrix.agent.storage import loop as loopmod
 from fsmatrix.agent.storage.filesystems import _ext, btrfs, f2fs, jfs, nilfs2, reiserfs, xfs
-from fsmatrix.agent.storage.prepare import parse_proc_filesystems, processes_using, unmount
+from fsmatrix.agent.storage.prepare import StorageSpec, parse_proc_filesystems, processes_using, unmount
 
 DATA = Path(__file__).parent / "data" / "storage"
 IMAGE_SIZE = 512 << 20  # the smallest size every filesystem here accepts (xfs needs 300 MiB)
@@ -47,10 +47,11 @@ def usable(name: str) -> bool:
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
 
 
-def cell(filesystem: str, **overrides: Any) -> dict[str, Any]:
+def cell(filesystem: str, **overrides: Any) -> StorageSpec:
     storage = {"layout": "single", "disk_size": "256M", "journal_filesystem": "ext2", "journal_mount_options": ""}
     storage.update(overrides.pop("storage", {}))
-    return {"filesystem": filesystem, "mkfs_options": "", "mount_options": "", "storage": storage, **overrides}
+    doc = {"filesystem": filesystem, "mkfs_options": "", "mount_options": "", "storage": storage, **overrides}
+    return StorageSpec.from_dict(doc)
 
 
 def capture(tool: str, name: str) -> str:
@@ -448,8 +449,8 @@ SIGINT_SCRIPT = textwrap.dedent(
     from pathlib import Path
     from fsmatrix.agent.storage import loop_devices, prepare
     work = Path(sys.argv[1])
-    cell = {"filesystem": "ext4", "mkfs_options": "", "mount_options": "",
-            "storage": {"layout": "split-journal", "journal_filesystem": "ext2"}}
+    cell = StorageSpec.from_dict({"filesystem": "ext4", "mkfs_options": "", "mount_options": "",
+                                  "storage": {"layout": "split-journal", "journal_filesystem": "ext2"}})
     with loop_devices(2, 512 << 20, work) as devices, prepare(cell, devices, work / "mnt") as storage:
         (storage.data / "file").write_text("x")
         print("ready", flush=True)

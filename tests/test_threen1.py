@@ -20,6 +20,7 @@ import pytest
 
 from conftest import sysv_ipc_ids
 from fsmatrix.agent import proc
+from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.workloads import threen1
@@ -201,13 +202,15 @@ def test_the_job_carries_the_reference_a_workload_declares(tmp_path: Path, monke
     from fsmatrix.agent import job
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    published = job.reference_for(cell())
+    published = job.reference_for(Cell.from_dict(cell()))
     assert published is not None and published.pop("seconds") < 1
     assert published == {**PUBLISHED_100000, "cache": "none"}
-    computed = job.reference_for(cell(start=7, end=2000))
+    computed = job.reference_for(Cell.from_dict(cell(start=7, end=2000)))
     assert computed is not None and computed["source"] == "computed" and computed["cache"] == "miss"
     assert (computed["longest_sequence"], computed["largest_number"]) == threen1_reference.compute(7, 2000)
-    assert job.reference_for({"filesystem": "ext4", "workload": {"fio": {"pattern": "randread"}}}) is None
+    assert (
+        job.reference_for(Cell.from_dict({"filesystem": "ext4", "workload": {"fio": {"pattern": "randread"}}})) is None
+    )
 
 
 def test_sequence_length_by_plain_iteration() -> None:

@@ -35,14 +35,14 @@ defaults:
 """
 
 
-def one_cell(tmp_path: Path, text: str = MATRIX) -> matrix.Cell:
+def one_cell(tmp_path: Path, text: str = MATRIX) -> matrix.MatrixCell:
     path = tmp_path / "m.yaml"
     path.write_text(text, encoding="utf-8")
     (cell,) = matrix.load(path).cells
     return cell
 
 
-def job_doc(cell: matrix.Cell) -> dict[str, Any]:
+def job_doc(cell: matrix.MatrixCell) -> dict[str, Any]:
     return {
         "cell": cell.params,
         "cell_id": cell.id,

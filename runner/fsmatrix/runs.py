@@ -27,7 +27,7 @@ from fsmatrix import results
 from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell, Matrix
+from fsmatrix.matrix import Matrix, MatrixCell
 
 log = logging.getLogger("fsmatrix")
 
@@ -46,7 +46,7 @@ class RunSummary:
 
 def run_matrix(
     matrix: Matrix,
-    cells: list[Cell],
+    cells: list[MatrixCell],
     backend: Backend,
     *,
     results_root: Path,
@@ -121,7 +121,7 @@ def run_matrix(
     return summary
 
 
-def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path) -> dict[str, Any]:
+def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path: Path) -> dict[str, Any]:
     """One repeat, its log captured next to its result; the result written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path.with_suffix(".log"), mode="w", encoding="utf-8")
@@ -161,7 +161,7 @@ def _run_one(backend: Backend, cell: Cell, repeat: int, run_id: str, path: Path)
     return doc
 
 
-def summary_table(summary: RunSummary, cells: list[Cell]) -> Table:
+def summary_table(summary: RunSummary, cells: list[MatrixCell]) -> Table:
     """One row per cell: statuses and the median of its first key metric."""
     table = Table(title=f"results in {summary.run_dir}")
     # Mount options are not in a cell id's readable part: shown when they tell cells apart.

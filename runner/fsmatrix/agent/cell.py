@@ -21,49 +21,17 @@ from fsmatrix.agent import options as option_rules
 from fsmatrix.agent.contract import Workload
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage import filesystems, stripe
+from fsmatrix.agent.storage.settings import SINGLE, SPLIT_JOURNAL, Storage, required_devices
 from fsmatrix.agent.workloads import WORKLOADS, all_workloads, get, settings_blocks
 
 T = TypeVar("T")
 
-SINGLE = "single"
-SPLIT_JOURNAL = "split-journal"
-LAYOUTS = (SINGLE, SPLIT_JOURNAL, *stripe.LAYOUTS)
-STRIPED_LAYOUTS = stripe.LAYOUTS
 # What a data disk behaves like (VM backends): QEMU block throttling per disk; see backends/qemu/profiles.py.
 NATIVE = "native"
 DEVICE_PROFILES = (NATIVE, "ssd", "hdd")
 DEFAULT_BUS = "virtio-blk"
 DEVICE_BUSES = (DEFAULT_BUS, "virtio-scsi", "nvme")
-# A split-off journal needs a filesystem on a device of its own.
-JOURNAL_FILESYSTEMS = tuple(
-    n for n in filesystems.FILESYSTEMS if filesystems.get(n).device and filesystems.get(n).mounts
-)
 CELL_KEYS = ("filesystem", "mkfs_options", "mount_options", "storage", "device", "vm", "workload", "timeout", "crash")
-
-
-@dataclass(frozen=True)
-class Storage:
-    layout: str = setting(SINGLE, choices=LAYOUTS, help="one disk, journal on a second disk, or a stripe")
-    disk_size: str = setting("8G", size=True, help="each data disk (loop file, VM disk); tmpfs: its size")
-    journal_filesystem: str = setting(
-        filesystems.DEFAULT_JOURNAL_FILESYSTEM, choices=JOURNAL_FILESYSTEMS, help="split-journal: the journal disk's"
-    )
-    journal_mount_options: str = setting("", help="split-journal: the journal filesystem's mount options")
-    # VM backend: sparse data disks fill as the guest writes; preallocated ones are fallocated
-    # first, so the host filesystem's allocation does not land inside the measurement.
-    disk_allocation: str = setting("sparse", choices=("sparse", "preallocated"), help="VM data disk images")
-    # md-raid0 / lvm-stripe: how many disks, and the md chunk / LVM stripe size (seed 004: -i 4 -I 64).
-    stripe_disks: int = setting(4, minimum=2, maximum=16, help="md-raid0 / lvm-stripe: disks")
-    stripe_size: str = setting("64K", size=True, help="md chunk / LVM stripe size")
-
-    @property
-    def journal_on_own_filesystem(self) -> str | None:
-        """The journal's filesystem when the layout splits it off, else None."""
-        return self.journal_filesystem if self.layout == SPLIT_JOURNAL else None
-
-    @property
-    def striped(self) -> bool:
-        return self.layout in STRIPED_LAYOUTS
 
 
 @dataclass(frozen=True)
@@ -280,12 +248,10 @@ class Cell:
                 f"crash: {workload.name} cannot recover from a crash yet (workloads that can: {recoverable}); "
                 "remove the crash setting",
             )
-        if crash.mode == crashes.FLUSH_POINTS and self.storage.layout == SPLIT_JOURNAL:
-            raise Invalid(
-                "crash.mode",
-                "crash.mode 'flush-points' replays one device's write log: it cannot order the writes of "
-                "layout 'split-journal' across two devices; use layout 'single' or crash.mode 'power-cut'",
-            )
+        mode = crashes.get(crash.mode)
+        refused = mode.refuses(self) if mode.refuses is not None else None
+        if refused is not None:
+            raise Invalid(*refused)
 
     def _check_sizes(self) -> None:
         """Sizes the kernel or the tools would refuse mid-run, refused up front instead."""
@@ -325,14 +291,3 @@ class Cell:
 
 
 LVM_EXTENT_BYTES = 4 << 20  # vgcreate's default physical extent size
-
-
-def required_devices(filesystem: str, storage: Storage) -> int:
-    """Block devices a cell needs: a stripe's disks; else one per filesystem that has a device."""
-    if storage.striped:
-        return storage.stripe_disks
-    needed = 1 if filesystems.get(filesystem).device else 0
-    journal = storage.journal_on_own_filesystem
-    if journal is not None and filesystems.get(journal).device:
-        needed += 1
-    return needed

@@ -132,6 +132,10 @@ class Workload(Generic[P]):
     # It records its steps, checks and reused work in the CrashEvent (``event.step(...)``,
     # ``event.check(...)``, ``event.reused``) and returns the Outcome of the resumed work.
     recover: Callable[[Cell, Workspace, CrashEvent], Outcome] | None = None
+    # For a workload whose client acknowledges commits: how many it acknowledged, counted from the
+    # lines it wrote to a VM's serial console before a power cut (the host reads the console; the
+    # recover hook compares with what survived). None: nothing to count.
+    acknowledged_on_console: Callable[[Cell, str], int] | None = None
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")

@@ -19,7 +19,7 @@ from typing import Any
 from fsmatrix.agent import cgroup, crash, provenance, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workspace
-from fsmatrix.agent.crash import flush_points as flushpoints
+from fsmatrix.agent.crash.mode import not_injected
 from fsmatrix.agent.sampler import Sampler
 
 log = logging.getLogger("fsmatrix")
@@ -69,7 +69,7 @@ def _device_metrics(cell: Cell, outcome: Outcome, samples: dict[str, Any]) -> di
 
 
 def result_document(
-    cell: Cell | Mapping[str, Any],
+    cell: Cell,
     *,
     cell_id: str,
     repeat: int,
@@ -80,7 +80,6 @@ def result_document(
 ) -> dict[str, Any]:
     """A result document with nothing measured yet: what run_job fills in, and what a backend
     stores for a run that never reached the workload (skipped, timed out, no result from the guest)."""
-    cell = Cell.coerce(cell)
     return {
         "schema_version": SCHEMA_VERSION,
         "cell_id": cell_id,
@@ -116,16 +115,11 @@ def _started_result(cell: Cell, cell_id: str, repeat: int, environment: dict[str
     )
 
 
-def reference_for(cell: Cell | Mapping[str, Any]) -> dict[str, Any] | None:
+def reference_for(cell: Cell) -> dict[str, Any] | None:
     """The workload's reference values for ``cell`` (None if it declares none): what a VM backend
     computes on the host and puts in the job, so the guest spends no run time on it."""
-    cell = Cell.coerce(cell)
     compute = cell.declaration.reference
     return None if compute is None else compute(cell.params)
-
-
-class CrashNotInjected(RuntimeError):
-    """A crash cell whose workload ended before the crash fired: it must not pass."""
 
 
 def _storage_section(cell: Cell, prepared: storage.PreparedStorage, result: dict[str, Any]) -> None:
@@ -158,30 +152,8 @@ def _judge(result: dict[str, Any], outcome: Outcome, event: crash.CrashEvent | N
         result["reason"] = "; ".join(problems)
 
 
-def _crash_and_recover(cell: Cell, workspace: Workspace, event: crash.CrashEvent, recover: bool) -> Outcome | None:
-    """Run the workload of a crash cell (its processes die mid-run), then its recover hook.
-    None when ``recover`` is False: the crash phase alone, the crashed database left on the disk."""
-    try:
-        cell.declaration.run_cell(cell, workspace, float(cell.timeout))
-    except Exception as exc:
-        if not event.fired:
-            raise
-        event.workload_error = f"{type(exc).__name__}: {crash.short(str(exc))}"
-        log.info("crash: the workload ended as expected: %s", event.workload_error)
-    if not event.fired:
-        raise CrashNotInjected(
-            f"crash not injected: the workload ended after {event.measured_s or 0:g} s, "
-            f"before crash.after_s={event.after_s:g}"
-        )
-    if not recover:
-        return None
-    hook = cell.declaration.recover
-    assert hook is not None  # Cell.check refuses a crash setting for a workload without one
-    return hook(cell, workspace, event)
-
-
 def run_job(
-    cell: Cell | Mapping[str, Any],
+    cell: Cell,
     *,
     cell_id: str,
     repeat: int,
@@ -191,7 +163,7 @@ def run_job(
     reference: Mapping[str, Any] | None = None,
     recover: bool = True,
 ) -> dict[str, Any]:
-    """Run ``cell`` (parsed, or its JSON form) once and return its result document (the caller stores it).
+    """Run ``cell`` once and return its result document (the caller stores it).
 
     ``reference``: ``reference_for(cell)``, if the caller computed it already (a VM backend does, on
     the host); otherwise it is computed here, before the storage is prepared and the run starts.
@@ -201,19 +173,17 @@ def run_job(
     ``recover=False``: stop after the crash (status "error", reason "crashed; ...") and leave the
     crashed database on the devices for ``run_recovery`` (the crash phase alone).
     """
-    cell = Cell.coerce(cell)
     result = _started_result(cell, cell_id, repeat, environment)
     event = crash.CrashEvent.for_settings(cell.crash) if cell.crash is not None else None
-    replays: flushpoints.FlushPoints | None = None
+    crashing: crash.CrashRun | None = None  # what the cell's crash mode does around the run
     t0 = time.monotonic()
     try:
         if reference is None:
             reference = reference_for(cell)
-        if cell.crash is not None and event is not None and cell.crash.mode == crash.FLUSH_POINTS:
-            # A normal run on a logged data device; the crash states are rebuilt from the log afterwards.
-            replays = flushpoints.FlushPoints.for_cell(cell.crash, event)
+        if cell.crash is not None and event is not None:
+            crashing = crash.start(cell.crash, event)
         with contextlib.ExitStack() as stack:
-            wrap = replays.wrap if replays is not None else None
+            wrap = crashing.wrap_data if crashing is not None else None
             prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt", wrap_data=wrap))
             _storage_section(cell, prepared, result)
             scratch = workdir / "scratch"
@@ -226,18 +196,17 @@ def run_job(
                 Sampler(prepared.component_diskstat_names) as parts,
                 cgroup.RunCpu() as run_cpu,
             ):
-                injector = (
-                    crash.Injector(event, run_cpu.directory, [prepared.data, prepared.journal])
-                    if event is not None
-                    else None
-                )
+                database_dirs = [prepared.data, prepared.journal]
 
                 @contextlib.contextmanager
                 def measured() -> Iterator[None]:
                     # A crash cell's clock starts with the measured part, inside the sampler's window.
-                    crash_clock = injector.armed() if injector is not None else contextlib.nullcontext()
-                    marks = replays.marks() if replays is not None else contextlib.nullcontext()
-                    with sampler.measured(), parts.measured(), run_cpu.measured(), crash_clock, marks:
+                    crash_clock = (
+                        crashing.measured(run_cpu.directory, database_dirs)
+                        if crashing is not None
+                        else contextlib.nullcontext()
+                    )
+                    with sampler.measured(), parts.measured(), run_cpu.measured(), crash_clock:
                         yield
 
                 workspace = Workspace(
@@ -249,30 +218,27 @@ def run_job(
                     reference=reference,
                     crash=event,
                 )
-                if event is None or replays is not None:
+                if crashing is None:
                     outcome: Outcome | None = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
                 else:
-                    outcome = _crash_and_recover(cell, workspace, event, recover)
+                    outcome = crashing.run(cell, workspace, recover)
             samples = sampler.summary()
             # The run's own processes (a cgroup), beside the machine-wide cpu_s: see _device_metrics.
             samples["run_cpu_s"] = run_cpu.seconds()
             samples["run_cpu_source"] = run_cpu.source
             if prepared.component_diskstat_names:
                 samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
-        if replays is not None and outcome is not None:  # unmounted, the log complete: the crash states
-            hook = cell.declaration.recover
-            assert hook is not None  # Cell.check refuses a crash setting for a workload without one
+        if crashing is not None and outcome is not None:  # unmounted: what the mode does after the run
             # Where the data filesystem was: a database journal names its files by absolute path.
             data_mount = Path(os.path.realpath(workdir / "mnt")) / "data"
-            damage = flushpoints.corrupt_hook(environment, data_mount)  # a test's hook; None otherwise
-            replays.replay_points(cell, data_mount, workdir / "scratch", hook, reference, before_recover=damage)
+            crashing.after(cell, data_mount, workdir / "scratch", reference, environment)
         result["samples"] = samples
         if outcome is None:  # the crash phase alone: the recover phase judges the run
             result["reason"] = "crashed; the recovery is a separate phase (job.run_recovery)"
         else:
             result["metrics"] = {**outcome.metrics, **_device_metrics(cell, outcome, samples)}
             _judge(result, outcome, event)
-    except (CrashNotInjected, crash.RecoveryFailed) as exc:
+    except (crash.CrashNotInjected, crash.RecoveryFailed) as exc:
         result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)
@@ -298,7 +264,7 @@ def _failure(exc: Exception, event: crash.CrashEvent | None) -> str:
 
 
 def run_recovery(
-    cell: Cell | Mapping[str, Any],
+    cell: Cell,
     *,
     cell_id: str,
     repeat: int,
@@ -317,7 +283,6 @@ def run_recovery(
     ``workdir``: the crash phase's (the same path): the filesystems must be mounted where they
     were, since a database journal names its files by absolute path (GT.M's does).
     """
-    cell = Cell.coerce(cell)
     result = _started_result(cell, cell_id, repeat, environment)
     t0 = time.monotonic()
     try:
@@ -325,10 +290,7 @@ def run_recovery(
         if cell.crash is None or hook is None:
             raise ValueError(f"cell {cell_id} has no crash setting: there is nothing to recover")
         if not event.fired:
-            raise CrashNotInjected(
-                f"crash not injected: the workload ended after {event.measured_s or 0:g} s, "
-                f"before crash.after_s={event.after_s:g}"
-            )
+            raise not_injected(event)
         if reference is None:
             reference = reference_for(cell)
         with storage.prepare(cell, devices, workdir / "mnt", reuse=True) as prepared:
@@ -348,7 +310,7 @@ def run_recovery(
             outcome = hook(cell, workspace, event)
         result["metrics"] = dict(outcome.metrics)
         _judge(result, outcome, event)
-    except (CrashNotInjected, crash.RecoveryFailed) as exc:
+    except (crash.CrashNotInjected, crash.RecoveryFailed) as exc:
         result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)

@@ -1,4 +1,5 @@
-"""Running external commands: one place for timeouts, error messages and logging."""
+"""Processes: running external commands (one place for timeouts, error messages and logging), and
+reading the process table (/proc): every walk over it is here."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("fsmatrix")
+
+PROC = Path("/proc")
 
 
 class CommandError(RuntimeError):
@@ -114,3 +117,70 @@ def holds_files(pid: int) -> bool:
     """Whether ``pid`` exists and is not a zombie (see ``ProcessState.holds_files``)."""
     state = process_state(pid)
     return state is not None and state.holds_files
+
+
+# --------------------------------------------------------------------------------------------
+# the process table
+
+
+def pids(proc_root: Path = PROC) -> list[int]:
+    """Every process id in the process table now (any may be gone by the time it is looked at)."""
+    try:
+        return sorted(int(entry.name) for entry in proc_root.iterdir() if entry.name.isdigit())
+    except OSError:
+        return []
+
+
+def links(pid: int, names: Sequence[str] = ("cwd",), proc_root: Path = PROC) -> list[str]:
+    """Where ``pid``'s links ``names`` (cwd, root, exe) and its open file descriptors lead; [] when
+    it is gone or cannot be read."""
+    entry = proc_root / str(pid)
+    found: list[str] = []
+    for name in names:
+        try:
+            found.append(os.readlink(entry / name))
+        except OSError:
+            continue
+    try:
+        fds = list((entry / "fd").iterdir())
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            found.append(os.readlink(fd))
+        except OSError:
+            continue  # closed meanwhile
+    return found
+
+
+def environ(pid: int, proc_root: Path = PROC) -> list[bytes]:
+    """``pid``'s environment as NAME=VALUE entries; [] when it is gone or cannot be read."""
+    try:
+        return (proc_root / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def children_of(parent: int) -> list[int]:
+    """Live processes (zombies left out) whose parent is ``parent``."""
+    found = []
+    for pid in pids():
+        state = process_state(pid)
+        if state is not None and state.holds_files and state.parent == parent:
+            found.append(pid)
+    return found
+
+
+def processes_using(directories: Iterable[Path]) -> list[int]:
+    """Live processes other than this one whose working directory or an open file lies under any
+    of ``directories``."""
+    prefixes = [str(Path(d).resolve()).rstrip("/") + "/" for d in directories]
+    me = os.getpid()
+    found = []
+    for pid in pids():
+        if pid == me:
+            continue
+        targets = links(pid)
+        if any(t.startswith(p) or t + "/" == p for t in targets for p in prefixes) and holds_files(pid):
+            found.append(pid)
+    return found

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fsmatrix.matrix import Cell
+from fsmatrix.matrix import MatrixCell
 
 
 class Backend(Protocol):
     name: str
 
-    def preflight(self, cells: list[Cell]) -> None:
+    def preflight(self, cells: list[MatrixCell]) -> None:
         """Refuse (UserError) before anything runs when the cells cannot run on this backend."""
 
-    def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+    def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
         """Run one repeat of a cell and return its result document."""
 
     def environment(self) -> dict[str, Any]:

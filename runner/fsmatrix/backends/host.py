@@ -18,7 +18,7 @@ from fsmatrix.agent import crash, job, provenance, storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell
+from fsmatrix.matrix import MatrixCell
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 
@@ -33,20 +33,18 @@ class HostBackend:
         # The devices as preflight resolved them: a path that names another device later is refused.
         self._resolved: dict[str, storage.Device] = {}
 
-    def preflight(self, cells: list[Cell]) -> None:
+    def preflight(self, cells: list[MatrixCell]) -> None:
         if os.geteuid() != 0:
             raise UserError("the host backend needs root (it runs losetup, mkfs and mount); run it as root")
         for cell in cells:
-            mode = cell.spec.crash.mode if cell.spec.crash is not None else None
-            if mode in crash.VM_ONLY_MODES:
-                why = (
-                    "it logs the data disk's writes with dm-log-writes and replays them onto extra disks in the guest"
-                    if mode == crash.FLUSH_POINTS
-                    else "the host backend cannot cut its own power"
-                )
+            if cell.spec.crash is None:
+                continue
+            mode = crash.get(cell.spec.crash.mode)
+            if mode.needs_vm is not None:
+                here = ", ".join(repr(name) for name in crash.MODES if crash.get(name).needs_vm is None)
                 raise UserError(
-                    f"cell {cell.id}: crash.mode {mode!r} needs a VM backend (--backend qemu): {why}; "
-                    "crash.mode 'kill' runs here"
+                    f"cell {cell.id}: crash.mode {mode.name!r} needs a VM backend (--backend qemu): {mode.needs_vm}; "
+                    f"crash.mode {here} runs here"
                 )
         for device in self.devices:
             try:
@@ -77,7 +75,7 @@ class HostBackend:
             self._host = hostinfo.describe(self.workdir)
         return self._host
 
-    def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+    def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
         profile = cell.spec.device.profile
         if profile != NATIVE:
             return self._skipped(
@@ -114,7 +112,7 @@ class HostBackend:
     def close(self) -> None:
         """Nothing outlives a run here (each run's loop devices and mounts go with it)."""
 
-    def _skipped(self, cell: Cell, repeat: int, reason: str) -> dict[str, Any]:
+    def _skipped(self, cell: MatrixCell, repeat: int, reason: str) -> dict[str, Any]:
         """The result document of a run this backend cannot do."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
         doc = job.result_document(

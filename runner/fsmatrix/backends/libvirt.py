@@ -29,9 +29,10 @@ from typing import Any
 
 from fsmatrix.backends import libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu.backend import AGENT_MARKER, CONSOLE_POLL_S, ConsoleWatcher, Launch, QemuBackend
+from fsmatrix.backends.qemu.backend import AGENT_MARKER, CONSOLE_POLL_S, Launch, QemuBackend
+from fsmatrix.backends.qemu.console import ConsoleWatcher
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell
+from fsmatrix.matrix import MatrixCell
 
 log = logging.getLogger("fsmatrix")
 
@@ -68,7 +69,7 @@ IOTUNE = {
 BUSES = {"virtio-blk": ("virtio", "vd"), "virtio-scsi": ("scsi", "sd"), "nvme": ("nvme", "nvme")}
 
 
-def domain_name(cell: Cell, repeat: int, pid: int | None = None) -> str:
+def domain_name(cell: MatrixCell, repeat: int, pid: int | None = None) -> str:
     """``fsmatrix-<cell id>-r<repeat>-<pid>``: the pid keeps concurrent fsmatrix runs apart."""
     suffix = f"-r{repeat}-{os.getpid() if pid is None else pid}"
     return f"fsmatrix-{cell.id}"[: NAME_MAX - len(suffix)] + suffix
@@ -94,7 +95,7 @@ def iotune(throttle: dict[str, int]) -> dict[str, int]:
     return {IOTUNE[key]: value for key, value in throttle.items()}
 
 
-def check_buses(cells: list[Cell], buses: set[str], version: str) -> None:
+def check_buses(cells: list[MatrixCell], buses: set[str], version: str) -> None:
     """Refuse cells whose disk bus this libvirt cannot attach (``buses``: its domain capabilities'
     disk bus values; libvirt 9.0 has no nvme disks)."""
     wanted = {cell.spec.device.bus for cell in cells}
@@ -236,7 +237,7 @@ class LibvirtBackend(QemuBackend):
 
     # ------------------------------------------------------------------ setup
 
-    def preflight(self, cells: list[Cell]) -> None:
+    def preflight(self, cells: list[MatrixCell]) -> None:
         super().preflight(cells)  # its _prepare connects (below)
         check_buses(cells, self._buses, self._libvirt_version or "?")
 

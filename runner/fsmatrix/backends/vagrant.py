@@ -21,8 +21,7 @@ import click
 
 from fsmatrix import matrix
 from fsmatrix.agent import job, storage
-from fsmatrix.agent.cell import NATIVE
-from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.agent.cell import NATIVE, Cell
 from fsmatrix.backends import image
 from fsmatrix.backends.qemu.backend import DATA_SERIAL
 from fsmatrix.errors import UserError
@@ -68,7 +67,7 @@ def accel_driver(override: str | None = None) -> tuple[str, str]:
     return accel, ("kvm" if accel == "kvm" else "qemu")
 
 
-def find_cell(matrix_file: Path, cell_id: str) -> matrix.Cell:
+def find_cell(matrix_file: Path, cell_id: str) -> matrix.MatrixCell:
     """The cell with this id (or the one cell a glob matches) in the expanded matrix."""
     m = matrix.load(matrix_file)
     exact = [c for c in m.cells if c.id == cell_id]
@@ -80,7 +79,7 @@ def find_cell(matrix_file: Path, cell_id: str) -> matrix.Cell:
     return cells[0]
 
 
-def data_disks(cell: CellSpec) -> tuple[list[dict[str, Any]], list[str]]:
+def data_disks(cell: Cell) -> tuple[list[dict[str, Any]], list[str]]:
     """The cell's data disks as vagrant-libvirt storage, plus the device settings it cannot
     reproduce (which the result then records). Serials, count and size as the qemu backend's."""
     size = storage.parse_size(cell.storage.disk_size)

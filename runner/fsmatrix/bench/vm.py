@@ -46,7 +46,7 @@ from fsmatrix.agent.workloads import fio
 from fsmatrix.backends.qemu import snapshot
 from fsmatrix.backends.qemu.backend import DEFAULT_WORKDIR, QemuBackend
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell, expand_document
+from fsmatrix.matrix import MatrixCell, expand_document
 
 log = logging.getLogger("fsmatrix")
 
@@ -69,7 +69,7 @@ PROBES = (
 )
 
 
-def _cell(probe: Probe, runtime: int, filesystem: str) -> Cell:
+def _cell(probe: Probe, runtime: int, filesystem: str) -> MatrixCell:
     params = {
         "pattern": probe.pattern,
         "record_size": probe.record_size,

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from fsmatrix import __version__, matrix, results, workdirs
 from fsmatrix.agent import declare, workloads
-from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workload
 from fsmatrix.agent.standalone import run_in_directory
 from fsmatrix.backends import BACKENDS
@@ -112,7 +112,7 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, 
         Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-def github_matrix(cells: list[matrix.Cell], shard_size: int | None = None) -> dict[str, Any]:
+def github_matrix(cells: list[matrix.MatrixCell], shard_size: int | None = None) -> dict[str, Any]:
     """``strategy.matrix`` for GitHub Actions: one entry per shard, at most 256 shards."""
     size = shard_size or max(1, -(-len(cells) // matrix.MAX_JOBS_PER_MATRIX))
     shards = [cells[i : i + size] for i in range(0, len(cells), size)]
@@ -376,7 +376,7 @@ def _workload_command(workload: Workload[Any]) -> click.Command:
                 values[f.name] = f.kind(raw) if f.spec.choices else raw
         writable_directory(directory, "--dir")
         try:
-            cell = CellSpec.standalone(workload.name, values, **blocks)
+            cell = Cell.standalone(workload.name, values, **blocks)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         try:

@@ -23,8 +23,9 @@ import jsonschema
 import yaml
 
 from fsmatrix.agent import cell as cells
-from fsmatrix.agent.cell import Cell as CellSpec
+from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import Invalid
+from fsmatrix.agent.storage.settings import SINGLE
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema, yamlpos
 
@@ -49,11 +50,11 @@ Flat = dict[str, Leaf]
 
 
 @dataclass(frozen=True)
-class Cell:
+class MatrixCell:
     """One combination of settings: its id and the parsed, typed cell (``spec``)."""
 
     id: str
-    spec: CellSpec
+    spec: Cell
 
     @property
     def params(self) -> dict[str, Any]:
@@ -69,9 +70,9 @@ class Cell:
         return self.spec.declaration.summary(self.spec.params)
 
     @classmethod
-    def from_params(cls, cell_id: str, params: dict[str, Any]) -> Cell:
+    def from_params(cls, cell_id: str, params: dict[str, Any]) -> MatrixCell:
         """A cell from its stored JSON form (a result's or a job's ``params``)."""
-        return cls(cell_id, CellSpec.from_dict(params))
+        return cls(cell_id, Cell.from_dict(params))
 
 
 @dataclass
@@ -79,11 +80,11 @@ class Matrix:
     name: str
     path: str
     repeat: int
-    cells: list[Cell] = field(default_factory=list)
+    cells: list[MatrixCell] = field(default_factory=list)
     scale: str | None = None  # the scale it was expanded at (None: the file's own)
     reproduces: list[dict[str, Any]] = field(default_factory=list)  # published tables (seedreport)
 
-    def select(self, patterns: list[str] | None) -> list[Cell]:
+    def select(self, patterns: list[str] | None) -> list[MatrixCell]:
         """Cells whose id matches any glob (comma-separated lists allowed); all when none given."""
         if not patterns:
             return list(self.cells)
@@ -385,7 +386,7 @@ def _line_for(flat: Flat, path: str) -> int | None:
     return min((x for x in lines if x is not None), default=None)
 
 
-def _make_cell(flat: Flat, fail: Any) -> Cell:
+def _make_cell(flat: Flat, fail: Any) -> MatrixCell:
     params = schema.fill_defaults(_unflatten(flat))
     validator = jsonschema.Draft202012Validator(schema.CELL)
     errors = sorted(validator.iter_errors(params), key=lambda e: (len(e.absolute_path), list(e.absolute_path)))
@@ -394,10 +395,10 @@ def _make_cell(flat: Flat, fail: Any) -> Cell:
         path = ".".join(str(p) for p in err.absolute_path)
         raise fail(_schema_message(err, path), _line_for(flat, path))
     try:
-        spec = CellSpec.from_dict(params)  # also the rules that span settings (declare.Invalid)
+        spec = Cell.from_dict(params)  # also the rules that span settings (declare.Invalid)
     except Invalid as exc:
         raise fail(str(exc), _line_for(flat, exc.path)) from exc
-    return Cell(id=cell_id(spec), spec=spec)
+    return MatrixCell(id=cell_id(spec), spec=spec)
 
 
 def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
@@ -415,9 +416,9 @@ def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
     return f"{where}: {_show(err.instance)} is not allowed; expected {schema.describe(spec)}{hint}"
 
 
-def cell_id(cell: CellSpec | dict[str, Any]) -> str:
+def cell_id(cell: Cell | dict[str, Any]) -> str:
     """Readable slug + hash of the canonical parameters: the same settings give the same id anywhere."""
-    spec = cell if isinstance(cell, CellSpec) else CellSpec.from_dict(cell)
+    spec = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
     params = spec.to_dict()
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
@@ -425,7 +426,7 @@ def cell_id(cell: CellSpec | dict[str, Any]) -> str:
     # What is not the default about the storage shows in the id too: cells that differ only there
     # would otherwise be told apart by their hash alone.
     stack = [spec.filesystem]
-    if spec.storage.layout != cells.SINGLE:
+    if spec.storage.layout != SINGLE:
         stack.append(spec.storage.layout)
     stack += [
         value

@@ -14,10 +14,11 @@ from typing import Any
 from fsmatrix.agent import cell as cells
 from fsmatrix.agent import crash, declare
 from fsmatrix.agent.storage import filesystems
+from fsmatrix.agent.storage import settings as storage_settings
 from fsmatrix.agent.workloads import WORKLOADS, all_workloads, settings_blocks
 
 FILESYSTEMS = filesystems.FILESYSTEMS
-LAYOUTS = cells.LAYOUTS
+LAYOUTS = storage_settings.LAYOUTS
 DEVICE_PROFILES = cells.DEVICE_PROFILES
 DEVICE_BUSES = cells.DEVICE_BUSES
 

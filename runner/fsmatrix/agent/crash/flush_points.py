@@ -27,7 +27,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsmatrix.agent import crash, proc
 from fsmatrix.agent.crash import logwrites as lw
+from fsmatrix.agent.crash.mode import CrashMode, CrashRun, WrapData
 from fsmatrix.agent.storage import data_disks, filesystems
 
 if TYPE_CHECKING:
@@ -453,3 +454,59 @@ def _remove_dirs(made: list[Path]) -> None:
     for directory in made:  # deepest first; only empty directories, never data
         with contextlib.suppress(OSError):
             directory.rmdir()
+
+
+# --------------------------------------------------------------------------------------------
+# the mode
+
+
+class FlushPointsRun(CrashRun):
+    """A normal run on a logged data device; the crash states are rebuilt from the log afterwards."""
+
+    def __init__(self, settings: crash.Settings, event: crash.CrashEvent) -> None:
+        super().__init__(settings, event)
+        self.replays = FlushPoints.for_cell(settings, event)
+
+    @property
+    def wrap_data(self) -> WrapData:
+        return self.replays.wrap
+
+    @contextlib.contextmanager
+    def measured(self, cgroup_dir: Path | None, directories: Iterable[Path]) -> Iterator[None]:
+        with super().measured(cgroup_dir, directories), self.replays.marks():
+            yield
+
+    def run(self, cell: Cell, workspace: Workspace, recover: bool) -> Outcome:
+        return cell.declaration.run_cell(cell, workspace, float(cell.timeout))
+
+    def after(
+        self,
+        cell: Cell,
+        data_mount: Path,
+        scratch: Path,
+        reference: Mapping[str, Any] | None,
+        environment: Mapping[str, Any],
+    ) -> None:
+        hook = cell.declaration.recover
+        assert hook is not None  # Cell.check refuses a crash setting for a workload without one
+        damage = corrupt_hook(environment, data_mount)  # a test's hook; None otherwise
+        self.replays.replay_points(cell, data_mount, scratch, hook, reference, before_recover=damage)
+
+
+def _refuses(cell: Cell) -> tuple[str, str] | None:
+    if cell.storage.journal_on_own_filesystem is None:
+        return None
+    return (
+        "crash.mode",
+        "crash.mode 'flush-points' replays one device's write log: it cannot order the writes of "
+        "layout 'split-journal' across two devices; use layout 'single' or crash.mode 'power-cut'",
+    )
+
+
+MODE = CrashMode(
+    name="flush-points",
+    help="log the data disk's writes, then recover at chosen flush points (the qemu backend)",
+    start=FlushPointsRun,
+    needs_vm="it logs the data disk's writes with dm-log-writes and replays them onto extra disks in the guest",
+    refuses=_refuses,
+)

@@ -15,15 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fsmatrix.agent.cell import Cell, Storage
+    from fsmatrix.agent.cell import Cell
 
-from fsmatrix.agent import cell as _cells  # (a partly imported module here: cell imports storage)
 from fsmatrix.agent import declare, proc
 from fsmatrix.agent.declare import parse_size
 from fsmatrix.agent.storage import devices as _devices
 from fsmatrix.agent.storage import filesystems, stripe
 from fsmatrix.agent.storage._cleanup import close_uninterrupted
 from fsmatrix.agent.storage.devices import check_safe_to_format, describe_device, kernel_name
+from fsmatrix.agent.storage.settings import Storage
+from fsmatrix.agent.storage.settings import required_devices as devices_for
 
 log = logging.getLogger("fsmatrix.storage")
 
@@ -54,10 +55,16 @@ class StorageSpec:
     storage: Storage
 
     @classmethod
-    def of(cls, cell: Cell | StorageSpec | Mapping[str, Any]) -> StorageSpec:
-        """From a parsed cell, or from a cell's JSON form (its storage block checked and defaulted here)."""
-        if isinstance(cell, StorageSpec | _cells.Cell):
-            return cls(cell.filesystem, cell.mkfs_options, cell.mount_options, cell.storage)
+    def of(cls, cell: Cell | StorageSpec) -> StorageSpec:
+        """What prepare needs of a parsed cell."""
+        if isinstance(cell, StorageSpec):
+            return cell
+        return cls(cell.filesystem, cell.mkfs_options, cell.mount_options, cell.storage)
+
+    @classmethod
+    def from_dict(cls, cell: Mapping[str, Any]) -> StorageSpec:
+        """From a cell's JSON form, storage alone (its storage block checked and defaulted here):
+        what storage is set up from outside a matrix (tests, the interactive session)."""
         name = cell["filesystem"]
         if name not in FILESYSTEMS:
             raise ValueError(f"unknown filesystem {name!r}; known: {', '.join(FILESYSTEMS)}")
@@ -65,7 +72,7 @@ class StorageSpec:
         # Storage alone may put a journal on any filesystem that mounts (tmpfs too); a matrix offers
         # only those with a device (Storage's choices), where a journal means something.
         journal = values.pop("journal_filesystem", None)
-        storage = declare.parse(_cells.Storage, values, "storage")
+        storage = declare.parse(Storage, values, "storage")
         if journal is not None:
             if journal not in FILESYSTEMS or not filesystems.get(journal).mounts:
                 raise ValueError(f"storage.journal_filesystem {journal!r} is not a filesystem that mounts")
@@ -78,13 +85,13 @@ def stripe_geometry(storage: Storage) -> tuple[int, int]:
     return storage.stripe_disks, stripe.stripe_bytes(parse_size(storage.stripe_size))
 
 
-def required_devices(cell: Cell | StorageSpec | Mapping[str, Any]) -> int:
+def required_devices(cell: Cell | StorageSpec) -> int:
     """Block devices a cell needs: tmpfs none; md-raid0 / lvm-stripe storage.stripe_disks;
     single one (raw included); split-journal two (one when the journal is on tmpfs)."""
     spec = StorageSpec.of(cell)
     if spec.storage.striped:
         return stripe_geometry(spec.storage)[0]
-    return _cells.required_devices(spec.filesystem, spec.storage)
+    return devices_for(spec.filesystem, spec.storage)
 
 
 def parse_proc_filesystems(text: str) -> set[str]:
@@ -324,7 +331,7 @@ class PreparedStorage:
 
 @contextmanager
 def prepare(
-    cell: Cell | StorageSpec | Mapping[str, Any],
+    cell: Cell | StorageSpec,
     devices: Sequence[str],
     mount_root: Path,
     *,

@@ -19,7 +19,7 @@ Its result is the run's; both consoles go to the run's log.
 
 A ``crash.mode: flush-points`` cell gets two more virtio-blk disks, fresh sparse files: the
 dm-log-writes log (serial ``fsm-log``) and the scratch disk the log is replayed onto
-(``fsm-scratch``), sized from ``storage.disk_size`` (``flushpoints.disk_sizes``). The guest
+(``fsm-scratch``), sized from ``storage.disk_size`` (``fsmatrix.backends.qemu.flush_points``). The guest
 replays and recovers every point itself (``fsmatrix.agent.crash.flush_points``), so the VM may take the
 cell's timeout once for the run and once per point.
 """
@@ -46,26 +46,21 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, workdirs
 from fsmatrix.agent import crash, job, proc, provenance, storage
-from fsmatrix.agent.crash import flush_points as flushpoints
 from fsmatrix.backends import hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import cmdline, profiles, snapshot
+from fsmatrix.backends.qemu import cmdline, flush_points, power_cut, profiles, snapshot
+from fsmatrix.backends.qemu.console import ConsoleWatcher, console_tail
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Cell
+from fsmatrix.matrix import MatrixCell
 
 log = logging.getLogger("fsmatrix")
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 ALLOWANCE_ENV = "FSMATRIX_BOOT_ALLOWANCE"
-# Tests' hooks: the flush-points log disk's size in bytes (a log too small to hold the run fails it);
-# the flush point whose replayed files the guest damages before recovering (that point must fail).
-FLUSH_LOG_BYTES_ENV = "FSMATRIX_FLUSH_LOG_BYTES"
-FLUSH_CORRUPT_ENV = "FSMATRIX_FLUSH_CORRUPT_POINT"
 # Boot plus job setup and power-off, on top of the cell's own timeout: a TCG boot takes 30-100 s here.
 BOOT_ALLOWANCE_S = {"kvm": 60.0, "tcg": 300.0}
 QUIT_GRACE_S = 15.0  # after QMP quit, before SIGKILL
 QMP_CONNECT_S = 10.0
-CONSOLE_TAIL_LINES = 40
 DATA_SERIAL = "fsm-data{}"
 TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
 # The guest agent's first log line (fsmatrix.agent.guest.main), which systemd copies to the serial
@@ -74,15 +69,13 @@ TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
 AGENT_MARKER = b" INFO job "
 CONSOLE_POLL_S = 0.25
 CUT_POLL_S = 0.02  # once the measured part began, until the power cut
-# Crash modes each VM backend builds; the others are refused at preflight.
-CRASH_MODES = (crash.KILL, crash.POWER_CUT, crash.FLUSH_POINTS)
 
 
 @dataclass(frozen=True)
 class Launch:
     """One run's VM, ready to boot: what the qemu and libvirt backends start it from."""
 
-    cell: Cell
+    cell: MatrixCell
     repeat: int
     run_dir: Path
     overlay: Path  # the root disk: a copy-on-write overlay of the golden image
@@ -117,15 +110,6 @@ def parent_death_prefix() -> list[str]:
     return ["setpriv", "--pdeathsig", "KILL", "--"] if proc.have("setpriv") else []
 
 
-def console_tail(path: Path, lines: int = CONSOLE_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a console log (empty when there is none)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.replace("\r", "").splitlines()[-lines:])
-
-
 def qemu_supports_io_uring(scratch: Path) -> bool:
     """Whether this host's QEMU opens a disk with aio=io_uring (a build or a kernel may lack it)."""
     scratch.mkdir(parents=True, exist_ok=True)
@@ -144,52 +128,14 @@ def qemu_supports_io_uring(scratch: Path) -> bool:
         probe.unlink(missing_ok=True)
 
 
-class ConsoleWatcher:
-    """Whether a marker has appeared in a growing console log; reads each byte once."""
-
-    def __init__(self, path: Path, marker: bytes) -> None:
-        self.path, self.marker = path, marker
-        self._offset = 0
-        self._tail = b""
-        self._seen = False
-
-    def seen(self) -> bool:
-        if self._seen:
-            return True
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read()
-        except OSError:  # QEMU has not created it yet
-            return False
-        self._offset += len(chunk)
-        # Keep the end of the previous chunk: the marker may straddle two reads.
-        text = self._tail + chunk
-        self._seen = self.marker in text
-        self._tail = text[-len(self.marker) :]
-        return self._seen
-
-
-def acknowledged_commits(cell: Cell, console_text: str) -> int | None:
-    """pgbench: the commits acknowledged on the cut VM's console (pgacks' lines); None otherwise."""
-    if cell.spec.workload != "pgbench":
-        return None
-    try:
-        from fsmatrix.agent.workloads import pgbench
-        from fsmatrix.agent.workloads.pgbench import acks as pgacks
-    except ImportError:
-        return None
-    # The guest tags its lines with the cell's tag (an untagged count would read 0).
-    return pgacks.parse_acks(console_text, pgbench.ack_tag(cell.spec))
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class QemuBackend:
     name = "qemu"
-    crash_modes: tuple[str, ...] = CRASH_MODES
+    # Crash modes it runs: every one (power-cut and flush-points with host-side parts of their own).
+    crash_modes: tuple[str, ...] = tuple(crash.MODES)
 
     def __init__(
         self,
@@ -228,7 +174,7 @@ class QemuBackend:
 
     # ------------------------------------------------------------------ setup
 
-    def preflight(self, cells: list[Cell]) -> None:
+    def preflight(self, cells: list[MatrixCell]) -> None:
         for tool in TOOLS:
             if not proc.have(tool):
                 raise UserError(f"{tool} not found: the qemu backend needs it (`make image` installs it)")
@@ -251,7 +197,7 @@ class QemuBackend:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._prepare()
 
-    def _check_devices(self, cells: list[Cell]) -> None:
+    def _check_devices(self, cells: list[MatrixCell]) -> None:
         """Passthrough: every device safe to format (as the host backend checks), one per data disk."""
         resolved = [os.path.realpath(d) for d in self.devices]
         if len(set(resolved)) != len(resolved):
@@ -263,9 +209,9 @@ class QemuBackend:
                 self._resolved[device] = storage.check_safe_to_format(device)
             except storage.UnsafeDevice as exc:
                 raise UserError(f"refusing to use {device}: {exc}") from exc
-        wrong = [c.id for c in cells if storage.required_devices(c.params) != len(self.devices)]
+        wrong = [c.id for c in cells if c.spec.required_devices != len(self.devices)]
         if wrong:
-            needs = sorted({storage.required_devices(c.params) for c in cells})
+            needs = sorted({c.spec.required_devices for c in cells})
             raise UserError(
                 f"{len(self.devices)} --device given, but the cells need {' or '.join(map(str, needs))} data "
                 f"disks each ({', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''} do not match); "
@@ -328,7 +274,7 @@ class QemuBackend:
         return cmd + snapshot.restore_arguments(launch.template)
 
     def _vm_command(
-        self, cell: Cell, overlay: Path, console: Path, qmp: Path, name: str, drives: Sequence[Disk]
+        self, cell: MatrixCell, overlay: Path, console: Path, qmp: Path, name: str, drives: Sequence[Disk]
     ) -> list[str]:
         vm = cell.spec.vm
         return cmdline.qemu_command(
@@ -343,7 +289,7 @@ class QemuBackend:
             qmp_socket=qmp,
         )
 
-    def template(self, cell: Cell) -> snapshot.Template | None:
+    def template(self, cell: MatrixCell) -> snapshot.Template | None:
         """The saved booted guest this cell's runs restore (made on first use); None when runs boot
         (FSMATRIX_VM_START=boot) or no template could be made (then this run boots, and says so)."""
         assert self._image is not None
@@ -362,7 +308,7 @@ class QemuBackend:
             log.warning("cannot save a booted guest to restore (%s): this run boots", exc)
             return None
 
-    def run(self, cell: Cell, repeat: int) -> dict[str, Any]:
+    def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
         if self._image is None:
             self._prepare()
         assert self._image is not None
@@ -396,7 +342,7 @@ class QemuBackend:
             claims.enter_context(storage.held_exclusive(expected))
 
     def _run_claimed(
-        self, cell: Cell, repeat: int, run_dir: Path, started: float, started_at: str, vm_info: dict[str, Any]
+        self, cell: MatrixCell, repeat: int, run_dir: Path, started: float, started_at: str, vm_info: dict[str, Any]
     ) -> dict[str, Any]:
         assert self._image is not None
         try:
@@ -406,12 +352,12 @@ class QemuBackend:
             vm_info["start"] = "boot" if template is None else "restore"
             data = self._data_disks(cell, run_dir)
             job_doc = self.job_document(cell, repeat, data, vm_info)
-            self._flush_point_disks(cell, run_dir, create=True)
+            flush_points.disks(cell, run_dir, create=True)
             limit = self.time_limit(cell)
             crash_phase: dict[str, Any] = {}
-            if cell.spec.crash is not None and cell.spec.crash.mode == crash.POWER_CUT:
+            if power_cut.applies(cell):
                 # The first VM is cut; the second (below) recovers on the same data disk files.
-                cut = self._power_cut(cell, repeat, run_dir, template, data, job_doc, limit)
+                cut = power_cut.cut(self, cell, repeat, run_dir, template, data, job_doc, limit)
                 if "status" in cut:  # not cut: the run's result, made on the host
                     not_cut = self._host_result(
                         cell, repeat, started, started_at, cut["status"], cut["reason"], cut["tail"], vm_info
@@ -461,7 +407,7 @@ class QemuBackend:
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
 
-    def job_document(self, cell: Cell, repeat: int, data: list[Disk], vm_info: dict[str, Any]) -> dict[str, Any]:
+    def job_document(self, cell: MatrixCell, repeat: int, data: list[Disk], vm_info: dict[str, Any]) -> dict[str, Any]:
         """The job of a run's (first) VM: the cell, its disks, the host's environment and reference."""
         return {
             "cell": cell.params,
@@ -469,22 +415,15 @@ class QemuBackend:
             "repeat": repeat,
             "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
             "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
-            "environment": {**self.environment(), "vm": vm_info, **self._test_hooks(cell)},
+            "environment": {**self.environment(), "vm": vm_info, **flush_points.test_hooks(cell)},
             "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
             # A restored guest's clock stopped when its template was saved: the agent sets it from this.
             "host_time": time.time(),
         }
 
-    def _test_hooks(self, cell: Cell) -> dict[str, Any]:
-        """What a test asks the guest to do on purpose (FLUSH_CORRUPT_ENV), for a flush-points cell."""
-        chosen = os.environ.get(FLUSH_CORRUPT_ENV)
-        if not chosen or cell.spec.crash is None or cell.spec.crash.mode != crash.FLUSH_POINTS:
-            return {}
-        return {flushpoints.CORRUPT_POINT_KEY: int(chosen)}
-
     def _launch(
         self,
-        cell: Cell,
+        cell: MatrixCell,
         repeat: int,
         run_dir: Path,
         template: snapshot.Template | None,
@@ -504,106 +443,16 @@ class QemuBackend:
         job_disk = jobdisk.make_job_disk(run_dir / f"job{suffix}.img", job_doc)
         return Launch(cell, repeat, run_dir, overlay, job_disk, data, run_dir / f"console{suffix}.log", template)
 
-    def _power_cut(
-        self,
-        cell: Cell,
-        repeat: int,
-        run_dir: Path,
-        template: snapshot.Template | None,
-        data: list[Disk],
-        job_doc: dict[str, Any],
-        limit: float,
-    ) -> dict[str, Any]:
-        """The first VM of a power-cut cell, killed ``after_s`` into its measured part. Returns
-        ``{"crash": <the record for the recover phase>, "wall_s"}``, or, when the cut did not happen,
-        ``{"status", "reason", "tail", "crash"}`` for the run's result (its crash section: not fired)."""
-        settings = cell.spec.crash
-        assert settings is not None
-        launch = self._launch(cell, repeat, run_dir, template, data, job_doc, "run")
-        vm_started = time.monotonic()
-        self.power_cut_after_s = settings.after_s
-        try:
-            code = self.boot_and_wait(launch, limit)
-        finally:
-            self.power_cut_after_s = None
-        wall = round(time.monotonic() - vm_started, 1)
-        fired_at = self.power_cut_fired_at_s
-        text = (
-            launch.console.read_text(encoding="utf-8", errors="replace").replace("\r", "")
-            if launch.console.exists()
-            else ""
-        )
-        log.info("guest console (the VM that was to be cut):\n%s", text or "(none)")
-        tail = console_tail(launch.console)
-        if fired_at is None:
-            not_cut = crash.CrashEvent.for_settings(settings).to_dict()  # fired False
-            if code is None:
-                reason = (
-                    f"the guest did not power off within {limit:.0f} s and its measured part never began "
-                    f"(no {crash.MEASURE_START_MARKER} on its console): no power cut; console tail:\n{tail}"
-                )
-                return {"status": "timeout", "reason": reason, "tail": tail, "crash": not_cut}
-            guest = jobdisk.read_result(launch.job_disk) or {}
-            measured = (guest.get("crash") or {}).get("measured_s")
-            not_cut["measured_s"] = measured if isinstance(measured, int | float) else None
-            began = crash.MEASURE_START_MARKER.encode() in text.encode()
-            how = (
-                f"its measured part lasted {measured:g} s"
-                if isinstance(measured, int | float)
-                else ("its measured part had begun" if began else "its measured part never began")
-            )
-            guest_said = f"; the guest's result: {guest.get('status')}: {guest.get('reason')}" if guest else ""
-            reason = (
-                f"crash not injected: the guest powered off (exit status {code}) before the power cut at "
-                f"crash.after_s={settings.after_s:g} ({how}){guest_said}"
-            )
-            return {"status": "failed", "reason": reason, "tail": tail, "crash": not_cut}
-        log.warning("power cut: qemu killed %.3f s into the measured part", fired_at)
-        record: dict[str, Any] = {
-            "mode": crash.POWER_CUT,
-            "after_s": settings.after_s,
-            "fired": True,
-            "fired_at_s": fired_at,
-            "measured_s": fired_at,
-        }
-        acknowledged = acknowledged_commits(cell, text)
-        if acknowledged is not None:
-            record["acknowledged"] = acknowledged
-        # The first VM's root overlay and job disk are done with; its data disks carry on.
-        launch.overlay.unlink(missing_ok=True)
-        launch.job_disk.unlink(missing_ok=True)
-        return {"crash": record, "wall_s": wall}
-
     def drives(self, launch: Launch) -> list[Disk]:
         """The job disk, then the data disks (the root disk is the overlay), then a flush-points
         cell's log and scratch disks."""
         job_disk = Disk(launch.job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False)
-        return [job_disk, *launch.data, *self._flush_point_disks(launch.cell, launch.run_dir)]
+        return [job_disk, *launch.data, *flush_points.disks(launch.cell, launch.run_dir)]
 
-    def time_limit(self, cell: Cell) -> float:
+    def time_limit(self, cell: MatrixCell) -> float:
         """Seconds a run's VM may take: the cell's timeout (a flush-points cell's once more for
         each point the guest recovers) plus the boot allowance."""
-        settings = cell.spec.crash
-        runs = 1 + (settings.points if settings is not None and settings.mode == crash.FLUSH_POINTS else 0)
-        return float(cell.spec.timeout) * runs + self.boot_allowance
-
-    def _flush_point_disks(self, cell: Cell, run_dir: Path, *, create: bool = False) -> list[Disk]:
-        """A flush-points cell's log and scratch disks (none for any other cell): sparse files in
-        ``run_dir`` (zeroed, as the log must start), made when ``create``."""
-        if cell.spec.crash is None or cell.spec.crash.mode != crash.FLUSH_POINTS:
-            return []
-        sizes = flushpoints.disk_sizes(storage.parse_size(cell.spec.storage.disk_size))
-        if os.environ.get(FLUSH_LOG_BYTES_ENV):
-            sizes = (int(os.environ[FLUSH_LOG_BYTES_ENV]), sizes[1])
-        disks = []
-        for serial, size in zip((flushpoints.LOG_SERIAL, flushpoints.SCRATCH_SERIAL), sizes, strict=True):
-            path = run_dir / f"{serial}.img"
-            if create:
-                with path.open("wb") as fh:
-                    fh.truncate(size)
-            # Not under test: the host's page cache may hold their writes (they outlive no VM).
-            disks.append(Disk(path, serial, cache="writeback", aio="threads", iothread=False))
-        return disks
+        return float(cell.spec.timeout) * (1 + flush_points.recoveries(cell)) + self.boot_allowance
 
     def boot_and_wait(self, launch: Launch, limit: float) -> int | None:
         """Boot the run's VM and wait for it to power off: QEMU's exit status, or None when it was
@@ -671,7 +520,7 @@ class QemuBackend:
         """What the VM process said when it failed (QEMU's stderr)."""
         return (run_dir / "qemu.stderr").read_text(errors="replace").strip()
 
-    def _data_disks(self, cell: Cell, run_dir: Path) -> list[Disk]:
+    def _data_disks(self, cell: MatrixCell, run_dir: Path) -> list[Disk]:
         """The cell's data disks: fresh image files in ``run_dir``, or the passthrough devices."""
         size = storage.parse_size(cell.spec.storage.disk_size)
         preallocate = cell.spec.storage.disk_allocation == "preallocated"
@@ -737,7 +586,7 @@ class QemuBackend:
 
     def _host_result(
         self,
-        cell: Cell,
+        cell: MatrixCell,
         repeat: int,
         started: float,
         started_at: str,

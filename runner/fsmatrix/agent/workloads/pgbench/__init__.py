@@ -726,7 +726,7 @@ def ack_sink(cell: Cell, ws: Workspace) -> pgacks.Sink:
     console with the cell's tag (the host counts them from its log and passes the count in
     ``CrashEvent.acknowledged``)."""
     assert cell.crash is not None
-    if cell.crash.mode in crash.VM_ONLY_MODES:
+    if _in_a_vm(cell):
         if not SERIAL_CONSOLE.exists():
             raise RuntimeError(
                 f"crash.mode {cell.crash.mode!r} needs the VM's serial console {SERIAL_CONSOLE} for the "
@@ -739,6 +739,16 @@ def ack_sink(cell: Cell, ws: Workspace) -> pgacks.Sink:
     return pgacks.FileSink(path)
 
 
+def _in_a_vm(cell: Cell) -> bool:
+    """Whether the cell's crash mode runs only in a VM (whose guest the crash may take with it)."""
+    return cell.crash is not None and crash.get(cell.crash.mode).needs_vm is not None
+
+
+def acknowledged_on_console(cell: Cell, console_text: str) -> int:
+    """The commits a cut guest acknowledged on its serial console (the lines tagged with the cell's tag)."""
+    return pgacks.parse_acks(console_text, ack_tag(cell))
+
+
 def acknowledged_commits(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> tuple[int, str]:
     """How many commits were acknowledged before the crash, and where that count comes from."""
     if event.acknowledged is not None:
@@ -746,7 +756,7 @@ def acknowledged_commits(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> 
             raise ValueError(f"crash.acknowledged cannot be negative: {event.acknowledged}")
         return event.acknowledged, "the host's serial log"
     path = ws.scratch / ACKS_FILE
-    if cell.crash is not None and cell.crash.mode in crash.VM_ONLY_MODES:
+    if cell.crash is not None and _in_a_vm(cell):
         raise ValueError(
             f"crash.mode {cell.crash.mode!r}: the host passed no acknowledged count (CrashEvent.acknowledged) "
             "from the VM's serial log"
@@ -854,4 +864,5 @@ WORKLOAD = Workload(
     guest_packages=("postgresql-15",),
     host_packages=("postgresql-15",),
     recover=recover_cell,
+    acknowledged_on_console=acknowledged_on_console,
 )
