@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,42 @@ def _invalid(f: declare.Field) -> list[object]:
     if f.kind is int:
         bad.append(True)
     return bad
+
+
+# The only places on the host side that may spell a registered workload's or filesystem's name, and why.
+HOST_SIDE_EXEMPTIONS = {
+    ("backends/jobdisk.py", "ext2"): "JOB_DISK_FILESYSTEM: the job disk's own filesystem, not one under test",
+    ("backends/disks.py", "raw"): "QEMU's raw disk image format (a homonym)",
+}
+HOST_SIDE = ("backends", "results", "runs.py", "workdirs.py", "matrix", "cli")
+
+
+def host_side_names(package: Path) -> dict[tuple[str, str], list[str]]:
+    """{(file, name): ...} for every registered name a backend, result or report module spells in code."""
+    names = set(workloads.WORKLOADS) | set(filesystems.FILESYSTEMS)
+    found = {}
+    for part in HOST_SIDE:
+        base = package / part
+        for path in [base] if base.is_file() else sorted(base.rglob("*.py")):
+            rel = str(path.relative_to(package))
+            for name in sorted(names_used(path) & names):
+                found[(rel, name)] = [rel]
+    return found
+
+
+def test_no_backend_result_or_report_module_names_a_workload_or_filesystem() -> None:
+    found = host_side_names(PACKAGE)
+    unexpected = sorted(key for key in found if key not in HOST_SIDE_EXEMPTIONS)
+    assert unexpected == [], f"name a workload or filesystem outside the registries: {unexpected}"
+    stale = sorted(key for key in HOST_SIDE_EXEMPTIONS if key not in found)
+    assert stale == [], f"exemptions no longer needed: {stale}"
+
+
+def test_the_host_side_name_check_sees_a_planted_name(tmp_path: Path) -> None:
+    package = tmp_path / "fsmatrix"
+    shutil.copytree(PACKAGE / "backends", package / "backends", ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "results").mkdir()
+    (package / "results" / "planted.py").write_text('def f(cell):\n    return cell.workload == "pgbench"\n')
+    with (package / "backends" / "host.py").open("a") as fh:
+        fh.write('\nFAST = "xfs"\n')
+    assert {("results/planted.py", "pgbench"), ("backends/host.py", "xfs")} <= set(host_side_names(package))

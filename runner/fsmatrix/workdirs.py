@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from fsmatrix.agent import proc
 from fsmatrix.agent.storage import devices
 
 log = logging.getLogger("fsmatrix")
@@ -107,9 +108,10 @@ def _processes_in(directory: str) -> list[tuple[int, str]]:
     or naming it on their command line (a QEMU whose disks are there)."""
     found = []
     me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+    for pid in proc.pids():
+        if pid == me:
             continue
+        entry = proc.PROC / str(pid)
         targets: list[str] = []
         for link in ("cwd", "root", "exe"):
             with contextlib.suppress(OSError):
@@ -127,7 +129,7 @@ def _processes_in(directory: str) -> list[tuple[int, str]]:
                 command = (entry / "comm").read_text().strip()
             except OSError:
                 command = "?"
-            found.append((int(entry.name), command))
+            found.append((pid, command))
     return found
 
 

@@ -131,9 +131,9 @@ def pids(proc_root: Path = PROC) -> list[int]:
         return []
 
 
-def links(pid: int, names: Sequence[str] = ("cwd",), proc_root: Path = PROC) -> list[str]:
-    """Where ``pid``'s links ``names`` (cwd, root, exe) and its open file descriptors lead; [] when
-    it is gone or cannot be read."""
+def links(pid: int, names: Sequence[str] = ("cwd",), *, fds: bool = True, proc_root: Path = PROC) -> list[str]:
+    """Where ``pid``'s links ``names`` (cwd, root, exe) and, with ``fds``, its open file descriptors
+    lead; [] when it is gone or cannot be read."""
     entry = proc_root / str(pid)
     found: list[str] = []
     for name in names:
@@ -141,11 +141,13 @@ def links(pid: int, names: Sequence[str] = ("cwd",), proc_root: Path = PROC) -> 
             found.append(os.readlink(entry / name))
         except OSError:
             continue
+    if not fds:
+        return found
     try:
-        fds = list((entry / "fd").iterdir())
+        open_fds = list((entry / "fd").iterdir())
     except OSError:
         return found
-    for fd in fds:
+    for fd in open_fds:
         try:
             found.append(os.readlink(fd))
         except OSError:
@@ -157,6 +159,14 @@ def environ(pid: int, proc_root: Path = PROC) -> list[bytes]:
     """``pid``'s environment as NAME=VALUE entries; [] when it is gone or cannot be read."""
     try:
         return (proc_root / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def cmdline(pid: int, proc_root: Path = PROC) -> list[bytes]:
+    """``pid``'s arguments; [] when it is gone or cannot be read."""
+    try:
+        return (proc_root / str(pid) / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return []
 

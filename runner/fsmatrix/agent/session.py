@@ -53,11 +53,7 @@ class SessionError(Exception):
 
 def _pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a live holder of ours (not a recycled pid, not a zombie)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"fsmatrix.agent.session" in cmdline and proc.holds_files(pid)
+    return any(b"fsmatrix.agent.session" in arg for arg in proc.cmdline(pid)) and proc.holds_files(pid)
 
 
 def read_state(session_dir: Path = SESSION_DIR) -> dict[str, Any] | None:

@@ -20,6 +20,8 @@ from fsmatrix.agent.storage.data_disks import JOB_SERIAL
 LABEL = JOB_SERIAL
 SERIAL = JOB_SERIAL
 DEFAULT_SIZE_MIB = 64  # room for a result with a long per-second series, and the agent's log
+# The job disk's own filesystem (not one under test): every guest kernel has it, and mke2fs -d fills it.
+JOB_DISK_FILESYSTEM = "ext2"
 
 
 def make_job_disk(path: Path, job: dict[str, Any], size_mib: int = DEFAULT_SIZE_MIB) -> Path:
@@ -32,7 +34,7 @@ def make_job_disk(path: Path, job: dict[str, Any], size_mib: int = DEFAULT_SIZE_
         path.unlink(missing_ok=True)
         with path.open("wb") as fh:
             fh.truncate(size_mib << 20)  # sparse
-        proc.run(["mke2fs", "-q", "-F", "-t", "ext2", "-L", LABEL, "-d", tmp, str(path)], timeout=60)
+        proc.run(["mke2fs", "-q", "-F", "-t", JOB_DISK_FILESYSTEM, "-L", LABEL, "-d", tmp, str(path)], timeout=60)
     return path
 
 

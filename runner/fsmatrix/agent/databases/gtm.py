@@ -429,32 +429,14 @@ def processes_using(db: Database) -> list[int]:
     the JOB command detached included) and any process with its database or journal file open."""
     wanted_env = f"gtmgbldir={db.gld}".encode()
     files = {str(db.dat)} | {str(p) for p in journal_files(db)}
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        pid = int(entry.name)
-        try:
-            uses = wanted_env in (entry / "environ").read_bytes().split(b"\0") or _has_open(entry, files)
-            if uses and proc.holds_files(pid):
-                found.append(pid)
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-    return sorted(found)
-
-
-def _has_open(entry: Path, files: set[str]) -> bool:
-    try:
-        fds = list((entry / "fd").iterdir())
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(fd) in files:
-                return True
-        except OSError:
-            continue
-    return False
+    me = os.getpid()
+    return [
+        pid
+        for pid in proc.pids()
+        if pid != me
+        and (wanted_env in proc.environ(pid) or files & set(proc.links(pid, ())))
+        and proc.holds_files(pid)
+    ]
 
 
 def stop_processes(db: Database, pids: Iterable[int] = (), grace: float = 10.0) -> dict[str, list[int]]:
@@ -466,11 +448,9 @@ def stop_processes(db: Database, pids: Iterable[int] = (), grace: float = 10.0) 
     targets = set(processes_using(db))
     wanted_env = f"gtmgbldir={db.gld}".encode()
     for pid in pids:
-        try:  # a recorded PID may have exited and been reused by an unrelated process
-            if proc.holds_files(pid) and wanted_env in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                targets.add(pid)
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
+        # A recorded PID may have exited and been reused by an unrelated process.
+        if proc.holds_files(pid) and wanted_env in proc.environ(pid):
+            targets.add(pid)
     report: dict[str, list[int]] = {"terminated": [], "killed": []}
     for sig, key in ((signal.SIGTERM, "terminated"), (signal.SIGKILL, "killed")):
         live = [pid for pid in sorted(targets) if proc.holds_files(pid)]

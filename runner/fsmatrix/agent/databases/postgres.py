@@ -472,7 +472,7 @@ class Cluster:
         if self.postmaster.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(postmaster, signal.SIGSTOP)
-        targets = set(self.processes()) | set(children_of(postmaster))
+        targets = set(self.processes()) | set(proc.children_of(postmaster))
         # The children first, the stopped postmaster last: a child that outlived the postmaster by a
         # moment would see it gone and exit in an orderly way ("unexpected postmaster exit"), not crash.
         for pid in sorted(targets, key=lambda pid: (pid == postmaster, pid)):
@@ -524,36 +524,10 @@ def _wait(popen: subprocess.Popen[bytes], seconds: float) -> bool:
         return False
 
 
-def _live(pid: int) -> tuple[int, int] | None:
-    """(pid, parent pid) of a process that is not a zombie, None for anything else."""
-    state = proc.process_state(pid)
-    return (pid, state.parent) if state is not None and state.holds_files else None
-
-
 def processes_with_cwd(directory: Path) -> list[int]:
     """Live processes whose working directory is ``directory``."""
     wanted = str(directory.resolve())
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or _live(int(entry.name)) is None:
-            continue
-        try:
-            if os.readlink(entry / "cwd") == wanted:
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return sorted(found)
-
-
-def children_of(parent: int) -> list[int]:
-    """Live processes whose parent is ``parent``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            live = _live(int(entry.name))
-            if live is not None and live[1] == parent:
-                found.append(live[0])
-    return sorted(found)
+    return [pid for pid in proc.pids() if proc.holds_files(pid) and proc.links(pid, fds=False) == [wanted]]
 
 
 def socket_dir(scratch: Path, owner: Owner, stack: contextlib.ExitStack) -> Path:

@@ -384,11 +384,12 @@ def _openers(rdevs: set[int], files: set[tuple[int, int]]) -> list[tuple[str, st
     """(pid, command, what) of every other process with a file descriptor on one of the block
     devices ``rdevs`` or the files ``files`` ((st_dev, inode)). By device number: a path, a bind
     mount or a second device node cannot hide an opener. Our own process is left out."""
-    me = str(os.getpid())
+    me = os.getpid()
     found: list[tuple[str, str, int | tuple[int, int]]] = []
-    for pid_dir in _entries(PROC_ROOT):
-        if not pid_dir.isdigit() or pid_dir == me:
+    for pid in proc.pids(PROC_ROOT):
+        if pid == me:
             continue
+        pid_dir = str(pid)
         fd_dir = PROC_ROOT / pid_dir / "fd"
         try:
             fds = os.listdir(fd_dir)

@@ -88,18 +88,13 @@ class Launch:
 def running_vms(prefix: str = "fsmatrix-") -> list[tuple[int, str]]:
     """QEMU processes whose -name starts with ``prefix``: (pid, name). Finds leftovers."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # gone meanwhile
-            continue
+    for pid in proc.pids():
+        args = proc.cmdline(pid)
         if not args or not os.path.basename(args[0]).startswith(b"qemu-system"):
             continue
         for flag, value in itertools.pairwise(args):
             if flag == b"-name" and value.decode(errors="replace").startswith(prefix):
-                found.append((int(entry.name), value.decode(errors="replace")))
+                found.append((pid, value.decode(errors="replace")))
     return found
 
 
