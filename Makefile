@@ -97,6 +97,7 @@ lint: deps
 	$(BIN)/ruff check runner tests
 	$(BIN)/ruff format --check runner tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo --no-cache  # the layering contracts: [tool.importlinter] in pyproject.toml
 	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh packer/container/*.sh
 	$(BIN)/actionlint
 	packer fmt -check packer/
