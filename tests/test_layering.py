@@ -35,16 +35,6 @@ LINT_IMPORTS = [
     "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())",
 ]
 
-# Today's cycles between modules, each exempted by name (any other cycle fails
-# test_no_new_module_cycle; test_no_module_cycle passes, and so fails as strict xfail, once these are gone).
-# agent.cell imports agent.storage.filesystems and .stripe, which runs agent/storage/__init__.py, which
-# imports agent.storage.prepare, which imports agent.cell (still partly imported: prepare uses Cell,
-# Storage and required_devices only at call time).
-KNOWN_CYCLES = {
-    frozenset({"fsmatrix.agent.cell", "fsmatrix.agent.storage", "fsmatrix.agent.storage.prepare"}),
-}
-
-
 def _contracts() -> dict[str, dict[str, Any]]:
     config = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]
     return {c["id"]: c for c in config["contracts"]}
@@ -146,27 +136,9 @@ def _describe(cycles: Iterable[dict[str, list[str]]]) -> str:
     return "\n".join(" -> ".join(c["chain"]) for c in cycles)
 
 
-def test_no_new_module_cycle() -> None:
-    new = [c for c in module_cycles() if frozenset(c["modules"]) not in KNOWN_CYCLES]
-    assert not new, "import cycles between modules:\n" + _describe(new)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.cell -> agent.storage (its __init__) -> agent.storage.prepare -> agent.cell (KNOWN_CYCLES)",
-)
 def test_no_module_cycle() -> None:
     cycles = module_cycles()
     assert not cycles, "import cycles between modules:\n" + _describe(cycles)
-
-
-def test_known_cycles_are_found_as_listed() -> None:
-    """The exemption names exactly today's cycle; the chain printed for it is a real one."""
-    cycles = module_cycles()
-    assert {frozenset(c["modules"]) for c in cycles} == KNOWN_CYCLES
-    assert [c["chain"] for c in cycles] == [
-        ["fsmatrix.agent.cell", "fsmatrix.agent.storage", "fsmatrix.agent.storage.prepare", "fsmatrix.agent.cell"]
-    ]
 
 
 def test_cycle_search_on_small_graphs() -> None:
@@ -308,7 +280,7 @@ def test_a_planted_module_cycle_fails_the_cycle_check(tmp_path: Path) -> None:
         timeout=120,
         check=True,
     )
-    cycles = [c for c in json.loads(done.stdout) if frozenset(c["modules"]) not in KNOWN_CYCLES]
+    cycles = json.loads(done.stdout)
     assert [c["chain"] for c in cycles] == [["fsmatrix.agent.proc", "fsmatrix.agent.provenance", "fsmatrix.agent.proc"]]
 
 
