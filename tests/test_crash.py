@@ -61,7 +61,7 @@ def test_a_cell_without_crash_keeps_its_id_and_json_form() -> None:
         "btrfs-fio-randread-j1-e8b8d62f": {"filesystem": "btrfs", "workload": {"fio": {"pattern": "randread"}}},
     }
     for expected, doc in before.items():
-        assert cell_id(doc) == expected
+        assert cell_id(Cell.from_dict(doc)) == expected
         assert "crash" not in Cell.from_dict(doc).to_dict()
         assert Cell.from_dict({**doc, "crash": None}).to_dict() == Cell.from_dict(doc).to_dict()
     matrix = expand_document({"axes": {"filesystem": ["ext4"], "workload": [{"threen1": THREEN1_100000}]}}, "m")
@@ -75,7 +75,7 @@ def test_a_crash_cell_has_its_own_id_and_the_settings_with_defaults() -> None:
     cid = cell_id(spec)
     assert cid.startswith("ext4-crash-kill-threen1-1-300000-w2-")
     plain = {k: v for k, v in crash_cell().items() if k != "crash"}
-    assert cell_id(plain) != cid
+    assert cell_id(Cell.from_dict(plain)) != cid
     assert Cell.from_dict(spec.to_dict()) == spec  # what a job carries parses back to the same cell
 
 

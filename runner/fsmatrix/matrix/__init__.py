@@ -416,9 +416,8 @@ def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
     return f"{where}: {_show(err.instance)} is not allowed; expected {schema.describe(spec)}{hint}"
 
 
-def cell_id(cell: Cell | dict[str, Any]) -> str:
+def cell_id(spec: Cell) -> str:
     """Readable slug + hash of the canonical parameters: the same settings give the same id anywhere."""
-    spec = cell if isinstance(cell, Cell) else Cell.from_dict(cell)
     params = spec.to_dict()
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
