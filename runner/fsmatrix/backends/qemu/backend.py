@@ -175,12 +175,12 @@ def acknowledged_commits(cell: Cell, console_text: str) -> int | None:
     if cell.spec.workload != "pgbench":
         return None
     try:
-        from fsmatrix.agent.workloads import pgbench
         from fsmatrix.agent.workloads.pgbench import acks as pgacks
+        from fsmatrix.agent.workloads.pgbench import recover as pgrecover
     except ImportError:
         return None
     # The guest tags its lines with the cell's tag (an untagged count would read 0).
-    return pgacks.parse_acks(console_text, pgbench.ack_tag(cell.spec))
+    return pgacks.parse_acks(console_text, pgrecover.ack_tag(cell.spec))
 
 
 def _now() -> str:
