@@ -27,6 +27,8 @@ from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.declare import Invalid
 from fsmatrix.agent.job import run_job, run_recovery
 from fsmatrix.agent.workloads import threen1
+from fsmatrix.agent.workloads.threen1 import params as threen1_params
+from fsmatrix.agent.workloads.threen1 import recover as threen1_recover
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import cell_id, expand_document
@@ -390,7 +392,7 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
         mnt.mkdir()
         proc.run(["mount", devices[0], str(mnt)], timeout=60)
         try:
-            mjl = mnt / f"{threen1.DB_NAME}.mjl"  # the filesystem is mounted as ws.data
+            mjl = mnt / f"{threen1_params.DB_NAME}.mjl"  # the filesystem is mounted as ws.data
             with mjl.open("r+b") as f:
                 f.write(b"\xa5" * 65536)
         finally:
@@ -409,13 +411,15 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
 @needs_gtm
 def test_nothing_reused_fails_the_run(job_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A recovery that keeps none of the work (here: ^step deleted after the recovery) is a finding."""
-    survey = threen1.survey
+    survey = threen1_recover.survey
 
-    def survey_after_losing_every_step(db: gtm.Database, params: threen1.Params, timeout: float) -> threen1.Survey:
+    def survey_after_losing_every_step(
+        db: gtm.Database, params: threen1.Params, timeout: float
+    ) -> threen1_recover.Survey:
         proc.run([db.tool("mumps"), "-run", "%XCMD", "kill ^step"], env=db.env(), input="", timeout=60)
         return survey(db, params, timeout)
 
-    monkeypatch.setattr(threen1, "survey", survey_after_losing_every_step)
+    monkeypatch.setattr(threen1_recover, "survey", survey_after_losing_every_step)
     doc = _run(crash_cell("before"), job_dir)
     assert doc["status"] == "failed"
     assert "work reused: 0 of 300000 starting numbers survived the crash" in doc["reason"]

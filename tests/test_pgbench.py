@@ -22,7 +22,9 @@ from conftest import FSMATRIX, attached_under, mounted_under, needs_root, run_on
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import postgres
-from fsmatrix.agent.workloads import pgbench
+from fsmatrix.agent.workloads.pgbench import parse as pgparse
+from fsmatrix.agent.workloads.pgbench import run as pgrun
+from fsmatrix.agent.workloads.pgbench import verify as pgverify
 
 HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
 pytestmark = [needs_root, pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")]
@@ -73,15 +75,15 @@ def processes_under(path: Path) -> list[str]:
 
 
 def test_parse_output() -> None:
-    s = pgbench.parse_output(SAMPLE_OUTPUT)
+    s = pgparse.parse_output(SAMPLE_OUTPUT)
     assert (s.transactions, s.failed, s.tps, s.latency_avg_ms) == (4362, 0, 1453.025988, 1.37)
     with pytest.raises(ValueError, match="lacks transactions"):
-        pgbench.parse_output("pgbench: error: connection to server failed\n")
+        pgparse.parse_output("pgbench: error: connection to server failed\n")
 
 
 def test_parse_log_percentiles() -> None:
     lines = [f"0 {i} {(i + 1) * 1000} 0 1795592929 {i}" for i in range(100)] + ["1 7 failed 0 1795592929 1"]
-    lat = pgbench.parse_log(lines)
+    lat = pgparse.parse_log(lines)
     assert (lat.count, lat.failed, lat.p50_ms, lat.p95_ms, lat.p99_ms, lat.max_ms) == (100, 1, 50, 95, 99, 100)
     assert lat.avg_ms == 50.5
 
@@ -135,25 +137,25 @@ def copy_of(cluster: postgres.Cluster, *sql: str) -> str:
     return name
 
 
-ZERO_STATE = dict.fromkeys(pgbench.STATE_KEYS, 0) | {"branches": 1, "tellers": 10, "accounts": 100000}
+ZERO_STATE = dict.fromkeys(pgverify.STATE_KEYS, 0) | {"branches": 1, "tellers": 10, "accounts": 100000}
 
 
 def test_a_consistent_database_passes_every_check(bench: postgres.Cluster) -> None:
-    state = pgbench.read_state(bench, "bench")
+    state = pgverify.read_state(bench, "bench")
     assert state["history"] == TRANSACTIONS and state["account_sum"] == state["delta_sum"]
-    assert pgbench.check_state("tpcb-like", 1, TRANSACTIONS, ZERO_STATE, state) == []
-    assert pgbench.amcheck(bench, "bench") is None
+    assert pgverify.check_state("tpcb-like", 1, TRANSACTIONS, ZERO_STATE, state) == []
+    assert pgverify.amcheck(bench, "bench") is None
 
 
 def test_tpcb_invariant_fails_on_a_balance_changed_behind_pgbench(bench: postgres.Cluster) -> None:
     db = copy_of(bench, "UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 1")
-    (problem,) = pgbench.check_state("tpcb-like", 1, TRANSACTIONS, ZERO_STATE, pgbench.read_state(bench, db))
+    (problem,) = pgverify.check_state("tpcb-like", 1, TRANSACTIONS, ZERO_STATE, pgverify.read_state(bench, db))
     assert problem.startswith("TPC-B invariant broken")
 
 
 def test_history_count_fails_on_a_deleted_history_row(bench: postgres.Cluster) -> None:
     db = copy_of(bench, "DELETE FROM pgbench_history WHERE ctid = (SELECT min(ctid) FROM pgbench_history)")
-    problems = pgbench.check_state("tpcb-like", 1, TRANSACTIONS, ZERO_STATE, pgbench.read_state(bench, db))
+    problems = pgverify.check_state("tpcb-like", 1, TRANSACTIONS, ZERO_STATE, pgverify.read_state(bench, db))
     assert f"pgbench_history holds {TRANSACTIONS - 1} rows, pgbench processed {TRANSACTIONS} transactions" in problems
 
 
@@ -161,25 +163,25 @@ def test_simple_update_checks_fail_on_accounts_history_mismatch_and_touched_tell
     # A consistent simple-update state: only accounts and history moved.
     simple = ("UPDATE pgbench_branches SET bbalance = 0", "UPDATE pgbench_tellers SET tbalance = 0")
     db = copy_of(bench, *simple)
-    assert pgbench.check_state("simple-update", 1, TRANSACTIONS, ZERO_STATE, pgbench.read_state(bench, db)) == []
+    assert pgverify.check_state("simple-update", 1, TRANSACTIONS, ZERO_STATE, pgverify.read_state(bench, db)) == []
     db = copy_of(bench, *simple, "UPDATE pgbench_accounts SET abalance = abalance - 1 WHERE aid = 2")
-    (problem,) = pgbench.check_state("simple-update", 1, TRANSACTIONS, ZERO_STATE, pgbench.read_state(bench, db))
+    (problem,) = pgverify.check_state("simple-update", 1, TRANSACTIONS, ZERO_STATE, pgverify.read_state(bench, db))
     assert problem.startswith("sum of account balances")
     db = copy_of(bench, *simple, "UPDATE pgbench_tellers SET tbalance = 3 WHERE tid = 1")
-    (problem,) = pgbench.check_state("simple-update", 1, TRANSACTIONS, ZERO_STATE, pgbench.read_state(bench, db))
+    (problem,) = pgverify.check_state("simple-update", 1, TRANSACTIONS, ZERO_STATE, pgverify.read_state(bench, db))
     assert problem == "simple-update changed teller_sum: 0 -> 3"
 
 
 def test_select_only_fails_when_anything_changed(bench: postgres.Cluster) -> None:
-    before = pgbench.read_state(bench, "bench")
+    before = pgverify.read_state(bench, "bench")
     db = copy_of(bench, "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 3")
-    (problem,) = pgbench.check_state("select-only", 1, TRANSACTIONS, before, pgbench.read_state(bench, db))
+    (problem,) = pgverify.check_state("select-only", 1, TRANSACTIONS, before, pgverify.read_state(bench, db))
     assert problem.startswith("select-only changed account_sum")
 
 
 def test_row_counts_fail_when_a_row_is_missing(bench: postgres.Cluster) -> None:
     db = copy_of(bench, "DELETE FROM pgbench_tellers WHERE tid = 10", "DELETE FROM pgbench_accounts WHERE aid = 5")
-    problems = pgbench.check_state("select-only", 1, 0, pgbench.read_state(bench, db), pgbench.read_state(bench, db))
+    problems = pgverify.check_state("select-only", 1, 0, pgverify.read_state(bench, db), pgverify.read_state(bench, db))
     assert problems == [
         "pgbench_tellers holds 9 rows, scale 1 means 10",
         "pgbench_accounts holds 99999 rows, scale 1 means 100000",
@@ -189,7 +191,7 @@ def test_row_counts_fail_when_a_row_is_missing(bench: postgres.Cluster) -> None:
 def test_amcheck_finds_a_corrupted_index_page(bench: postgres.Cluster) -> None:
     db = copy_of(bench)
     index = bench.data / bench.value("SELECT pg_relation_filepath('pgbench_accounts_pkey')", db)
-    assert pgbench.amcheck(bench, db) is None
+    assert pgverify.amcheck(bench, db) is None
     bench.stop()  # nothing cached in shared buffers: the server reads what dd wrote
     try:
         # Garbage over the middle of block 1 (a leaf page) of the accounts' primary key.
@@ -198,7 +200,7 @@ def test_amcheck_finds_a_corrupted_index_page(bench: postgres.Cluster) -> None:
             f.write(os.urandom(4096))
     finally:
         bench.start()
-    found = pgbench.amcheck(bench, db)
+    found = pgverify.amcheck(bench, db)
     assert found is not None and "pgbench_accounts_pkey" in found, found
 
 
@@ -217,18 +219,18 @@ def test_failed_transactions_and_a_short_log_fail_the_run(bench: postgres.Cluste
     cmd = [bench.tool("pgbench"), "-n", "-f", str(script), "-c", "4", "-j", "2", "-T", "2", "-l",
            f"--log-prefix={prefix}", db]  # fmt: skip
     out = bench.run(cmd, database=db, check=False)
-    summary = pgbench.parse_output(out.stdout + out.stderr)
+    summary = pgparse.parse_output(out.stdout + out.stderr)
     lines = [line for p in sorted(scratch.glob("conflict_log.*")) for line in p.read_text().splitlines()]
-    latencies = pgbench.parse_log(lines)
+    latencies = pgparse.parse_log(lines)
     assert summary.failed > 0
-    problems = pgbench.check_run(summary, latencies)
+    problems = pgverify.check_run(summary, latencies)
     assert problems == [f"pgbench reports {summary.failed} failed transactions"], problems
     # A log that lost lines (one per transaction) disagrees with the report.
-    ok = pgbench.Summary(latencies.count, 0, 1.0, 1.0, 1.0)
+    ok = pgparse.Summary(latencies.count, 0, 1.0, 1.0, 1.0)
     completed = [line for line in lines if line.split()[2].isdigit()]
-    assert pgbench.check_run(ok, pgbench.parse_log(completed)) == []
-    short = pgbench.parse_log(completed[:-3])
-    assert pgbench.check_run(ok, short) == [
+    assert pgverify.check_run(ok, pgparse.parse_log(completed)) == []
+    short = pgparse.parse_log(completed[:-3])
+    assert pgverify.check_run(ok, short) == [
         f"pgbench's per-transaction log holds {latencies.count - 3} completed transactions, "
         f"its report {latencies.count}"
     ]
@@ -266,7 +268,7 @@ def test_a_setting_that_does_not_take_fails_the_run_and_stops_the_server() -> No
         ws = Workspace(data=base / "data", journal=base / "data", scratch=base / "scratch")
         cell = Cell.standalone("pgbench", {"scale": 1, "duration": 1}, postgres={"wal_buffers": 1})
         with pytest.raises(RuntimeError, match=r"wal_buffers: asked 8192, PostgreSQL has 32768"):
-            pgbench.run_cell(cell, ws, 120)
+            pgrun.run_cell(cell, ws, 120)
         assert processes_under(base) == []
         assert "database system is shut down" in (base / "scratch" / "postgres.log").read_text()
     finally:

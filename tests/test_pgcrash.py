@@ -30,6 +30,9 @@ from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import postgres
 from fsmatrix.agent.workloads import pgbench
 from fsmatrix.agent.workloads.pgbench import acks as pgacks
+from fsmatrix.agent.workloads.pgbench import params as pgparams
+from fsmatrix.agent.workloads.pgbench import recover as pgrecover
+from fsmatrix.agent.workloads.pgbench import run as pgrun
 
 HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
 needs_pg = pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")
@@ -113,7 +116,7 @@ def test_a_failure_while_the_server_is_dead_is_named_a_crash(tmp_path: Path) -> 
     )  # fmt: skip
     assert cluster.postmaster is not None
     try:
-        with pytest.raises(RuntimeError) as alive, pgbench._named_if_the_server_died(cluster, {}):
+        with pytest.raises(RuntimeError) as alive, pgrun._named_if_the_server_died(cluster, {}):
             raise RuntimeError("boom")  # the server is alive: the failure is its own
         assert str(alive.value) == "boom"
         (note,) = alive.value.__notes__
@@ -123,19 +126,19 @@ def test_a_failure_while_the_server_is_dead_is_named_a_crash(tmp_path: Path) -> 
         cluster.postmaster.wait()
         died = r"^PostgreSQL stopped during the run \(status -9\): boom$"
         details = {"acks": {"acknowledged": 7}}
-        watch = pgbench._named_if_the_server_died(cluster, details)
+        watch = pgrun._named_if_the_server_died(cluster, details)
         with pytest.raises(postgres.ServerDied, match=died) as caught, watch:
             raise RuntimeError("boom\nmore")
         assert caught.value.acknowledged == 7
         # The injector kills the postmaster last: a client that failed a moment before still sees it
-        # alive, and the failure waits for it (pgbench.DEATH_GRACE_S) before calling it its own.
+        # alive, and the failure waits for it (pgrun.DEATH_GRACE_S) before calling it its own.
         cluster.postmaster = subprocess.Popen(["sleep", "30"])
         killer = threading.Timer(1.0, cluster.postmaster.kill)
         killer.start()
         t0 = time.monotonic()
-        with pytest.raises(postgres.ServerDied, match=died), pgbench._named_if_the_server_died(cluster, {}):
+        with pytest.raises(postgres.ServerDied, match=died), pgrun._named_if_the_server_died(cluster, {}):
             raise RuntimeError("boom")
-        assert 0.9 < time.monotonic() - t0 < pgbench.DEATH_GRACE_S
+        assert 0.9 < time.monotonic() - t0 < pgrun.DEATH_GRACE_S
         killer.join()
     finally:
         cluster.postmaster.kill()
@@ -200,9 +203,9 @@ def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
     ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path / "scratch")
     kill = Cell.from_dict(crash_cell())
     (tmp_path / "scratch").mkdir()
-    (tmp_path / "scratch" / pgbench.ACKS_FILE).write_text("FSMATRIX-ACK 99\n")  # an earlier run's
-    sink = pgbench.ack_sink(kill, ws)
-    assert isinstance(sink, pgacks.FileSink) and sink.path == tmp_path / "scratch" / pgbench.ACKS_FILE
+    (tmp_path / "scratch" / pgrecover.ACKS_FILE).write_text("FSMATRIX-ACK 99\n")  # an earlier run's
+    sink = pgrecover.ack_sink(kill, ws)
+    assert isinstance(sink, pgacks.FileSink) and sink.path == tmp_path / "scratch" / pgrecover.ACKS_FILE
     sink.record(1)
     sink.close()
     assert pgacks.read_acks(sink.path) == 1  # a fresh file: the earlier count is gone
@@ -210,12 +213,12 @@ def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
     doc = crash_cell()
     doc["crash"]["mode"] = "power-cut"
     cut = Cell.from_dict(doc)
-    tag = pgbench.ack_tag(cut)
-    assert tag == pgbench.ack_tag(cut.to_dict()) != pgbench.ack_tag(kill)  # from the cell alone
+    tag = pgrecover.ack_tag(cut)
+    assert tag == pgrecover.ack_tag(cut.to_dict()) != pgrecover.ack_tag(kill)  # from the cell alone
     master, slave = os.openpty()  # a pseudo-terminal stands in for /dev/ttyS0
     try:
-        monkeypatch.setattr(pgbench, "SERIAL_CONSOLE", Path(os.ttyname(slave)))
-        sink = pgbench.ack_sink(cut, ws)
+        monkeypatch.setattr(pgrecover, "SERIAL_CONSOLE", Path(os.ttyname(slave)))
+        sink = pgrecover.ack_sink(cut, ws)
         assert isinstance(sink, pgacks.ConsoleSink)
         sink.record(7)
         sink.close()
@@ -225,9 +228,9 @@ def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
         os.close(master)
         os.close(slave)
     assert pgacks.parse_acks(text, tag) == 7 and pgacks.parse_acks(text) == 0
-    monkeypatch.setattr(pgbench, "SERIAL_CONSOLE", tmp_path / "no-ttyS0")
+    monkeypatch.setattr(pgrecover, "SERIAL_CONSOLE", tmp_path / "no-ttyS0")
     with pytest.raises(RuntimeError, match="needs the VM's serial console .*no-ttyS0"):
-        pgbench.ack_sink(cut, ws)
+        pgrecover.ack_sink(cut, ws)
 
 
 def test_the_acknowledged_count_comes_from_the_host_or_the_file(tmp_path: Path) -> None:
@@ -235,19 +238,19 @@ def test_the_acknowledged_count_comes_from_the_host_or_the_file(tmp_path: Path) 
     kill = Cell.from_dict(crash_cell())
     event = crash.CrashEvent(mode="kill", after_s=1.5)
     with pytest.raises(FileNotFoundError, match="acks is missing"):
-        pgbench.acknowledged_commits(kill, ws, event)
-    (tmp_path / pgbench.ACKS_FILE).write_text("FSMATRIX-ACK 1\nFSMATRIX-ACK 2\nFSMATRIX-ACK 3")  # the last cut short
-    assert pgbench.acknowledged_commits(kill, ws, event) == (2, str(tmp_path / pgbench.ACKS_FILE))
+        pgrecover.acknowledged_commits(kill, ws, event)
+    (tmp_path / pgrecover.ACKS_FILE).write_text("FSMATRIX-ACK 1\nFSMATRIX-ACK 2\nFSMATRIX-ACK 3")  # the last cut short
+    assert pgrecover.acknowledged_commits(kill, ws, event) == (2, str(tmp_path / pgrecover.ACKS_FILE))
     event.acknowledged = 40  # the host's count wins
-    assert pgbench.acknowledged_commits(kill, ws, event) == (40, "the host's serial log")
+    assert pgrecover.acknowledged_commits(kill, ws, event) == (40, "the host's serial log")
     event.acknowledged = -1
     with pytest.raises(ValueError, match="cannot be negative"):
-        pgbench.acknowledged_commits(kill, ws, event)
+        pgrecover.acknowledged_commits(kill, ws, event)
     doc = crash_cell()
     doc["crash"]["mode"] = "power-cut"
     cut = crash.CrashEvent(mode="power-cut", after_s=1.5)
     with pytest.raises(ValueError, match="the host passed no acknowledged count"):
-        pgbench.acknowledged_commits(Cell.from_dict(doc), ws, cut)  # the file is the guest's: not trusted
+        pgrecover.acknowledged_commits(Cell.from_dict(doc), ws, cut)  # the file is the guest's: not trusted
 
 
 # ------------------------------------------------------------------ real PostgreSQL on ext4 on a loop device
@@ -355,7 +358,7 @@ def crashed() -> Iterator[Crashed]:
 
         def run() -> None:
             try:
-                pgbench.run(cell.typed_params(pgbench.Params), cell.settings_of(postgres.Settings), ws, 300,
+                pgrun.run(cell.typed_params(pgbench.Params), cell.settings_of(postgres.Settings), ws, 300,
                             acks=pgacks.FileSink(sink))  # fmt: skip
             except BaseException as exc:  # handed to the test
                 errors.append(exc)
@@ -385,7 +388,7 @@ def test_a_killed_run_comes_back_with_every_acknowledged_commit(crashed: Crashed
     assert "(status -9)" in str(crashed.error)
     acks = pgacks.read_acks(crashed.sink)
     assert acks >= 300 and crashed.error.acknowledged == acks  # the sink holds what the client counted
-    report = pgbench.recover_after_crash(crashed.cell, crashed.ws, acks, 300)
+    report = pgrecover.recover_after_crash(crashed.cell, crashed.ws, acks, 300)
     crashed.details.update(report)
     assert report["status"] == "passed", report["reason"]
     steps = report["steps"]
@@ -402,7 +405,7 @@ def test_a_killed_run_comes_back_with_every_acknowledged_commit(crashed: Crashed
     assert state["history"] > 0 and state["account_sum"] == state["branch_sum"] == state["delta_sum"]
     assert steps["amcheck"]["status"] == "passed" and steps["amcheck"]["heapallindexed"] is True
     assert report["stops"] == ["fast"] and steps["checksums"]["status"] == "passed"
-    outcome = pgbench.recovery_outcome(report)
+    outcome = pgrecover.recovery_outcome(report)
     assert outcome.verification == {"status": "passed", "checks": steps} and outcome.metrics["lost_commits"] == 0
     assert processes_under(crashed.ws.data) == []
 
@@ -415,7 +418,7 @@ def test_acknowledgements_beyond_the_table_are_reported_lost(crashed: Crashed) -
     with crashed.sink.open("a") as f:
         f.write(f"FSMATRIX-ACK {acks + 26}\n")
     claimed = pgacks.read_acks(crashed.sink)
-    report = pgbench.recover_after_crash(crashed.cell, crashed.ws, claimed, 300)
+    report = pgrecover.recover_after_crash(crashed.cell, crashed.ws, claimed, 300)
     durable = report["steps"]["durability"]
     found_max = durable["found_max"]
     assert report["status"] == "failed" and durable["status"] == "failed"
@@ -437,13 +440,13 @@ def test_a_balance_changed_behind_pgbench_breaks_the_invariant(crashed: Crashed)
         with contextlib.ExitStack() as stack:
             cluster = postgres.attach(settings, crashed.ws.data, None, crashed.ws.scratch, stack, log_name="damage.log")
             with cluster.running():
-                cluster.query(sql, pgbench.DATABASE)
+                cluster.query(sql, pgparams.DATABASE)
                 if crash:
                     cluster.kill()
 
     change("UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid = 1", crash=True)
     try:
-        report = pgbench.recover_after_crash(crashed.cell, crashed.ws, 0, 300)
+        report = pgrecover.recover_after_crash(crashed.cell, crashed.ws, 0, 300)
     finally:  # the other tests' database again
         change("UPDATE pgbench_accounts SET abalance = abalance - 7 WHERE aid = 1", crash=False)
     invariant = report["steps"]["invariant"]
@@ -461,12 +464,12 @@ def test_a_corrupted_index_fails_amcheck_of_every_database(crashed: Crashed) -> 
     with contextlib.ExitStack() as stack:
         cluster = postgres.attach(settings, crashed.ws.data, None, crashed.ws.scratch, stack, log_name="damage.log")
         with cluster.running():
-            path = cluster.value(f"SELECT pg_relation_filepath('{pgacks.TABLE}_pkey')", pgbench.DATABASE)
+            path = cluster.value(f"SELECT pg_relation_filepath('{pgacks.TABLE}_pkey')", pgparams.DATABASE)
     index = cluster.data / path
     with index.open("r+b") as f:  # the server is stopped: it reads what is written here
         f.seek(postgres.PAGE + 1024)
         f.write(os.urandom(4096))
-    report = pgbench.recover_after_crash(crashed.cell, crashed.ws, 0, 300)
+    report = pgrecover.recover_after_crash(crashed.cell, crashed.ws, 0, 300)
     amcheck = report["steps"]["amcheck"]
     checksums = report["steps"]["checksums"]
     assert report["status"] == "failed" and amcheck["status"] == "failed" and checksums["status"] == "failed"
@@ -484,17 +487,17 @@ def _crash_with_acks(
         wal_root = ws.journal if ws.journal != ws.data else None
         cluster = postgres.create(settings, ws.data, wal_root, ws.scratch, stack)
         with cluster.running():
-            cluster.run([cluster.tool("createdb"), pgbench.DATABASE])
-            cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgbench.DATABASE],
-                        database=pgbench.DATABASE)  # fmt: skip
+            cluster.run([cluster.tool("createdb"), pgparams.DATABASE])
+            cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgparams.DATABASE],
+                        database=pgparams.DATABASE)  # fmt: skip
             cluster.query("CHECKPOINT")
             cluster.query("SELECT pg_switch_wal()")  # the checkpoint record stays in an older segment
             with contextlib.ExitStack() as running:
-                client = running.enter_context(pgacks.acknowledging(cluster, pgacks.FileSink(sink), pgbench.DATABASE))
+                client = running.enter_context(pgacks.acknowledging(cluster, pgacks.FileSink(sink), pgparams.DATABASE))
                 if with_pgbench:
                     bench = subprocess.Popen(
-                        [cluster.tool("pgbench"), "-n", "-c", "2", "-T", "60", pgbench.DATABASE],
-                        env=cluster.env(pgbench.DATABASE), cwd=ws.scratch, stdout=subprocess.DEVNULL,
+                        [cluster.tool("pgbench"), "-n", "-c", "2", "-T", "60", pgparams.DATABASE],
+                        env=cluster.env(pgparams.DATABASE), cwd=ws.scratch, stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )  # fmt: skip
                     running.callback(bench.wait)
@@ -523,7 +526,7 @@ def test_a_deleted_wal_segment_fails_the_recovery(layout: str) -> None:
         segments = [p for p in pg_wal.iterdir() if len(p.name) == 24 and p.is_file()]
         newest = max(segments, key=lambda p: p.stat().st_mtime_ns)  # the one written last (not a recycled one)
         newest.unlink()
-        report = pgbench.recover_after_crash(cell, ws, pgacks.read_acks(sink), 300)
+        report = pgrecover.recover_after_crash(cell, ws, pgacks.read_acks(sink), 300)
         assert report["status"] == "failed", report
         durable = report["steps"]["durability"]
         assert durable["status"] == "failed" and durable["lost"] > 0, durable
@@ -550,7 +553,7 @@ def test_a_damaged_wal_segment_fails_the_recovery() -> None:
             segment.seek(8192)  # past the segment's first page: its long header stays valid
             segment.write(bytes(range(256)) * 4096)  # 1 MiB that is no WAL record
         acks = pgacks.read_acks(sink)
-        report = pgbench.recover_after_crash(cell, ws, acks, 300)
+        report = pgrecover.recover_after_crash(cell, ws, acks, 300)
         assert report["steps"]["start"]["status"] == "passed" and report["crash_recovery"] is True, report
         durable = report["steps"]["durability"]
         assert report["status"] == "failed" and durable["status"] == "failed", report
@@ -573,24 +576,24 @@ def test_a_deleted_checkpoint_segment_keeps_the_server_down() -> None:
             cluster = postgres.attach(postgres.Settings(), ws.data, None, ws.scratch, stack)
             redo_file = postgres.controldata(cluster)["Latest checkpoint's REDO WAL file"]
         (ws.data / "pgdata" / "pg_wal" / redo_file).unlink()
-        report = pgbench.recover_after_crash(cell, ws, pgacks.read_acks(sink), 300)
+        report = pgrecover.recover_after_crash(cell, ws, pgacks.read_acks(sink), 300)
         assert report["status"] == "failed" and set(report["steps"]) == {"controldata", "start"}
         assert report["reason"] == (
             "PostgreSQL did not come back after the crash: PANIC: could not locate a valid checkpoint record"
         ), report["reason"]
         assert report["steps"]["start"]["log"]["crash_recovery"] is True and "recovery_s" not in report["metrics"]
-        outcome = pgbench.recovery_outcome(report)
+        outcome = pgrecover.recovery_outcome(report)
         assert outcome.verification["status"] == "failed" and outcome.verification["message"] == report["reason"]
 
 
 def test_a_data_directory_gone_is_a_failed_recovery(tmp_path: Path) -> None:
     ws = Workspace(data=tmp_path / "data", journal=tmp_path / "data", scratch=tmp_path / "scratch")
     (tmp_path / "data").mkdir()
-    report = pgbench.recover_after_crash(_cell(), ws, 5, 60)
+    report = pgrecover.recover_after_crash(_cell(), ws, 5, 60)
     assert report["status"] == "failed" and report["crash_recovery"] is None and list(report["steps"]) == ["attach"]
     assert report["reason"].startswith("PostgreSQL cannot come back after the crash: no PostgreSQL cluster in ")
     with pytest.raises(ValueError, match="acknowledged commits cannot be negative: -1"):
-        pgbench.recover_after_crash(_cell(), ws, -1, 60)
+        pgrecover.recover_after_crash(_cell(), ws, -1, 60)
 
 
 @needs_root
@@ -613,7 +616,7 @@ def test_synchronous_commit_off_loses_commits_to_a_kill_and_says_so() -> None:
         sink = ws.scratch / "acks"
         _crash_with_acks(settings, ws, sink, stop_wal_writer, with_pgbench=False)
         acks = pgacks.read_acks(sink)
-        report = pgbench.recover_after_crash(cell, ws, acks, 300)
+        report = pgrecover.recover_after_crash(cell, ws, acks, 300)
         durable = report["steps"]["durability"]
         assert durable["lost"] > 0 and durable["status"] == "failed", durable
         assert durable["found_max"] + durable["lost"] == acks  # a clean tail is gone, nothing else
@@ -714,7 +717,7 @@ def test_a_killed_pgbench_cell_recovers_through_run_job(job_dir: Path) -> None:
     assert {c["name"]: c["verdict"] for c in section["checks"]} == {
         "invariant": "passed", "durability": "passed", "amcheck": "passed"}  # fmt: skip
     assert section["lost_commits"] == 0 and section["acknowledged"] > 0
-    acks = pgacks.read_acks(job_dir / "job" / "scratch" / pgbench.ACKS_FILE)
+    acks = pgacks.read_acks(job_dir / "job" / "scratch" / pgrecover.ACKS_FILE)
     assert section["acknowledged"] == acks
     m = doc["metrics"]
     assert m["recovery_s"] == section["recovery_s"] and m["lost_commits"] == 0 and m["acknowledged"] == acks
@@ -773,7 +776,7 @@ def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: py
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
                               recover=False)  # fmt: skip
         event = crash.CrashEvent.from_dict(crashed["crash"])
-        event.acknowledged = pgacks.read_acks(job_dir / "job" / "scratch" / pgbench.ACKS_FILE) + 1000
+        event.acknowledged = pgacks.read_acks(job_dir / "job" / "scratch" / pgrecover.ACKS_FILE) + 1000
         doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
                                environment={}, event=event)  # fmt: skip
     assert doc["status"] == "failed"
@@ -789,7 +792,7 @@ def test_missing_acknowledgements_fail_the_recovery(job_dir: Path) -> None:
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
                               recover=False)  # fmt: skip
-        (job_dir / "job" / "scratch" / pgbench.ACKS_FILE).unlink()
+        (job_dir / "job" / "scratch" / pgrecover.ACKS_FILE).unlink()
         event = crash.CrashEvent.from_dict(crashed["crash"])
         doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
                                environment={}, event=event)  # fmt: skip
@@ -798,7 +801,7 @@ def test_missing_acknowledgements_fail_the_recovery(job_dir: Path) -> None:
         assert "is missing" in doc["reason"] and "start" not in [s["name"] for s in doc["crash"]["steps"]]
         # The same with an empty record (nothing acknowledged) passes; its start also removes the
         # killed server's shared memory, which the failed recovery never got to.
-        (job_dir / "job" / "scratch" / pgbench.ACKS_FILE).write_text("")
+        (job_dir / "job" / "scratch" / pgrecover.ACKS_FILE).write_text("")
         again = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
                                  environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]))  # fmt: skip
     assert again["status"] == "passed", again["reason"]
@@ -842,12 +845,12 @@ def test_a_cleanly_stopped_cluster_is_no_crash_recovery() -> None:
         with contextlib.ExitStack() as stack:
             cluster = postgres.create(cell.settings_of(postgres.Settings), ws.data, None, ws.scratch, stack)
             with cluster.running():
-                cluster.run([cluster.tool("createdb"), pgbench.DATABASE])
-                cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgbench.DATABASE],
-                            database=pgbench.DATABASE)  # fmt: skip
-        (ws.scratch / pgbench.ACKS_FILE).write_text("")
+                cluster.run([cluster.tool("createdb"), pgparams.DATABASE])
+                cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgparams.DATABASE],
+                            database=pgparams.DATABASE)  # fmt: skip
+        (ws.scratch / pgrecover.ACKS_FILE).write_text("")
         event = crash.CrashEvent(mode="kill", after_s=1.5, fired=True)
-        outcome = pgbench.recover_cell(cell, ws, event)
+        outcome = pgrecover.recover_cell(cell, ws, event)
     assert outcome.verification["status"] == "passed"  # the database itself is fine
     checks = {c["name"]: c for c in event.checks}
     assert checks["crash recovery"]["verdict"] == "failed"

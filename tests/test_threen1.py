@@ -25,7 +25,10 @@ from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.workloads import threen1
 from fsmatrix.agent.workloads.threen1 import memory as threen1_memory
+from fsmatrix.agent.workloads.threen1 import parse as threen1_parse
 from fsmatrix.agent.workloads.threen1 import reference as threen1_reference
+from fsmatrix.agent.workloads.threen1 import run as threen1_run
+from fsmatrix.agent.workloads.threen1 import verify as threen1_verify
 
 DATA = Path(__file__).parent / "data" / "threen1"
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
@@ -88,13 +91,13 @@ GOOD_SAMPLE = {"seed": 1, "size": 1600, "missing": 0, "wrong": 0, "examples": []
 
 
 def test_parse_output_of_a_real_run() -> None:
-    run = threen1.parse_output(CAPTURED.read_text())
+    run = threen1_parse.parse_output(CAPTURED.read_text())
     assert [w.id for w in run.workers] == [1, 2, 3, 4]
     assert len({w.pid for w in run.workers}) == 4
     assert run.reads == sum(w.reads for w in run.workers) == 317729
     assert run.updates == sum(w.updates for w in run.workers) == 217729
     assert run.longest == 350 and run.largest == 1570824736
-    assert run.shared == threen1.Shared(longest=350, largest=1570824736, reads=317729, updates=217729)
+    assert run.shared == threen1_parse.Shared(longest=350, largest=1570824736, reads=317729, updates=217729)
     assert run.elapsed_s == 3.608359 == max(w.end_s for w in run.workers)
     assert run.workers[0].cpu_s == 0.35
     assert run.start_skew_s == 0.007402
@@ -103,7 +106,7 @@ def test_parse_output_of_a_real_run() -> None:
     )  # fmt: skip
     # 43,285 sequences computed, 19 of their transactions read-write (13 set ^result, 6 only
     # ^highest: the departure), plus one read-write transaction per worker at its end
-    assert threen1.transactions(run) == {
+    assert threen1_verify.transactions(run) == {
         "per_sequence": 43285,
         "final": 4,
         "read_only": 43266,
@@ -119,14 +122,14 @@ def test_parse_output_of_a_real_run() -> None:
 def test_parse_output_needs_the_shared_line() -> None:
     text = "".join(line for line in CAPTURED.read_text().splitlines(keepends=True) if not line.startswith("shared"))
     with pytest.raises(ValueError, match="no shared line"):
-        threen1.parse_output(text)
+        threen1_parse.parse_output(text)
 
 
 def test_parse_output_reports_the_routines_error() -> None:
     with pytest.raises(ValueError, match="THREEN1-E-WORDS"):
-        threen1.parse_output((DATA / "parent_error_words.txt").read_text())
+        threen1_parse.parse_output((DATA / "parent_error_words.txt").read_text())
     with pytest.raises(ValueError, match="cannot read"):
-        threen1.parse_output("result workers=x\n")
+        threen1_parse.parse_output("result workers=x\n")
 
 
 def test_shipped_reference_table_matches_shared() -> None:
@@ -223,20 +226,20 @@ def test_sequence_length_by_plain_iteration() -> None:
 
 def test_the_sample_is_seeded_and_covers_the_range() -> None:
     params = threen1.Params(start=1, end=100000)
-    first = threen1.sample_entries(params, 7)
-    assert first == threen1.sample_entries(params, 7)
-    assert first != threen1.sample_entries(params, 8)
+    first = threen1_verify.sample_entries(params, 7)
+    assert first == threen1_verify.sample_entries(params, 7)
+    assert first != threen1_verify.sample_entries(params, 8)
     starts = [n for n, _ in first if n <= 100000]
-    assert len(first) >= threen1.SAMPLE_SIZE and len(set(n for n, _ in first)) == len(first)
+    assert len(first) >= threen1_verify.SAMPLE_SIZE and len(set(n for n, _ in first)) == len(first)
     assert sum(1 for n, _ in first if n > 100000) > 30  # entries beyond the range, from the sequences
-    assert len(starts) >= threen1.SAMPLE_SIZE
+    assert len(starts) >= threen1_verify.SAMPLE_SIZE
     for n, length in first[:50]:
         assert length == threen1_memory.run_in_memory(n, n, "integer")["longest_sequence"]
-    small = threen1.sample_entries(threen1.Params(start=5, end=300), 1)
+    small = threen1_verify.sample_entries(threen1.Params(start=5, end=300), 1)
     assert set(range(5, 301)) <= {n for n, _ in small}  # a small range: every starting number
 
 
-def _verify(run: threen1.RunOutput, **overrides: Any) -> dict[str, Any]:
+def _verify(run: threen1_parse.RunOutput, **overrides: Any) -> dict[str, Any]:
     args: dict[str, Any] = {
         "params": threen1.Params(start=1, end=100000, workers=4),
         "run": run,
@@ -245,17 +248,17 @@ def _verify(run: threen1.RunOutput, **overrides: Any) -> dict[str, Any]:
         "sample": GOOD_SAMPLE,
     }
     args.update(overrides)
-    return threen1.verify(**args)
+    return threen1_verify.verify(**args)
 
 
 def test_verify_passes_the_captured_run() -> None:
-    v = _verify(threen1.parse_output(CAPTURED.read_text()))
+    v = _verify(threen1_parse.parse_output(CAPTURED.read_text()))
     assert v["status"] == "passed", v["message"]
     assert v["got"]["gtm_tp_read_write"] == 23 and v["reference"]["numbers"] == 100000
 
 
 def test_each_check_of_verify_can_fail() -> None:
-    run = threen1.parse_output(CAPTURED.read_text())
+    run = threen1_parse.parse_output(CAPTURED.read_text())
     counters = gtm.parse_gvstat(CAPTURED_GVSTAT.read_text())
     shared = run.shared
     cases: dict[str, tuple[dict[str, Any], str]] = {
@@ -311,9 +314,9 @@ def test_in_memory_counts(keys: str) -> None:
 def test_bad_parameters_are_refused_before_anything_runs(ws: Workspace) -> None:
     for bad in ({"keys": "roman"}, {"start": 10, "end": 5}, {"workers": 0}, {"colour": 1}):
         with pytest.raises(ValueError):
-            threen1.run_cell(cell(**bad), ws, 60)
+            threen1_run.run_cell(cell(**bad), ws, 60)
     with pytest.raises(ValueError, match="MM"):
-        threen1.run_cell(cell({"access_method": "MM", "journal": "before"}), ws, 60)
+        threen1_run.run_cell(cell({"access_method": "MM", "journal": "before"}), ws, 60)
     assert not ws.data.exists()
 
 
@@ -322,11 +325,11 @@ def test_bad_parameters_are_refused_before_anything_runs(ws: Workspace) -> None:
 
 @pytest.mark.parametrize("keys", ["spelled", "integer"])
 def test_100000_with_4_workers(ws: Workspace, keys: str) -> None:
-    out = threen1.run_cell(cell(keys=keys), ws, 300)
+    out = threen1_run.run_cell(cell(keys=keys), ws, 300)
     assert out.verification["status"] == "passed", out.verification
     assert out.verification["reference"]["source"] == "published"
     sample = out.verification["sample"]
-    assert sample["size"] >= threen1.SAMPLE_SIZE and isinstance(sample["seed"], int)
+    assert sample["size"] >= threen1_verify.SAMPLE_SIZE and isinstance(sample["seed"], int)
     assert (sample["missing"], sample["wrong"]) == (0, 0)
     # the published program's transactions: one per computed sequence (about 43,000), nearly all
     # read-only; read-write: the few that found a longer sequence or (the departure) a larger
@@ -339,7 +342,7 @@ def test_100000_with_4_workers(ws: Workspace, keys: str) -> None:
     assert abs(m["tp_read_only"] - tx["read_only"]) <= 10
     # GT.M's statistics counters are not exact with several processes (TTR and GET come out a few
     # short now and then: 9 of 217,698 seen): the same slack as verify() allows for TTR.
-    slack = max(threen1.TTR_SLACK, threen1.TTR_SLACK_FRACTION * (m["reads"] + tx["per_sequence"]))
+    slack = max(threen1_verify.TTR_SLACK, threen1_verify.TTR_SLACK_FRACTION * (m["reads"] + tx["per_sequence"]))
     assert m["gtm_sets"] >= m["updates"] - slack and m["gtm_gets"] >= m["reads"] + tx["per_sequence"] - slack
     assert out.details["gtm"]["counters"]["TTW"] == m["tp_read_write"]
     assert (m["longest_sequence"], m["largest_number"], m["workers"]) == (350, 1570824736, 4)
@@ -359,7 +362,7 @@ def test_100000_with_4_workers(ws: Workspace, keys: str) -> None:
 
 @pytest.mark.parametrize("keys", ["spelled", "integer"])
 def test_single_worker_counts_equal_the_in_memory_run(ws: Workspace, keys: str) -> None:
-    out = threen1.run_cell(cell({"journal": "off"}, start=1, end=30000, workers=1, block=1000, keys=keys), ws, 300)
+    out = threen1_run.run_cell(cell({"journal": "off"}, start=1, end=30000, workers=1, block=1000, keys=keys), ws, 300)
     assert out.verification["status"] == "passed", out.verification
     mem = threen1_memory.run_in_memory(1, 30000, keys)
     assert (out.metrics["reads"], out.metrics["updates"]) == (mem["reads"], mem["updates"])
@@ -380,7 +383,7 @@ SETTINGS_CASES = {
 @pytest.mark.parametrize("name", SETTINGS_CASES)
 def test_gtm_settings_run_and_read_back(ws: Workspace, name: str) -> None:
     asked = SETTINGS_CASES[name]
-    out = threen1.run_cell(cell(asked, start=1, end=20000, workers=3, block=1000), ws, 300)
+    out = threen1_run.run_cell(cell(asked, start=1, end=20000, workers=3, block=1000), ws, 300)
     assert out.verification["status"] == "passed", out.verification
     # 3 workers asked, 3 separate GT.M processes did the work
     assert len({w["pid"] for w in out.details["workers"]}) == 3
@@ -403,7 +406,7 @@ def test_a_wrong_answer_fails_verification(ws: Workspace) -> None:
         measured.append(list((ws.scratch).glob("threen1-*/gtm/objects/threen1.o")))
         yield
 
-    out = threen1.run_cell(
+    out = threen1_run.run_cell(
         cell({"journal": "off"}, start=27, end=27, workers=2, block=1),
         dataclasses.replace(ws, measure=measure, reference=wrong),
         120,
@@ -418,9 +421,9 @@ def test_a_wrong_answer_fails_verification(ws: Workspace) -> None:
 def test_a_reference_for_another_range_is_refused(ws: Workspace) -> None:
     other = {"start": 1, "end": 100, "longest_sequence": 118, "largest_number": 9232, "source": "computed"}
     with pytest.raises(ValueError, match="reference is for 1..100, the cell runs 1..200"):
-        threen1.run_cell(cell(start=1, end=200), dataclasses.replace(ws, reference=other), 60)
+        threen1_run.run_cell(cell(start=1, end=200), dataclasses.replace(ws, reference=other), 60)
     with pytest.raises(ValueError, match="must hold the integers"):
-        threen1.run_cell(cell(start=1, end=200), dataclasses.replace(ws, reference={"start": 1}), 60)
+        threen1_run.run_cell(cell(start=1, end=200), dataclasses.replace(ws, reference={"start": 1}), 60)
     assert not ws.data.exists()
 
 
@@ -436,7 +439,7 @@ def test_the_reference_is_computed_before_the_timed_run(
         seen.append(threen1_reference.read_cache(cache)[0])
         yield
 
-    out = threen1.run_cell(cell({"journal": "off"}, start=3, end=2999, workers=2, block=500),
+    out = threen1_run.run_cell(cell({"journal": "off"}, start=3, end=2999, workers=2, block=500),
                            dataclasses.replace(ws, measure=measure), 120)  # fmt: skip
     assert out.verification["status"] == "passed", out.verification
     assert seen == [{(3, 2999): threen1_reference.compute(3, 2999)}]
@@ -478,7 +481,7 @@ def test_a_stored_entry_changed_or_lost_fails_the_sample_check(ws: Workspace) ->
     # 27 takes 111 steps; 31's entry disappears. A range below 1,000 numbers is sampled whole.
     change = f'set ^step("{k27}")="{v112}" kill ^step("{k31}")'
     small = cell({"journal": "off"}, start=1, end=500, workers=2, block=50)
-    out = threen1.run_cell(small, _after_the_run(ws, change), 120)
+    out = threen1_run.run_cell(small, _after_the_run(ws, change), 120)
     v = out.verification
     assert v["status"] == "failed"
     assert (v["sample"]["missing"], v["sample"]["wrong"]) == (1, 1), v["sample"]
@@ -489,14 +492,14 @@ def test_a_stored_entry_changed_or_lost_fails_the_sample_check(ws: Workspace) ->
 
 
 def test_integer_keys_sample_check_reads_numbers(ws: Workspace) -> None:
-    out = threen1.run_cell(cell({"journal": "off"}, start=1, end=500, workers=2, block=50, keys="integer"),
+    out = threen1_run.run_cell(cell({"journal": "off"}, start=1, end=500, workers=2, block=50, keys="integer"),
                            _after_the_run(ws, "set ^step(27)=110"), 120)  # fmt: skip
     assert out.verification["status"] == "failed"
     assert out.verification["sample"]["examples"] == [{"number": 27, "expected": 111, "stored": 110}]
 
 
 def test_a_transaction_behind_the_programs_back_fails_the_transaction_check(ws: Workspace) -> None:
-    out = threen1.run_cell(cell({"journal": "off"}, start=1, end=3000, workers=2, block=500),
+    out = threen1_run.run_cell(cell({"journal": "off"}, start=1, end=3000, workers=2, block=500),
                            _after_the_run(ws, "tstart ()  set ^other=1 tcommit"), 120)  # fmt: skip
     v = out.verification
     assert v["status"] == "failed"
@@ -508,10 +511,11 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     """SIGINT to the whole process group (what Ctrl-C does) while the workers run."""
     before = sysv_ipc_ids()
     script = (
-        "import signal, sys; from pathlib import Path; from fsmatrix.agent.workloads import threen1\n"
+        "import signal, sys; from pathlib import Path\n"
+        "from fsmatrix.agent.workloads.threen1 import run as threen1_run\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "try:\n"
-        "    threen1.run_standalone(1, 20_000_000, 3, 50000, 'spelled', Path(sys.argv[1]))\n"
+        "    threen1_run.run_standalone(1, 20_000_000, 3, 50000, 'spelled', Path(sys.argv[1]))\n"
         "except KeyboardInterrupt:\n"
         "    sys.exit(42)\n"
     )
@@ -521,7 +525,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
         pids: list[int] = []
         while len(pids) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-            pids = [p for f in (tmp_path / "db").glob(".scratch/*/workers.pids") for p in threen1.read_pid_file(f)]
+            pids = [p for f in (tmp_path / "db").glob(".scratch/*/workers.pids") for p in threen1_run.read_pid_file(f)]
         assert len(pids) == 3
         time.sleep(0.5)
         os.killpg(child.pid, signal.SIGINT)
@@ -535,13 +539,13 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
 
 
 def test_run_standalone_puts_everything_in_its_directory(tmp_path: Path) -> None:
-    out = threen1.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db", gtm={"journal": "nobefore"})
+    out = threen1_run.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db", gtm={"journal": "nobefore"})
     assert out.verification["status"] == "passed"
     assert (tmp_path / "db" / "threen1.dat").exists()
     assert (tmp_path / "db" / "threen1.mjl").exists()
     assert list((tmp_path / "db" / ".scratch").glob("threen1-*/parent.out"))
     with pytest.raises(FileExistsError):  # never over an earlier database
-        threen1.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db")
+        threen1_run.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db")
 
 
 @needs_root
@@ -562,11 +566,11 @@ def test_timeout_stops_every_worker_and_the_filesystem_unmounts(tmp_path: Path) 
         ws = Workspace(data=mnt / "data", journal=mnt / "data", scratch=tmp_path / "scratch")
         before = sysv_ipc_ids()
         with pytest.raises(TimeoutError, match="exceeded 4 s"):
-            threen1.run_cell(cell(start=1, end=20_000_000, workers=3, block=50000), ws, 4)
+            threen1_run.run_cell(cell(start=1, end=20_000_000, workers=3, block=50000), ws, 4)
         assert live_processes_under(mnt) == []
         assert live_processes_under(tmp_path / "scratch") == []
         assert sysv_ipc_ids() - before == set()
-        pids = threen1.read_pid_file(next((tmp_path / "scratch").glob("threen1-*/workers.pids")))
+        pids = threen1_run.read_pid_file(next((tmp_path / "scratch").glob("threen1-*/workers.pids")))
         assert len(pids) == 3 and not any(proc.holds_files(p) for p in pids)
         proc.run(["umount", str(mnt)], timeout=60)  # fails with "target is busy" if anything is left
         mounted = False
@@ -579,7 +583,7 @@ def test_timeout_stops_every_worker_and_the_filesystem_unmounts(tmp_path: Path) 
 @pytest.mark.slow
 def test_spelled_1m_database_is_about_the_published_size(ws: Workspace) -> None:
     """Seed 002: "The database grows to 138MB" for 1..1,000,000 with spelled keys."""
-    out = threen1.run_cell(cell(start=1, end=1_000_000, workers=4, block=50000), ws, 1800)
+    out = threen1_run.run_cell(cell(start=1, end=1_000_000, workers=4, block=50000), ws, 1800)
     assert out.verification["status"] == "passed", out.verification
     size = out.metrics["database_bytes"]
     print(f"1..1M spelled: database {size} bytes, used {out.details['database_used_bytes']} bytes")
