@@ -158,7 +158,7 @@ def test_acknowledged_commits_reads_the_lines_the_guest_tags() -> None:
     """The guest tags its lines with ack_tag(cell): the host must count those, and only those
     (an untagged read counted 0 and made every durability check vacuous)."""
     cell = _pgbench_cell()
-    tag = pgrecover.ack_tag(cell.params)  # what the guest computes from the job's cell
+    tag = pgrecover.ack_tag(cell.spec)  # what the guest computes from the job's cell
     console = b"".join(pgacks.ack_line(k, tag) for k in range(1, 8)).decode()
     console += "FSMATRIX-ACK 99\nFSMATRIX-ACK pgbench-000000000000 50\n"  # untagged, another cell's
     console += f"FSMATRIX-ACK {tag} 8"  # cut short by the power cut: no newline, not counted

@@ -214,7 +214,7 @@ def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
     doc["crash"]["mode"] = "power-cut"
     cut = Cell.from_dict(doc)
     tag = pgrecover.ack_tag(cut)
-    assert tag == pgrecover.ack_tag(cut.to_dict()) != pgrecover.ack_tag(kill)  # from the cell alone
+    assert tag == pgrecover.ack_tag(Cell.from_dict(cut.to_dict())) != pgrecover.ack_tag(kill)  # from the cell alone
     master, slave = os.openpty()  # a pseudo-terminal stands in for /dev/ttyS0
     try:
         monkeypatch.setattr(pgrecover, "SERIAL_CONSOLE", Path(os.ttyname(slave)))

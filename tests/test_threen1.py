@@ -43,11 +43,11 @@ CELL: dict[str, Any] = {
 }
 
 
-def cell(gtm_settings: dict[str, Any] | None = None, **workload: Any) -> dict[str, Any]:
+def cell(gtm_settings: dict[str, Any] | None = None, **workload: Any) -> Cell:
     c = copy.deepcopy(CELL)
     c["gtm"].update(gtm_settings or {})
     c["workload"]["threen1"].update(workload)
-    return c
+    return Cell.from_dict(c)
 
 
 @pytest.fixture
@@ -205,10 +205,10 @@ def test_the_job_carries_the_reference_a_workload_declares(tmp_path: Path, monke
     from fsmatrix.agent import job
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    published = job.reference_for(Cell.from_dict(cell()))
+    published = job.reference_for(cell())
     assert published is not None and published.pop("seconds") < 1
     assert published == {**PUBLISHED_100000, "cache": "none"}
-    computed = job.reference_for(Cell.from_dict(cell(start=7, end=2000)))
+    computed = job.reference_for(cell(start=7, end=2000))
     assert computed is not None and computed["source"] == "computed" and computed["cache"] == "miss"
     assert (computed["longest_sequence"], computed["largest_number"]) == threen1_reference.compute(7, 2000)
     assert (

@@ -59,9 +59,8 @@ def _wal_root(ws: Workspace) -> Path | None:
     return ws.journal if ws.journal.resolve() != ws.data.resolve() else None
 
 
-def recover_after_crash(cell: Cell | Mapping[str, Any], ws: Workspace, acks: int, timeout: float) -> dict[str, Any]:
+def recover_after_crash(cell: Cell, ws: Workspace, acks: int, timeout: float) -> dict[str, Any]:
     """After a crash of ``cell``'s run: restart PostgreSQL on the same disks and verify (``recover``)."""
-    cell = Cell.coerce(cell)
     if ws.device is not None:
         raise Skipped(RAW_UNSUPPORTED)
     return recover(cell.typed_params(Params), cell.settings_of(postgres.Settings), ws, acks, timeout)
@@ -237,10 +236,10 @@ ACKS_FILE = "acks"  # kill: the FileSink in the run's scratch directory (off the
 RECOVERY_STEPS = ("attach", "controldata", "start")
 
 
-def ack_tag(cell: Cell | Mapping[str, Any]) -> str:
+def ack_tag(cell: Cell) -> str:
     """The tag of a crash cell's acknowledgements on a serial console, from the cell alone: the host
     computes the same one to read them back (``pgacks.parse_acks(serial_log, ack_tag(cell))``)."""
-    text = json.dumps(Cell.coerce(cell).to_dict(), sort_keys=True)
+    text = json.dumps(cell.to_dict(), sort_keys=True)
     return "pgbench-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -290,7 +289,7 @@ def acknowledged_commits(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> 
     return pgacks.read_acks(path), str(path)
 
 
-def recover_cell(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEvent) -> Outcome:
+def recover_cell(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
     """The crash hook: PostgreSQL restarted on the crashed cluster (its WAL replay is ``recovery_s``),
     then the invariant, every acknowledged commit (``lost_commits``), pg_amcheck and, with data
     checksums, pg_checksums. Nothing is resumed: the checks are the verification.
@@ -298,7 +297,6 @@ def recover_cell(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.Cra
     The database's recovery steps go to ``event.steps`` (a failed one raises RecoveryFailed: the
     later checks never ran), the checks to ``event.checks``; a lost commit fails the run, the
     reason naming the commits and the setting that allows the loss."""
-    cell = Cell.coerce(cell)
     with event.step("acknowledged commits") as record:
         acks, source = acknowledged_commits(cell, ws, event)
         record["detail"] = f"{acks} (from {source})"

@@ -68,12 +68,11 @@ def _drop_caches() -> str:
     return "synced and dropped"
 
 
-def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
     """Create a cluster on ws.data (WAL on ws.journal when it differs), load, run, verify, stop.
 
     A crash cell runs the acknowledging client beside pgbench (``ack_sink``); the crash ends the run
     with ``postgres.ServerDied``, and ``recover_cell`` takes over."""
-    cell = Cell.coerce(cell)
     if ws.device is not None:
         raise Skipped(RAW_UNSUPPORTED)
     sink = ack_sink(cell, ws) if cell.crash is not None else None

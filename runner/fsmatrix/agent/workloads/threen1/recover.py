@@ -8,10 +8,8 @@ import dataclasses
 import re
 import tempfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fsmatrix.agent import crash, proc
 from fsmatrix.agent.cell import Cell
@@ -44,7 +42,7 @@ def survey(db: gtm.Database, params: Params, timeout: float = SAMPLE_TIMEOUT) ->
     return Survey(entries=f["entries"], started=f["started"], result=f["result"], highest=f["highest"])
 
 
-def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEvent) -> Outcome:
+def recover(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
     """The crash hook: recover the crashed database in ``ws``, check it, resume the range, verify.
 
     - journal ``before``: the killed processes' shared memory discarded unflushed (what a power cut
@@ -62,7 +60,6 @@ def recover(cell: Cell | Mapping[str, Any], ws: Workspace, event: crash.CrashEve
     range's starting numbers (work the resume reuses), and the resumed run must end with the
     reference answers (its usual verification).
     """
-    cell = Cell.coerce(cell)
     params, settings = cell.typed_params(Params), cell.settings_of(gtm.Settings)
     deadline = time.monotonic() + cell.timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)

@@ -41,9 +41,8 @@ def read_pid_file(path: Path) -> list[int]:
     return [int(p[2]) for p in (line.split() for line in lines) if len(p) == 3 and p[2].isdigit()]
 
 
-def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
     """Run the cell's 3n+1 range on a fresh database in ``ws.data`` (journal in ``ws.journal``)."""
-    cell = Cell.coerce(cell)
     return run(cell.typed_params(Params), cell.settings_of(gtm.Settings), ws, timeout, reference=ws.reference)
 
 
