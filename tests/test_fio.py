@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from fsmatrix.agent import oscache
+from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.workloads import fio
 
@@ -204,7 +205,7 @@ PHASES = {
 @pytest.mark.root
 @pytest.mark.parametrize("pattern", fio.VALID_PATTERNS)
 def test_every_pattern_runs(pattern: str, ws: Workspace) -> None:
-    outcome = fio.run_cell({"workload": {"fio": {"pattern": pattern, "file_size": "4m"}}}, ws, timeout=60)
+    outcome = fio.run_cell(Cell.standalone("fio", {"pattern": pattern, "file_size": "4m"}), ws, timeout=60)
     assert outcome.verification == {"status": "passed"}
     assert outcome.versions == {"fio": "fio-3.33"}
     m = outcome.metrics
@@ -224,7 +225,7 @@ def test_every_pattern_runs(pattern: str, ws: Workspace) -> None:
 @pytest.mark.root
 def test_several_jobs_for_a_fixed_time(ws: Workspace) -> None:
     params = {"pattern": "randrw", "file_size": "4m", "jobs": 2, "runtime": 1, "rwmixread": 70}
-    outcome = fio.run_cell({"workload": {"fio": params}}, ws, timeout=60)
+    outcome = fio.run_cell(Cell.standalone("fio", params), ws, timeout=60)
     assert outcome.verification["status"] == "passed"
     m = outcome.metrics
     assert m["runtime_s"] == pytest.approx(1.0, abs=0.1)
@@ -251,7 +252,7 @@ def test_caches_dropped_before_measuring_buffered_io(
 
     monkeypatch.setattr(oscache, "drop_caches", counting)
     params = {"pattern": pattern, "file_size": "4m", "direct": direct}
-    outcome = fio.run_cell({"workload": {"fio": params}}, ws, timeout=60)
+    outcome = fio.run_cell(Cell.standalone("fio", params), ws, timeout=60)
     assert outcome.verification["status"] == "passed"
     assert len(calls) == drops
     if pattern == "reread":
@@ -264,7 +265,7 @@ def test_caches_dropped_before_measuring_buffered_io(
 @pytest.mark.root
 def test_failing_run_is_reported_and_cleaned_up(ws: Workspace) -> None:
     params = {"pattern": "write", "file_size": "1m", "record_size": "1000"}  # O_DIRECT needs alignment
-    outcome = fio.run_cell({"workload": {"fio": params}}, ws, timeout=60)
+    outcome = fio.run_cell(Cell.standalone("fio", params), ws, timeout=60)
     assert outcome.verification["status"] == "failed"
     assert "exited with status 1" in outcome.verification["message"]
     assert "Invalid argument" in outcome.verification["message"]
@@ -278,7 +279,7 @@ def test_timeout_kills_every_job_and_cleans_up(ws: Workspace) -> None:
     seen: list[str] = []
     started = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(fio.run_cell, {"workload": {"fio": params}}, ws, 4.0)
+        future = pool.submit(fio.run_cell, Cell.standalone("fio", params), ws, 4.0)
         while not future.done() and not seen:
             seen = [p for p in processes_in(ws.data) if "--rw=randread" in p]
             time.sleep(0.1)
@@ -292,7 +293,7 @@ def test_timeout_kills_every_job_and_cleans_up(ws: Workspace) -> None:
 
 @pytest.mark.root
 def test_standalone_fills_defaults(ws: Workspace) -> None:
-    outcome = fio.run_standalone({"pattern": "write", "file_size": "4m"}, ws.data, timeout=60)
+    outcome = fio.run_standalone(Cell.standalone("fio", {"pattern": "write", "file_size": "4m"}), ws.data, timeout=60)
     assert outcome.verification["status"] == "passed"
     json.dumps(dataclasses.asdict(outcome), allow_nan=False)  # results are written as JSON
     params = outcome.details["params"]
@@ -300,4 +301,4 @@ def test_standalone_fills_defaults(ws: Workspace) -> None:
     assert outcome.metrics["write_iops"] == pytest.approx(outcome.metrics["write_mib_s"] * 128, rel=0.01)
     assert list(ws.data.iterdir()) == []
     with pytest.raises(NotADirectoryError):
-        fio.run_standalone({"pattern": "write"}, ws.data / "missing", timeout=60)
+        fio.run_standalone(Cell.standalone("fio", {"pattern": "write"}), ws.data / "missing", timeout=60)

@@ -197,8 +197,8 @@ class _Phase:
     cold: bool  # start with an empty page cache (matters for buffered I/O only)
 
 
-def _phases(params: Mapping[str, Any]) -> list[_Phase]:
-    pattern = params["pattern"]
+def _phases(params: Params) -> list[_Phase]:
+    pattern = params.pattern
     phases = []
     if pattern != "write":
         phases.append(_Phase("layout", "write", measured=False, cold=False))
@@ -217,34 +217,48 @@ def device_size(device: str) -> int:
         os.close(fd)
 
 
-def raw_region(params: Mapping[str, Any], size_bytes: int) -> int:
+def raw_region(params: Params, size_bytes: int) -> int:
     """Bytes each job works on when fio runs on a device of ``size_bytes``: file_size, or the
     device's share per job when that is smaller, in whole records. ValueError when not one record fits."""
-    record = parse_size(params["record_size"])
-    region = min(parse_size(params["file_size"]), size_bytes // int(params["jobs"]))
+    record = parse_size(params.record_size)
+    region = min(parse_size(params.file_size), size_bytes // params.jobs)
     region -= region % record
     if region <= 0:
-        raise ValueError(f"fio: the device ({size_bytes} bytes) is too small for {params['jobs']} job(s) of one record")
+        raise ValueError(f"fio: the device ({size_bytes} bytes) is too small for {params.jobs} job(s) of one record")
     return region
+
+
+@dataclass(frozen=True)
+class RawTarget:
+    """Filesystem raw: the block device fio works on, and each job's region of it."""
+
+    device: str
+    size_bytes: int
+    region_bytes: int  # per job: raw_region()
+
+    @classmethod
+    def of(cls, params: Params, device: str) -> RawTarget:
+        size = device_size(device)
+        return cls(device, size, raw_region(params, size))
 
 
 LAYOUT_BLOCK = 1 << 20
 
 
-def _block_size(params: Mapping[str, Any], phase: _Phase) -> str:
+def _block_size(params: Params, phase: _Phase) -> str:
     """The record size, except for the layout pass, which only creates what the measured pass reads:
     1 MiB writes there keep a throttled disk (the hdd profile: 180 IOPS) from spending minutes on it."""
-    record = str(params["record_size"])
+    record = params.record_size
     if phase.name == "layout" and parse_size(record) < LAYOUT_BLOCK:
         return str(LAYOUT_BLOCK)
     return record
 
 
-def _command(params: Mapping[str, Any], phase: _Phase, output: Path, device: str | None = None) -> list[str]:
-    target = [f"--size={params['file_size']}"]
-    if device is not None:
-        region = int(params["raw_region_bytes"])
-        target = [f"--filename={device}", f"--size={region}", f"--offset_increment={region}"]
+def _command(params: Params, phase: _Phase, output: Path, raw: RawTarget | None = None) -> list[str]:
+    target = [f"--size={params.file_size}"]
+    if raw is not None:
+        region = raw.region_bytes
+        target = [f"--filename={raw.device}", f"--size={region}", f"--offset_increment={region}"]
     cmd = [
         "fio",
         f"--name={JOB_NAME}",
@@ -254,10 +268,10 @@ def _command(params: Mapping[str, Any], phase: _Phase, output: Path, device: str
         f"--rw={phase.rw}",
         f"--bs={_block_size(params, phase)}",
         *target,
-        f"--numjobs={params['jobs']}",
-        f"--ioengine={params['ioengine']}",
-        f"--direct={int(params['direct'])}",
-        f"--fsync_on_close={int(params['fsync_on_close'])}",
+        f"--numjobs={params.jobs}",
+        f"--ioengine={params.ioengine}",
+        f"--direct={int(params.direct)}",
+        f"--fsync_on_close={int(params.fsync_on_close)}",
         # iozone writes into files it did not preallocate; fio would fallocate them first.
         "--fallocate=none",
         f"--invalidate={int(phase.cold)}",
@@ -269,18 +283,18 @@ def _command(params: Mapping[str, Any], phase: _Phase, output: Path, device: str
         "--eta=never",
     ]
     if phase.measured:
-        if params["pattern"] == "randrw":
-            cmd.append(f"--rwmixread={params['rwmixread']}")
-        if params["runtime"] > 0:
-            cmd += [f"--runtime={params['runtime']}", "--time_based"]
+        if params.pattern == "randrw":
+            cmd.append(f"--rwmixread={params.rwmixread}")
+        if params.runtime > 0:
+            cmd += [f"--runtime={params.runtime}", "--time_based"]
     return cmd
 
 
-def _job_files(params: Mapping[str, Any], ws: Workspace) -> list[Path]:
-    return [ws.data / f"{JOB_NAME}.{job}.0" for job in range(params["jobs"])]
+def _job_files(params: Params, ws: Workspace) -> list[Path]:
+    return [ws.data / f"{JOB_NAME}.{job}.0" for job in range(params.jobs)]
 
 
-def _remove_files(params: Mapping[str, Any], ws: Workspace) -> None:
+def _remove_files(params: Params, ws: Workspace) -> None:
     if ws.device is not None:
         return  # raw: fio made no files
     for path in _job_files(params, ws):
@@ -294,25 +308,23 @@ def _failure_text(result_output: str, report: Path) -> str:
     return (before_json + "\n" + result_output).strip()
 
 
-def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
     """Run the pattern's phases in ws.data, reports in ws.scratch; TimeoutError after ``timeout`` s."""
-    params = declare.to_dict(Cell.coerce(cell).typed_params(Params))
+    params = cell.typed_params(Params)
     deadline = time.monotonic() + timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     versions = {"fio": tool_version()}
     phase_details: list[dict[str, Any]] = []
-    details: dict[str, Any] = {"params": params, "phases": phase_details}
-    run_params: dict[str, Any] = dict(params)
-    if ws.device is not None:
-        size = device_size(ws.device)
-        run_params["raw_region_bytes"] = raw_region(params, size)
+    details: dict[str, Any] = {"params": declare.to_dict(params), "phases": phase_details}
+    raw = RawTarget.of(params, ws.device) if ws.device is not None else None
+    if raw is not None:
         details["raw"] = {
-            "device": ws.device,
-            "device_size_bytes": size,
-            "region_bytes_per_job": run_params["raw_region_bytes"],
+            "device": raw.device,
+            "device_size_bytes": raw.size_bytes,
+            "region_bytes_per_job": raw.region_bytes,
         }
     numbers: dict[str, float | int] = {}
-    refused = oscache.direct_io_refused(ws.data) if params["direct"] and ws.device is None else None
+    refused = oscache.direct_io_refused(ws.data) if params.direct and raw is None else None
     if refused is not None:
         return Outcome(
             {}, {"status": "failed", "message": f"fio: {refused} (workload.fio.direct: false)"}, details, versions
@@ -320,10 +332,10 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     _remove_files(params, ws)
     try:
         for index, phase in enumerate(_phases(params)):
-            if phase.cold and not params["direct"]:
+            if phase.cold and not params.direct:
                 oscache.drop_caches()
             report = ws.scratch / f"fio-{index}-{phase.name}.json"
-            cmd = _command(run_params, phase, report, ws.device)
+            cmd = _command(params, phase, report, raw)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"fio: no time left for the {phase.name} phase (timeout {timeout:g} s)")
@@ -331,7 +343,7 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
             try:
                 with ws.measure() if phase.measured else contextlib.nullcontext():
                     # raw: nothing to put in ws.data; fio's stray files (if any) go to scratch
-                    cwd = ws.scratch if ws.device is not None else ws.data
+                    cwd = ws.scratch if raw is not None else ws.data
                     result = proc.run(cmd, timeout=remaining, cwd=cwd, check=False)
             except proc.CommandError as exc:
                 if exc.returncode is None:
@@ -366,9 +378,9 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     return Outcome(metrics=metrics, verification=verification, details=details, versions=versions)
 
 
-def run_standalone(params: Mapping[str, Any], directory: Path, timeout: float) -> Outcome:
-    """Run one fio pattern in ``directory`` (which must exist), DEFAULTS filling missing parameters."""
-    return run_in_directory(WORKLOAD, params, directory, timeout)
+def run_standalone(cell: Cell, directory: Path, timeout: float) -> Outcome:
+    """Run one fio cell (e.g. ``Cell.standalone("fio", {...})``) in ``directory``, which must exist."""
+    return run_in_directory(WORKLOAD, cell, directory, timeout)
 
 
 WORKLOAD = Workload(

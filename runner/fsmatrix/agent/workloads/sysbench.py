@@ -149,34 +149,34 @@ def tool_version() -> str:
     return match.group(1) if match else text.strip()
 
 
-def _command(params: Mapping[str, Any], phase: str) -> list[str]:
+def _command(params: Params, phase: str) -> list[str]:
     # prepare and cleanup only need to know the files; they stay buffered so that preparing
     # a large file set is not slowed down by O_DIRECT (caches are dropped before the run anyway).
     cmd = [
         "sysbench",
         "fileio",
-        f"--file-total-size={params['total_size']}",
-        f"--file-num={params['num_files']}",
+        f"--file-total-size={params.total_size}",
+        f"--file-num={params.num_files}",
     ]
     if phase == "run":
         cmd += [
-            f"--file-test-mode={params['mode']}",
-            f"--file-block-size={params['block_size']}",
-            f"--threads={params['threads']}",
-            f"--time={params['duration']}",
+            f"--file-test-mode={params.mode}",
+            f"--file-block-size={params.block_size}",
+            f"--threads={params.threads}",
+            f"--time={params.duration}",
             "--events=0",
-            f"--file-fsync-freq={params['fsync_freq']}",
-            f"--file-rw-ratio={params['rw_ratio']}",
+            f"--file-fsync-freq={params.fsync_freq}",
+            f"--file-rw-ratio={params.rw_ratio}",
             "--percentile=95",  # parse_run_output reads the "95th percentile" line
         ]
-        if params["io"] == "direct":
+        if params.io == "direct":
             cmd.append("--file-extra-flags=direct")
     cmd.append(phase)
     return cmd
 
 
 def _run_phase(
-    params: Mapping[str, Any], phase: str, ws: Workspace, deadline: float, timeout: float
+    params: Params, phase: str, ws: Workspace, deadline: float, timeout: float
 ) -> tuple[list[str], int, str]:
     """Run one sysbench phase in ws.data; (command, exit status, output). TimeoutError past deadline."""
     cmd = _command(params, phase)
@@ -195,7 +195,7 @@ def _run_phase(
     return cmd, result.returncode, text
 
 
-def _cleanup(params: Mapping[str, Any], ws: Workspace) -> None:
+def _cleanup(params: Params, ws: Workspace) -> None:
     """Remove the test files: `sysbench cleanup`, then whatever it left (it may have failed)."""
     try:
         result = proc.run(_command(params, "cleanup"), timeout=_CLEANUP_TIMEOUT, cwd=ws.data, check=False)
@@ -203,7 +203,7 @@ def _cleanup(params: Mapping[str, Any], ws: Workspace) -> None:
             log.warning("sysbench cleanup exited with status %d", result.returncode)
     except proc.CommandError as exc:
         log.warning("%s", exc)
-    for index in range(params["num_files"]):
+    for index in range(params.num_files):
         (ws.data / f"test_file.{index}").unlink(missing_ok=True)
 
 
@@ -213,16 +213,16 @@ def _failed(message: str, details: dict[str, Any], versions: dict[str, str]) -> 
     )
 
 
-def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
+def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
     """prepare -> drop caches -> run -> cleanup (always) in ws.data; TimeoutError after ``timeout`` s."""
-    params = declare.to_dict(Cell.coerce(cell).typed_params(Params))
+    params = cell.typed_params(Params)
     if ws.device is not None:
         raise Skipped(RAW_UNSUPPORTED)
     deadline = time.monotonic() + timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     versions = {"sysbench": tool_version()}
-    details: dict[str, Any] = {"params": params}
-    refused = oscache.direct_io_refused(ws.data) if params["io"] == "direct" else None
+    details: dict[str, Any] = {"params": declare.to_dict(params)}
+    refused = oscache.direct_io_refused(ws.data) if params.io == "direct" else None
     if refused is not None:
         return _failed(f"sysbench: {refused} (workload.sysbench.io: buffered)", details, versions)
     try:
@@ -254,9 +254,9 @@ def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> O
     return Outcome(metrics=metrics, verification=verification, details=details, versions=versions)
 
 
-def run_standalone(params: Mapping[str, Any], directory: Path, timeout: float) -> Outcome:
-    """Run sysbench fileio in ``directory`` (which must exist), DEFAULTS filling missing parameters."""
-    return run_in_directory(WORKLOAD, params, directory, timeout)
+def run_standalone(cell: Cell, directory: Path, timeout: float) -> Outcome:
+    """Run one sysbench fileio cell (e.g. ``Cell.standalone("sysbench", {...})``) in ``directory``, which must exist."""
+    return run_in_directory(WORKLOAD, cell, directory, timeout)
 
 
 WORKLOAD = Workload(
