@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from fsmatrix.agent.cell import Cell
-from fsmatrix.agent.declare import parse_size, setting
 from fsmatrix.agent.contract import Metric, Outcome, Workload, Workspace
+from fsmatrix.agent.declare import parse_size, setting
 
 
 @dataclass(frozen=True)
@@ -45,8 +43,8 @@ class Params:
     size: str = setting("4K", size=True, help="bytes per file")
 
 
-def run_cell(cell: Cell | Mapping[str, Any], ws: Workspace, timeout: float) -> Outcome:
-    p = Cell.coerce(cell).typed_params(Params)
+def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
+    p = cell.typed_params(Params)
     data = os.urandom(parse_size(p.size))
     paths = [ws.data / f"file{i}" for i in range(p.files)]
     t0 = time.monotonic()

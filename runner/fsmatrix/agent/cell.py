@@ -158,13 +158,6 @@ class Cell:
         return cell
 
     @classmethod
-    def coerce(cls, cell: Cell | Mapping[str, Any]) -> Cell:
-        """``cell`` itself, or a cell parsed from a JSON form (which may leave out the filesystem)."""
-        if isinstance(cell, Cell):
-            return cell
-        return cls.from_dict({"filesystem": filesystems.FILESYSTEMS[0], **cell})
-
-    @classmethod
     def standalone(cls, workload: str, params: Mapping[str, Any], **blocks: Mapping[str, Any] | None) -> Cell:
         """A cell for running a workload outside a matrix (``fsmatrix workload NAME``, tests)."""
         doc: dict[str, Any] = {"filesystem": filesystems.FILESYSTEMS[0], "workload": {workload: dict(params)}}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +10,11 @@ from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workload, Workspace
 
 
-def run_in_directory(
-    workload: Workload[Any],
-    params: Cell | Mapping[str, Any],
-    directory: Path,
-    timeout: float,
-) -> Outcome:
+def run_in_directory(workload: Workload[Any], cell: Cell, directory: Path, timeout: float) -> Outcome:
     """Run a workload directly in an existing ``directory`` (no matrix, no mkfs); scratch in /tmp.
-
-    ``params``: the workload's parameters, or a whole standalone cell (``Cell.standalone``)."""
+    ``cell``: a standalone cell (``Cell.standalone``)."""
     if not directory.is_dir():
         raise NotADirectoryError(f"{workload.name}: {directory} is not a directory")
-    cell = params if isinstance(params, Cell) else Cell.standalone(workload.name, params)
     with tempfile.TemporaryDirectory(prefix=f"fsmatrix-{workload.name}-") as scratch:
         ws = Workspace(data=directory, journal=directory, scratch=Path(scratch))
         return workload.run_cell(cell, ws, timeout)
