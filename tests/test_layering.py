@@ -35,6 +35,7 @@ LINT_IMPORTS = [
     "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())",
 ]
 
+
 def _contracts() -> dict[str, dict[str, Any]]:
     config = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]
     return {c["id"]: c for c in config["contracts"]}

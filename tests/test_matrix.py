@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsmatrix import matrix
+from fsmatrix.agent.cell import Cell
 from fsmatrix.cli import main
 
 EXAMPLE = """\
@@ -81,7 +82,7 @@ name: other-name
     cell = matrix.load(write_matrix(EXAMPLE)).cells[0]
     items = list(cell.params.items())
     random.Random(1).shuffle(items)
-    assert matrix.cell_id(dict(items)) == cell.id
+    assert matrix.cell_id(Cell.from_dict(dict(items))) == cell.id
     # ... and known in advance: a change here is a change to every stored result's identity.
     assert cell.id.startswith("ext2-threen1-1-100000-w4-")
 

@@ -256,8 +256,9 @@ def test_availability_on_this_host() -> None:
 
 
 def test_availability_names_a_missing_tool(monkeypatch: pytest.MonkeyPatch) -> None:
-    broken = dataclasses.replace(fsmod.get("ext4"), mkfs=("mkfs.fsmatrix-missing", "-F"))
-    monkeypatch.setitem(fsmod._registry, "ext4", broken)
+    real = fsmod.get
+    broken = dataclasses.replace(real("ext4"), mkfs=("mkfs.fsmatrix-missing", "-F"))
+    monkeypatch.setattr(fsmod, "get", lambda name: broken if name == "ext4" else real(name))
     assert filesystem_availability("ext4") == "mkfs.fsmatrix-missing not found (install e2fsprogs)"
 
 
@@ -447,7 +448,7 @@ SIGINT_SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from fsmatrix.agent.storage import loop_devices, prepare
+    from fsmatrix.agent.storage import StorageSpec, loop_devices, prepare
     work = Path(sys.argv[1])
     cell = StorageSpec.from_dict({"filesystem": "ext4", "mkfs_options": "", "mount_options": "",
                                   "storage": {"layout": "split-journal", "journal_filesystem": "ext2"}})

@@ -10,6 +10,7 @@ file is validated against (``json_schema``). Standard library only: the guest ru
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 import typing
 from collections.abc import Mapping
@@ -212,3 +213,13 @@ def json_schema(cls: type, *, with_default: bool = True) -> dict[str, Any]:
     if with_default:
         schema["default"] = {}
     return schema
+
+
+def member(module: str, attribute: str, kind: type[T], name: str) -> T:
+    """A registry's member: the declaration ``attribute`` of ``module`` (imported on first use, so a
+    member's module may import its registry's helpers), checked to be a ``kind`` called ``name``."""
+    loaded = importlib.import_module(module)
+    declared = getattr(loaded, attribute, None)
+    if not isinstance(declared, kind) or getattr(declared, "name", None) != name:
+        raise TypeError(f"{module}.{attribute} does not declare {name}")
+    return declared

@@ -18,9 +18,10 @@ Standard library only: the guest runs this too.
 
 from __future__ import annotations
 
-import importlib
+import functools
 from dataclasses import dataclass
 
+from fsmatrix.agent import declare
 from fsmatrix.agent.crash.event import MEASURE_START_MARKER, CrashEvent, RecoveryFailed, short
 from fsmatrix.agent.crash.mode import CrashMode, CrashNotInjected, CrashRun
 from fsmatrix.agent.declare import setting
@@ -57,20 +58,12 @@ class Settings:
     seed: int = setting(0, minimum=0, help="flush-points: which flush points are chosen")
 
 
-_loaded: dict[str, CrashMode] = {}
-
-
+@functools.cache
 def get(name: str) -> CrashMode:
     """The declaration of crash mode ``name``; ValueError for names not in the registry."""
     if name not in MODES:
         raise ValueError(f"unknown crash mode {name!r}; known: {', '.join(MODES)}")
-    if name not in _loaded:
-        module = importlib.import_module(f"{__name__}.{MODES[name]}")
-        declared = getattr(module, "MODE", None)
-        if not isinstance(declared, CrashMode) or declared.name != name:
-            raise TypeError(f"{module.__name__}.MODE does not declare crash mode {name}")
-        _loaded[name] = declared
-    return _loaded[name]
+    return declare.member(f"{__name__}.{MODES[name]}", "MODE", CrashMode, name)
 
 
 def start(settings: Settings, event: CrashEvent) -> CrashRun:

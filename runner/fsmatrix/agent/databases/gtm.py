@@ -433,9 +433,7 @@ def processes_using(db: Database) -> list[int]:
     return [
         pid
         for pid in proc.pids()
-        if pid != me
-        and (wanted_env in proc.environ(pid) or files & set(proc.links(pid, ())))
-        and proc.holds_files(pid)
+        if pid != me and (wanted_env in proc.environ(pid) or files & set(proc.links(pid, ()))) and proc.holds_files(pid)
     ]
 
 

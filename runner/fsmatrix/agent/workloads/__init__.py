@@ -13,9 +13,10 @@ workload's ``params`` dataclass, ``cell.settings[block]`` one of each settings b
 
 from __future__ import annotations
 
-import importlib
+import functools
 from typing import Any
 
+from fsmatrix.agent import declare
 from fsmatrix.agent.contract import SettingsBlock, Workload
 
 # The registry: one line per workload module in this package, in the order reports list them.
@@ -26,20 +27,13 @@ WORKLOADS: tuple[str, ...] = (
     "pgbench",
 )
 
-_loaded: dict[str, Workload[Any]] = {}
 
-
+@functools.cache
 def get(name: str) -> Workload[Any]:
     """The declaration of workload ``name``; ValueError for names not in the registry."""
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
-    if name not in _loaded:
-        module = importlib.import_module(f"{__name__}.{name}")
-        declared = getattr(module, "WORKLOAD", None)
-        if not isinstance(declared, Workload) or declared.name != name:
-            raise TypeError(f"{module.__name__}.WORKLOAD does not declare workload {name}")
-        _loaded[name] = declared
-    return _loaded[name]
+    return declare.member(f"{__name__}.{name}", "WORKLOAD", Workload, name)
 
 
 def all_workloads() -> list[Workload[Any]]:

@@ -10,14 +10,14 @@ one module and one line there (docs/adding-a-filesystem.md).
 
 from __future__ import annotations
 
-import importlib
+import functools
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
+from fsmatrix.agent import declare, proc
 
 FILESYSTEMS: tuple[str, ...] = (
     "ext2",
@@ -132,22 +132,13 @@ def leading_int(text: str | None) -> int | None:
         return None
 
 
-_registry: dict[str, Filesystem] = {}
-
-
 def all_filesystems() -> list[Filesystem]:
     return [get(name) for name in FILESYSTEMS]
 
 
+@functools.cache
 def get(name: str) -> Filesystem:
     """The description of filesystem ``name``; ValueError for names fsmatrix does not know."""
     if name not in FILESYSTEMS:
         raise ValueError(f"unknown filesystem {name!r}; known: {', '.join(FILESYSTEMS)}")
-    if name not in _registry:
-        # Imported on demand so that the modules can import this package's helpers.
-        module = importlib.import_module(f"{__name__}.{name}")
-        described = module.FILESYSTEM
-        if not isinstance(described, Filesystem) or described.name != name:
-            raise TypeError(f"{module.__name__}.FILESYSTEM does not describe {name}")
-        _registry[name] = described
-    return _registry[name]
+    return declare.member(f"{__name__}.{name}", "FILESYSTEM", Filesystem, name)
