@@ -31,8 +31,6 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import click
-
 from fsmatrix import __version__
 from fsmatrix.agent import proc
 from fsmatrix.agent.storage.devices import read_mounts
@@ -318,56 +316,3 @@ def prune(tool: str, keep: set[str]) -> tuple[list[str], list[str]]:
         done = proc.run([tool, "rmi", name], check=False, timeout=300)
         (removed if done.returncode == 0 else in_use).append(name)
     return removed, in_use
-
-
-# --------------------------------------------------------------------------------------------
-# command line
-
-
-def _echo(message: str) -> None:
-    click.echo(message, err=True)
-
-
-@click.group("container")
-def container_group() -> None:
-    """The runner as a container image (fsmatrix:<version>-<inputs hash>), built offline."""
-
-
-@container_group.command("build")
-@click.option("--force", is_flag=True, help="Rebuild even when an image for these inputs exists.")
-@click.option("--engine", "tool_name", type=click.Choice(["podman", "docker"]), help="Default: podman, else docker.")
-def build_command(force: bool, tool_name: str | None) -> None:
-    """Build the image (debootstrap base, wheelhouse, then the Containerfile), or reuse it; print its name."""
-    try:
-        name = build(force=force, echo=_echo, tool_name=tool_name)
-    except proc.CommandError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(name)
-
-
-@container_group.command("tag")
-@click.option("--engine", "tool_name", type=click.Choice(["podman", "docker"]), help="Default: podman, else docker.")
-def tag_command(tool_name: str | None) -> None:
-    """Print the image name for the current sources; exit status 1 when it is not built yet."""
-    tool = engine(tool_name)
-    name = current_name()
-    click.echo(name)
-    if not image_exists(tool, name):
-        _echo("not built yet: run `make container`")
-        sys.exit(1)
-
-
-@container_group.command("prune")
-@click.option("--engine", "tool_name", type=click.Choice(["podman", "docker"]), help="Default: podman, else docker.")
-def prune_command(tool_name: str | None) -> None:
-    """Remove fsmatrix's container images except the current sources' one and its base."""
-    tool = engine(tool_name)
-    package_names = packages()
-    keep = {image_name(inputs_hash(package_names)), base_name(base_hash(package_names))}
-    removed, in_use = prune(tool, keep)
-    for name in removed:
-        click.echo(f"removed {name}")
-    for name in in_use:
-        _echo(f"kept {name}: in use")
-    if not removed and not in_use:
-        _echo("nothing to remove")

@@ -5,9 +5,9 @@ a hash of their inputs: the package list, packer/*.pkr.hcl, packer/scripts/* and
 source. Unchanged inputs reuse the image; a changed agent reruns only the Packer stage; a changed
 package list or base script reruns debootstrap too (from its package cache).
 
-    python -m fsmatrix.backends.image build          # or: fsmatrix image build / make image
-    python -m fsmatrix.backends.image path
-    python -m fsmatrix.backends.image probe-accel
+    fsmatrix image build          # or: make image
+    fsmatrix image path
+    fsmatrix image probe-accel
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import stat
-import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,12 +26,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import click
-
 from fsmatrix import __version__
 from fsmatrix.agent import proc
 from fsmatrix.backends import hostinfo
-from fsmatrix.backends.qemu import snapshot
 from fsmatrix.errors import UserError
 
 CACHE_ENV = "FSMATRIX_CACHE"
@@ -431,76 +427,3 @@ def _build(paths: ImagePaths, cache: Path, echo: Echo) -> ImagePaths:
         shutil.rmtree(build_dir, ignore_errors=True)
     echo(f"image: {paths.qcow2}")
     return paths
-
-
-# --------------------------------------------------------------------------------------------
-# command line
-
-
-def _echo(message: str) -> None:
-    click.echo(message, err=True)
-
-
-@click.group("image")
-def image_group() -> None:
-    """The guest image (Debian 12 + GT.M, sysbench, fio, filesystem tools, the fsmatrix agent)."""
-
-
-@image_group.command("build")
-@click.option("--force", is_flag=True, help="Rebuild even when an image for these inputs exists.")
-def build_command(force: bool) -> None:
-    """Build the image (debootstrap base, then Packer), or reuse it; print the qcow2's path."""
-    try:
-        paths = build(force=force, echo=_echo)
-    except (proc.CommandError, UserError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(str(paths.qcow2))
-
-
-@image_group.command("path")
-def path_command() -> None:
-    """Print the image path for the current inputs; exit status 1 when it is not built yet."""
-    paths = image_paths()
-    click.echo(str(paths.qcow2))
-    if not paths.complete():
-        _echo("not built yet: run `make image`")
-        sys.exit(1)
-
-
-@image_group.command("list")
-def list_command() -> None:
-    """List the images in the cache, newest first; * marks the current sources' image."""
-    current = image_paths().name
-    for paths in built_images():
-        size = sum(p.stat().st_size for p in paths.files if p.is_file())
-        state = "" if paths.complete() else " (incomplete)"
-        mark = "*" if paths.name == current else " "
-        click.echo(f"{mark} {paths.name}  {size / 2**30:.2f} GiB{state}")
-
-
-@image_group.command("prune")
-@click.option("--keep", type=click.IntRange(0), default=1, show_default=True, help="Older images to keep.")
-def prune_command(keep: int) -> None:
-    """Delete old images from the cache: all but the current sources' one and the --keep newest others."""
-    deleted = prune(keep)
-    for paths in deleted:
-        click.echo(f"deleted {paths.name}")
-    templates = snapshot.prune_orphans(cache_root())
-    for directory in templates:
-        click.echo(f"deleted the saved guest {directory} (its image is gone)")
-    if not deleted and not templates:
-        _echo("nothing to delete")
-
-
-@image_group.command("probe-accel")
-@click.option("--refresh", is_flag=True, help="Probe again instead of using this boot's cached answer.")
-def probe_command(refresh: bool) -> None:
-    """Print kvm when a KVM guest really runs here, else tcg (boots a tiny guest with a timeout)."""
-    kernel = newest_base_kernel()
-    if kernel is None:
-        raise click.ClickException("no guest kernel to probe with yet: run `make image` first")
-    click.echo(probe_accel(kernel, refresh=refresh))
-
-
-if __name__ == "__main__":
-    image_group()

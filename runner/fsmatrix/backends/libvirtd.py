@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import signal
@@ -27,8 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import click
 
 from fsmatrix.agent import proc
 from fsmatrix.errors import UserError
@@ -304,42 +301,3 @@ def running() -> Iterator[Daemons]:
                 lease.unlink(missing_ok=True)
                 if not _live_leases() and not (STATE_DIR / "keep").exists():
                     _stop_locked()
-
-
-# ------------------------------------------------------------------------------- command line
-
-
-@click.group("libvirt")
-def libvirt_group() -> None:
-    """The libvirt daemons the libvirt backend (and Vagrant's libvirt provider) use."""
-
-
-@libvirt_group.command("start")
-def start_command() -> None:
-    """Start fsmatrix's libvirt daemons (in network namespace "fsmatrix") unless a libvirtd answers
-    already; they stay until `fsmatrix libvirt stop`. Prints the URI to use (LIBVIRT_DEFAULT_URI)."""
-    daemons = start()
-    if daemons.netns is not None:
-        (STATE_DIR / "keep").touch()
-        how = "started" if daemons.started else "already running"
-        click.echo(f"fsmatrix's libvirtd {how} in network namespace {daemons.netns}", err=True)
-    else:
-        click.echo("a system libvirtd answers: using it, nothing started", err=True)
-    click.echo(daemons.uri)
-
-
-@libvirt_group.command("stop")
-def stop_command() -> None:
-    """Stop the libvirt daemons fsmatrix started (a system libvirtd is left alone)."""
-    users = [pid for pid in _live_leases() if pid != os.getpid()] if STATE_DIR.exists() else []
-    if users:
-        click.echo(f"warning: fsmatrix processes still use them: {users}", err=True)
-    if not _our_pids():
-        click.echo("no libvirt daemon of fsmatrix's runs", err=True)
-    stop()
-
-
-@libvirt_group.command("status")
-def status_command() -> None:
-    """Print what runs, as JSON."""
-    click.echo(json.dumps(status(), indent=1))

@@ -1,6 +1,7 @@
-"""Click commands over stored results: ``compare`` (and the regression gate), ``calibrate``, ``report``.
+"""Click commands over stored results: ``compare`` (and the regression gate), ``calibrate``, ``report``,
+``results merge`` and ``results reindex``.
 
-The lead wires these into ``fsmatrix.cli.main``; they follow its conventions (UserError → exit 2).
+``fsmatrix.cli`` wires these into ``main``; they follow its conventions (UserError → exit 2).
 """
 
 from __future__ import annotations
@@ -210,3 +211,30 @@ def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | No
         click.echo(htmlreport.otava_config(docs, "fsmatrix.csv"), nl=False)
     else:
         click.echo(report.markdown(docs, name), nl=False)
+
+
+@click.group("results")
+def results_group() -> None:
+    """Manage results roots: merge CI artifacts, rebuild the index."""
+
+
+@results_group.command("merge")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--into",
+    "root",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The results root to merge into (created if missing).",
+)
+def merge_cmd(sources: tuple[Path, ...], root: Path) -> None:
+    """Copy the result documents under SOURCES (e.g. downloaded shard artifacts) into one results root."""
+    copied, same = results.merge(list(sources), root)
+    click.echo(f"merged {copied} result documents into {root} ({same} already there)")
+
+
+@results_group.command("reindex")
+@click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def reindex_cmd(root: Path) -> None:
+    """Rebuild ROOT/index.sqlite from the result documents under ROOT."""
+    click.echo(f"indexed {results.reindex(root)} result documents in {root / 'index.sqlite'}")

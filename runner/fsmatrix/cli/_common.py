@@ -1,0 +1,25 @@
+"""Helpers shared by several command modules of ``fsmatrix.cli``."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from fsmatrix.errors import UserError
+
+
+def writable_directory(path: Path, option: str) -> None:
+    """Create ``path`` if missing and prove it takes a file, or refuse with one line (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option} {path}: not a writable directory ({exc.strerror or exc})") from exc
+
+
+def echo_err(message: str) -> None:
+    """A progress or status line on stderr (stdout keeps what scripts read: a path, a name)."""
+    click.echo(message, err=True)

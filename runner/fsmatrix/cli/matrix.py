@@ -1,0 +1,82 @@
+"""``fsmatrix matrix expand`` and ``fsmatrix matrix settings``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fsmatrix import matrix
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import schema
+
+
+@click.group("matrix")
+def matrix_group() -> None:
+    """Inspect matrix files."""
+
+
+@matrix_group.command("expand")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True)
+@click.option(
+    "--only", "only", multiple=True, help="Keep cells whose id matches this glob (repeatable, or comma list)."
+)
+@click.option(
+    "--shard-size",
+    type=click.IntRange(1),
+    default=None,
+    help="github: cells per job (default: 1, or as many as needed to stay within 256 jobs).",
+)
+@click.option("--scale", default=None, help="Expand at this one of the file's `scales` (e.g. small).")
+def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, scale: str | None) -> None:
+    """Expand FILE into cells with stable ids."""
+    m = matrix.load(file, scale)
+    cells = m.select(list(only))
+    if fmt == "json":
+        click.echo(json.dumps([{"id": c.id, **c.params} for c in cells], indent=1, ensure_ascii=False))
+    elif fmt == "github":
+        click.echo(json.dumps(github_matrix(cells, shard_size)))
+    else:
+        table = Table(title=f"{m.name}: {len(cells)} cells × {m.repeat} repeats")
+        for header in ("id", "filesystem", "mount", "layout", "device", "workload", "database"):
+            table.add_column(header)
+        for c in cells:
+            spec = c.spec
+            layout = spec.storage.layout
+            if spec.storage.striped:
+                layout += f" {spec.storage.stripe_disks}×{spec.storage.stripe_size}"
+            device = f"{spec.device.profile} {spec.device.bus}"
+            database = " ".join(b.summary(spec.settings[b.name]) for b in spec.declaration.settings)
+            table.add_row(c.id, spec.filesystem, spec.mount_options, layout, device, c.summary(), database)
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def github_matrix(cells: list[matrix.MatrixCell], shard_size: int | None = None) -> dict[str, Any]:
+    """``strategy.matrix`` for GitHub Actions: one entry per shard, at most 256 shards."""
+    size = shard_size or max(1, -(-len(cells) // matrix.MAX_JOBS_PER_MATRIX))
+    shards = [cells[i : i + size] for i in range(0, len(cells), size)]
+    if len(shards) > matrix.MAX_JOBS_PER_MATRIX:
+        raise UserError(f"{len(shards)} shards exceed GitHub's {matrix.MAX_JOBS_PER_MATRIX} jobs; raise --shard-size")
+    return {"include": [{"shard": i, "cells": ",".join(c.id for c in shard)} for i, shard in enumerate(shards)]}
+
+
+@matrix_group.command("settings")
+def settings() -> None:
+    """List every setting a matrix may use, with its default and what it allows."""
+    table = Table(title="settings")
+    for header in ("setting", "default", "allowed", "what it is"):
+        table.add_column(header)
+    for path in schema.setting_paths():
+        spec = schema.spec_at(path) or {}
+        if spec.get("type") == "object":
+            continue
+        default = spec.get("default", "(required)" if path.startswith("workload.") else "")
+        shown = json.dumps(default) if default != "(required)" else default
+        table.add_row(path, shown, schema.describe(spec), spec.get("description", ""))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
