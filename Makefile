@@ -100,7 +100,7 @@ lint: deps
 	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh packer/container/*.sh
 	$(BIN)/actionlint
 	packer fmt -check packer/
-	CHECKPOINT_DISABLE=1 packer validate -syntax-only packer/  # full validation: tests/test_image.py
+	CHECKPOINT_DISABLE=1 packer validate -syntax-only packer/  # full validation: tests/backends/test_image.py
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -17,6 +17,7 @@ from fsmatrix.backends.qemu.backend import running_vms
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+TEST_DATA = Path(__file__).resolve().parent / "data"  # captured tool output and other test data, tests/data/
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored across exec: the Ctrl-C tests' children would then never see their SIGINT. Python

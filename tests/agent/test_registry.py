@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from fsmatrix.agent import declare, workloads
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import BACKENDS
 from fsmatrix.matrix import schema
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "runner" / "fsmatrix"
 # fsmatrix's own benchmarks run particular cells on purpose.
 EXEMPT = ("bench/",)

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from conftest import REPO
 from fsmatrix import matrix
 from fsmatrix.agent import workloads
 from fsmatrix.results import htmlreport, published, report, seedreport
 
-SEEDS = Path(__file__).resolve().parent.parent / "matrix" / "seeds"
+SEEDS = REPO / "matrix" / "seeds"
 
 
 def run_dir_for(tmp_path: Path, matrix_file: Path) -> Path:
@@ -180,7 +181,7 @@ def test_section_in_markdown_and_html_reports(small_000: tuple[Path, list[matrix
 
 
 def test_no_section_without_a_seed_matrix(tmp_path: Path) -> None:
-    path = Path(__file__).resolve().parent.parent / "matrix" / "quick.yaml"
+    path = REPO / "matrix" / "quick.yaml"
     run_dir = run_dir_for(tmp_path, path)
     docs = docs_for(run_dir, matrix.load(path).cells, {"ext4-": [1.0, 2.0, 3.0]}, "elapsed_s")
     assert seedreport.blocks(docs) == []

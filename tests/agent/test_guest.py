@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
+from conftest import REPO, TEST_DATA
 from fsmatrix import __version__
 from fsmatrix.agent import guest
 from fsmatrix.agent.storage import data_disks
 from fsmatrix.backends import jobdisk
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data" / "proc_net_route"
-BY_ID_CAPTURE = Path(__file__).resolve().parent / "data" / "guest_by_id" / "debian12-qemu72.txt"
+DATA = TEST_DATA / "proc_net_route"
+BY_ID_CAPTURE = TEST_DATA / "guest_by_id" / "debian12-qemu72.txt"
 
 
 def _job(**overrides: Any) -> dict[str, Any]:

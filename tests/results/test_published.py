@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED
 from fsmatrix.errors import UserError
 from fsmatrix.results import published
 
-SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "seeds"
+SEEDS = SHARED / "seeds"
 SEED_FILES = {
     "000": "000_d89b434667a8f4fa.txt",
     "001": "001_86dff158bf43e860.txt",

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import IMAGE_TEST_TIMEOUT, attached_under, mounted_under, vms_under
+from conftest import IMAGE_TEST_TIMEOUT, TEST_DATA, attached_under, mounted_under, vms_under
 from fsmatrix.agent import storage
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.job import run_job
@@ -31,7 +31,7 @@ from fsmatrix.backends import image
 from fsmatrix.backends.qemu.backend import QemuBackend
 from fsmatrix.matrix import Cell, expand_document
 
-DATA = Path(__file__).parent / "data"
+DATA = TEST_DATA
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import REPO
 from fsmatrix import matrix
 from fsmatrix.cli import main
 
@@ -30,7 +31,7 @@ defaults:
 repeat: 3
 """
 
-REPO_MATRICES = sorted((Path(__file__).resolve().parent.parent / "matrix").rglob("*.yaml"))
+REPO_MATRICES = sorted((REPO / "matrix").rglob("*.yaml"))
 
 
 def cli(*args: str) -> tuple[int, str]:
@@ -133,7 +134,7 @@ def test_shipped_matrices_are_valid(path: Path) -> None:
 
 
 def test_seed_matrix_expresses_the_first_experiment() -> None:
-    m = matrix.load(Path(__file__).resolve().parent.parent / "matrix/seeds/gtm-3n1-filesystems.yaml")
+    m = matrix.load(REPO / "matrix/seeds/gtm-3n1-filesystems.yaml")
     assert {c.params["filesystem"] for c in m.cells} == {"ext2", "ext3", "ext4", "jfs", "xfs", "btrfs"}
     assert {c.params["workload"]["threen1"]["end"] for c in m.cells} == {
         10**5,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import attached_under, mounted_under
+from conftest import REPO, attached_under, mounted_under
 from fsmatrix.agent import cgroup, crash, proc, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.databases import gtm
@@ -127,7 +127,7 @@ def test_a_matrix_file_with_a_bad_crash_setting_names_its_line() -> None:
 def test_the_shipped_crash_matrix_expands() -> None:
     from fsmatrix import matrix
 
-    m = matrix.load(Path(__file__).resolve().parent.parent / "matrix" / "crash.yaml")
+    m = matrix.load(REPO / "matrix" / "crash.yaml")
     modes = {c.spec.crash.mode for c in m.cells if c.spec.crash}
     assert modes == {"power-cut"} and len(m.cells) == 16
     pg = {c.spec.settings["postgres"].synchronous_commit for c in m.cells if c.spec.workload == "pgbench"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 WORKLOAD_MODULE = '''\
 """filecount: write N files of one size, fsync each, read them back (a test plugin)."""

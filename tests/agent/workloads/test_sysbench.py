@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TEST_DATA
 from fsmatrix.agent import oscache, proc
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.workloads import sysbench
 
-DATA = Path(__file__).parent / "data" / "sysbench"
+DATA = TEST_DATA / "sysbench"
 READ_MODES = ("seqrd", "rndrd")
 WRITE_MODES = ("seqwr", "seqrewr", "rndwr")
 # Small enough that prepare takes a fraction of a second, big enough to exceed one block per file.

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+from conftest import TEST_DATA
 from fsmatrix.agent import oscache
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.workloads import fio
 
-DATA = Path(__file__).parent / "data" / "fio"
+DATA = TEST_DATA / "fio"
 MIB = 2**20
 READS = ("read", "reread", "randread")
 WRITES = ("write", "rewrite", "randwrite")

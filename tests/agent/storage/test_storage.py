@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import attached_under, mounted_under
+from conftest import TEST_DATA, attached_under, mounted_under
 from fsmatrix.agent.storage import (
     FILESYSTEMS,
     Skipped,
@@ -35,7 +35,7 @@ from fsmatrix.agent.storage import loop as loopmod
 from fsmatrix.agent.storage.filesystems import _ext, btrfs, f2fs, jfs, nilfs2, reiserfs, xfs
 from fsmatrix.agent.storage.prepare import parse_proc_filesystems, processes_using, unmount
 
-DATA = Path(__file__).parent / "data" / "storage"
+DATA = TEST_DATA / "storage"
 IMAGE_SIZE = 512 << 20  # the smallest size every filesystem here accepts (xfs needs 300 MiB)
 
 

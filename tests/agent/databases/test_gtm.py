@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sysv_ipc_ids
+from conftest import TEST_DATA, sysv_ipc_ids
 from fsmatrix.agent import proc
 from fsmatrix.agent.databases import gtm
 
-DATA = Path(__file__).parent / "data" / "dse"
+DATA = TEST_DATA / "dse"
 
 
 @pytest.fixture

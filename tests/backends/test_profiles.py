@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from fsmatrix import matrix
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.backends.qemu import cmdline, profiles
 from fsmatrix.matrix import schema
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_every_schema_profile_exists_and_native_is_unthrottled() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import REPO
 from fsmatrix import matrix
 
-REPO = Path(__file__).resolve().parent.parent
 PINNED = json.loads((REPO / "tests/data/matrix/cell_ids.json").read_text())
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FSMATRIX
+from conftest import FSMATRIX, REPO
 from fsmatrix import matrix, results
 from fsmatrix.agent import job, options
 from fsmatrix.agent.cell import Cell as CellSpec
@@ -98,7 +98,7 @@ def test_real_options_pass() -> None:
 
 
 def test_repo_matrices_still_expand() -> None:
-    for path in sorted((Path(__file__).resolve().parent.parent / "matrix").rglob("*.yaml")):
+    for path in sorted((REPO / "matrix").rglob("*.yaml")):
         matrix.load(path)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import sysv_ipc_ids
+from conftest import SHARED, TEST_DATA, sysv_ipc_ids
 from fsmatrix.agent import proc
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import gtm
@@ -26,8 +26,7 @@ from fsmatrix.agent.workloads import threen1
 from fsmatrix.agent.workloads.threen1 import memory as threen1_memory
 from fsmatrix.agent.workloads.threen1 import reference as threen1_reference
 
-DATA = Path(__file__).parent / "data" / "threen1"
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+DATA = TEST_DATA / "threen1"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
 
@@ -75,7 +74,7 @@ def live_processes_under(directory: Path) -> list[str]:
 
 CAPTURED = DATA / "parent_1_100000_w4_spelled.txt"
 # GT.M's counters for the same run, dumped after it (dse dump -fileheader -gvstat)
-CAPTURED_GVSTAT = Path(__file__).parent / "data" / "dse" / "gvstat_threen1_1_100000_w4.txt"
+CAPTURED_GVSTAT = TEST_DATA / "dse" / "gvstat_threen1_1_100000_w4.txt"
 PUBLISHED_100000 = {
     "start": 1,
     "end": 100000,

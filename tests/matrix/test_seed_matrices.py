@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from conftest import REPO
 from fsmatrix import matrix
 from fsmatrix.agent import workloads
 from fsmatrix.cli import main
 from fsmatrix.errors import UserError
 from fsmatrix.results import published, seedreport
 
-SEED_MATRICES = sorted((Path(__file__).resolve().parent.parent / "matrix" / "seeds").glob("*.yaml"))
+SEED_MATRICES = sorted((REPO / "matrix" / "seeds").glob("*.yaml"))
 
 
 def test_every_seed_has_its_matrix_files() -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import attached_under, mounted_under
+from conftest import TEST_DATA, attached_under, mounted_under
 from fsmatrix.agent.storage import UnsafeDevice, check_safe_to_format, describe_device, kernel_name, loop_devices
 from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage.devices import parse_mountinfo, parse_swaps, read_mounts
 
-DATA = Path(__file__).parent / "data" / "storage" / "proc"
+DATA = TEST_DATA / "storage" / "proc"
 IMAGE_SIZE = 256 << 20
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
 LVM_ENV = dict(os.environ, LVM_SUPPRESS_FD_WARNINGS="1")

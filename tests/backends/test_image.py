@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT
+from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT, REPO
 from fsmatrix import __version__
 from fsmatrix.agent import workloads
 from fsmatrix.agent.storage import filesystems
@@ -31,7 +31,6 @@ from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, snapshot
 from fsmatrix.matrix import expand_document
 
-REPO = Path(__file__).resolve().parent.parent
 PACKER = REPO / "packer"
 BOOT_TIMEOUT = 420  # TCG boots take 35-100 s here; leave room for a busy machine
 JOB_TIMEOUT = 420
