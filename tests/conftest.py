@@ -90,6 +90,22 @@ def workdir() -> Iterator[Path]:
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
 
+VM_TESTS = Path(__file__).resolve().parent / "vm"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/vm/ boots a guest: it gets the marker ``image``. A test marked ``image``
+    anywhere else is refused: it belongs under tests/vm/."""
+    misplaced = []
+    for item in items:
+        if item.path.is_relative_to(VM_TESTS):
+            item.add_marker(pytest.mark.image)
+        elif item.get_closest_marker("image"):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError("tests that boot a guest belong under tests/vm/: " + ", ".join(misplaced))
+
 
 @pytest.fixture
 def write_matrix(tmp_path: Path):  # type: ignore[no-untyped-def]

@@ -1,6 +1,6 @@
 """Device profiles (fsmatrix.backends.qemu.profiles): their QEMU throttling, the host backend's refusal
 to fake one, and matrix/profiles.yaml, the matrix that measures them. No VM boots here; the
-throttled guest run is tests/test_qemu.py::test_hdd_profile_caps_guest_iops.
+throttled guest run is tests/vm/test_qemu_vm.py::test_hdd_profile_caps_guest_iops_and_nvme_runs.
 """
 
 from __future__ import annotations

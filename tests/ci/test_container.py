@@ -1,8 +1,8 @@
 """The runner as a container image (fsmatrix/container.py), with the real podman (runc, see
 `make deps`): build it (offline: `podman build --network=none`), build it again (a no-op), and run
-fsmatrix inside it: `matrix expand`, a host-backend 3n+1 cell (privileged: loop devices and mounts)
-and (marker ``image``) a qemu-backend cell under TCG, whose guest image comes from the shared cache
-volume. Results must carry the image's identity; nothing may be left running or mounted.
+fsmatrix inside it: `matrix expand`, a host-backend 3n+1 cell (privileged: loop devices and mounts).
+Results must carry the image's identity; nothing may be left running or mounted. A qemu-backend
+cell inside it: tests/vm/test_container_vm.py.
 
 The first build on a machine debootstraps the base (its .debs are cached with the guest image's)
 and makes the wheelhouse; later builds after a source change redo only the last stage.
@@ -23,7 +23,7 @@ import pytest
 
 from conftest import FSMATRIX, REPO, attached_under, mounted_under, needs_root
 from fsmatrix import container
-from fsmatrix.backends import hostinfo, image
+from fsmatrix.backends import hostinfo
 from fsmatrix.results import iter_result_files, load_document
 
 pytestmark = [
@@ -197,38 +197,6 @@ def test_host_backend_cell_inside(tag: str, tmp_path: Path, workdir: Path) -> No
     assert done.returncode == 0, done.stdout + done.stderr
     _check_results(tmp_path / "results", tag, "host")
     _nothing_left(workdir)
-
-
-@pytest.mark.image
-def test_qemu_backend_cell_inside(tag: str, tmp_path: Path, workdir: Path) -> None:
-    # The guest image: built (or reused) in the shared cache, as the README's first command does.
-    cache = image.cache_root()
-    cache.mkdir(parents=True, exist_ok=True)
-    build = subprocess.run(
-        ["podman", "run", "--rm", "--privileged", "--network=host", "--label", LABEL, "-v", f"{cache}:{cache}",
-         tag, "image", "build"],
-        capture_output=True, text=True, timeout=3600, check=False,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout + build.stderr
-    (tmp_path / "results").mkdir()
-    (tmp_path / "ctr.yaml").write_text(SMALL)
-    volumes = {
-        cache: str(cache),
-        workdir: "/var/tmp/fsmatrix",
-        tmp_path / "results": "/work/results",
-        tmp_path / "ctr.yaml": "/work/matrix/ctr.yaml",
-    }
-    started = time.monotonic()
-    done = podman_run(
-        tag, "run", "matrix/ctr.yaml", "--backend", "qemu", volumes=volumes, privileged=True, timeout=1800
-    )
-    print(f"qemu cell in the container: {time.monotonic() - started:.0f} s")
-    assert done.returncode == 0, done.stdout + done.stderr
-    doc = _check_results(tmp_path / "results", tag, "qemu")
-    assert doc["provenance"]["host"]["qemu_version"]
-    _nothing_left(workdir)
-    leftover = subprocess.run(["pgrep", "-f", f"qemu-system.*{workdir}"], capture_output=True, check=False)
-    assert leftover.returncode == 1, "a QEMU started in the container outlived it"
 
 
 def test_ci_workflow_builds_and_smoke_tests_the_image(tag: str, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """pgbench on real PostgreSQL 15: parsing, every verification check failing on a damaged database,
 a setting that did not take, no server process left behind (passed, failed, Ctrl-C), bad settings
 refused by `matrix expand`, and cells on real loop devices through `fsmatrix run` (ext4; data on
-ext4 with the WAL on ext2)."""
+ext4 with the WAL on ext2). In the guest: tests/vm/test_pgbench_vm.py.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FSMATRIX, attached_under, mounted_under, needs_root, run_on_qemu, sysv_ipc_ids
+from conftest import FSMATRIX, attached_under, mounted_under, needs_root, sysv_ipc_ids
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import postgres
@@ -478,28 +479,3 @@ def test_kill_leaves_no_process_and_no_shared_memory() -> None:
         assert ("shm", str(shmid)) not in sysv_ipc_ids()
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.mark.slow
-@pytest.mark.image
-@pytest.mark.timeout(3600)  # includes building the image when it is not cached
-def test_split_journal_cell_in_the_guest(tmp_path: Path, workdir: Path) -> None:
-    """`--backend qemu`: PostgreSQL from the image, pg_wal on the second virtio disk (ext2)."""
-    from fsmatrix.backends import image
-
-    image.build()
-    matrix = tmp_path / "guest.yaml"
-    matrix.write_text(
-        "name: guest\naxes: {filesystem: [ext4]}\ndefaults:\n"
-        "  workload.pgbench: {scale: 1, clients: 2, duration: 5}\n"
-        "  storage: {layout: split-journal, journal_filesystem: ext2, disk_size: 1G}\n"
-    )
-    results = tmp_path / "results"
-    out = run_on_qemu(matrix, results, workdir, timeout=1800)
-    assert out.returncode == 0, out.stdout + out.stderr
-    (path,) = results.glob("guest/*/r1.json")
-    doc = json.loads(path.read_text())
-    assert doc["status"] == "passed" and doc["provenance"]["backend"] == "qemu", doc["reason"]
-    wal = os.path.basename(doc["storage"]["readback"]["journal"]["device"])
-    assert doc["details"]["postgres"]["pg_wal_device"] == wal
-    assert doc["samples"]["io_by_device"][wal]["write_bytes"] >= 0.9 * doc["metrics"]["wal_bytes"]
