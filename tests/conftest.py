@@ -88,7 +88,9 @@ def workdir() -> Iterator[Path]:
         yield Path(d)
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
+# The marker ``root`` (pyproject.toml): a test that has it is skipped unless it runs as root, with
+# the marker's reason. `@needs_root`, `pytestmark = needs_root` or `pytest.mark.root(reason=...)`.
+needs_root = pytest.mark.root(reason="needs root: losetup, mkfs and mount")
 
 VM_TESTS = Path(__file__).resolve().parent / "vm"
 
@@ -96,13 +98,17 @@ VM_TESTS = Path(__file__).resolve().parent / "vm"
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test under tests/vm/ boots a guest: it gets the marker ``image``. A test marked ``image``
-    anywhere else is refused: it belongs under tests/vm/."""
+    anywhere else is refused: it belongs under tests/vm/. A test marked ``root`` is skipped unless
+    this is root."""
     misplaced = []
     for item in items:
         if item.path.is_relative_to(VM_TESTS):
             item.add_marker(pytest.mark.image)
         elif item.get_closest_marker("image"):
             misplaced.append(item.nodeid)
+        root = item.get_closest_marker("root")
+        if root is not None and os.geteuid() != 0:
+            item.add_marker(pytest.mark.skip(reason=root.kwargs.get("reason", "needs root")))
     if misplaced:
         raise pytest.UsageError("tests that boot a guest belong under tests/vm/: " + ", ".join(misplaced))
 

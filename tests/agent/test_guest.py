@@ -143,7 +143,7 @@ def _guest_by_id(root: Path) -> Path:
     return by_id
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mknod")
+@pytest.mark.root(reason="needs root: mknod")
 def test_data_disks_resolve_by_bus_on_captured_guest_links(tmp_path: Path) -> None:
     by_id = _guest_by_id(tmp_path)
     found = data_disks.resolve_data_disks(
@@ -165,7 +165,7 @@ def test_data_disks_resolve_by_bus_on_captured_guest_links(tmp_path: Path) -> No
         data_disks.resolve_data_disks(["fsm-data9"], by_id=by_id, wait_s=0, buses=["nvme"])
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mknod")
+@pytest.mark.root(reason="needs root: mknod")
 def test_data_disks_resolve_only_through_by_id(tmp_path: Path) -> None:
     by_id = tmp_path / "by-id"
     by_id.mkdir()
@@ -231,7 +231,7 @@ def test_job_disk_refuses_a_job_the_guest_would_refuse(tmp_path: Path) -> None:
     assert not (tmp_path / "job.img").exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts tmpfs")
+@pytest.mark.root(reason="needs root: mounts tmpfs")
 def test_guest_runs_a_job_and_writes_the_result(tmp_path: Path) -> None:
     from fsmatrix.matrix import expand_document
 
@@ -261,7 +261,7 @@ def test_guest_runs_a_job_and_writes_the_result(tmp_path: Path) -> None:
     assert "result: passed" in (job_dir / "agent.log").read_text()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts tmpfs")
+@pytest.mark.root(reason="needs root: mounts tmpfs")
 def test_guest_uses_the_reference_the_host_computed(tmp_path: Path) -> None:
     """A VM backend computes the workload's reference on the host (``job.reference_for``) and puts
     it in the job: the guest uses it as given (here made wrong on purpose, so the run fails)."""

@@ -20,6 +20,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.system  # a copy of the package, its commands in subprocesses, a host-backend run
+
 WORKLOAD_MODULE = '''\
 """filecount: write N files of one size, fsync each, read them back (a test plugin)."""
 
@@ -176,7 +178,7 @@ def test_plugins_appear_in_settings_and_expand(plugged: Path, tmp_path: Path) ->
     assert bad.returncode == 2 and "workload.filecount.files" in bad.stderr and "Traceback" not in bad.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the host backend mounts (root)")
+@pytest.mark.root(reason="the host backend mounts (root)")
 def test_plugins_run_on_the_host_backend_and_show_in_the_report(plugged: Path, tmp_path: Path) -> None:
     matrix = tmp_path / "plugins.yaml"
     matrix.write_text(MATRIX)

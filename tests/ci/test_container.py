@@ -28,6 +28,7 @@ from fsmatrix.results import iter_result_files, load_document
 
 pytestmark = [
     needs_root,
+    pytest.mark.system,
     pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman (make deps installs it)"),
 ]
 

@@ -19,7 +19,7 @@ import yaml
 
 from conftest import REPO, needs_root
 
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.system]
 
 WORKFLOWS = REPO / ".github" / "workflows"
 

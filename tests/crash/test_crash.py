@@ -30,8 +30,9 @@ from fsmatrix.backends.host import HostBackend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import cell_id, expand_document
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs, mount, cgroups")
+needs_root = pytest.mark.root(reason="needs root: losetup, mkfs, mount, cgroups")
 needs_gtm = pytest.mark.skipif(not Path(gtm.DIST_GLOB).parent.parent.exists(), reason="needs GT.M (fis-gtm)")
+pytestmark = pytest.mark.system  # real GT.M killed and recovered on loop devices: seconds a test
 
 THREEN1_100000 = {"start": 1, "end": 100000}
 THREEN1 = {"start": 1, "end": 300000, "workers": 2, "block": 1000, "keys": "integer"}

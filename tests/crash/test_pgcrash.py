@@ -33,6 +33,7 @@ from fsmatrix.agent.workloads.pgbench import acks as pgacks
 
 HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
 needs_pg = pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")
+pytestmark = pytest.mark.system  # real PostgreSQL killed and recovered on loop devices: seconds a test
 
 # A PostgreSQL 15 restart after a SIGKILL, as its log shows it (this machine, log_line_prefix '%m [%p] ').
 RECOVERY_LOG = """\

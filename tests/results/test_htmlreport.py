@@ -23,6 +23,8 @@ from fsmatrix.backends.host import HostBackend
 from fsmatrix.cli import main
 from fsmatrix.results import htmlreport
 
+pytestmark = pytest.mark.system  # real host-backend runs, then headless Chromium
+
 MATRIX = {
     "name": "htmltest",
     "axes": {"filesystem": ["ext4", "xfs"], "gtm.sync_io": [False, True]},

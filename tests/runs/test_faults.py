@@ -14,7 +14,7 @@ import pytest
 
 from conftest import FSMATRIX, attached_under, mounted_under, needs_root
 
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.system]
 
 
 def test_full_data_disk_is_a_failed_run_and_the_matrix_goes_on(tmp_path: Path) -> None:

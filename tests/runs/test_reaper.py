@@ -20,7 +20,7 @@ from fsmatrix import workdirs
 from fsmatrix.agent import proc
 from fsmatrix.backends.qemu.backend import parent_death_prefix
 
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.system]
 
 
 # A stand-in for a run: takes its run directory, attaches a loop device to a file in it, mounts it,

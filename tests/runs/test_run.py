@@ -21,7 +21,7 @@ import pytest
 from conftest import FSMATRIX, needs_root
 from fsmatrix.agent import storage
 
-pytestmark = needs_root
+pytestmark = [needs_root, pytest.mark.system]
 
 
 @pytest.fixture

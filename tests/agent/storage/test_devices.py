@@ -22,7 +22,7 @@ from fsmatrix.agent.storage.devices import parse_mountinfo, parse_swaps, read_mo
 
 DATA = TEST_DATA / "storage" / "proc"
 IMAGE_SIZE = 256 << 20
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
+needs_root = pytest.mark.root(reason="needs root: losetup, mkfs and mount")
 LVM_ENV = dict(os.environ, LVM_SUPPRESS_FD_WARNINGS="1")
 
 

@@ -29,7 +29,7 @@ from fsmatrix.agent.workloads import fio, sysbench
 
 DATA = TEST_DATA
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup")
+needs_root = pytest.mark.root(reason="needs root: losetup")
 
 
 def cell(filesystem: str = "ext4", workload: dict[str, Any] | None = None, **storage_settings: Any) -> dict[str, Any]:

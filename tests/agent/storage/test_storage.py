@@ -44,7 +44,7 @@ def usable(name: str) -> bool:
     return filesystem_availability(name) is None
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
+needs_root = pytest.mark.root(reason="needs root: losetup, mkfs and mount")
 
 
 def cell(filesystem: str, **overrides: Any) -> dict[str, Any]:

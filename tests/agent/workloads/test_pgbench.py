@@ -26,7 +26,7 @@ from fsmatrix.agent.databases import postgres
 from fsmatrix.agent.workloads import pgbench
 
 HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
-pytestmark = [needs_root, pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")]
+pytestmark = [needs_root, pytest.mark.system, pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")]
 
 
 SAMPLE_OUTPUT = """\

@@ -28,7 +28,7 @@ from fsmatrix.agent.workloads.threen1 import reference as threen1_reference
 
 DATA = TEST_DATA / "threen1"
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
+needs_root = pytest.mark.root(reason="needs root: losetup, mkfs and mount")
 
 CELL: dict[str, Any] = {
     "filesystem": "ext4",
