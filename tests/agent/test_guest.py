@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, TEST_DATA
+from conftest import REPO, TEST_DATA, Golden, golden_cases
 from fsmatrix import __version__
 from fsmatrix.agent import guest
 from fsmatrix.agent.storage import data_disks
@@ -187,16 +187,31 @@ def test_data_disks_resolve_only_through_by_id(tmp_path: Path) -> None:
             data_disks.resolve_data_disks(serials, by_id=by_id, wait_s=0)
 
 
+@pytest.mark.parametrize("case", golden_cases("proc_net_route/route"))
+def test_parse_route_table_golden(case: Golden) -> None:
+    """Every captured /proc/net/route in tests/data/proc_net_route/route/ parses to its expected routes."""
+    case.check(guest.parse_route_table)
+
+
+@pytest.mark.parametrize("case", golden_cases("proc_net_route/ipv6_route"))
+def test_parse_ipv6_route_table_golden(case: Golden) -> None:
+    """Every captured /proc/net/ipv6_route in tests/data/proc_net_route/ipv6_route/ parses to its expected routes."""
+    case.check(guest.parse_ipv6_route_table)
+
+
 def test_route_parsers_on_captured_tables(tmp_path: Path) -> None:
-    v4 = guest.parse_route_table((DATA / "host.txt").read_text())
+    v4 = guest.parse_route_table((DATA / "route" / "host.txt").read_text())
     assert v4[0] == {"iface": "eth0", "destination": "0.0.0.0", "gateway": "192.0.2.1"}
     assert v4[1]["destination"] == "192.0.2.0"
-    v6 = guest.parse_ipv6_route_table((DATA / "host-ipv6.txt").read_text())
+    v6 = guest.parse_ipv6_route_table((DATA / "ipv6_route" / "host.txt").read_text())
     assert {"iface": "eth0", "destination": "0" * 32 + "/0"} in v6
     # The host has default routes; the captured guest tables (static address, no gateway) have none.
     proc_root = tmp_path / "proc"
     (proc_root / "net").mkdir(parents=True)
-    for name, files in (("host", ("host.txt", "host-ipv6.txt")), ("guest", ("guest.txt", "guest-ipv6.txt"))):
+    for name, files in (
+        ("host", ("route/host.txt", "ipv6_route/host.txt")),
+        ("guest", ("route/guest.txt", "ipv6_route/guest.txt")),
+    ):
         shutil.copy(DATA / files[0], proc_root / "net" / "route")
         shutil.copy(DATA / files[1], proc_root / "net" / "ipv6_route")
         state = guest.network_state(proc_root=proc_root, sys_root=tmp_path)

@@ -7,6 +7,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
+from conftest import TEST_DATA, Golden, golden_cases
 from fsmatrix.agent import sampler
 
 PROC_STAT = """\
@@ -15,10 +18,7 @@ cpu0 500 10 150 2500 200 5 3 0 0 0
 intr 12345
 """
 
-DISKSTATS = """\
-   7       0 loop0 120 0 2400 30 64 0 512 12 0 40 42 0 0 0 0 0 0
- 254       0 vda 9000 100 720000 5000 3000 50 480000 7000 1 8000 12000 0 0 0 0 500 80
-"""
+DISKSTATS = (TEST_DATA / "sampler" / "diskstats" / "loop0-vda.txt").read_text()
 
 
 def test_parse_proc_stat() -> None:
@@ -33,6 +33,12 @@ def test_parse_diskstats_counts_512_byte_sectors() -> None:
         reads=120, read_bytes=2400 * 512, writes=64, write_bytes=512 * 512, busy_ms=40
     )
     assert stats["vda"].writes == 3000 and stats["vda"].busy_ms == 8000
+
+
+@pytest.mark.parametrize("case", golden_cases("sampler/diskstats"))
+def test_parse_diskstats_golden(case: Golden) -> None:
+    """Every captured /proc/diskstats in tests/data/sampler/diskstats/ parses to its expected counters."""
+    case.check(sampler.parse_diskstats)
 
 
 def test_classify() -> None:

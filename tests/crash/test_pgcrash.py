@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FSMATRIX, attached_under, mounted_under, needs_root, sysv_ipc_ids
+from conftest import FSMATRIX, TEST_DATA, attached_under, mounted_under, needs_root, sysv_ipc_ids
 from fsmatrix.agent import crash, job, proc, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
@@ -36,24 +36,7 @@ needs_pg = pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")
 pytestmark = pytest.mark.system  # real PostgreSQL killed and recovered on loop devices: seconds a test
 
 # A PostgreSQL 15 restart after a SIGKILL, as its log shows it (this machine, log_line_prefix '%m [%p] ').
-RECOVERY_LOG = """\
-2026-11-25 10:53:45.002 UTC [3453] LOG:  starting PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64-pc-linux-gnu
-2026-11-25 10:53:45.006 UTC [3453] LOG:  listening on Unix socket "/var/tmp/x/.s.PGSQL.5432"
-2026-11-25 10:53:45.016 UTC [3460] LOG:  database system was interrupted; last known up at 2026-11-25 10:53:43 UTC
-2026-11-25 10:53:45.148 UTC [3463] FATAL:  the database system is starting up
-2026-11-25 10:53:46.031 UTC [3460] LOG:  database system was not properly shut down; automatic recovery in progress
-2026-11-25 10:53:46.037 UTC [3460] LOG:  redo starts at 0/1573DD0
-2026-11-25 10:53:46.538 UTC [3460] LOG:  invalid record length at 0/2017500: wanted 24, got 0
-2026-11-25 10:53:46.538 UTC [3460] LOG:  redo done at 0/20174D8 system usage: CPU: user: 0.31 s, system: 0.12 s, \
-elapsed: 0.50 s
-2026-11-25 10:53:46.547 UTC [3458] LOG:  checkpoint starting: end-of-recovery immediate wait
-2026-11-25 10:53:46.566 UTC [3458] LOG:  checkpoint complete: wrote 11 buffers (0.1%); 0 WAL file(s) added, \
-0 removed, 1 recycled; write=0.005 s, sync=0.005 s, total=0.021 s; sync files=5, longest=0.003 s, average=0.001 s; \
-distance=10893 kB, estimate=10893 kB
-2026-11-25 10:53:46.571 UTC [3453] LOG:  database system is ready to accept connections
-2026-11-25 10:53:48.146 UTC [3458] LOG:  checkpoint complete: wrote 13 buffers (0.1%); 0 WAL file(s) added, \
-0 removed, 0 recycled; write=0.008 s, sync=0.008 s, total=0.038 s; sync files=2, longest=0.004 s
-"""
+RECOVERY_LOG = (TEST_DATA / "postgres" / "recovery_log" / "after-sigkill.txt").read_text()
 
 
 # ------------------------------------------------------------------ no server

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_DATA, sysv_ipc_ids
+from conftest import TEST_DATA, Golden, golden_cases, sysv_ipc_ids
 from fsmatrix.agent import proc
 from fsmatrix.agent.databases import gtm
 
@@ -67,7 +67,7 @@ def test_settings_defaults_and_validation() -> None:
 
 
 def test_parse_fileheader_bg_before() -> None:
-    fields = gtm.parse_fileheader((DATA / "fileheader_bg_before.txt").read_text())
+    fields = gtm.parse_fileheader((DATA / "fileheader" / "bg_before.txt").read_text())
     assert fields["Access method"] == "BG"
     assert fields["Global Buffers"] == "35000"
     assert fields["Block size (in bytes)"] == "4096"
@@ -87,7 +87,7 @@ def test_parse_fileheader_bg_before() -> None:
 
 
 def test_parse_fileheader_mm_nobefore_sync_io_full_block_writes() -> None:
-    back = gtm.readback(gtm.parse_fileheader((DATA / "fileheader_mm_nobefore_syncio_fbw.txt").read_text()))
+    back = gtm.readback(gtm.parse_fileheader((DATA / "fileheader" / "mm_nobefore_syncio_fbw.txt").read_text()))
     assert back["access_method"] == "MM"
     assert back["journal"] == "nobefore"
     assert back["sync_io"] is True
@@ -99,7 +99,7 @@ def test_parse_fileheader_mm_nobefore_sync_io_full_block_writes() -> None:
 
 
 def test_parse_fileheader_journal_off() -> None:
-    back = gtm.readback(gtm.parse_fileheader((DATA / "fileheader_bg_off_1024.txt").read_text()))
+    back = gtm.readback(gtm.parse_fileheader((DATA / "fileheader" / "bg_off_1024.txt").read_text()))
     assert back["journal"] == "off"
     assert back["journal_state"] == "DISABLED"
     assert back["journal_buffers"] is None
@@ -109,7 +109,7 @@ def test_parse_fileheader_journal_off() -> None:
 
 def test_parse_gvstat_on_a_3n1_run() -> None:
     """Captured after a 3n+1 1..100,000 run with 4 workers (before-image journaling)."""
-    text = (DATA / "gvstat_threen1_1_100000_w4.txt").read_text()
+    text = (DATA / "gvstat" / "threen1_1_100000_w4.txt").read_text()
     counters = gtm.parse_gvstat(text)
     assert counters["TTR"] == 43266 and counters["TTW"] == 23  # read-only / read-write TP transactions
     assert counters["SET"] == 217810 and counters["GET"] == 405978
@@ -143,6 +143,18 @@ def test_gvstat_counts_a_real_databases_operations(base: Path) -> None:
 def test_parse_fileheader_rejects_other_text() -> None:
     with pytest.raises(ValueError):
         gtm.parse_fileheader("%GTM-E-DBFILERR, Error with database file\n")
+
+
+@pytest.mark.parametrize("case", golden_cases("dse/fileheader"))
+def test_parse_fileheader_golden(case: Golden) -> None:
+    """Every captured `dse dump -fileheader` in tests/data/dse/fileheader/ parses to its expected fields."""
+    case.check(gtm.parse_fileheader)
+
+
+@pytest.mark.parametrize("case", golden_cases("dse/gvstat"))
+def test_parse_gvstat_golden(case: Golden) -> None:
+    """Every captured `dse dump -fileheader -gvstat` in tests/data/dse/gvstat/ parses to its expected counters."""
+    case.check(gtm.parse_gvstat)
 
 
 # --- real databases ------------------------------------------------------------------------------

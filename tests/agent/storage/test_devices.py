@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_DATA, attached_under, mounted_under
+from conftest import TEST_DATA, Golden, attached_under, golden_cases, mounted_under
 from fsmatrix.agent.storage import UnsafeDevice, check_safe_to_format, describe_device, kernel_name, loop_devices
 from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage.devices import parse_mountinfo, parse_swaps, read_mounts
@@ -107,13 +107,13 @@ def write_mbr(device: str) -> None:
 
 
 def test_parse_mountinfo_unescapes_and_splits() -> None:
-    entries = parse_mountinfo((DATA / "mountinfo-escaped.txt").read_text())
+    entries = parse_mountinfo((DATA / "mountinfo" / "escaped.txt").read_text())
     assert [e.mount_point for e in entries] == ["/work/scratch/storage/exp/m x"] * 2
     xfs, tmpfs = entries
     assert xfs.major_minor == "7:0" and xfs.fstype == "xfs" and xfs.source == "/dev/loop0"
     assert xfs.super_options == ["rw", "inode64", "logbufs=8", "logbsize=32k", "noquota"]
     assert tmpfs.source == "fsmatrix tmp" and tmpfs.parent_id == xfs.mount_id
-    ext3, btrfs = parse_mountinfo((DATA / "mountinfo-ext3-btrfs.txt").read_text())
+    ext3, btrfs = parse_mountinfo((DATA / "mountinfo" / "ext3-btrfs.txt").read_text())
     assert ext3.mount_options == ["rw", "noatime"] and ext3.super_options == ["rw", "data=writeback"]
     assert btrfs.major_minor == "0:39" and btrfs.source == "/dev/loop0"  # btrfs: anonymous device number
 
@@ -126,9 +126,21 @@ def test_parse_mountinfo_optional_fields() -> None:
 
 
 def test_parse_swaps() -> None:
-    assert parse_swaps((DATA / "swaps.txt").read_text()) == ["/dev/loop0"]
+    assert parse_swaps((DATA / "swaps" / "loop0.txt").read_text()) == ["/dev/loop0"]
     assert parse_swaps("Filename\tType\tSize\tUsed\tPriority\n") == []
     assert parse_swaps("Filename Type\n/swap\\040file file 10 0 -2\n") == ["/swap file"]
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/proc/mountinfo"))
+def test_parse_mountinfo_golden(case: Golden) -> None:
+    """Every captured /proc/self/mountinfo in tests/data/storage/proc/mountinfo/ parses to its expected entries."""
+    case.check(parse_mountinfo)
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/proc/swaps"))
+def test_parse_swaps_golden(case: Golden) -> None:
+    """Every captured /proc/swaps in tests/data/storage/proc/swaps/ parses to its expected swap devices."""
+    case.check(parse_swaps)
 
 
 # --------------------------------------------------------------------------------------------

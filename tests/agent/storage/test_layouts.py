@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TEST_DATA, attached_under, mounted_under
+from conftest import TEST_DATA, Golden, attached_under, golden_cases, mounted_under
 from fsmatrix.agent import storage
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.job import run_job
@@ -87,6 +87,18 @@ def test_parse_lvs_json_of_a_striped_volume() -> None:
 def test_parse_lvs_json_rejects_text() -> None:
     with pytest.raises(ValueError, match="lvs JSON"):
         stripe.parse_lvs_json("  LV   VG   Attr\n  data vg0  -wi-a-----\n")
+
+
+@pytest.mark.parametrize("case", golden_cases("mdadm"))
+def test_parse_mdadm_detail_golden(case: Golden) -> None:
+    """Every captured `mdadm --detail` in tests/data/mdadm/ parses to its expected array, or is refused."""
+    case.check(stripe.parse_mdadm_detail)
+
+
+@pytest.mark.parametrize("case", golden_cases("lvm"))
+def test_parse_lvs_json_golden(case: Golden) -> None:
+    """Every captured `lvs --reportformat json` in tests/data/lvm/ parses to its expected segments, or is refused."""
+    case.check(stripe.parse_lvs_json)
 
 
 # --------------------------------------------------------------------------------------------

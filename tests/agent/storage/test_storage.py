@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TEST_DATA, attached_under, mounted_under
+from conftest import TEST_DATA, Golden, attached_under, golden_cases, mounted_under
 from fsmatrix.agent.storage import (
     FILESYSTEMS,
     Skipped,
@@ -144,9 +144,15 @@ def test_mke2fs_extended_options_are_merged() -> None:
 
 
 def test_parse_proc_filesystems() -> None:
-    kernel = parse_proc_filesystems(capture("proc", "filesystems.txt"))
+    kernel = parse_proc_filesystems(capture("proc/filesystems", "host.txt"))
     assert {"ext4", "xfs", "btrfs", "tmpfs", "sysfs"} <= kernel
     assert "jfs" not in kernel
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/proc/filesystems"))
+def test_parse_proc_filesystems_golden(case: Golden) -> None:
+    """Every captured /proc/filesystems in tests/data/storage/proc/filesystems/ parses to its expected set."""
+    case.check(parse_proc_filesystems)
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,6 +245,48 @@ def test_dump_f2fs_parser() -> None:
     assert custom["overprovision_segments"] != default["overprovision_segments"]
     with pytest.raises(ValueError, match="-d 1"):
         f2fs.parse_dump_f2fs(capture("dump.f2fs", "default-no-d.txt"))
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/dumpe2fs"))
+def test_parse_dumpe2fs_golden(case: Golden) -> None:
+    """`dumpe2fs -h`, as captured in tests/data/storage/dumpe2fs/: the expected geometry, or refused."""
+    case.check(_ext.parse_dumpe2fs)
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/xfs_info"))
+def test_parse_xfs_info_golden(case: Golden) -> None:
+    """`xfs_info` (or mkfs.xfs), as captured in tests/data/storage/xfs_info/: its geometry, or refused."""
+    case.check(xfs.parse_xfs_info)
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/btrfs-dump-super"))
+def test_parse_dump_super_golden(case: Golden) -> None:
+    """`btrfs inspect-internal dump-super` captured in tests/data/storage/btrfs-dump-super/: its geometry."""
+    case.check(btrfs.parse_dump_super)
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/jfs_tune"))
+def test_parse_jfs_tune_golden(case: Golden) -> None:
+    """`jfs_tune -l`, as captured in tests/data/storage/jfs_tune/: the expected geometry, or refused."""
+    case.check(jfs.parse_jfs_tune)
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/debugreiserfs"))
+def test_parse_debugreiserfs_golden(case: Golden) -> None:
+    """`debugreiserfs`, as captured in tests/data/storage/debugreiserfs/: the expected geometry, or refused."""
+    case.check(reiserfs.parse_debugreiserfs)
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/nilfs-tune"))
+def test_parse_nilfs_tune_golden(case: Golden) -> None:
+    """`nilfs-tune -l`, as captured in tests/data/storage/nilfs-tune/: the expected geometry, or refused."""
+    case.check(nilfs2.parse_nilfs_tune)
+
+
+@pytest.mark.parametrize("case", golden_cases("storage/dump.f2fs"))
+def test_parse_dump_f2fs_golden(case: Golden) -> None:
+    """`dump.f2fs`, as captured in tests/data/storage/dump.f2fs/: the expected geometry, or refused."""
+    case.check(f2fs.parse_dump_f2fs)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import TEST_DATA
+from conftest import TEST_DATA, Golden, golden_cases
 from fsmatrix.agent import oscache
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.workloads import fio
@@ -155,6 +155,12 @@ def test_parse_rejects_what_is_not_a_fio_report() -> None:
     for bad in cases:
         with pytest.raises(ValueError):
             fio.parse_json(bad)
+
+
+@pytest.mark.parametrize("case", golden_cases("fio"))
+def test_parse_json_golden(case: Golden) -> None:
+    """Every captured fio JSON report in tests/data/fio/ parses to its expected numbers."""
+    case.check(fio.parse_json)
 
 
 # --- parameters and key metrics -----------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FSMATRIX, attached_under, mounted_under, needs_root, sysv_ipc_ids
+from conftest import FSMATRIX, TEST_DATA, attached_under, mounted_under, needs_root, sysv_ipc_ids
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import postgres
@@ -29,21 +29,7 @@ HAVE_PG = Path("/usr/lib/postgresql/15/bin/postgres").exists()
 pytestmark = [needs_root, pytest.mark.system, pytest.mark.skipif(not HAVE_PG, reason="needs postgresql-15")]
 
 
-SAMPLE_OUTPUT = """\
-pgbench (15.18 (Debian 15.18-0+deb12u1))
-transaction type: <builtin: TPC-B (sort of)>
-scaling factor: 1
-query mode: simple
-number of clients: 2
-number of threads: 2
-maximum number of tries: 1
-duration: 3 s
-number of transactions actually processed: 4362
-number of failed transactions: 0 (0.000%)
-latency average = 1.370 ms
-initial connection time = 5.311 ms
-tps = 1453.025988 (without initial connection time)
-"""
+SAMPLE_OUTPUT = (TEST_DATA / "pgbench" / "summary" / "tpcb-2clients-3s.txt").read_text()
 
 
 def _dir(prefix: str) -> Path:

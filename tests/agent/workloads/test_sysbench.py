@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_DATA
+from conftest import TEST_DATA, Golden, golden_cases
 from fsmatrix.agent import oscache, proc
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.workloads import sysbench
@@ -121,6 +121,12 @@ def test_parse_rejects_a_non_number() -> None:
     text = (DATA / "seqwr-direct.txt").read_text().replace("0.05", "-nan", 1)
     with pytest.raises(ValueError, match="not a number"):
         sysbench.parse_run_output(text)
+
+
+@pytest.mark.parametrize("case", golden_cases("sysbench"))
+def test_parse_run_output_golden(case: Golden) -> None:
+    """Every captured sysbench output in tests/data/sysbench/ parses to its expected numbers."""
+    case.check(sysbench.parse_run_output)
 
 
 # --- parameters and key metrics -----------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SHARED, TEST_DATA, sysv_ipc_ids
+from conftest import SHARED, TEST_DATA, Golden, golden_cases, sysv_ipc_ids
 from fsmatrix.agent import proc
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import gtm
@@ -74,7 +74,7 @@ def live_processes_under(directory: Path) -> list[str]:
 
 CAPTURED = DATA / "parent_1_100000_w4_spelled.txt"
 # GT.M's counters for the same run, dumped after it (dse dump -fileheader -gvstat)
-CAPTURED_GVSTAT = TEST_DATA / "dse" / "gvstat_threen1_1_100000_w4.txt"
+CAPTURED_GVSTAT = TEST_DATA / "dse" / "gvstat" / "threen1_1_100000_w4.txt"
 PUBLISHED_100000 = {
     "start": 1,
     "end": 100000,
@@ -125,6 +125,12 @@ def test_parse_output_reports_the_routines_error() -> None:
         threen1.parse_output((DATA / "parent_error_words.txt").read_text())
     with pytest.raises(ValueError, match="cannot read"):
         threen1.parse_output("result workers=x\n")
+
+
+@pytest.mark.parametrize("case", golden_cases("threen1"))
+def test_parse_output_golden(case: Golden) -> None:
+    """Every captured 3n+1 parent output in tests/data/threen1/ parses to its expected run, or is refused."""
+    case.check(threen1.parse_output)
 
 
 def test_shipped_reference_table_matches_shared() -> None:
