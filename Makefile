@@ -1,5 +1,13 @@
 # fsmatrix: `make demo` runs the quick matrix end to end; `make test` runs the test suite.
 # Both install what is missing first (Debian packages via apt, Python packages into .venv).
+#
+# Tests (tests/, a folder per concept; tests/vm/ holds every test that boots a guest): `make check` is
+# the quick one before a commit, a few minutes: lint, then every test that needs no VM, no image and
+# is not a slow system test (pytest -m "not slow and not image and not system"; tests that need root
+# run as root and are skipped otherwise). `make test` (what CI runs) is lint and the whole suite but
+# the slow tests (pytest's default -m "not slow", from pyproject.toml): the system tests and the VM
+# tests too, building the guest image first when it is not cached. `make test-slow`: -m slow. The
+# markers are listed in pyproject.toml; PYTEST_ARGS adds arguments to check's and test's pytest.
 
 SHELL := /bin/bash
 PYTHON ?= /usr/bin/python3
@@ -42,7 +50,7 @@ runtime = "runc"
 endef
 export PODMAN_CONF_TEXT
 
-.PHONY: all deps deb-deps container-deps podman-conf print-deb-packages print-container-packages container venv demo demo-host test test-slow lint bench bench-vm clean image
+.PHONY: all deps deb-deps container-deps podman-conf print-deb-packages print-container-packages container venv demo demo-host check test test-slow lint bench bench-vm clean image
 
 all: test
 
@@ -101,7 +109,10 @@ lint: deps
 	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh packer/container/*.sh
 	$(BIN)/actionlint
 	packer fmt -check packer/
-	CHECKPOINT_DISABLE=1 packer validate -syntax-only packer/  # full validation: tests/test_image.py
+	CHECKPOINT_DISABLE=1 packer validate -syntax-only packer/  # full validation: tests/backends/test_image.py
+
+check: lint
+	$(BIN)/pytest -m "not slow and not image and not system" $(PYTEST_ARGS)
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)

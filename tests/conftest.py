@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +21,7 @@ from fsmatrix.backends.qemu.backend import running_vms
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+TEST_DATA = Path(__file__).resolve().parent / "data"  # captured tool output and other test data, tests/data/
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored across exec: the Ctrl-C tests' children would then never see their SIGINT. Python
@@ -87,7 +92,29 @@ def workdir() -> Iterator[Path]:
         yield Path(d)
 
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: losetup, mkfs and mount")
+# The marker ``root`` (pyproject.toml): a test that has it is skipped unless it runs as root, with
+# the marker's reason. `@needs_root`, `pytestmark = needs_root` or `pytest.mark.root(reason=...)`.
+needs_root = pytest.mark.root(reason="needs root: losetup, mkfs and mount")
+
+VM_TESTS = Path(__file__).resolve().parent / "vm"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test under tests/vm/ boots a guest: it gets the marker ``image``. A test marked ``image``
+    anywhere else is refused: it belongs under tests/vm/. A test marked ``root`` is skipped unless
+    this is root."""
+    misplaced = []
+    for item in items:
+        if item.path.is_relative_to(VM_TESTS):
+            item.add_marker(pytest.mark.image)
+        elif item.get_closest_marker("image"):
+            misplaced.append(item.nodeid)
+        root = item.get_closest_marker("root")
+        if root is not None and os.geteuid() != 0:
+            item.add_marker(pytest.mark.skip(reason=root.kwargs.get("reason", "needs root")))
+    if misplaced:
+        raise pytest.UsageError("tests that boot a guest belong under tests/vm/: " + ", ".join(misplaced))
 
 
 @pytest.fixture
@@ -100,3 +127,81 @@ def write_matrix(tmp_path: Path):  # type: ignore[no-untyped-def]
         return path
 
     return write
+
+
+# --------------------------------------------------------------------------------------------
+# golden files: a parser of tool output on captured output
+
+
+def as_json(value: Any) -> Any:
+    """``value`` (a parser's answer) as JSON would hold it: dataclasses as objects, tuples as lists,
+    sets as sorted lists, paths as strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_json(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted(as_json(v) for v in value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _literal(text: str) -> str:
+    """A regular expression matching ``text``, readable: only the characters regular expressions use
+    are escaped (re.escape escapes spaces too)."""
+    return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Golden:
+    """One case of a parser's golden files in tests/data/<tool>/: ``<case>.<ext>``, the tool's output
+    as captured, and ``<case>.expected.json``, what the parser must make of it: its answer as JSON
+    (``as_json``), or ``{"raises": "ValueError", "match": "regex"}`` when it must refuse the capture.
+
+    FSMATRIX_UPDATE_GOLDEN=1 writes the expected files from the parser instead (the test is then
+    skipped, saying so): read what it wrote before committing it."""
+
+    capture: Path
+
+    @property
+    def expected(self) -> Path:
+        return self.capture.with_name(self.capture.stem + ".expected.json")
+
+    def check(self, parse: Callable[[str], object]) -> None:
+        text = self.capture.read_text(encoding="utf-8")
+        if os.environ.get("FSMATRIX_UPDATE_GOLDEN") == "1":
+            try:
+                answer = as_json(parse(text))
+            except Exception as e:  # the refusal is the answer
+                answer = {"raises": type(e).__name__, "match": _literal((str(e).splitlines() or [""])[0])}
+            self.expected.write_text(json.dumps(answer, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            pytest.skip(f"wrote {self.expected.relative_to(TEST_DATA)}: read it before committing it")
+        if not self.expected.exists():
+            pytest.fail(f"{self.expected} is missing: write it with FSMATRIX_UPDATE_GOLDEN=1 and read it")
+        expected = json.loads(self.expected.read_text(encoding="utf-8"))
+        if isinstance(expected, dict) and set(expected) == {"raises", "match"}:
+            with pytest.raises(Exception) as refused:  # its type is checked below
+                answer = parse(text)
+                pytest.fail(f"{self.capture.name}: expected {expected['raises']}, parsed {answer!r}")
+            assert expected["raises"] in [t.__name__ for t in type(refused.value).__mro__], refused.value
+            assert re.search(expected["match"], str(refused.value)), str(refused.value)
+            return
+        answer = as_json(parse(text))
+        assert answer == expected
+        # Equal values can still differ in type (2 == 2.0): the JSON text must be the same too.
+        assert json.dumps(answer, sort_keys=True) == json.dumps(expected, sort_keys=True)
+
+
+def golden_cases(folder: str) -> list[Any]:
+    """The golden cases in tests/data/``folder``/ (one parser's), as parameters named by case. Every
+    capture is a case; an expected file without its capture is an error."""
+    directory = TEST_DATA / folder
+    files = sorted(p for p in directory.iterdir() if p.is_file())
+    captures = [p for p in files if not p.name.endswith(".expected.json")]
+    orphans = sorted({p.name for p in files} - {Golden(c).expected.name for c in captures} - {c.name for c in captures})
+    if not captures or orphans:
+        raise ValueError(f"{directory}: no captures" if not captures else f"{directory}: no capture for {orphans}")
+    return [pytest.param(Golden(c), id=c.stem) for c in captures]

@@ -1,7 +1,7 @@
 """The Debian packages the registries declare: ``python3 -m fsmatrix.agent.packages guest|host``.
 
 The Makefile's package list reads this (standard library only, so it runs before the venv exists);
-tests/test_registry.py checks that the guest image's packer/packages.txt holds every guest package.
+tests/agent/test_registry.py checks that the guest image's packer/packages.txt holds every guest package.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ noisy neighbour) and multiplicative (a change is "10 % slower", not "0.3 s slowe
 - the effect is the **ratio of medians** HEAD/BASE, with a percentile **bootstrap** confidence
   interval (resampling each side independently, seeded so the same data always gives the same
   answer). Nominally 95 %; what it really covers was measured (log-normal noise, no change, 1,000
-  trials; tests/test_stats.py): about 90 % at 3 runs a side, 97-98 % at 5 and 10 — with so few runs
+  trials; tests/results/test_stats.py): about 90 % at 3 runs a side, 97-98 % at 5 and 10 — with so few runs
   the median takes few distinct values. The interval is one of three conditions for a verdict, never
   the only one;
 - the significance test is **Mann-Whitney U** (rank-based: no normality assumed, one wild run moves

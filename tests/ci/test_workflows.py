@@ -1,0 +1,191 @@
+"""The GitHub Actions workflows, replayed here: the exact `run:` commands of their steps, in order.
+
+`uses:` steps are what GitHub does for us (checkout, artifact upload/download) and are simulated
+with directories; every `run:` step that does fsmatrix's work is read from the workflow file and
+executed with bash on the host backend, with the environment the workflow gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import REPO, needs_root
+
+pytestmark = [needs_root, pytest.mark.system]
+
+WORKFLOWS = REPO / ".github" / "workflows"
+
+SMALL = """\
+name: wf
+axes:
+  filesystem: [tmpfs, ext4]
+defaults:
+  workload.threen1: {start: 1, end: 50000, workers: 2, block: 5000, keys: integer}
+  storage.disk_size: 1G
+  gtm.global_buffers: 4000
+repeat: 2
+"""
+
+
+def workflow(name: str) -> dict[str, Any]:
+    return yaml.safe_load((WORKFLOWS / name).read_text())  # type: ignore[no-any-return]
+
+
+def step(wf: dict[str, Any], job: str, name_or_id: str) -> str:
+    """The `run:` text of a step, found by its id or the start of its name."""
+    for s in wf["jobs"][job]["steps"]:
+        if s.get("id") == name_or_id or s.get("name", "").startswith(name_or_id):
+            assert "${{" not in s["run"], "a replayed step must take its inputs from env, not expressions"
+            return s["run"]  # type: ignore[no-any-return]
+    raise AssertionError(f"no step {name_or_id!r} in job {job}")
+
+
+def checkout(where: Path, runner: Path = REPO / "runner") -> Path:
+    """What actions/checkout gives a job: the repository (here: links to it, and its virtualenv)."""
+    where.mkdir(parents=True, exist_ok=True)
+    for name in (".github", "matrix", "Makefile", "pyproject.toml"):
+        (where / name).symlink_to(REPO / name)
+    venv_bin = where / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    # The checkout's own code: PYTHONPATH puts `runner` first, ahead of the editable install.
+    (venv_bin / "fsmatrix").write_text(
+        f'#!/bin/sh\nPYTHONPATH="{runner}" exec "{REPO}/.venv/bin/python" -m fsmatrix "$@"\n'
+    )
+    (venv_bin / "fsmatrix").chmod(0o755)
+    return where
+
+
+def bash(script: str, cwd: Path, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", script],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode in ok, f"{script}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def test_matrix_workflow_expand_shards_merge_report(tmp_path: Path) -> None:
+    wf = workflow("matrix.yml")
+    matrix_file = tmp_path / "wf.yaml"
+    matrix_file.write_text(SMALL)
+    env = {
+        "MATRIX_FILE": str(matrix_file),
+        "BACKEND": "host",
+        "FILTER": "*",
+        "REPEATS": "2",
+        "GITHUB_OUTPUT": str(tmp_path / "output"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+    }
+
+    # job "expand"
+    bash(step(wf, "expand", "expand"), checkout(tmp_path / "expand"), env)
+    key, _, value = (tmp_path / "output").read_text().strip().partition("=")
+    shards = json.loads(value)["include"]
+    assert key == "shards" and len(shards) == 2
+
+    # job "run", one per shard, each in its own checkout; then its artifact
+    for shard in shards:
+        job_dir = checkout(tmp_path / f"run-{shard['shard']}")
+        bash(step(wf, "run", "Run shard"), job_dir, {**env, "CELLS": shard["cells"]})
+        shutil.copytree(job_dir / "results", tmp_path / "report" / "shards" / f"results-shard-{shard['shard']}")
+
+    # job "report": artifacts downloaded by pattern into shards/<artifact name>/
+    bash(
+        step(wf, "report", "Merge"),
+        checkout(
+            tmp_path / "report",
+        ),
+        env,
+    )
+    merged = tmp_path / "report" / "results" / "matrix"
+    docs = [json.loads(p.read_text()) for p in merged.rglob("r*.json")]
+    assert len(docs) == 4 and {d["status"] for d in docs} == {"passed"}
+    assert len({d["cell_id"] for d in docs}) == 2
+    assert (tmp_path / "report" / "report" / "report.html").stat().st_size > 10_000
+    assert "| 1..50,000 |" in (tmp_path / "summary.md").read_text()
+
+
+def _regressed_runner(where: Path) -> Path:
+    """A copy of the code in which every 3n+1 number costs extra work: a real code regression."""
+    runner = where / "runner"
+    shutil.copytree(REPO / "runner", runner, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    routine = runner / "fsmatrix" / "agent" / "workloads" / "threen1.m"
+    text = routine.read_text()
+    marker = " set len=v\n"
+    assert marker in text
+    # Several times the work per number: far beyond the threshold the test gates with, whatever the noise.
+    routine.write_text(text.replace(marker, " set len=v\n new junk for junk=1:1:600 if junk*junk\n", 1))
+    return runner
+
+
+@pytest.mark.parametrize("head", ["clean", "regressed"])
+def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, head: str) -> None:
+    wf = workflow("pr-gate.yml")
+    workspace = tmp_path / "ws"
+    base_dir = checkout(workspace / "base")
+    head_runner = _regressed_runner(tmp_path) if head == "regressed" else REPO / "runner"
+    checkout(workspace / "head", runner=head_runner)
+    # The gate's matrix (and script, and comparison) are the base's: the judge is not the judged.
+    (base_dir / "matrix").unlink()
+    (base_dir / "matrix").mkdir()
+    (base_dir / "matrix" / "pr.yaml").write_text(SMALL.replace("[tmpfs, ext4]", "[tmpfs]"))
+    summary = tmp_path / "summary.md"
+    # Deterministic both ways: a 50 % threshold that an A/A pair of these runs never crosses, and a
+    # regression (above) of several times the work, which always does; the workflow's own 5 % is a
+    # setting for real runners, not something a shared test machine can promise about noise.
+    env = {**{k: str(v) for k, v in wf["env"].items()}, "GITHUB_STEP_SUMMARY": str(summary), "THRESHOLD": "0.5"}
+    done = bash(step(wf, "gate", "Run base and head"), workspace, env, ok=(0, 1))
+    gate_results = workspace / "gate-results"
+    for side in ("base", "head"):
+        docs = [json.loads(p.read_text()) for p in (gate_results / side).rglob("r*.json")]
+        assert len(docs) == int(wf["env"]["REPEATS"]) and {d["status"] for d in docs} == {"passed"}
+    assert summary.read_text().strip(), "the comparison goes to the job summary"
+    if head == "clean":
+        assert done.returncode == 0, done.stdout + done.stderr
+    else:
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "slower" in summary.read_text()
+
+    # pr-verdict.yml, on a GitHub-hosted runner: the default branch's fsmatrix judges the uploaded results.
+    verdict = workflow("pr-verdict.yml")
+    verdict_dir = checkout(tmp_path / "verdict")
+    (verdict_dir / "gate-results").symlink_to(gate_results)
+    judged = bash(step(verdict, "verdict", "Compare and set"), verdict_dir, dict(verdict["env"]), ok=(0, 1))
+    assert judged.returncode == done.returncode, judged.stdout + judged.stderr
+    expected = "no significant regression" if head == "clean" else "significant regression beyond"
+    assert f"verdict: {expected}" in judged.stdout
+
+
+def test_gate_logic_comes_from_the_base_and_the_verdict_runs_no_pr_code() -> None:
+    gate = workflow("pr-gate.yml")
+    runs = [s["run"] for s in gate["jobs"]["gate"]["steps"] if "run" in s]
+    # Every script the gate runs is the base's (the head's code runs only inside its own image).
+    scripts = [line.split()[line.split().index("bash") + 1] for run in runs for line in run.splitlines() if line]
+    assert scripts and all(path.startswith("base/.github/scripts/") for path in scripts), scripts
+    assert runs[-1] == (
+        'bash base/.github/scripts/pr-gate.sh base head base/matrix/pr.yaml "$REPEATS" "$THRESHOLD" gate-results'
+    )
+    assert not [s["uses"] for s in gate["jobs"]["gate"]["steps"] if s.get("uses", "").startswith("./head")]
+    # The comparison runs in the base's fsmatrix.
+    assert 'fsmatrix_in "$base" compare' in (REPO / ".github" / "scripts" / "pr-gate.sh").read_text()
+    verdict = workflow("pr-verdict.yml")
+    triggers: dict[Any, Any] = verdict
+    assert list(triggers[True]) == ["workflow_run"]  # YAML 1.1 reads the key "on" as True
+    job = verdict["jobs"]["verdict"]
+    assert job["runs-on"] == "ubuntu-latest"  # never a self-hosted runner
+    checkouts = [s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert len(checkouts) == 1 and "ref" not in checkouts[0].get("with", {})  # the default branch only
+    assert verdict["permissions"] == {"contents": "read", "actions": "read", "statuses": "write"}
