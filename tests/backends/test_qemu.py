@@ -181,16 +181,24 @@ def test_quit_closes_the_monitor_of_a_qemu_that_exited(tmp_path: Path) -> None:
             monitor = snapshot.connect(qmp, vm)
             monitor.cmd("quit")
             assert vm.wait(timeout=30) == 0
-            time.sleep(0.3)  # the library's reader has met the end of the stream
+            time.sleep(1.0)  # the library's reader has (usually) met the end of the stream by now
             close(monitor)
         finally:
             if vm.poll() is None:
                 vm.kill()
                 vm.wait()
 
-    with pytest.raises(EOFError):
-        quit_then_close(lambda monitor: monitor.close())  # the library's own close
-    quit_then_close(snapshot.close)  # quiet
+    def library_close_raises() -> bool:
+        try:
+            quit_then_close(lambda monitor: monitor.close())  # the library's own close
+        except EOFError:
+            return True
+        return False
+
+    # The hazard is real but racy (the library's reader must have met the end first): seen within 5 tries.
+    assert any(library_close_raises() for _ in range(5))
+    for _ in range(3):
+        quit_then_close(snapshot.close)  # ours is quiet, every time
 
 
 def test_unknown_bus_is_refused(tmp_path: Path) -> None:

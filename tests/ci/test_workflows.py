@@ -122,7 +122,7 @@ def _regressed_runner(where: Path) -> Path:
     """A copy of the code in which every 3n+1 number costs extra work: a real code regression."""
     runner = where / "runner"
     shutil.copytree(REPO / "runner", runner, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    routine = runner / "fsmatrix" / "agent" / "workloads" / "threen1.m"
+    routine = runner / "fsmatrix" / "agent" / "workloads" / "threen1" / "threen1.m"
     text = routine.read_text()
     marker = " set len=v\n"
     assert marker in text
