@@ -123,7 +123,7 @@ test-slow: deps
 bench: deps
 	$(BIN)/python -m fsmatrix.bench
 
-# VM benchmarks (README, Performance): boot-to-agent, per-run overhead, guest/host fio fidelity.
+# VM benchmarks (docs/measurements.md): boot-to-agent, per-run overhead, guest/host fio fidelity.
 bench-vm: deps
 	$(BIN)/python -m fsmatrix.bench.vm
 

@@ -1,4 +1,4 @@
-"""`make bench`: the README's Performance figures for 3n+1.
+"""`make bench`: fsmatrix's own 3n+1 micro benchmark.
 
 Runs matrix/bench.yaml (1..1M on tmpfs and ext4, both key modes, 3 repeats) on the host backend,
 then the CPU-only in-memory implementation of the same algorithm 3 times per key mode, and prints
