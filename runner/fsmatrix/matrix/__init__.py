@@ -416,6 +416,26 @@ def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
     return f"{where}: {_show(err.instance)} is not allowed; expected {schema.describe(spec)}{hint}"
 
 
+@dataclass(frozen=True)
+class Group:
+    """The cells that answer one question: the same workload with the same parameters (and the same
+    crash setting, whose runs measure a recovery, not the workload). What differs inside a group
+    (filesystem, options, layout, device, database settings, ...) is the configuration compared."""
+
+    key: str  # canonical: the workload's name, its parameters' JSON and the crash block's
+    label: str  # for people: the workload's summary, and the crash mode when there is one
+
+
+def comparison_group(spec: Cell) -> Group:
+    """The comparison group of a cell (reports, the answer, baselines and racing group cells by it)."""
+    workload = json.dumps(spec.to_dict()["workload"], sort_keys=True, separators=(",", ":"))
+    crashing = json.dumps(spec.to_dict().get("crash"), sort_keys=True, separators=(",", ":"))
+    label = spec.declaration.summary(spec.params)
+    if spec.crash is not None:
+        label += f" (crash: {spec.crash.mode})"
+    return Group(key=f"{workload}|{crashing}", label=label)
+
+
 def cell_id(spec: Cell) -> str:
     """Readable slug + hash of the canonical parameters: the same settings give the same id anywhere."""
     params = spec.to_dict()
