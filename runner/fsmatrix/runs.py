@@ -27,7 +27,7 @@ from fsmatrix import results
 from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Matrix, MatrixCell
+from fsmatrix.matrix import Matrix, MatrixCell, comparison_group
 
 log = logging.getLogger("fsmatrix")
 
@@ -58,15 +58,7 @@ def run_matrix(
 ) -> RunSummary:
     run_dir = results_root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    jsonfile.write_atomic(
-        run_dir / "matrix.json",
-        {
-            "name": matrix.name,
-            "file": matrix.path,
-            "repeat": repeat,
-            "cells": [{"id": c.id, "params": c.params} for c in cells],
-        },
-    )
+    jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, cells, repeat))
     backend.preflight(cells)
     try:
         index = results.Index(results_root)
@@ -119,6 +111,34 @@ def run_matrix(
     finally:
         index.close()
     return summary
+
+
+def matrix_record(matrix: Matrix, cells: list[MatrixCell], repeat: int) -> dict[str, Any]:
+    """What a run directory's ``matrix.json`` holds: the matrix's name, file and repeats, and each
+    selected cell with its settings, its comparison group (``group``: the key, ``group_label``: for
+    people) and whether it is its group's ``baseline``; ``baseline_rule`` says how the baselines were
+    chosen (``named`` by the file's ``baseline``, or ``defaults``) and ``baselines`` maps every group
+    key of the whole matrix to its baseline's id (a selection may leave a baseline out)."""
+    entries = []
+    for c in cells:
+        group = comparison_group(c.spec)
+        entries.append(
+            {
+                "id": c.id,
+                "params": c.params,
+                "group": group.key,
+                "group_label": group.label,
+                "baseline": matrix.baselines.get(group.key) == c.id,
+            }
+        )
+    return {
+        "name": matrix.name,
+        "file": matrix.path,
+        "repeat": repeat,
+        "cells": entries,
+        "baseline_rule": matrix.baseline_rule,
+        "baselines": dict(matrix.baselines),
+    }
 
 
 def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path: Path) -> dict[str, Any]:

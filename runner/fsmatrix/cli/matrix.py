@@ -39,12 +39,21 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, 
     m = matrix.load(file, scale)
     cells = m.select(list(only))
     if fmt == "json":
-        click.echo(json.dumps([{"id": c.id, **c.params} for c in cells], indent=1, ensure_ascii=False))
+        entries = [
+            {"id": c.id, "group": matrix.comparison_group(c.spec).key, "baseline": m.is_baseline(c), **c.params}
+            for c in cells
+        ]
+        click.echo(json.dumps(entries, indent=1, ensure_ascii=False))
     elif fmt == "github":
         click.echo(json.dumps(github_matrix(cells, shard_size)))
     else:
-        table = Table(title=f"{m.name}: {len(cells)} cells × {m.repeat} repeats")
-        for header in ("id", "filesystem", "mount", "layout", "device", "workload", "database"):
+        named = m.baseline_rule == matrix.NAMED_RULE
+        rule = "named by the file's baseline" if named else "fewest settings off their defaults"
+        table = Table(
+            title=f"{m.name}: {len(cells)} cells × {m.repeat} repeats",
+            caption=f"* the baseline of its comparison group ({rule})",
+        )
+        for header in ("id", "baseline", "filesystem", "mount", "layout", "device", "workload", "database"):
             table.add_column(header)
         for c in cells:
             spec = c.spec
@@ -53,7 +62,8 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, 
                 layout += f" {spec.storage.stripe_disks}×{spec.storage.stripe_size}"
             device = f"{spec.device.profile} {spec.device.bus}"
             database = " ".join(b.summary(spec.settings[b.name]) for b in spec.declaration.settings)
-            table.add_row(c.id, spec.filesystem, spec.mount_options, layout, device, c.summary(), database)
+            mark = "*" if m.is_baseline(c) else ""
+            table.add_row(c.id, mark, spec.filesystem, spec.mount_options, layout, device, c.summary(), database)
         Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
