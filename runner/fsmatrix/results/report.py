@@ -19,7 +19,7 @@ from typing import Any
 
 from fsmatrix import results
 from fsmatrix.agent import workloads
-from fsmatrix.results import compare, crashtable, flatten, seedreport, stats
+from fsmatrix.results import compare, crashtable, flatten, regime, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -149,13 +149,6 @@ def _cell_text(ranked: Ranked, regime: str) -> str:
     notes += ["tied"] if ranked.mark == "tied" else []
     text = f"{_fmt(ranked.median)}{ranked.spread}"
     return text + (f" ({', '.join(notes)})" if notes else "") + tag
-
-
-def regime(docs: list[dict[str, Any]]) -> str:
-    """Whether the passed runs were CPU-bound, IO-bound or mixed (the sampler's class, most runs')."""
-    bounds = [str((d.get("samples") or {}).get("bound") or "") for d in docs if d.get("status") == "passed"]
-    bounds = [b for b in bounds if b]
-    return max(sorted(set(bounds)), key=bounds.count) if bounds else ""
 
 
 def repeats_note(rows: list[tuple[str, dict[str, list[float] | str]]]) -> str:
