@@ -281,6 +281,10 @@ def _cells(docs: Sequence[dict[str, Any]], matrix_json: Mapping[str, Any] | None
         ds = sorted(by_cell[cid], key=_repeat)
         params = ds[0].get("params") or {}
         key, label = _group_of(params, str(ds[0].get("workload")))
+        section = next((d["crash"] for d in ds if isinstance(d.get("crash"), Mapping)), None)
+        if section is not None and "crash" not in params:  # a crash result whose params do not say so
+            key += f"|crash:{section.get('mode')}"
+            label += f" (crash: {section.get('mode')})"
         entry = entries.get(cid, {})
         if isinstance(entry.get("group_label"), str) and entry["group_label"]:
             label = entry["group_label"]
@@ -387,7 +391,7 @@ def build(
     crash_results: dict[str, GroupResult] = {}
     unsafe_elsewhere: dict[tuple[tuple[str, str], ...], tuple[str, CrashVerdict]] = {}
     for key, members in grouped.items():
-        if any(k.startswith("crash.") for k in members[0].flat):
+        if any(isinstance(d.get("crash"), Mapping) for c in members for d in c.docs):
             result = crash_results[key] = _crash_group(key, members, has_matrix, rule_of_matrix)
             for c, v in zip(members, result.crash, strict=True):
                 if v.verdict in ("unsafe", "unsafe by design"):
@@ -564,7 +568,7 @@ def _speed_group(
     tied: tuple[str, ...] = ()
     if leader is None:
         verdict = "not enough data"
-        why_not = "; ".join(f"{c.name}: {c.runs} passed, {c.failed} not" for c in configs)
+        why_not = "; ".join(f"{c.name}: {c.runs} of {c.runs + c.failed} runs passed" for c in configs)
         headline = (
             f"Not enough data to answer: no configuration has at least {stats.MIN_SAMPLES} passed runs and no "
             f"failed one ({why_not})."
@@ -885,7 +889,8 @@ def _crash_group(key: str, members: list[_Cell], has_matrix: bool, rule_of_matri
     kind = str(members[0].docs[0].get("workload"))
     names = _names(members)
     base_cell, rule = _baseline(members, has_matrix, rule_of_matrix)
-    mode = str(members[0].flat.get("crash.mode", "crash"))
+    sections = [d["crash"] for c in members for d in c.docs if isinstance(d.get("crash"), Mapping)]
+    mode = str(members[0].flat.get("crash.mode") or sections[0].get("mode") or "crash")
     verdicts = tuple(crash_verdict(names[c.id][0], c.docs, c.flat) for c in members)
     reg = _regime(members, names)
     configs = []
@@ -983,7 +988,7 @@ def markdown_lines(answer: Answer) -> list[str]:
     if not answer.groups:
         return [*lines, "No results to answer from.", ""]
     for g in answer.groups:
-        lines += [f"### {_group_heading(g)}", "", f"**{_bold_unsafe(g.headline)}**", ""]
+        lines += [f"### {_group_heading(g)}", "", f"**{g.headline}**", ""]
         lines += [f"- {_bold_unsafe(s)}" for s in g.details]
         lines.append("")
     return lines
