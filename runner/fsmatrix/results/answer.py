@@ -461,7 +461,8 @@ def _regime_sentence(r: Regime) -> str | None:
     if r.overall == "mixed":
         return "Regime: every configuration was mixed, neither CPU- nor IO-bound most of the time."
     if r.overall == "varies":
-        parts = ", ".join(f"{name} {reg or 'unknown'}" for name, reg in r.by_configuration.items())
+        words = {"cpu": "CPU-bound", "io": "IO-bound", "mixed": "mixed", "": "unknown"}
+        parts = _join([f"{n} {words.get(reg, reg)}" for n, reg in r.by_configuration.items()], list(r.by_configuration))
         return f"Regime: {parts}."
     return None
 
@@ -501,7 +502,8 @@ def _why_sentence(why: Why) -> str | None:
 
 
 def _ratio_phrase(ratio: Ratio, base: str, words: str, direction: str) -> str:
-    text = f"{ratio.value:.2f}× {base}'s {words} [{ratio.ci_low:.2f}, {ratio.ci_high:.2f}]"
+    whose = f"{base}'s {words}" if _plain(base) else f"the {words} of {base}"
+    text = f"{ratio.value:.2f}× {whose} [{ratio.ci_low:.2f}, {ratio.ci_high:.2f}]"
     return f"takes {text}" if direction == "lower" else text
 
 
@@ -590,7 +592,7 @@ def _speed_group(
         )
         ratios = [f"{n} {r.text()}" for n in tied if n != base and (r := by_config[n].to_baseline) is not None]
         if ratios:
-            details.append(f"{_cap(words)} relative to {base}'s: {', '.join(ratios)}.")
+            details.append(f"{_cap(words)} relative to {base}: {_join(ratios, tied)}.")
     else:
         verdict = "fastest"
         fastest = leader
@@ -618,8 +620,8 @@ def _speed_group(
                 parts.append(f"{n} {r.text()}")
             else:
                 parts.append(n)
-        relative = "" if all(n == base for n in worse) else f" ({words} relative to {base}'s)"
-        details.append(f"Clearly worse{relative}: {', '.join(parts)}.")
+        relative = "" if all(n == base for n in worse) else f" ({words} relative to {base})"
+        details.append(f"Clearly worse{relative}: {_join(parts, worse)}.")
     if lacking and ga is not None and leader is not None:
         details.append("Not enough data: " + "; ".join(f"{n} ({ga.standing(n).reason})" for n in lacking) + ".")
     for name, (group_label, v) in unsafe.items():
@@ -727,8 +729,20 @@ def _pct(fraction: float, digits: int = 3) -> str:
     return f"{float(f'{fraction * 100:.{digits}g}'):g} %"
 
 
+def _plain(name: str) -> bool:
+    """A name that takes a possessive ("xfs's"): one word."""
+    return not any(ch in name for ch in " ,=")
+
+
+def _join(items: Sequence[str], names: Sequence[str] | None = None) -> str:
+    """A list, with semicolons when a name in it has a comma of its own ("btrfs, gtm.journal=off")."""
+    return ("; " if any("," in n for n in (items if names is None else names)) else ", ").join(items)
+
+
 def _and(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    if len(names) == 1:
+        return names[0]
+    return _join(names[:-1]) + ("; and " if any("," in n for n in names) else " and ") + names[-1]
 
 
 def _cap(text: str) -> str:
