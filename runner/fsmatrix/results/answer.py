@@ -937,7 +937,7 @@ def _crash_group(key: str, members: list[_Cell], has_matrix: bool, rule_of_matri
         allows = sorted({a for v in by_design for a in v.allowed_by})
         parts.append(f"UNSAFE by design: {_and([v.configuration for v in by_design])} ({', '.join(allows)} allows it)")
     if safe:
-        parts.append(f"recovered every time: {_and([v.configuration for v in safe])}")
+        parts.append(f"recovered from every crash: {_and([v.configuration for v in safe])}")
     undecided = [v for v in verdicts if v.verdict == "no verdict"]
     if undecided:
         parts.append(f"no verdict: {_and([v.configuration for v in undecided])}")
