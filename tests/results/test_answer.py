@@ -310,6 +310,11 @@ def test_not_enough_data_and_a_single_configuration() -> None:
     assert g.verdict == "single" and g.headline.startswith("Only one configuration (ext4): nothing to compare")
     (g,) = answer.build(runs(ext4, [1.0, 1.1])).groups
     assert g.verdict == "not enough data" and g.fastest is None
+    # the others failing: nothing to compare the one left with, and it is not called fastest
+    broken = [dict(d, status="failed") for d in docs if d["cell_id"] != ext4.id]
+    (g,) = answer.build([d for d in docs if d["cell_id"] == ext4.id] + broken).groups
+    assert (g.verdict, g.fastest) == ("single", None)
+    assert g.headline.startswith("Only ext4 has enough data: nothing to compare it with")
 
 
 def test_an_equivalent_pair_says_so() -> None:

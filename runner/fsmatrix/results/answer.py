@@ -575,13 +575,14 @@ def _speed_group(
             f"Not enough data to answer: no configuration has at least {stats.MIN_SAMPLES} passed runs and no "
             f"failed one ({why_not})."
         )
-    elif len(members) == 1:
+    elif not tied_with and not worse:
         verdict = "single"
-        only = configs[0]
-        headline = (
-            f"Only one configuration ({only.name}): nothing to compare; median {words} "
-            f"{_num(only.median or math.nan)}, {only.runs} runs."
-        )
+        only = by_config[leader]
+        figures = f"median {words} {_num(only.median or math.nan)}, {only.runs} runs"
+        if len(members) == 1:
+            headline = f"Only one configuration ({only.name}): nothing to compare; {figures}."
+        else:
+            headline = f"Only {only.name} has enough data: nothing to compare it with; {figures}."
     elif tied_with:
         verdict = "tie"
         tied = tuple(n for n in by_config if n == leader or n in tied_with)
@@ -600,16 +601,16 @@ def _speed_group(
         others = [by_config[n] for n in by_config if n != leader and by_config[n].status != "not enough data"]
         runs = _runs_text([best.runs, *(o.runs for o in others)])
         if leader == base:
-            headline = f"{leader} (the baseline) is fastest, better on {words} than every other configuration, {runs}."
+            than = "every other configuration" + (" with enough data" if lacking else "")
+            headline = f"{leader} (the baseline) is fastest, better on {words} than {than}, {runs}."
         elif best.to_baseline is not None:
             headline = f"{leader} is fastest: {_ratio_phrase(best.to_baseline, base, words, direction)}, {runs}."
         else:
             headline = f"{leader} is fastest, {runs}; no ratio to the baseline {base}: it has not enough data."
-    if leader is not None and leader in unsafe and leader in (fastest, *tied):
-        group_label, v = unsafe[leader]
-        headline += (
-            f" But {leader} is UNSAFE: {_unsafe_reason(v)} in {group_label}; not the answer, whatever its speed."
-        )
+    answered = (fastest,) if fastest else tied
+    for name in (n for n in answered if n in unsafe):
+        group_label, v = unsafe[name]
+        headline += f" But {name} is UNSAFE: {_unsafe_reason(v)} in {group_label}; not the answer, whatever its speed."
     if worse:
         parts = []
         for n in worse:
@@ -625,7 +626,7 @@ def _speed_group(
     if lacking and ga is not None and leader is not None:
         details.append("Not enough data: " + "; ".join(f"{n} ({ga.standing(n).reason})" for n in lacking) + ".")
     for name, (group_label, v) in unsafe.items():
-        if name != leader or name not in (fastest, *tied):
+        if name not in answered:
             details.append(f"UNSAFE: {name}: {_unsafe_reason(v)} in {group_label}; not an answer, whatever its speed.")
     details.append(_baseline_sentence(base, rule))
     regime_text = _regime_sentence(reg)
