@@ -267,7 +267,8 @@ def _repeat(doc: Mapping[str, Any]) -> int:
 
 
 def _cells(docs: Sequence[dict[str, Any]], matrix_json: Mapping[str, Any] | None) -> list[_Cell]:
-    """The cells the documents hold, in matrix.json's order (then by id), with their groups."""
+    """The cells the documents hold, in matrix.json's order (then by id), with their groups (as
+    matrix.json records them, ``group`` and ``group_label``, else ``matrix.comparison_group``'s)."""
     by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in docs:
         by_cell[str(doc["cell_id"])].append(doc)
@@ -286,6 +287,8 @@ def _cells(docs: Sequence[dict[str, Any]], matrix_json: Mapping[str, Any] | None
             key += f"|crash:{section.get('mode')}"
             label += f" (crash: {section.get('mode')})"
         entry = entries.get(cid, {})
+        if isinstance(entry.get("group"), str) and entry["group"]:  # as the matrix grouped it
+            key = entry["group"]
         if isinstance(entry.get("group_label"), str) and entry["group_label"]:
             label = entry["group_label"]
         flag = entry.get("baseline")
