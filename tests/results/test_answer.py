@@ -251,6 +251,10 @@ def test_the_baseline_is_the_matrix_s_and_the_answer_says_which_rule_chose_it() 
     defaults["cells"] = [{**e, "baseline": e["id"] == ext4.id} for e in named["cells"]]
     (g,) = answer.build(docs, defaults, draws=DRAWS).groups
     assert "Baseline chosen: ext4 (every setting at its default)." in g.details
+    # the matrix's baseline was not run (fsmatrix run --only): the first cell, and the answer says why
+    absent = {**named, "cells": [{**e, "baseline": False} for e in named["cells"]]}
+    (g,) = answer.build(docs, absent, draws=DRAWS).groups
+    assert "Baseline chosen: ext4 (first cell; the matrix's baseline has no results here)." in g.details
 
 
 def test_crash_losses_are_unsafe_by_design_or_not_and_infrastructure_failures_are_no_verdict() -> None:

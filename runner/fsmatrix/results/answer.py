@@ -61,6 +61,7 @@ RULES = {
     "defaults": "every setting at its default",
     "recorded": "marked in matrix.json",
     "first-cell": "first cell; the matrix names none",
+    "absent": "first cell; the matrix's baseline has no results here",
     "first-id": "first by cell id; no matrix.json",
 }
 # The metrics that say why one configuration beats another (all lower-is-cheaper resource counts),
@@ -426,7 +427,9 @@ def _baseline(members: Sequence[_Cell], has_matrix: bool, rule_of_matrix: Any) -
         rule = rule_of_matrix if rule_of_matrix in ("named", "defaults") else "recorded"
         return flagged[0], rule
     if has_matrix:
-        return members[0], "first-cell"
+        # The matrix chose one, but not among these cells (a run of some of its cells only).
+        absent = not flagged and rule_of_matrix in ("named", "defaults")
+        return members[0], "absent" if absent else "first-cell"
     return min(members, key=lambda c: c.id), "first-id"
 
 
