@@ -232,7 +232,9 @@ def test_lint_imports_passes_on_the_unplanted_copy(tmp_path: Path) -> None:
 # (file to append to, the line, the contracts it breaks: exactly these). The forbidden contracts
 # count indirect imports: an agent importing a backend also makes the agent reach click, and the
 # results (which import the agent) reach a backend; and since the backends and the results import
-# the agent, it closes a cycle.
+# the agent, it closes a cycle. The results import the matrix (results.answer: comparison groups), so
+# the matrix importing a backend makes the results reach one too, and importing the results closes a
+# cycle.
 EVERY_CONTRACT = {"layers", "agent-host", "agent-stdlib", "results-backends", "acyclic"}
 PLANTED = {
     "agent imports a backend": ("agent/cell.py", "import fsmatrix.backends.host", EVERY_CONTRACT),
@@ -248,11 +250,19 @@ PLANTED = {
         "from fsmatrix.backends import hostinfo",
         {"results-backends", "layers"},
     ),
-    "matrix imports the results (upward)": ("matrix/schema.py", "from fsmatrix.results import stats", {"layers"}),
+    "matrix imports the results (upward)": (
+        "matrix/schema.py",
+        "from fsmatrix.results import stats",
+        {"layers", "acyclic"},
+    ),
     "errors imports the agent (upward)": ("errors.py", "import fsmatrix.agent.declare", {"layers"}),
     "a new top-level module no layer names": ("newlayer.py", "import fsmatrix.errors", {"layers"}),  # exhaustive
     "a two-module cycle in the agent": ("agent/proc.py", "from fsmatrix.agent import provenance", {"acyclic"}),
-    "a cycle between backends and matrix": ("matrix/yamlpos.py", "import fsmatrix.backends", {"acyclic", "layers"}),
+    "a cycle between backends and matrix": (
+        "matrix/yamlpos.py",
+        "import fsmatrix.backends",
+        {"acyclic", "layers", "results-backends"},
+    ),
 }
 
 

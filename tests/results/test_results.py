@@ -123,12 +123,14 @@ def test_report_bolds_a_winner_only_when_the_test_separates_it() -> None:
 
     # make demo's case: jfs 5.03 against ext4 5.19 ±11 %, three runs each: no test separates them.
     tied = report.markdown(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu"), "t")
-    assert "**" not in tied.split("## Runs")[0].replace("**Elapsed time (s)**", "").replace("**bold**", "")
+    tables = tied.split("\n## threen1\n")[1].split("## Runs")[0]
+    assert "**" not in tables.replace("**Elapsed time (s)**", "")
     assert "5.03 ±3% (tied) [io]" in tied and "5.19 ±11% (1.03×, tied) [cpu]" in tied
-    assert "3 repeats per entry" in tied
+    assert "**Elapsed time (s)** (lower is better; 3 repeats per entry)" in tied
     # Clearly apart: the best is bold, the other "× the best", not tied.
     apart = report.markdown(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9]), "t")
-    assert "**5** ±1% [io]" in apart and "10 ±1% (2.00×) [io]" in apart and "tied" not in apart.split("**bold**")[0]
+    tables = apart.split("\n## threen1\n")[1]
+    assert "**5** ±1% [io]" in tables and "10 ±1% (2.00×) [io]" in tables and "tied" not in tables
     # One column has nothing to beat.
     alone = report.rank({"xfs": [1.0, 1.1, 1.2]}, "lower")
     assert alone["xfs"].mark == ""

@@ -16,7 +16,7 @@ from rich.console import Console
 from fsmatrix import results
 from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
-from fsmatrix.results import calibrate, compare, htmlreport, report, stats
+from fsmatrix.results import answer, calibrate, compare, htmlreport, report, stats
 
 _RESULTS_OPTION = click.option(
     "--results",
@@ -181,11 +181,12 @@ def calibrate_cmd(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["md", "csv", "otava", "otava-config"]),
+    type=click.Choice(["md", "json", "csv", "otava", "otava-config"]),
     default="md",
     show_default=True,
-    help="md: Markdown tables (terminals, $GITHUB_STEP_SUMMARY); csv: one row per run; otava: Apache Otava's CSV; "
-    "otava-config: an Otava test definition for that CSV (file fsmatrix.csv).",
+    help="md: the answer, then Markdown tables (terminals, $GITHUB_STEP_SUMMARY); json: the answer for machines "
+    "(docs/answer.schema.json); csv: one row per run; otava: Apache Otava's CSV; otava-config: an Otava test "
+    "definition for that CSV (file fsmatrix.csv).",
 )
 @click.option(
     "--html",
@@ -196,21 +197,36 @@ def calibrate_cmd(
     help="Also write OUT/report.html: one self-contained page with tables and charts.",
 )
 @click.option("--title", default=None, help="Report title (default: DIRECTORY).")
-def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | None) -> None:
-    """Print tables for the results under DIRECTORY (a run directory or a results root)."""
+@click.option(
+    "--delta",
+    default="5%",
+    show_default=True,
+    help="The answer's minimum effect: tied pairs are 'equivalent within ±DELTA', or get the runs per "
+    "configuration that would detect DELTA with 80 % power.",
+)
+def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | None, delta: str) -> None:
+    """Print the answer and the tables for the results under DIRECTORY (a run directory or a results root)."""
+    min_effect = compare.parse_threshold(delta)
+    if not 0 < min_effect < 1:
+        raise UserError(f"--delta {delta}: expected a percentage above 0 and below 100, such as 5%")
     docs = results.load_results(directory)
     name = title or str(directory)
+    found = None
+    if html_dir is not None or fmt in ("md", "json"):
+        found = answer.build(docs, results.load_matrix_json(directory), delta=min_effect)
     if html_dir is not None:
-        path = htmlreport.write_html(docs, name, html_dir)
+        path = htmlreport.write_html(docs, name, html_dir, found)
         click.echo(f"html report: {path.resolve()}", err=True)
-    if fmt == "csv":
+    if fmt == "json" and found is not None:
+        click.echo(json.dumps({"title": name, "answer": answer.to_json(found)}, indent=1, ensure_ascii=False))
+    elif fmt == "csv":
         click.echo(htmlreport.runs_csv(docs), nl=False)
     elif fmt == "otava":
         click.echo(htmlreport.otava_csv(docs), nl=False)
     elif fmt == "otava-config":
         click.echo(htmlreport.otava_config(docs, "fsmatrix.csv"), nl=False)
     else:
-        click.echo(report.markdown(docs, name), nl=False)
+        click.echo(report.markdown(docs, name, found), nl=False)
 
 
 @click.group("results")

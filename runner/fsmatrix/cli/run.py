@@ -10,11 +10,11 @@ from typing import Any
 import click
 from rich.console import Console
 
-from fsmatrix import matrix, workdirs
+from fsmatrix import matrix, results, workdirs
 from fsmatrix.backends import BACKENDS
 from fsmatrix.cli._common import writable_directory
 from fsmatrix.errors import UserError
-from fsmatrix.results import report
+from fsmatrix.results import answer, report
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 
@@ -106,9 +106,12 @@ def run(
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started
     console.print(runs.summary_table(summary, cells))
-    path = report.write_report(summary.run_dir, f"{m.name} ({run_id})")
+    found = answer.build(results.load_results(summary.run_dir), results.load_matrix_json(summary.run_dir))
+    path = report.write_report(summary.run_dir, f"{m.name} ({run_id})", found)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
+    for line in answer.summary_lines(found):  # the answer's first lines, then the report's path, last
+        click.echo(line)
     click.echo(f"report: {path.resolve()}")
     sys.exit(0 if summary.ok else 1)
 

@@ -35,6 +35,13 @@ def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def regime(docs: list[dict[str, Any]]) -> str:
+    """Whether the passed runs were CPU-bound, IO-bound or mixed (the sampler's class, most runs')."""
+    bounds = [str((d.get("samples") or {}).get("bound") or "") for d in docs if d.get("status") == "passed"]
+    bounds = [b for b in bounds if b]
+    return max(sorted(set(bounds)), key=bounds.count) if bounds else ""
+
+
 def result_path(run_dir: Path, cell_id: str, repeat: int) -> Path:
     return run_dir / cell_id / f"r{repeat}.json"
 
@@ -106,6 +113,37 @@ def load_results(directory: Path) -> list[dict[str, Any]]:
     if not docs:
         raise UserError(f"no result documents under {directory}")
     return docs
+
+
+def load_matrix_json(directory: Path) -> dict[str, Any] | None:
+    """The expanded matrix a run was made from (``<run>/matrix.json``), for the answer's baselines and
+    the cells' order. Under a results root, every run's ``matrix.json`` in one: the cells of all of
+    them (a cell id once, the first run's), and the ``baseline_rule`` when they agree. None when
+    there is none or it cannot be read: the answer then chooses baselines by cell id."""
+    own = directory / "matrix.json"
+    paths = [own] if own.is_file() else sorted(directory.glob("*/matrix.json"))
+    found = []
+    for path in paths:
+        try:
+            doc = jsonfile.read(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("cells"), list):
+            found.append(doc)
+    if not found:
+        return None
+    if len(found) == 1:
+        return found[0]
+    cells: dict[str, Any] = {}
+    for doc in found:
+        for cell in doc["cells"]:
+            if isinstance(cell, dict) and isinstance(cell.get("id"), str):
+                cells.setdefault(cell["id"], cell)
+    rules = {doc.get("baseline_rule") for doc in found}
+    merged: dict[str, Any] = {"name": ", ".join(str(doc.get("name")) for doc in found), "cells": list(cells.values())}
+    if len(rules) == 1 and None not in rules:
+        merged["baseline_rule"] = rules.pop()
+    return merged
 
 
 class Index:

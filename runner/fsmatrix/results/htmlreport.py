@@ -1,5 +1,9 @@
 """Reports for people and tools: one self-contained HTML page, a CSV of every run, Apache Otava's CSV.
 
+The page opens with the answer (results/answer.py), then one forest plot per comparison group (each
+configuration's ratio to the baseline with its interval), then the details, collapsed: the
+environment, the tables with their charts, the per-run time series, the crash table and the runs.
+
 The HTML page loads nothing from anywhere: styles are inline, charts are matplotlib figures
 embedded as inline SVG (text drawn as paths, so no fonts are fetched either), and a
 Content-Security-Policy of ``default-src 'none'`` tells the browser to refuse any fetch that
@@ -23,7 +27,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from fsmatrix.agent import workloads
-from fsmatrix.results import crashtable, flatten, report, seedreport
+from fsmatrix.results import answer, crashtable, flatten, report, seedreport
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
@@ -44,6 +48,11 @@ figure { margin: 0.5em 0 1.5em; }
 figure svg { max-width: 100%; height: auto; }
 figcaption { font-size: 0.9em; color: #555; }
 tr.failed td { background: #f8e0e0; }
+section.answer { border-left: 4px solid #4a7; padding: 0.2em 1em; margin-bottom: 1.5em; }
+section.answer h3 { margin-bottom: 0.3em; }
+p.headline { font-size: 1.1em; }
+.unsafe { color: #b00; font-weight: bold; }
+details > summary { cursor: pointer; font-size: 1.2em; font-weight: bold; margin: 1em 0; }
 """
 
 
@@ -123,6 +132,75 @@ def series_chart(doc: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
+def forest_chart(group: answer.GroupResult) -> str | None:
+    """Each configuration's ratio to the baseline's median with its interval (a log scale when they
+    span more than 4x): a line
+    at 1 (the baseline), the fastest in green, the tied in olive, the clearly worse in grey, an UNSAFE
+    one in red. None when no configuration but the baseline has a ratio."""
+    shown = [(c, c.to_baseline) for c in group.configurations if c.to_baseline is not None]
+    if not any(c.name != group.baseline for c, _ in shown):
+        return None
+    fig = Figure(figsize=(7.0, 0.45 * len(shown) + 1.3))
+    ax = fig.add_subplot()
+    labels = []
+    for y, (c, r) in enumerate(reversed(shown)):
+        if c.unsafe:
+            colour = "tab:red"
+        elif c.name == group.fastest:
+            colour = "tab:green"
+        elif c.name in group.tied:
+            colour = "tab:olive"
+        else:
+            colour = "tab:gray"
+        ax.errorbar(
+            [r.value], [y], xerr=[[r.value - r.ci_low], [r.ci_high - r.value]], fmt="o", color=colour, capsize=4
+        )
+        tags = [t for t, on in (("baseline", c.name == group.baseline), ("UNSAFE", c.unsafe)) if on]
+        labels.append(c.name + (f" ({', '.join(tags)})" if tags else ""))
+    ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_yticks(range(len(shown)), labels)
+    ends = [e for _, r in shown for e in (r.ci_low, r.ci_high) if e > 0]
+    if ends and max(ends) / min(ends) > 4:  # ratios far apart: a log scale keeps 0.5x and 2x alike
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{group.metric_words}: × {group.baseline}'s median ({group.direction} is better)", fontsize=9)
+    ax.set_title(group.label, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)
+
+
+def _answer_html(found: answer.Answer) -> list[str]:
+    """The answer section and the forest plots: what the page opens with."""
+
+    def text(sentence: str) -> str:
+        return html.escape(sentence).replace("UNSAFE", '<span class="unsafe">UNSAFE</span>')
+
+    parts = [
+        '<section class="answer" id="answer">',
+        "<h2>The answer</h2>",
+        f"<p>{html.escape(answer.intro(found))}</p>",
+    ]
+    if not found.groups:
+        parts.append("<p>No results to answer from.</p>")
+    for g in found.groups:
+        heading = g.label if g.metric is None else f"{g.label}: {g.metric_words} ({g.direction} is better)"
+        parts += [f"<h3>{html.escape(heading)}</h3>", f'<p class="headline"><strong>{text(g.headline)}</strong></p>']
+        if g.details:
+            parts.append("<ul>" + "".join(f"<li>{text(s)}</li>" for s in g.details) + "</ul>")
+    parts.append("</section>")
+    charts = [(g, forest_chart(g)) for g in found.groups if g.metric is not None]
+    charts = [(g, svg) for g, svg in charts if svg]
+    if charts:
+        parts += ['<section class="forest" id="forest">', "<h2>Ratio to the baseline</h2>"]
+        for g, svg in charts:
+            caption = (
+                f"{g.label}: {g.metric_words} of each configuration over {g.baseline}'s, median ratio and "
+                f"{found.confidence:.0%} bootstrap interval"
+            )
+            parts.append(f'<figure class="chart forest">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>')
+        parts.append("</section>")
+    return parts
+
+
 # ----------------------------------------------------------------------------------- html
 
 
@@ -159,8 +237,16 @@ def _plain_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def html_report(docs: list[dict[str, Any]], title: str) -> str:
-    """The whole page."""
+def html_report(
+    docs: list[dict[str, Any]],
+    title: str,
+    found: answer.Answer | None = None,
+    matrix_json: dict[str, Any] | None = None,
+) -> str:
+    """The whole page: the answer (``found``, or built here from the documents and ``matrix_json``),
+    the forest plots, then the details collapsed."""
+    if found is None:
+        found = answer.build(docs, matrix_json)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -169,7 +255,10 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
         f"<style>{STYLE}</style></head><body>",
         f"<h1>fsmatrix report: {html.escape(title)}</h1>",
     ]
+    parts += _answer_html(found)
+    parts.append('<details class="details"><summary>Details: environment, tables, charts and runs</summary>')
     parts += _environment(docs)
+    legend_shown = False
     by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in docs:
         by_cell[doc["cell_id"]].append(doc)
@@ -193,9 +282,12 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
                 if not columns:
                     continue
                 better = "lower" if direction == "lower" else "higher"
-                parts.append(f"<h4>{html.escape(mtitle)}</h4>")
-                legend = report.TABLE_LEGEND.format(repeats=report.repeats_note(rows)).replace("**bold**", "bold")
-                parts.append(f"<p>{html.escape(legend)} ({better} is better).</p>")
+                if not legend_shown:  # once per page
+                    legend = report.TABLE_LEGEND.replace("**bold**", "bold")
+                    parts.append(f'<p class="legend">How to read the tables: {html.escape(legend)}.</p>')
+                    legend_shown = True
+                note = f"{better} is better; {report.repeats_note(rows)}"
+                parts.append(f"<h4>{html.escape(mtitle)} ({html.escape(note)})</h4>")
                 parts.append(_grid_table(columns, rows, direction, report.regime_grid(kind, group)))
                 parts.append(_figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))
         for rtitle, header, rows_ in report.relative_speed_tables(kind, cells):
@@ -225,6 +317,7 @@ def html_report(docs: list[dict[str, Any]], title: str) -> str:
         ver = (ds[0].get("verification") or {}).get("status", "-")
         status_rows.append([cid, str(len(ds)), statuses, ver, reasons])
     parts.append(_plain_table(["cell", "runs", "status", "verification", "reason"], status_rows))
+    parts.append("</details>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -242,11 +335,11 @@ def _environment(docs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def write_html(docs: list[dict[str, Any]], title: str, out_dir: Path) -> Path:
+def write_html(docs: list[dict[str, Any]], title: str, out_dir: Path, found: answer.Answer | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "report.html"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(html_report(docs, title), encoding="utf-8")
+    tmp.write_text(html_report(docs, title, found), encoding="utf-8")
     tmp.replace(path)
     return path
 

@@ -1,5 +1,7 @@
-"""Markdown reports shaped like the seed documents' tables.
+"""Markdown reports shaped like the seed documents' tables, opened by the answer (results/answer.py).
 
+The report begins with "The answer" (what the runs decided, per comparison group), then the
+environment, the tables' legend once (``TABLE_LEGEND``), and the tables.
 For each workload, rows are its input (its declaration's row keys: the 3n+1 range, the fio
 pattern, ...) and columns the filesystem; one table per key metric (the declaration's titles), each
 value the median over repeats with its spread and the runs' regime (CPU- or IO-bound). A value is
@@ -19,7 +21,7 @@ from typing import Any
 
 from fsmatrix import results
 from fsmatrix.agent import workloads
-from fsmatrix.results import compare, crashtable, flatten, seedreport, stats
+from fsmatrix.results import answer, compare, crashtable, flatten, regime, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -151,13 +153,6 @@ def _cell_text(ranked: Ranked, regime: str) -> str:
     return text + (f" ({', '.join(notes)})" if notes else "") + tag
 
 
-def regime(docs: list[dict[str, Any]]) -> str:
-    """Whether the passed runs were CPU-bound, IO-bound or mixed (the sampler's class, most runs')."""
-    bounds = [str((d.get("samples") or {}).get("bound") or "") for d in docs if d.get("status") == "passed"]
-    bounds = [b for b in bounds if b]
-    return max(sorted(set(bounds)), key=bounds.count) if bounds else ""
-
-
 def repeats_note(rows: list[tuple[str, dict[str, list[float] | str]]]) -> str:
     """ "3 repeats" or "3-5 repeats": how many passed runs each entry's median comes from."""
     counts = sorted({len(v) for _, entries in rows for v in entries.values() if isinstance(v, list)})
@@ -167,25 +162,41 @@ def repeats_note(rows: list[tuple[str, dict[str, list[float] | str]]]) -> str:
     return f"{n} repeat{'s' if n != '1' else ''} per entry"
 
 
+# Printed once per report, before the first table (each table names its repeats in its title).
 TABLE_LEGEND = (
-    "median ±half-range of {repeats}; **bold**: better than every other entry by the test `compare` uses "
+    "median ±half-range of the repeats; **bold**: better than every other entry by the test `compare` uses "
     "(Mann-Whitney U or Welch's t on logs, α = 0.05, and a bootstrap interval of the ratio excluding 1); "
     "tied: not distinguishable from the best; n×: times worse than the best median; "
     "[cpu] / [io] / [mixed]: the runs' regime from the sampler"
 )
 
 
-def markdown(docs: list[dict[str, Any]], title: str) -> str:
-    """The whole report for a set of result documents."""
-    lines = [f"# fsmatrix report: {title}", ""]
+def markdown(
+    docs: list[dict[str, Any]],
+    title: str,
+    found: answer.Answer | None = None,
+    matrix_json: dict[str, Any] | None = None,
+) -> str:
+    """The whole report for a set of result documents: the answer first (``found``, or built here
+    from the documents and the run's ``matrix_json``), then the environment and the tables."""
+    if found is None:
+        found = answer.build(docs, matrix_json)
+    lines = [f"# fsmatrix report: {title}", "", *answer.markdown_lines(found)]
     lines += _environment_section(docs)
     by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in docs:
         by_cell[doc["cell_id"]].append(doc)
+    sections: list[str] = []
+    tables_shown = 0
     for kind, tables in metric_tables(by_cell).items():
         cells = {cid: ds for cid, ds in by_cell.items() if ds[0]["workload"] == kind}
         if cells:
-            lines += _workload_section(kind, tables, cells)
+            section, shown = _workload_section(kind, tables, cells)
+            sections += section
+            tables_shown += shown
+    if tables_shown:
+        lines += [f"How to read the tables: {TABLE_LEGEND}.", ""]
+    lines += sections
     lines += crashtable.markdown_section(docs)
     lines += seedreport.markdown(docs)  # a seed matrix's results beside the seed's published tables
     lines += _status_section(by_cell)
@@ -242,8 +253,10 @@ def workload_groups(
 
 def _workload_section(
     kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[dict[str, Any]]]
-) -> list[str]:
+) -> tuple[list[str], int]:
+    """The workload's section, and how many metric tables (those the legend explains) it has."""
     lines = [f"## {kind}", ""]
+    shown = 0
     if kind in workloads.WORKLOADS and workloads.get(kind).note:
         lines += [f"> {workloads.get(kind).note}", ""]
     for heading, group in workload_groups(kind, cells):
@@ -257,12 +270,14 @@ def _workload_section(
         for metric, title, direction in tables:
             table = _metric_table(kind, group, metric, direction) if metric in keys else []
             if table:
-                lines += [f"**{title}**", "", *table, ""]
+                repeats = repeats_note(metric_grid(kind, group, metric)[1])
+                lines += [f"**{title}** ({direction} is better; {repeats})", "", *table, ""]
+                shown += 1
     for title, header, rows in relative_speed_tables(kind, cells):
         lines += [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         lines.append("")
-    return lines
+    return lines, shown
 
 
 Grid = tuple[list[str], list[tuple[str, dict[str, list[float] | str]]]]
@@ -307,7 +322,7 @@ def _metric_table(kind: str, group: dict[str, list[dict[str, Any]]], metric: str
             value = entries.get(col, "")
             texts.append(_cell_text(ranked[col], regimes.get((row, col), "")) if col in ranked else str(value))
         out.append("| " + " | ".join([row, *texts]) + " |")
-    return [*out, "", TABLE_LEGEND.format(repeats=repeats_note(rows))]
+    return out
 
 
 def overview_tables(kind: str, group: dict[str, list[dict[str, Any]]]) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -403,9 +418,12 @@ def _status_section(by_cell: dict[str, list[dict[str, Any]]]) -> list[str]:
     return [*lines, ""]
 
 
-def write_report(run_dir: Path, title: str) -> Path:
+def write_report(run_dir: Path, title: str, found: answer.Answer | None = None) -> Path:
+    """``run_dir``/report.md; the answer ``found``, or one built from the run's documents and its
+    matrix.json."""
     path = run_dir / "report.md"
-    text = markdown(results.load_results(run_dir), title)
+    docs = results.load_results(run_dir)
+    text = markdown(docs, title, found, results.load_matrix_json(run_dir))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

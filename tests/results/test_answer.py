@@ -1,0 +1,510 @@
+"""The answer on top (results/answer.py, issue 24): on stored result documents built here — a tie like
+the demo's xfs and ext4, a clear winner, crash cells that lose commits (by design and not), the
+regime — and in every output: report.md's first section, the JSON (validated against
+docs/answer.schema.json), the HTML page's first section, and the end of `fsmatrix run`'s output."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO
+from fsmatrix import results
+from fsmatrix.agent import jsonfile
+from fsmatrix.backends import BackendEntry
+from fsmatrix.cli import main
+from fsmatrix.matrix import MatrixCell, expand_document
+from fsmatrix.results import answer, htmlreport, report
+
+SCHEMA = json.loads((REPO / "docs" / "answer.schema.json").read_text(encoding="utf-8"))
+DRAWS = 400  # the repeat advice's simulated draws per n: enough to exercise it, quick
+THREEN1 = {"threen1": {"start": 1, "end": 100000, "workers": 2, "block": 5000}}
+PGBENCH = {"pgbench": {"scale": 10, "clients": 4, "threads": 2, "duration": 60}}
+RATIO = re.compile(r"(\d+\.\d+)× ext4's (?:elapsed time|TPS) \[(\d+\.\d+), (\d+\.\d+)\]")
+
+
+def cells(doc: dict[str, Any]) -> list[MatrixCell]:
+    return expand_document(doc, "t").cells
+
+
+def runs(
+    cell: MatrixCell,
+    values: list[float],
+    *,
+    bound: str = "cpu",
+    metrics: dict[str, float] | None = None,
+    status: str = "passed",
+) -> list[dict[str, Any]]:
+    """Result documents of ``cell``, one per value of its workload's primary metric."""
+    metric = "tps" if cell.workload_kind == "pgbench" else "elapsed_s"
+    return [
+        {
+            "schema_version": 1,
+            "run_id": "t",
+            "cell_id": cell.id,
+            "repeat": i,
+            "workload": cell.workload_kind,
+            "params": cell.params,
+            "status": status,
+            "reason": None if status == "passed" else "it broke",
+            "metrics": {metric: v, **(metrics or {})},
+            "key_metrics": {metric: "lower" if metric == "elapsed_s" else "higher"},
+            "samples": {"bound": bound},
+            "provenance": {},
+        }
+        for i, v in enumerate(values, 1)
+    ]
+
+
+def demo() -> tuple[list[MatrixCell], list[dict[str, Any]]]:
+    """The quick matrix's 3n+1: ext4 and xfs within the noise of each other, jfs clearly behind; CPU-bound."""
+    ext4, xfs, jfs = cells({"axes": {"filesystem": ["ext4", "xfs", "jfs"]}, "defaults": {"workload": THREEN1}})
+    docs = runs(ext4, [8.25, 8.8, 7.7], metrics={"device_write_bytes_per_op": 190.0, "cpu_busy_s": 10.0})
+    docs += runs(xfs, [8.12, 8.4, 7.9], metrics={"device_write_bytes_per_op": 40.0, "cpu_busy_s": 10.2})
+    docs += runs(jfs, [9.84, 10.2, 9.5], metrics={"device_write_bytes_per_op": 890.0, "cpu_busy_s": 13.0})
+    return [ext4, xfs, jfs], docs
+
+
+def in_order(*made: MatrixCell) -> dict[str, Any]:
+    """A matrix.json of these cells, in this order, naming no baseline (as before matrices had one)."""
+    return {"name": "t", "cells": [{"id": c.id, "params": c.params} for c in made]}
+
+
+def winner(metric: str = "elapsed_s") -> tuple[list[MatrixCell], list[dict[str, Any]]]:
+    """ext4, ext4 data=writeback and btrfs, five IO-bound runs each: writeback clearly the fastest
+    (pass ``in_order(*cells)`` for ext4 as the baseline; by cell id, btrfs comes first)."""
+    spec = {
+        "axes": {"filesystem": ["ext4", "btrfs"], "mount_options": ["", "data=writeback"]},
+        "exclude": [{"filesystem": "btrfs", "mount_options": "data=writeback"}],
+        "defaults": {"workload": PGBENCH if metric == "tps" else THREEN1},
+    }
+    made = cells(spec)
+    ext4 = next(c for c in made if c.params["filesystem"] == "ext4" and not c.params["mount_options"])
+    writeback = next(c for c in made if c.params["mount_options"])
+    btrfs = next(c for c in made if c.params["filesystem"] == "btrfs")
+    base = [10.0, 10.1, 9.9, 10.05, 9.95]
+    scale = {"elapsed_s": (0.8, 1.3), "tps": (1.25, 0.6)}[metric]
+    docs = runs(ext4, base, bound="io", metrics={"device_write_bytes_per_op": 100.0, "device_busy_pct": 90.0})
+    docs += runs(
+        writeback,
+        [v * scale[0] for v in base],
+        bound="io",
+        metrics={"device_write_bytes_per_op": 60.0, "device_busy_pct": 88.0},
+    )
+    docs += runs(btrfs, [v * scale[1] for v in base], bound="io", metrics={"device_write_bytes_per_op": 470.0})
+    return [ext4, writeback, btrfs], docs
+
+
+def crash_docs() -> tuple[dict[str, MatrixCell], list[dict[str, Any]]]:
+    """pgbench under a power cut with synchronous_commit on (it loses commits: a broken promise),
+    off (it loses some: by design) and on xfs (one run an infrastructure failure, one recovered
+    with every commit); and the same four stacks benchmarked without a crash, synchronous_commit off the
+    fastest."""
+    spec = {
+        "axes": {"filesystem": ["ext4"], "postgres.synchronous_commit": ["on", "off"]},
+        "include": [{"filesystem": "xfs", "postgres.synchronous_commit": "on"}],
+        "defaults": {"workload": PGBENCH},
+    }
+    speed = cells(spec)
+    crashing = cells({**spec, "defaults": {**spec["defaults"], "crash": {"mode": "power-cut", "after_s": 5}}})
+
+    def key(c: MatrixCell) -> str:
+        return f"{c.params['filesystem']}-{c.params['postgres']['synchronous_commit']}"
+
+    by = {key(c): c for c in crashing} | {f"speed-{key(c)}": c for c in speed}
+    docs: list[dict[str, Any]] = []
+    for name, lost, status in (("ext4-on", 3, "failed"), ("ext4-off", 12, "failed"), ("xfs-on", 0, "passed")):
+        section = {
+            "mode": "power-cut",
+            "fired": True,
+            "mount_s": 0.3,
+            "recovery_s": 4.6,
+            "steps": [{"name": "start", "status": "ok"}],
+            "checks": [{"name": "durability", "verdict": "failed" if lost else "passed"}],
+            "lost_commits": lost,
+            "acknowledged": 4012,
+        }
+        doc = runs(by[name], [1.0], status=status)[0]
+        doc["metrics"] = {"recovery_s": 4.6}
+        doc["crash"] = section
+        doc["reason"] = f"durability: {lost} of 4012 acknowledged commits are missing" if lost else None
+        docs.append(doc)
+    broken = runs(by["xfs-on"], [1.0], status="error")[0]
+    broken.update(repeat=2, metrics={}, reason="host side of the run failed: OSError", crash={"mode": "power-cut"})
+    docs.append(broken)
+    docs += runs(by["speed-ext4-on"], [100.0, 101.0, 99.0, 100.5, 99.5])
+    docs += runs(by["speed-ext4-off"], [300.0, 303.0, 297.0, 301.0, 299.0])
+    docs += runs(by["speed-xfs-on"], [150.0, 151.0, 149.0, 150.5, 149.5])
+    return by, docs
+
+
+def put(root: Path, docs: list[dict[str, Any]], matrix_json: dict[str, Any] | None = None) -> Path:
+    run_dir = root / "t"
+    for doc in docs:
+        jsonfile.write_atomic(results.result_path(run_dir, doc["cell_id"], doc["repeat"]), doc)
+    if matrix_json is not None:
+        jsonfile.write_atomic(run_dir / "matrix.json", matrix_json)
+    return run_dir
+
+
+# ----------------------------------------------------------------------------------- the answer
+
+
+def test_a_tie_is_stated_and_neither_is_called_fastest() -> None:
+    (ext4, xfs, jfs), docs = demo()
+    found = answer.build(docs, draws=DRAWS)
+    (g,) = found.groups
+    assert (g.verdict, g.fastest, g.tied, g.worse) == ("tie", None, ("ext4", "xfs"), ("jfs",))
+    text = " ".join(g.sentences)
+    assert g.headline.startswith("No single fastest: ext4 and xfs are tied on elapsed time")
+    assert "is fastest" not in text and "3 runs each" in g.headline
+    worse = next(s for s in g.details if s.startswith("Clearly worse"))
+    low, high = (float(x) for x in re.findall(r"jfs \d\.\d+× \[(\d\.\d+), (\d\.\d+)\]", worse)[0])
+    assert 1 < low < high
+    # what is still open about the tie: equivalence or the repeats that would settle it
+    (pair,) = g.still_open
+    assert pair.configurations == ("ext4", "xfs") and not pair.equivalent
+    assert pair.repeats_needed is None or pair.repeats_needed > 3
+    assert "Still open: ext4 vs xfs: " in text and "with 80 % power" in text
+    assert "Baseline chosen: ext4 (first by cell id; no matrix.json)." in g.details
+    # every run CPU-bound in a comparison of filesystems: said plainly
+    assert g.regime.disks_not_bottleneck and "the disks were not the bottleneck" in text
+    assert g.why is not None and (g.why.best, g.why.against) == ("ext4", "jfs")
+    assert g.why.factors[0].metric == "device_write_bytes_per_op"
+
+
+def test_a_clear_winner_is_named_with_a_ratio_whose_interval_excludes_1() -> None:
+    made, docs = winner()
+    (g,) = answer.build(docs, in_order(*made), draws=DRAWS).groups
+    assert (g.verdict, g.fastest, g.baseline) == ("fastest", "ext4 data=writeback", "ext4")
+    assert g.headline.startswith("ext4 data=writeback is fastest: takes 0.80× ext4's elapsed time [")
+    assert g.headline.endswith(", 5 runs each.")
+    ratio, low, high = (float(x) for x in RATIO.search(g.headline).groups())  # type: ignore[union-attr]
+    assert low <= ratio <= high < 1
+    best = g.configuration("ext4 data=writeback").to_baseline
+    assert best is not None and best.ci_high < 1
+    assert g.worse == ("ext4", "btrfs") and g.still_open == ()
+    assert "Clearly worse (elapsed time relative to ext4): ext4 (the baseline), btrfs 1.30× [" in " ".join(g.details)
+    assert not g.regime.disks_not_bottleneck and any(
+        s.startswith("Regime: every configuration was IO-bound") for s in g.details
+    )
+    assert g.why is not None and [f.metric for f in g.why.factors] == ["device_write_bytes_per_op"]  # busy: < 5 %
+
+
+def test_a_higher_is_better_metric_reads_as_a_rate() -> None:
+    made, docs = winner("tps")
+    (g,) = answer.build(docs, in_order(*made), draws=DRAWS).groups
+    assert g.metric == "tps" and g.direction == "higher"
+    assert g.headline.startswith("ext4 data=writeback is fastest: 1.25× ext4's TPS [")
+    _, low, _ = (float(x) for x in RATIO.search(g.headline).groups())  # type: ignore[union-attr]
+    assert low > 1
+
+
+def test_configurations_are_named_by_the_settings_that_vary() -> None:
+    spec = {
+        "axes": {"filesystem": ["ext4", "btrfs"], "gtm.journal": ["before", "nobefore"]},
+        "defaults": {"workload": THREEN1},
+    }
+    docs = [d for c in cells(spec) for d in runs(c, [1.0, 1.0, 1.0])]
+    (g,) = answer.build(docs, draws=DRAWS).groups
+    assert sorted(c.name for c in g.configurations) == [
+        "btrfs, gtm.journal=before",
+        "btrfs, gtm.journal=nobefore",
+        "ext4, gtm.journal=before",
+        "ext4, gtm.journal=nobefore",
+    ]
+    assert g.configuration("btrfs, gtm.journal=nobefore").settings == {"filesystem": "btrfs", "gtm.journal": "nobefore"}
+
+
+def test_the_baseline_is_the_matrix_s_and_the_answer_says_which_rule_chose_it() -> None:
+    (ext4, writeback, btrfs), docs = winner()
+    (g,) = answer.build(docs, draws=DRAWS).groups
+    assert (g.baseline, g.baseline_rule) == ("btrfs", "first-id")  # no matrix.json: the first by cell id
+    assert "Baseline chosen: btrfs (first by cell id; no matrix.json)." in g.details
+    (g,) = answer.build(docs, in_order(writeback, btrfs, ext4), draws=DRAWS).groups
+    assert (g.baseline, g.baseline_rule) == ("ext4 data=writeback", "first-cell")
+    (g,) = answer.build(docs, in_order(btrfs, ext4, writeback), draws=DRAWS).groups
+    assert (g.baseline, g.baseline_rule) == ("btrfs", "first-cell")
+    assert "Baseline chosen: btrfs (first cell; the matrix names none)." in g.details
+    assert [c.name for c in g.configurations] == ["btrfs", "ext4", "ext4 data=writeback"]  # matrix.json's order
+    named = {
+        "baseline_rule": "named",
+        "cells": [
+            {"id": c.id, "group": "g", "group_label": "3n+1 by hand", "baseline": c is writeback}
+            for c in (ext4, writeback, btrfs)
+        ],
+    }
+    (g,) = answer.build(docs, named, draws=DRAWS).groups
+    assert (g.label, g.baseline, g.baseline_rule) == ("3n+1 by hand", "ext4 data=writeback", "named")
+    assert "Baseline: ext4 data=writeback (named in the matrix)." in g.details
+    assert g.headline.startswith("ext4 data=writeback (the baseline) is fastest")
+    defaults = {**named, "baseline_rule": "defaults"}
+    defaults["cells"] = [{**e, "baseline": e["id"] == ext4.id} for e in named["cells"]]
+    (g,) = answer.build(docs, defaults, draws=DRAWS).groups
+    assert "Baseline chosen: ext4 (every setting at its default)." in g.details
+    # the matrix's baseline was not run (fsmatrix run --only): the first cell, and the answer says why
+    absent = {**named, "cells": [{**e, "baseline": False} for e in named["cells"]]}
+    (g,) = answer.build(docs, absent, draws=DRAWS).groups
+    assert "Baseline chosen: ext4 (first cell; the matrix's baseline has no results here)." in g.details
+
+
+def test_crash_losses_are_unsafe_by_design_or_not_and_infrastructure_failures_are_no_verdict() -> None:
+    by, docs = crash_docs()
+    found = answer.build(docs, draws=DRAWS)
+    crash = next(g for g in found.groups if g.verdict == "crash")
+    verdicts = {v.configuration: v for v in crash.crash}
+    on = verdicts["ext4, postgres.synchronous_commit=on"]
+    off = verdicts["ext4, postgres.synchronous_commit=off"]
+    xfs = verdicts["xfs, postgres.synchronous_commit=on"]
+    assert (on.verdict, on.lost_commits, on.acknowledged, on.allowed_by) == ("unsafe", 3, 4012, ())
+    assert on.text.startswith("ext4, postgres.synchronous_commit=on: UNSAFE: lost 3 of 4,012 acknowledged commits")
+    assert "promise to keep every acknowledged commit" in on.text
+    assert (off.verdict, off.allowed_by) == ("unsafe by design", ("synchronous_commit=off",))
+    assert "UNSAFE by design" in off.text and "synchronous_commit=off allows that" in off.text
+    # an error run is no verdict on xfs; its other run counts
+    assert (xfs.verdict, xfs.recovered, xfs.infrastructure) == ("safe", 1, 1)
+    assert "1 ended in an infrastructure failure (error)" in xfs.text
+    assert crash.headline.startswith("Crash verdict (power-cut): UNSAFE: ext4, postgres.synchronous_commit=on")
+    assert "UNSAFE by design: ext4, postgres.synchronous_commit=off" in crash.headline
+    assert {c.name for c in crash.configurations if c.unsafe} == {
+        "ext4, postgres.synchronous_commit=on",
+        "ext4, postgres.synchronous_commit=off",
+    }
+    # The fastest stack in the benchmark loses commits under a crash: UNSAFE whatever its speed.
+    speed = next(g for g in found.groups if g.verdict != "crash")
+    assert speed.fastest == "ext4, postgres.synchronous_commit=off"
+    assert "is UNSAFE: lost 12 of 4,012 acknowledged commits in 1 of 1 runs after a crash (by design" in speed.headline
+    assert "not the answer, whatever its speed" in speed.headline
+    assert any(s.startswith("UNSAFE: ext4, postgres.synchronous_commit=on: lost 3") for s in speed.details)
+    assert {n for _, n in found.unsafe} >= {"ext4, postgres.synchronous_commit=off"}
+    # infrastructure alone: no verdict, never "safe"
+    only_error = [d for d in docs if d["cell_id"] == by["xfs-on"].id and d["status"] == "error"]
+    (g,) = answer.build(only_error).groups
+    assert g.crash[0].verdict == "no verdict" and "infrastructure failure" in g.crash[0].text
+
+
+def test_a_database_that_does_not_come_back_is_unsafe() -> None:
+    by, docs = crash_docs()
+    doc = next(d for d in docs if d["cell_id"] == by["xfs-on"].id and d["status"] == "passed")
+    doc.update(status="failed", reason="recovery failed: start: PANIC: could not locate a valid checkpoint record")
+    doc["crash"]["steps"] = [{"name": "start", "status": "failed"}]
+    v = answer.crash_verdict("xfs", [doc], {"postgres.fsync": True})
+    assert v.verdict == "unsafe" and v.not_recovered == 1 and "PANIC" in v.text
+    assert answer.crash_verdict("xfs", [doc], {"postgres.fsync": False}).verdict == "unsafe by design"
+    # synchronous_commit off allows losing the last commits, not a damaged database
+    assert answer.crash_verdict("xfs", [doc], {"postgres.synchronous_commit": "off"}).verdict == "unsafe"
+
+
+def test_not_enough_data_and_a_single_configuration() -> None:
+    (ext4, xfs, _), docs = demo()
+    failing = [d for d in docs if d["cell_id"] == xfs.id]
+    failing[0]["status"] = "failed"
+    found = answer.build(docs, draws=DRAWS).groups[0]
+    assert "xfs" in found.not_enough_data and any("xfs (1 of 3 runs failed" in s for s in found.details)
+    (g,) = answer.build([d for d in docs if d["cell_id"] == ext4.id]).groups
+    assert g.verdict == "single" and g.headline.startswith("Only one configuration (ext4): nothing to compare")
+    (g,) = answer.build(runs(ext4, [1.0, 1.1])).groups
+    assert g.verdict == "not enough data" and g.fastest is None
+    # the others failing: nothing to compare the one left with, and it is not called fastest
+    broken = [dict(d, status="failed") for d in docs if d["cell_id"] != ext4.id]
+    (g,) = answer.build([d for d in docs if d["cell_id"] == ext4.id] + broken).groups
+    assert (g.verdict, g.fastest) == ("single", None)
+    assert g.headline.startswith("Only ext4 has enough data: nothing to compare it with")
+
+
+def test_an_equivalent_pair_says_so() -> None:
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    docs = runs(ext4, [10.0, 10.01, 9.99, 10.005, 9.995, 10.0]) + runs(
+        xfs, [10.0, 10.012, 9.988, 10.004, 9.996, 10.001]
+    )
+    (g,) = answer.build(docs, draws=DRAWS).groups
+    (pair,) = g.still_open
+    assert pair.equivalent and pair.repeats_needed is None and pair.advice.startswith("equivalent within ±5 %")
+    (g,) = answer.build(docs, delta=0.0002, draws=DRAWS).groups  # δ settable: ±0.02 % is not shown
+    assert not g.still_open[0].equivalent
+
+
+def test_summary_lines_are_each_group_s_headline() -> None:
+    _, docs = demo()
+    found = answer.build(docs, draws=DRAWS)
+    assert answer.summary_lines(found) == [f"answer: threen1 1..100000 w2 b5000 spelled: {found.groups[0].headline}"]
+    many = answer.Answer(0.05, 0.05, 0.95, found.groups * 10)
+    lines = answer.summary_lines(many, limit=4)
+    assert len(lines) == 4 and lines[-1] == "answer: ... and 7 more groups: see the report"
+
+
+# ----------------------------------------------------------------------------------- the outputs
+
+
+def test_the_markdown_report_opens_with_the_answer_and_prints_the_legend_once() -> None:
+    made, docs = demo()
+    more_made, more = winner("tps")
+    text = report.markdown(docs + more, "t", matrix_json=in_order(*made, *more_made))
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## The answer" and headings[1] == "## Environment"
+    answer_part = text.split("## Environment")[0]
+    assert "No single fastest: ext4 and xfs are tied" in answer_part and "is fastest: 1.25× ext4's TPS" in answer_part
+    assert text.count(report.TABLE_LEGEND) == 1
+    assert text.index(report.TABLE_LEGEND) < text.index("| input |")
+    assert text.count("| input |") >= 2  # more tables than legends; the tables keep their marks
+    assert "(tied)" in text and "**" in text.split("\n## threen1\n")[1]
+
+
+def test_the_cli_prints_the_answer_first_and_json_that_matches_the_schema(tmp_path: Path) -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    _, docs = demo()
+    by, crashed = crash_docs()
+    run_dir = put(tmp_path, docs + crashed)
+    runner = CliRunner()
+    md = runner.invoke(main, ["report", str(run_dir)])
+    assert md.exit_code == 0, md.output
+    # what merge-report.sh puts in $GITHUB_STEP_SUMMARY: the answer first
+    assert next(line for line in md.output.splitlines() if line.startswith("## ")) == "## The answer"
+    out = runner.invoke(main, ["report", str(run_dir), "--format", "json", "--delta", "10%"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+    assert doc["answer"]["delta"] == 0.1 and len(doc["answer"]["groups"]) == 3
+    verdicts = {g["verdict"] for g in doc["answer"]["groups"]}
+    assert verdicts == {"tie", "fastest", "crash"}
+    crash = next(g for g in doc["answer"]["groups"] if g["verdict"] == "crash")
+    assert {v["verdict"] for v in crash["crash"]} == {"unsafe", "unsafe by design", "safe"}
+    bad = runner.invoke(main, ["report", str(run_dir), "--format", "json", "--delta", "0%"])
+    assert bad.exit_code == 2 and "--delta" in bad.output
+
+
+def test_the_schema_rejects_what_the_answer_never_writes() -> None:
+    _, docs = winner()
+    doc = {"title": "t", "answer": answer.to_json(answer.build(docs, draws=DRAWS))}
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator.validate(doc)
+    doc["answer"]["groups"][0]["verdict"] = "winner"
+    assert not validator.is_valid(doc)
+    doc["answer"]["groups"][0]["verdict"] = "fastest"
+    doc["answer"]["groups"][0]["configurations"][0]["surprise"] = 1
+    assert not validator.is_valid(doc)
+
+
+class _Outline(html.parser.HTMLParser):
+    """The page's headings (h2, h3) and figure captions in order, and where <details> opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple[str, str]] = []
+        self._tag: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("h2", "h3", "figcaption"):
+            self._tag, self._text = tag, []
+        elif tag in ("details", "section"):
+            self.events.append((tag, dict(attrs).get("id") or dict(attrs).get("class") or ""))
+
+    def handle_data(self, data: str) -> None:
+        if self._tag:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._tag:
+            self.events.append((tag, "".join(self._text)))
+            self._tag = None
+
+
+def test_the_html_page_opens_with_the_answer_then_forest_plots_then_the_details() -> None:
+    _, docs = demo()
+    _, more = winner("tps")
+    page = htmlreport.html_report(docs + more, "t")
+    outline = _Outline()
+    outline.feed(page)
+    events = outline.events
+    h2 = [text for tag, text in events if tag == "h2"]
+    assert h2[:3] == ["The answer", "Ratio to the baseline", "Environment"]
+    assert events[0] == ("section", "answer")
+    forest = [text for tag, text in events if tag == "figcaption" and "bootstrap interval" in text]
+    assert len(forest) == 2  # one per group
+    details = events.index(("details", "details"))
+    assert events.index(("h2", "Environment")) > details > max(events.index(("figcaption", f)) for f in forest)
+    assert page.count(html_escape(report.TABLE_LEGEND.replace("**bold**", "bold"))) == 1
+    assert "No single fastest: ext4 and xfs are tied" in page.split("<h2>Ratio to the baseline</h2>")[0]
+
+
+def html_escape(text: str) -> str:
+    import html as html_module
+
+    return html_module.escape(text)
+
+
+@pytest.mark.system  # headless Chromium: seconds
+def test_the_html_page_in_chromium(tmp_path: Path) -> None:
+    chromium = shutil.which("chromium")
+    if not chromium:
+        pytest.skip("no chromium")
+    _, docs = demo()
+    _, more = winner("tps")
+    by, crashed = crash_docs()
+    page = htmlreport.write_html(docs + more + crashed, "t", tmp_path)
+    shot = tmp_path / "answer.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={tmp_path / 'p'}"]
+    subprocess.run(
+        [chromium, *flags, "--window-size=1200,1600", f"--screenshot={shot}", page.as_uri()],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert shot.stat().st_size > 10_000  # the screenshot stays in the test's tmp_path as an artefact
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri()], check=True, capture_output=True, text=True, timeout=120
+    ).stdout
+    outline = _Outline()
+    outline.feed(dom)
+    assert next(text for tag, text in outline.events if tag == "h2") == "The answer"
+
+
+def test_fsmatrix_run_ends_with_the_answer_then_the_report_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fsmatrix run` with a backend that returns stored-looking results: no VM, no benchmark."""
+    (ext4, xfs, jfs), docs = demo()
+    by_cell = {(d["cell_id"], d["repeat"]): d for d in docs}
+
+    class Stored:
+        def preflight(self, cells: list[MatrixCell]) -> None:
+            pass
+
+        def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
+            return dict(by_cell[(cell.id, repeat)])
+
+        def environment(self) -> dict[str, Any]:
+            return {}
+
+        def close(self) -> None:
+            pass
+
+    import fsmatrix.cli.run as cli_run
+
+    monkeypatch.setitem(cli_run.BACKENDS, "host", BackendEntry("host", "stored results", True, lambda w, d: Stored()))
+    matrix_file = tmp_path / "m.yaml"
+    matrix_file.write_text(json.dumps({"name": "t", "axes": {"filesystem": ["ext4", "xfs", "jfs"]},
+                                       "defaults": {"workload": THREEN1}, "repeat": 3}))  # fmt: skip
+    out = CliRunner().invoke(
+        main,
+        ["run", str(matrix_file), "--results", str(tmp_path / "results"), "--workdir", str(tmp_path / "work")],
+    )
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.strip().splitlines()
+    report_md = tmp_path / "results" / "t" / "report.md"
+    assert lines[-1] == f"report: {report_md.resolve()}"
+    assert lines[-2].startswith("answer: threen1 1..100000 w2 b5000 spelled: No single fastest: ext4 and xfs")
+    assert report_md.read_text().splitlines()[2] == "## The answer"
+    # matrix.json's baseline: the cell with every setting at its default (older fsmatrix: none, the first cell)
+    rule = r"Baseline chosen: ext4 \((every setting at its default|first cell; the matrix names none)\)\."
+    assert re.search(rule, report_md.read_text())
