@@ -130,7 +130,7 @@ def test_report_bolds_a_winner_only_when_the_test_separates_it() -> None:
     # Clearly apart: the best is bold, the other "× the best", not tied.
     apart = report.markdown(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9]), "t")
     tables = apart.split("\n## threen1\n")[1]
-    assert "**5** ±1% [io]" in tables and "10 ±1% (2.00×) [io]" in tables and "tied" not in tables
+    assert "**5** ±1% [io]" in tables and "10 ±1% (2.00× worse) [io]" in tables and "tied" not in tables
     # One column has nothing to beat.
     alone = report.rank({"xfs": [1.0, 1.1, 1.2]}, "lower")
     assert alone["xfs"].mark == ""

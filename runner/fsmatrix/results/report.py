@@ -6,8 +6,9 @@ For each workload, rows are its input (its declaration's row keys: the 3n+1 rang
 pattern, ...) and columns the filesystem; one table per key metric (the declaration's titles), each
 value the median over repeats with its spread and the runs' regime (CPU- or IO-bound). A value is
 bold only when the statistical test ``compare`` uses separates it from every other in its row;
-values the test cannot tell from the best are marked "tied". The others show "× the best" (how
-many times worse: for a time value/best, for a rate best/value). Cells that differ in any other
+values the test cannot tell from the best are marked "tied". The others show "n× worse" (how
+many times worse than the best: for a time value/best, for a rate best/value; the test separates
+them). Cells that differ in any other
 setting go in separate tables, headed by what differs.
 """
 
@@ -147,7 +148,9 @@ def _cell_text(ranked: Ranked, regime: str) -> str:
     tag = f" [{regime}]" if regime else ""
     if ranked.mark == "best":
         return f"**{_fmt(ranked.median)}**{ranked.spread}{tag}"
-    notes = [] if ranked.ratio == 1.0 else [f"{ranked.ratio:.2f}×"]
+    # A value the test separates from the best says so ("worse"); one it cannot, "tied".
+    worse = "" if ranked.mark == "tied" else " worse"
+    notes = [] if ranked.ratio == 1.0 else [f"{ranked.ratio:.2f}×{worse}"]
     notes += ["tied"] if ranked.mark == "tied" else []
     text = f"{_fmt(ranked.median)}{ranked.spread}"
     return text + (f" ({', '.join(notes)})" if notes else "") + tag
@@ -166,7 +169,8 @@ def repeats_note(rows: list[tuple[str, dict[str, list[float] | str]]]) -> str:
 TABLE_LEGEND = (
     "median ±half-range of the repeats; **bold**: better than every other entry by the test `compare` uses "
     "(Mann-Whitney U or Welch's t on logs, α = 0.05, and a bootstrap interval of the ratio excluding 1); "
-    "tied: not distinguishable from the best; n×: times worse than the best median; "
+    "tied: not distinguishable from the best; n× worse: times worse than the best median, and separated from it "
+    "by that test (n×, tied: worse by that much, but not separated); "
     "[cpu] / [io] / [mixed]: the runs' regime from the sampler"
 )
 
