@@ -130,7 +130,7 @@ def race_settings(value: Any, repeat: int, where: Any, fail: Any) -> RaceSetting
                 f"(nothing is decided before the {RACE_MIN_REPEATS}rd run)",
                 where(key),
             )
-        return v
+        return int(v)
 
     low = count("min_repeats", RACE_MIN_REPEATS)
     if "max_repeats" in value:
