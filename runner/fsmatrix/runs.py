@@ -66,7 +66,9 @@ def run_matrix(
     ``_race``); ``repeat`` is then ignored for ``race.max_repeats``."""
     run_dir = results_root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, cells, race.max_repeats if race else repeat))
+    jsonfile.write_atomic(
+        run_dir / "matrix.json", matrix_record(matrix, cells, race.max_repeats if race else repeat, race)
+    )
     backend.preflight(cells)
     try:
         index = results.Index(results_root)
@@ -358,12 +360,15 @@ def race_summary_lines(state: dict[str, Any]) -> list[str]:
     return lines
 
 
-def matrix_record(matrix: Matrix, cells: list[MatrixCell], repeat: int) -> dict[str, Any]:
+def matrix_record(
+    matrix: Matrix, cells: list[MatrixCell], repeat: int, race: RaceSettings | None = None
+) -> dict[str, Any]:
     """What a run directory's ``matrix.json`` holds: the matrix's name, file and repeats, and each
     selected cell with its settings, its comparison group (``group``: the key, ``group_label``: for
     people) and whether it is its group's ``baseline``; ``baseline_rule`` says how the baselines were
     chosen (``named`` by the file's ``baseline``, or ``defaults``) and ``baselines`` maps every group
-    key of the whole matrix to its baseline's id (a selection may leave a baseline out)."""
+    key of the whole matrix to its baseline's id (a selection may leave a baseline out). A race
+    adds its settings (``race``; ``repeat`` is then its maximum repeats)."""
     entries = []
     for c in cells:
         group = comparison_group(c.spec)
@@ -376,7 +381,7 @@ def matrix_record(matrix: Matrix, cells: list[MatrixCell], repeat: int) -> dict[
                 "baseline": matrix.baselines.get(group.key) == c.id,
             }
         )
-    return {
+    record = {
         "name": matrix.name,
         "file": matrix.path,
         "repeat": repeat,
@@ -384,6 +389,9 @@ def matrix_record(matrix: Matrix, cells: list[MatrixCell], repeat: int) -> dict[
         "baseline_rule": matrix.baseline_rule,
         "baselines": dict(matrix.baselines),
     }
+    if race is not None:
+        record["race"] = race.to_dict()
+    return record
 
 
 def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path: Path) -> dict[str, Any]:
