@@ -252,6 +252,7 @@ def _race(
             docs[cell.id].append(one(cell, r, False))
         record: dict[str, Any] = {"round": r, "ran": [c.id for c in live], "groups": {}}
         open_groups = 0
+        bests: set[str | None] = set()
         for g in groups:
             members = [c.id for c in g.cells]
             if all(m in left for m in members):
@@ -279,6 +280,7 @@ def _race(
                 alpha=state["alpha"],
                 min_repeats=settings.min_repeats,
             )
+            bests.add(step.best)
             record["groups"][g.key] = {
                 "best": step.best,
                 "look_alpha": step.look_alpha,
@@ -322,7 +324,10 @@ def _race(
             why = f"the budget ({settings.budget_s:g} s) was spent: the runs took {spent:.0f} s"
             for c in cells:
                 if c.id not in left:
-                    left[c.id] = {"round": r, "action": "remained", "reason": why}
+                    if c.id in bests:
+                        left[c.id] = {"round": r, "action": "best", "reason": f"{why}; the best median then"}
+                    else:
+                        left[c.id] = {"round": r, "action": "remained", "reason": why}
             state["stopped"] = {"after_round": r, "why": why}
         jsonfile.write_atomic(path, state)
         for cell_id, leaving in left.items():
