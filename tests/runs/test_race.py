@@ -88,8 +88,11 @@ class Drawn:
         pass
 
 
-def _matrix(filesystems: list[str]) -> matrix.Matrix:
-    text = f"axes:\n  filesystem: [{', '.join(filesystems)}]\ndefaults: {{workload.threen1: {{start: 1, end: 100}}}}\n"
+def _matrix(filesystems: list[str], ends: tuple[int, ...] = (100,)) -> matrix.Matrix:
+    text = (
+        f"axes:\n  filesystem: [{', '.join(filesystems)}]\n  workload.threen1.end: [{', '.join(map(str, ends))}]\n"
+        "defaults: {workload.threen1: {start: 1}}\n"
+    )
     return matrix.expand_document(matrix.yamlpos.load(text), "m.yaml")
 
 
@@ -99,9 +102,11 @@ def race(
     filesystems: list[str],
     settings: RaceSettings,
     run_id: str = "r",
+    ends: tuple[int, ...] = (100,),
 ) -> dict[str, Any]:
-    """A race of one cell per filesystem (one comparison group); returns race.json, by filesystem."""
-    m = _matrix(filesystems)
+    """A race of one cell per filesystem and 3n+1 range end (a comparison group per end); returns
+    race.json."""
+    m = _matrix(filesystems, ends)
     summary = runs.run_matrix(
         m,
         m.cells,
@@ -119,14 +124,8 @@ def race(
 
 
 def left(stored: dict[str, Any]) -> dict[str, tuple[str, int]]:
-    """filesystem -> (how it left, after which round)."""
-    ids = {cid: cid.split("-")[0] for cid in stored["cells"]}
-    out = {}
-    for cid, leaving in stored["left"].items():
-        fs = next(f for f in ("ext2", "ext3", "ext4", "xfs", "btrfs", "jfs") if f in cid)
-        assert fs in ids[cid] or fs in cid
-        out[fs] = (leaving["action"], leaving["round"])
-    return out
+    """filesystem (a cell id's first part) -> (how it left, after which round)."""
+    return {cid.split("-")[0]: (v["action"], v["round"]) for cid, v in stored["left"].items()}
 
 
 def runs_of(tmp_path: Path, run_id: str = "r") -> dict[str, int]:
@@ -197,6 +196,41 @@ def test_a_retired_cell_never_comes_back(tmp_path: Path) -> None:
         (decision,) = [d for d in group["decisions"] if d["cell"] == xfs_id]
         assert (decision["action"], decision["reason"]) == ("retire", "retired earlier")
     assert len(stored["rounds"]) == 6
+
+
+def test_groups_race_apart(tmp_path: Path) -> None:
+    # Two comparison groups (3n+1 to 100 and to 200): the first is decided at round 3 (xfs far
+    # behind), the second (xfs 3 % behind in 10 % noise) runs on to max_repeats without the first.
+    class ByGroup(Drawn):
+        def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
+            end = cell.spec.params.end
+            self.laws = {"ext4": FAST, "xfs": SLOW} if end == 100 else {"ext4": (10.0, 0.1), "xfs": (10.3, 0.1)}
+            doc = super().run(cell, repeat)
+            self.calls[-1] = (f"{cell.spec.filesystem}/{end}", repeat)
+            return doc
+
+    backend = ByGroup({})
+    stored = race(tmp_path, backend, ["ext4", "xfs"], RaceSettings(3, 5), ends=(100, 200))
+    by_cell = {(cid.split("-")[0], cid.split("-")[3]): (v["action"], v["round"]) for cid, v in stored["left"].items()}
+    assert by_cell[("xfs", "100")] == ("retired", 3) and by_cell[("ext4", "100")] == ("best", 3)
+    assert sorted(by_cell[(fs, "200")] for fs in ("ext4", "xfs")) == [("best", 5), ("remained", 5)]
+    assert [r for name, r in backend.calls if name.endswith("/100")] == [1, 1, 2, 2, 3, 3]
+    assert stored["runs_used"] == 6 + 10 and len(stored["rounds"][0]["groups"]) == 2
+
+
+def test_a_skipped_cell_leaves_at_once(tmp_path: Path) -> None:
+    class Skipping(Drawn):
+        def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
+            doc = super().run(cell, repeat)
+            if cell.spec.filesystem == "jfs":
+                doc.update(status="skipped", reason="jfs is not available here", metrics={})
+            return doc
+
+    stored = race(
+        tmp_path, Skipping({"ext4": FAST, "xfs": SLOW, "jfs": FAST}), ["ext4", "xfs", "jfs"], RaceSettings(3, 6)
+    )
+    assert left(stored) == {"jfs": ("skipped", 1), "xfs": ("retired", 3), "ext4": ("best", 3)}
+    assert runs_of(tmp_path)["jfs"] == 1
 
 
 def test_a_cell_whose_runs_fail_never_wins(tmp_path: Path) -> None:
