@@ -31,7 +31,7 @@ from fsmatrix.cli import run as cli_run
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, RaceSettings
 from fsmatrix.results import report
-from test_bad_input import expand_refuses
+from test_bad_input import expand_refuses, refused
 
 # elapsed_s (threen1's primary metric, lower is better) per filesystem: (median, sd of its log).
 # None: the run fails.
@@ -312,7 +312,7 @@ def test_report_has_a_race_section(tmp_path: Path) -> None:
 def test_race_flag_and_race_key() -> None:
     m = _matrix(["ext4", "xfs"])  # repeat 1, no race:
     assert cli_run._race_settings(m, Path("m.yaml"), None, None) is None
-    with pytest.raises(UserError, match=r"--race: race: max_repeats defaults to the matrix's repeat \(1\)"):
+    with pytest.raises(UserError, match=r"--race: the matrix's repeat \(1\) is below the race's min_repeats \(3\)"):
         cli_run._race_settings(m, Path("m.yaml"), True, None)
     assert cli_run._race_settings(m, Path("m.yaml"), True, 5) == RaceSettings(3, 5, 0.05, None)
     text = "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\nrepeat: 5\n"
@@ -346,6 +346,18 @@ RACE_BASE = "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {sta
 def test_bad_race_refused_by_expand(tmp_path: Path, race_text: str, why: str) -> None:
     line = expand_refuses(tmp_path, RACE_BASE + race_text + "\n")
     assert why in line
+
+
+def test_race_flag_on_a_matrix_of_one_repeat_refused(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\n")
+    args = ("--results", str(tmp_path / "r"), "--workdir", str(tmp_path / "w"))
+    line = refused("run", str(path), "--race", *args)
+    assert f"{path}: --race: the matrix's repeat (1) is below the race's min_repeats (3); give --repeat N" in line
+    assert "--repeat 2 is below the race's min_repeats (3)" in refused(
+        "run", str(path), "--race", "--repeat", "2", *args
+    )
+    assert not (tmp_path / "r").exists()
 
 
 def test_bad_race_in_a_scale_refused(tmp_path: Path) -> None:

@@ -87,6 +87,7 @@ def run(
     from fsmatrix import runs
 
     m = matrix.load(file, scale)
+    racing = _race_settings(m, file, race, repeat)
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
@@ -101,7 +102,6 @@ def run(
     reaped = workdirs.reap(workdir)  # what runs that died (kill -9, OOM, power loss) left behind
     if reaped:
         console.print(f"removed what dead runs left in {workdir}: {'; '.join(reaped)}")
-    racing = _race_settings(m, file, race, repeat)
     chosen = entry.make(workdir, list(devices))
     run_id = run_id or m.name
     try:
@@ -138,17 +138,17 @@ def _race_settings(m: matrix.Matrix, file: Path, race: bool | None, repeat: int 
     --repeat when given; None: the fixed design (--no-race, or no ``race:`` without --race)."""
     if race is False or (race is None and m.race is None):
         return None
-    settings = m.race
-    if settings is None:
-
-        def fail(message: str, line: int | None) -> UserError:
-            return UserError(f"--race: {message}", file=str(file))
-
-        settings = matrix.race_settings({}, repeat or m.repeat, lambda key: None, fail)
+    settings = m.race or matrix.RaceSettings(max_repeats=max(m.repeat, matrix.RACE_MIN_REPEATS))
     if repeat is not None:
         if repeat < settings.min_repeats:
             raise UserError(f"--repeat {repeat} is below the race's min_repeats ({settings.min_repeats})")
         settings = dataclasses.replace(settings, max_repeats=repeat)
+    elif m.race is None and m.repeat < settings.min_repeats:
+        raise UserError(
+            f"--race: the matrix's repeat ({m.repeat}) is below the race's min_repeats ({settings.min_repeats}); "
+            "give --repeat N (the race's maximum repeats, N >= 3) or a race: with max_repeats",
+            file=str(file),
+        )
     return settings
 
 
