@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,11 @@ from rich.progress import (
 from rich.table import Table
 
 from fsmatrix import results
-from fsmatrix.agent import job, jsonfile, provenance
+from fsmatrix.agent import job, jsonfile, provenance, workloads
 from fsmatrix.backends import Backend
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Matrix, MatrixCell, comparison_group
+from fsmatrix.matrix import Matrix, MatrixCell, RaceSettings, comparison_group
+from fsmatrix.results import compare, decide, stats
 
 log = logging.getLogger("fsmatrix")
 
@@ -38,6 +41,7 @@ class RunSummary:
     counts: dict[str, int] = field(default_factory=dict)
     reused: int = 0
     docs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    race: dict[str, Any] | None = None  # the stored race (race.json) when the run raced
 
     @property
     def ok(self) -> bool:
@@ -55,22 +59,33 @@ def run_matrix(
     force: bool,
     console: Console,
     order: str = "cells",
+    race: RaceSettings | None = None,
 ) -> RunSummary:
+    """Every selected cell ``repeat`` times (``order``: cell by cell, or in rounds), or, with ``race``,
+    a race: rounds until the statistics leave one cell or one tied set per comparison group (see
+    ``_race``); ``repeat`` is then ignored for ``race.max_repeats``."""
     run_dir = results_root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, cells, repeat))
+    jsonfile.write_atomic(
+        run_dir / "matrix.json", matrix_record(matrix, cells, race.max_repeats if race else repeat, race)
+    )
     backend.preflight(cells)
     try:
         index = results.Index(results_root)
     except sqlite3.Error as exc:
         raise UserError(f"--results {results_root}: cannot open its index.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
-    if order == "rounds":
+    if race is not None:
+        total = len(cells) * race.max_repeats
+        todo: list[tuple[MatrixCell, int]] = []
+    elif order == "rounds":
         # Round r runs every cell once: a drift of the machine's load spreads over every cell,
         # instead of landing on the cells that happened to run while it lasted.
         todo = [(c, r) for r in range(1, repeat + 1) for c in cells]
+        total = len(todo)
     else:
         todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
+        total = len(todo)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -81,11 +96,14 @@ def run_matrix(
     )
     try:
         with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task("starting", total=len(todo))
-            for cell, r in todo:
+            task = progress.add_task("starting", total=total)
+
+            def one(cell: MatrixCell, r: int, stored: bool = False) -> dict[str, Any]:
+                """Run ``cell``'s repeat ``r``, or reuse it when it completed (``stored``: whatever
+                its status, as long as its result is there: a race's completed round)."""
                 path = results.result_path(run_dir, cell.id, r)
-                if not force and results.is_complete(path):
-                    doc = jsonfile.read(path)
+                if (stored and path.exists()) or (not force and results.is_complete(path)):
+                    doc: dict[str, Any] = jsonfile.read(path)
                     summary.reused += 1
                 else:
                     progress.update(task, description=f"{cell.id} r{r}")
@@ -105,20 +123,257 @@ def run_matrix(
                 if not console.is_terminal:  # a log file gets one line per run instead of a live bar
                     done = int(progress.tasks[0].completed)
                     progress.console.print(
-                        f"[{done}/{len(todo)}] {cell.id} r{r}: {doc['status']}" f" ({doc.get('duration_s') or 0:.1f} s)"
+                        f"[{done}/{int(progress.tasks[0].total or 0)}] {cell.id} r{r}: {doc['status']}"
+                        f" ({doc.get('duration_s') or 0:.1f} s)"
                     )
+                return doc
+
+            def remaining(left: int) -> None:
+                progress.update(task, total=int(progress.tasks[0].completed) + left)
+
+            if race is not None:
+                summary.race = _race(run_dir, cells, race, force, one, remaining, progress.console)
+            for cell, r in todo:
+                one(cell, r, False)
             progress.update(task, description="done")
     finally:
         index.close()
     return summary
 
 
-def matrix_record(matrix: Matrix, cells: list[MatrixCell], repeat: int) -> dict[str, Any]:
+# ---------------------------------------------------------------------------------------------
+# racing
+
+
+RACE_FILE = "race.json"
+RACE_FORMAT = 1
+
+
+@dataclass
+class _RaceGroup:
+    key: str
+    label: str
+    metric: str | None  # the workload's primary metric; None: a crash group (not raced)
+    direction: str
+    cells: list[MatrixCell]
+
+
+def _race_groups(cells: list[MatrixCell]) -> list[_RaceGroup]:
+    """The comparison groups of ``cells`` in order of their first cell, each with its primary metric."""
+    groups: dict[str, _RaceGroup] = {}
+    for cell in cells:
+        group = comparison_group(cell.spec)
+        if group.key not in groups:
+            metric, direction = None, "lower"
+            if cell.spec.crash is None and cell.workload_kind in workloads.WORKLOADS:
+                w = workloads.get(cell.workload_kind)
+                metric = w.primary
+                direction = {m.name: m for m in w.metrics}[w.primary].better
+            groups[group.key] = _RaceGroup(group.key, group.label, metric, direction, [])
+        groups[group.key].cells.append(cell)
+    return list(groups.values())
+
+
+def _race_values(docs: list[dict[str, Any]], metric: str) -> list[float | None]:
+    """The primary metric of each run: a failed run (or a passed one without the metric) is None."""
+    return [compare.metric_value(d, metric) if d.get("status") == "passed" else None for d in docs]
+
+
+def _new_race(cells: list[MatrixCell], groups: list[_RaceGroup], settings: RaceSettings) -> dict[str, Any]:
+    return {
+        "format_version": RACE_FORMAT,
+        "settings": settings.to_dict(),
+        "alpha": stats.ALPHA,
+        "cells": [c.id for c in cells],
+        "groups": [
+            {
+                "key": g.key,
+                "label": g.label,
+                "metric": g.metric,
+                "direction": g.direction,
+                "cells": [c.id for c in g.cells],
+                "raced": g.metric is not None,
+            }
+            for g in groups
+        ],
+        "rounds": [],
+        "left": {},
+        "stopped": None,
+        "runs_used": 0,
+        "runs_fixed": len(cells) * settings.max_repeats,
+    }
+
+
+def _load_race(path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
+    """The race stored in ``path`` when it is this race (same settings and cells), else UserError."""
+    try:
+        stored: dict[str, Any] = jsonfile.read(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read the stored race ({exc}); rerun with --force to start a new one") from exc
+    for key in ("format_version", "settings", "cells"):
+        if stored.get(key) != fresh[key]:
+            raise UserError(
+                f"{path}: the stored race has other {key} ({stored.get(key)!r}, now {fresh[key]!r}); "
+                "rerun with --force to start a new race, or give another --run-id"
+            )
+    return stored
+
+
+def _race(
+    run_dir: Path,
+    cells: list[MatrixCell],
+    settings: RaceSettings,
+    force: bool,
+    one: Callable[[MatrixCell, int, bool], dict[str, Any]],
+    remaining: Callable[[int], None],
+    console: Console,
+) -> dict[str, Any]:
+    """Rounds of every live cell once, in the matrix's order; after each round from ``min_repeats``
+    on, ``decide.race_step`` per comparison group on the primary metric, and the cells it retires
+    or ties leave. The race is stored in ``run_dir``/race.json after every round, decisions
+    included: the same command again continues it (completed rounds are read back, not rerun or
+    decided again). Returns the stored race."""
+    path = run_dir / RACE_FILE
+    groups = _race_groups(cells)
+    state = _new_race(cells, groups, settings)
+    if path.exists() and not force:
+        state = _load_race(path, state)
+    by_id = {c.id: c for c in cells}
+    docs: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cells}
+    for done in state["rounds"]:  # completed rounds: their runs read back, never run or decided again
+        for cell_id in done["ran"]:
+            docs[cell_id].append(one(by_id[cell_id], done["round"], True))
+    left: dict[str, dict[str, Any]] = state["left"]
+    r = len(state["rounds"]) + 1
+    while state["stopped"] is None and r <= settings.max_repeats:
+        live = [c for c in cells if c.id not in left]
+        remaining(len(live) * (settings.max_repeats - r + 1))
+        for cell in live:
+            docs[cell.id].append(one(cell, r, False))
+        record: dict[str, Any] = {"round": r, "ran": [c.id for c in live], "groups": {}}
+        open_groups = 0
+        bests: set[str | None] = set()
+        for g in groups:
+            members = [c.id for c in g.cells]
+            if all(m in left for m in members):
+                continue
+            for m in members:
+                skipped = next((d for d in docs[m] if d.get("status") == "skipped"), None)
+                if m not in left and skipped is not None:
+                    left[m] = {"round": r, "action": "skipped", "reason": f"skipped: {skipped.get('reason')}"}
+            if g.metric is None:  # a crash group: its runs measure recoveries; every round, nothing decided
+                if r >= settings.max_repeats:
+                    for m in members:
+                        left.setdefault(m, {"round": r, "action": "remained", "reason": "a crash group is not raced"})
+                else:
+                    open_groups += 1
+                continue
+            samples = {m: _race_values(docs[m], g.metric) for m in members}
+            out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
+            step = decide.race_step(
+                samples,
+                g.direction,
+                after_round=r,
+                max_rounds=settings.max_repeats,
+                retired=out,
+                delta=settings.delta,
+                alpha=state["alpha"],
+                min_repeats=settings.min_repeats,
+            )
+            bests.add(step.best)
+            record["groups"][g.key] = {
+                "best": step.best,
+                "look_alpha": step.look_alpha,
+                "decisions": [_jsonable(asdict(d)) for d in step.decisions],
+            }
+            for d in step.decisions:
+                now = left.get(d.cell)
+                if d.action == "retire" and (now is None or now["action"] == "tied"):
+                    earlier = f"tied after round {now['round']}; now " if now else ""
+                    left[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
+                elif d.action == "tied" and now is None:
+                    left[d.cell] = {"round": r, "action": "tied", "reason": d.reason}
+            still = [m for m in members if m not in left]
+            undecided = [m for m in still if m != step.best]
+            if r >= settings.max_repeats or not undecided:
+                for m in still:
+                    if m == step.best:
+                        why = (
+                            "the best; every other cell retired or tied"
+                            if not undecided
+                            else f"the best median at max_repeats ({settings.max_repeats})"
+                        )
+                        left[m] = {"round": r, "action": "best", "reason": why}
+                    else:
+                        why = f"not decided at max_repeats ({settings.max_repeats})"
+                        left[m] = {"round": r, "action": "remained", "reason": why}
+            else:
+                open_groups += 1
+        state["runs_used"] += len(live)
+        spent = sum(float(d.get("duration_s") or 0) for ds in docs.values() for d in ds)
+        record["runs_s"] = round(spent, 3)
+        state["rounds"].append(record)
+        if not open_groups:
+            why = (
+                f"max_repeats ({settings.max_repeats}) reached"
+                if r >= settings.max_repeats
+                else "one cell or one tied set left in every comparison group"
+            )
+            state["stopped"] = {"after_round": r, "why": why}
+        elif settings.budget_s is not None and spent >= settings.budget_s:
+            why = f"the budget ({settings.budget_s:g} s) was spent: the runs took {spent:.0f} s"
+            for c in cells:
+                if c.id not in left:
+                    if c.id in bests:
+                        left[c.id] = {"round": r, "action": "best", "reason": f"{why}; the best median then"}
+                    else:
+                        left[c.id] = {"round": r, "action": "remained", "reason": why}
+            state["stopped"] = {"after_round": r, "why": why}
+        jsonfile.write_atomic(path, state)
+        for cell_id, leaving in left.items():
+            if leaving["round"] == r:
+                console.print(f"race: {cell_id} {leaving['action']} after round {r}: {leaving['reason']}")
+        r += 1
+    remaining(0)
+    return state
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN (a figure not computed) as null: race.json is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def race_summary_lines(state: dict[str, Any]) -> list[str]:
+    """The race for people: its rounds, who left when and why, and the runs it saved."""
+    stopped = state.get("stopped") or {}
+    rounds = len(state.get("rounds", []))
+    used, fixed = int(state.get("runs_used", 0)), int(state.get("runs_fixed", 0))
+    saved = fixed - used
+    head = f"race: {rounds} round{'s' if rounds != 1 else ''}"
+    head += f", stopped: {stopped['why']}" if stopped else ", not finished (run the same command again to go on)"
+    lines = [head + f"; {used} runs of the fixed design's {fixed} ({saved} saved, {saved / max(fixed, 1):.0%})"]
+    for cell_id in state.get("cells", []):
+        leaving = state.get("left", {}).get(cell_id)
+        if leaving:
+            lines.append(f"  {cell_id}: {leaving['action']} after round {leaving['round']}: {leaving['reason']}")
+        else:
+            lines.append(f"  {cell_id}: still racing")
+    return lines
+
+
+def matrix_record(
+    matrix: Matrix, cells: list[MatrixCell], repeat: int, race: RaceSettings | None = None
+) -> dict[str, Any]:
     """What a run directory's ``matrix.json`` holds: the matrix's name, file and repeats, and each
     selected cell with its settings, its comparison group (``group``: the key, ``group_label``: for
     people) and whether it is its group's ``baseline``; ``baseline_rule`` says how the baselines were
     chosen (``named`` by the file's ``baseline``, or ``defaults``) and ``baselines`` maps every group
-    key of the whole matrix to its baseline's id (a selection may leave a baseline out)."""
+    key of the whole matrix to its baseline's id (a selection may leave a baseline out). A race
+    adds its settings (``race``; ``repeat`` is then its maximum repeats)."""
     entries = []
     for c in cells:
         group = comparison_group(c.spec)
@@ -131,7 +386,7 @@ def matrix_record(matrix: Matrix, cells: list[MatrixCell], repeat: int) -> dict[
                 "baseline": matrix.baselines.get(group.key) == c.id,
             }
         )
-    return {
+    record = {
         "name": matrix.name,
         "file": matrix.path,
         "repeat": repeat,
@@ -139,6 +394,9 @@ def matrix_record(matrix: Matrix, cells: list[MatrixCell], repeat: int) -> dict[
         "baseline_rule": matrix.baseline_rule,
         "baselines": dict(matrix.baselines),
     }
+    if race is not None:
+        record["race"] = race.to_dict()
+    return record
 
 
 def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path: Path) -> dict[str, Any]:

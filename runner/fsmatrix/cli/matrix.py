@@ -49,8 +49,13 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, 
     else:
         named = m.baseline_rule == matrix.NAMED_RULE
         rule = "named by the file's baseline" if named else "fewest settings off their defaults"
+        repeats = f"{m.repeat} repeats"
+        if m.race is not None:
+            r = m.race
+            budget = f", budget {r.budget_s:g} s" if r.budget_s is not None else ""
+            repeats = f"a race of {r.min_repeats} to {r.max_repeats} repeats (delta {r.delta:g}{budget})"
         table = Table(
-            title=f"{m.name}: {len(cells)} cells × {m.repeat} repeats",
+            title=f"{m.name}: {len(cells)} cells × {repeats}",
             caption=f"* the baseline of its comparison group ({rule})",
         )
         for header in ("id", "baseline", "filesystem", "mount", "layout", "device", "workload", "database"):

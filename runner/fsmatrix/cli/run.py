@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,16 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     help="Format and use this block device instead of loop files (host) or image files (qemu: attached to the "
     "VM as its data disks, one per data disk of every cell) (repeatable). DESTROYS ITS DATA.",
 )
+@click.option(
+    "--race/--no-race",
+    "race",
+    default=None,
+    help="Race: rounds of every cell still in the race, and after each round from the minimum repeats on, "
+    "cells significantly worse than their group's best by more than delta leave, and cells equivalent to it "
+    "stop as tied (docs/statistics-and-gate.md, 'Racing'). Default: race when the matrix has `race:` "
+    "(its settings; without it --race uses min 3, max the repeat count, delta 5 %, no budget). "
+    "--repeat sets the maximum repeats of a race.",
+)
 @click.option("--yes", is_flag=True, help="Do not ask before formatting --device.")
 @workdir_option("Scratch space for a run: loop image files and mount points (host), overlays and disks (qemu).")
 def run(
@@ -68,6 +79,7 @@ def run(
     force: bool,
     order: str,
     devices: tuple[str, ...],
+    race: bool | None,
     yes: bool,
     workdir: Path,
 ) -> None:
@@ -75,6 +87,7 @@ def run(
     from fsmatrix import runs
 
     m = matrix.load(file, scale)
+    racing = _race_settings(m, file, race, repeat)
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
@@ -102,6 +115,7 @@ def run(
             force=force,
             console=console,
             order=order,
+            race=racing,
         )
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started
@@ -110,10 +124,32 @@ def run(
     path = report.write_report(summary.run_dir, f"{m.name} ({run_id})", found)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
+    if summary.race is not None:
+        for line in runs.race_summary_lines(summary.race):
+            click.echo(line)
     for line in answer.summary_lines(found):  # the answer's first lines, then the report's path, last
         click.echo(line)
     click.echo(f"report: {path.resolve()}")
     sys.exit(0 if summary.ok else 1)
+
+
+def _race_settings(m: matrix.Matrix, file: Path, race: bool | None, repeat: int | None) -> matrix.RaceSettings | None:
+    """The race to run: the matrix's ``race:`` (or the defaults with --race), its maximum repeats
+    --repeat when given; None: the fixed design (--no-race, or no ``race:`` without --race)."""
+    if race is False or (race is None and m.race is None):
+        return None
+    settings = m.race or matrix.RaceSettings(max_repeats=max(m.repeat, matrix.RACE_MIN_REPEATS))
+    if repeat is not None:
+        if repeat < settings.min_repeats:
+            raise UserError(f"--repeat {repeat} is below the race's min_repeats ({settings.min_repeats})")
+        settings = dataclasses.replace(settings, max_repeats=repeat)
+    elif m.race is None and m.repeat < settings.min_repeats:
+        raise UserError(
+            f"--race: the matrix's repeat ({m.repeat}) is below the race's min_repeats ({settings.min_repeats}); "
+            "give --repeat N (the race's maximum repeats, N >= 3) or a race: with max_repeats",
+            file=str(file),
+        )
+    return settings
 
 
 def _confirm_devices(devices: list[str], yes: bool) -> None:

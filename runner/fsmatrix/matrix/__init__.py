@@ -19,7 +19,7 @@ import itertools
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,16 @@ TOP_LEVEL = (
     "defaults",
     "baseline",
     "repeat",
+    "race",
     "reproduces",
     "scales",
 )
 # What a scale (``scales: {NAME: {...}}``, chosen by ``fsmatrix run --scale NAME``) may set: each
 # replaces the file's own key, except ``defaults``, which it layers over the file's defaults.
-SCALE_KEYS = ("description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "reproduces")
+SCALE_KEYS = ("description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces")
+RACE_KEYS = ("min_repeats", "max_repeats", "delta", "budget")
+RACE_MIN_REPEATS = 3  # decide.race_step decides nothing before the third run (stats.MIN_SAMPLES)
+RACE_DELTA = 0.05
 # How each group's baseline was chosen: the file's ``baseline`` named it, or (without one) it is the
 # cell with the fewest settings off their defaults, the first of those in expansion order.
 NAMED_RULE = "named"
@@ -94,6 +98,89 @@ class MatrixCell:
         return cls(cell_id, Cell.from_dict(params))
 
 
+@dataclass(frozen=True)
+class RaceSettings:
+    """``race:``: runs go in rounds and cells that the statistics rule out leave (runs.py, decide.py)."""
+
+    min_repeats: int = RACE_MIN_REPEATS  # nothing is decided before every cell has this many runs
+    max_repeats: int = RACE_MIN_REPEATS  # the race's last round (default: the matrix's repeat)
+    delta: float = RACE_DELTA  # the minimum effect: worse by more than this retires, within ±this ties
+    budget_s: float | None = None  # stop at the first round's end after the runs took this long
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def race_settings(value: Any, repeat: int, where: Any, fail: Any) -> RaceSettings:
+    """A ``race:`` mapping (None or ``{}``: the defaults) checked; ``where(key)`` is the line of a key.
+    ``max_repeats`` defaults to ``repeat``."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise fail(f"race {_show(value)} must be a mapping of {', '.join(RACE_KEYS)} (or empty)", where(None))
+    for key in value:
+        if key not in RACE_KEYS:
+            raise fail(f"race: unknown key {key!r}; allowed: {', '.join(RACE_KEYS)}", where(key))
+
+    def count(key: str, default: int) -> int:
+        v = value.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not RACE_MIN_REPEATS <= v <= MAX_REPEAT:
+            raise fail(
+                f"race.{key} {_show(v)} must be an integer from {RACE_MIN_REPEATS} to {MAX_REPEAT} "
+                f"(nothing is decided before the {RACE_MIN_REPEATS}rd run)",
+                where(key),
+            )
+        return int(v)
+
+    low = count("min_repeats", RACE_MIN_REPEATS)
+    if "max_repeats" in value:
+        high = count("max_repeats", repeat)
+    elif repeat < low:
+        raise fail(
+            f"race: max_repeats defaults to the matrix's repeat ({repeat}), below min_repeats ({low}); "
+            "set race.max_repeats (or repeat) to at least min_repeats",
+            where(None),
+        )
+    else:
+        high = repeat
+    if low > high:
+        raise fail(
+            f"race.min_repeats {low} is above max_repeats {high}; min_repeats must be at most max_repeats",
+            where("min_repeats"),
+        )
+    delta = value.get("delta", RACE_DELTA)
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
+        raise fail(
+            f"race.delta {_show(delta)} must be a number in (0, 1): the minimum effect, e.g. 0.05 for 5 %",
+            where("delta"),
+        )
+    budget = value.get("budget")
+    budget_s = None if budget is None else parse_duration(budget)
+    if budget is not None and budget_s is None:
+        raise fail(
+            f"race.budget {_show(budget)} must be a duration > 0: seconds (e.g. 1800) or a number with "
+            "s, m or h (e.g. 30m, 2h, 1.5h)",
+            where("budget"),
+        )
+    return RaceSettings(low, high, float(delta), budget_s)
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from 1800, 90.5, "90s", "30m", "2h" or "1.5h"; None when not a duration > 0."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", value)
+        if not found:
+            return None
+        seconds = float(found.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[found.group(2)]
+    else:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
 @dataclass
 class Matrix:
     name: str
@@ -106,6 +193,7 @@ class Matrix:
     # every group of the whole matrix (whatever a selection keeps), and how they were chosen.
     baselines: dict[str, str] = field(default_factory=dict)
     baseline_rule: str = DEFAULTS_RULE
+    race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: no race unless --race
 
     def is_baseline(self, cell: MatrixCell) -> bool:
         """Whether ``cell`` is the baseline of its comparison group."""
@@ -269,8 +357,19 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
     defaults = _flatten_mapping(defaults_doc, "", fail)
     defaults.update(_flatten_mapping(scale_defaults, "", fail))
 
+    race = None
+    if "race" in doc:
+        race_doc = doc["race"]
+        race = race_settings(
+            race_doc,
+            repeat,
+            lambda key: yamlpos.line_of(race_doc, key)
+            if key is not None and isinstance(race_doc, dict)
+            else yamlpos.line_of(doc, "race"),
+            fail,
+        )
     baseline = _baseline_entry(doc, fail)
-    matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces)
+    matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race)
     seen: set[str] = set()
     for flat in flats:
         cell = _make_cell(_with_defaults(flat, defaults), fail)

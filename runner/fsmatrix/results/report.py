@@ -14,6 +14,7 @@ setting go in separate tables, headed by what differs.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -180,12 +181,16 @@ def markdown(
     title: str,
     found: answer.Answer | None = None,
     matrix_json: dict[str, Any] | None = None,
+    race: dict[str, Any] | None = None,
 ) -> str:
     """The whole report for a set of result documents: the answer first (``found``, or built here
-    from the documents and the run's ``matrix_json``), then the environment and the tables."""
+    from the documents and the run's ``matrix_json``), the race when the run raced (its
+    race.json), then the environment and the tables."""
     if found is None:
         found = answer.build(docs, matrix_json)
     lines = [f"# fsmatrix report: {title}", "", *answer.markdown_lines(found)]
+    if race is not None:
+        lines += race_section(race)
     lines += _environment_section(docs)
     by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in docs:
@@ -205,6 +210,36 @@ def markdown(
     lines += seedreport.markdown(docs)  # a seed matrix's results beside the seed's published tables
     lines += _status_section(by_cell)
     return "\n".join(lines) + "\n"
+
+
+def race_section(race: dict[str, Any]) -> list[str]:
+    """ "Race": rounds, runs used against the fixed design's, and one row per cell: when it left, why."""
+    rounds = len(race.get("rounds") or [])
+    used, fixed = int(race.get("runs_used") or 0), int(race.get("runs_fixed") or 0)
+    stopped = race.get("stopped") or {}
+    settings = race.get("settings") or {}
+    lines = [
+        "## Race",
+        "",
+        f"{rounds} rounds ({settings.get('min_repeats')} to {settings.get('max_repeats')} repeats, minimum effect "
+        f"{float(settings.get('delta') or 0):.0%}); "
+        + (f"stopped: {stopped.get('why')}" if stopped else "not finished")
+        + f". {used} runs of the fixed design's {fixed} ({fixed - used} saved). A retired cell was "
+        "significantly worse than its group's best by more than the minimum effect; a tied one equivalent to "
+        "it within that effect (docs/statistics-and-gate.md, 'Racing').",
+        "",
+        "| cell | left after round | why |",
+        "|---|---|---|",
+    ]
+    left = race.get("left") or {}
+    for cell_id in race.get("cells") or []:
+        leaving = left.get(cell_id)
+        if leaving:
+            why = f"{leaving.get('action')}: {leaving.get('reason')}".replace("|", "\\|")
+            lines.append(f"| {cell_id} | {leaving.get('round')} | {why} |")
+        else:
+            lines.append(f"| {cell_id} | - | still racing |")
+    return [*lines, ""]
 
 
 def environments(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
@@ -427,7 +462,9 @@ def write_report(run_dir: Path, title: str, found: answer.Answer | None = None) 
     matrix.json."""
     path = run_dir / "report.md"
     docs = results.load_results(run_dir)
-    text = markdown(docs, title, found, results.load_matrix_json(run_dir))
+    race_path = run_dir / "race.json"
+    race = json.loads(race_path.read_text(encoding="utf-8")) if race_path.exists() else None
+    text = markdown(docs, title, found, results.load_matrix_json(run_dir), race)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
