@@ -411,19 +411,16 @@ def _baseline_entry(doc: dict[str, Any], fail: Any) -> Flat | str | None:
     return flat
 
 
-def _cell_values(cell: MatrixCell) -> dict[str, Any]:
-    """A cell's complete settings as {dotted path: value}."""
-    values: dict[str, Any] = {}
-
-    def walk(node: dict[str, Any], prefix: str) -> None:
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                values[prefix + key] = value
-
-    walk(cell.params, "")
-    return values
+def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A cell's (or a result's) nested ``params`` as dotted keys: ``{"gtm": {"journal": x}}`` gives
+    ``{"gtm.journal": x}``."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _baseline_matches(baseline: Flat | str, cell: MatrixCell) -> bool:
@@ -431,7 +428,7 @@ def _baseline_matches(baseline: Flat | str, cell: MatrixCell) -> bool:
     setting the cell does not have, such as another workload's, is not compared)."""
     if isinstance(baseline, str):
         return fnmatch.fnmatchcase(cell.id, baseline)
-    values = _cell_values(cell)
+    values = flatten(cell.params)
     return all(values[p] == leaf.value for p, leaf in baseline.items() if p in values)
 
 
@@ -485,7 +482,7 @@ def _off_defaults(cell: MatrixCell, defaults: Flat) -> int:
     """How many of the cell's settings differ from their defaults (``_default_value``). The
     workload and crash blocks are not counted: they are what a comparison group holds equal."""
     count = 0
-    for path, value in _cell_values(cell).items():
+    for path, value in flatten(cell.params).items():
         if path.split(".")[0] in ("workload", "crash"):
             continue
         has_default, default = _default_value(path, defaults)

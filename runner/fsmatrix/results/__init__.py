@@ -24,17 +24,6 @@ from fsmatrix.errors import UserError
 COMPLETE = ("passed", "skipped")  # a resumed run does these again only with --force
 
 
-def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A result's nested ``params`` as dotted keys (``{"gtm": {"journal": x}}`` → ``{"gtm.journal": x}``)."""
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def regime(docs: list[dict[str, Any]]) -> str:
     """Whether the passed runs were CPU-bound, IO-bound or mixed (the sampler's class, most runs')."""
     bounds = [str((d.get("samples") or {}).get("bound") or "") for d in docs if d.get("status") == "passed"]

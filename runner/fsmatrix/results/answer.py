@@ -47,7 +47,8 @@ from typing import Any
 from fsmatrix import matrix
 from fsmatrix.agent import workloads
 from fsmatrix.agent.cell import Cell
-from fsmatrix.results import compare, crashtable, decide, flatten, regime, stats
+from fsmatrix.matrix import flatten
+from fsmatrix.results import compare, crashtable, decide, regime, stats
 
 DELTA = decide.DELTA
 MAX_WHY = 3  # secondary metrics named as the reason, at most

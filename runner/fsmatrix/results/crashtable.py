@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fsmatrix.results import flatten
+from fsmatrix.matrix import flatten
 
 HEADER = ("cell", "settings", "run", "crash", "recovered?", "lost commits", "mount s", "recovery s", "reused", "status")
 MISSING = "–"  # not measured, or not applicable to this workload

@@ -27,7 +27,8 @@ import yaml
 from matplotlib.figure import Figure
 
 from fsmatrix.agent import workloads
-from fsmatrix.results import answer, crashtable, flatten, report, seedreport
+from fsmatrix.matrix import flatten
+from fsmatrix.results import answer, crashtable, report, seedreport
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output

@@ -23,7 +23,8 @@ from typing import Any
 
 from fsmatrix import results
 from fsmatrix.agent import workloads
-from fsmatrix.results import answer, compare, crashtable, flatten, regime, seedreport, stats
+from fsmatrix.matrix import flatten
+from fsmatrix.results import answer, compare, crashtable, regime, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a

@@ -26,7 +26,8 @@ import yaml
 from scipy import stats as sps
 
 from fsmatrix.errors import UserError
-from fsmatrix.results import flatten, published, stats
+from fsmatrix.matrix import flatten
+from fsmatrix.results import published, stats
 
 HOLDS, FAILS, NOISE, MISSING = "holds", "does not hold", "not distinguishable", "not measured"
 VERDICTS = (HOLDS, FAILS, NOISE, MISSING)
