@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import sqlite3
 import statistics
 import time
@@ -284,7 +283,7 @@ def _race(
             record["groups"][g.key] = {
                 "best": step.best,
                 "look_alpha": step.look_alpha,
-                "decisions": [_jsonable(asdict(d)) for d in step.decisions],
+                "decisions": [jsonfile.strict(asdict(d)) for d in step.decisions],
             }
             for d in step.decisions:
                 now = left.get(d.cell)
@@ -336,15 +335,6 @@ def _race(
         r += 1
     remaining(0)
     return state
-
-
-def _jsonable(value: Any) -> Any:
-    """NaN (a figure not computed) as null: race.json is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    return value
 
 
 def race_summary_lines(state: dict[str, Any]) -> list[str]:

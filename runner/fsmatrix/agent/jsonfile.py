@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +34,15 @@ def write_atomic(path: Path, data: Any) -> None:
 def read(path: Path) -> Any:
     with path.open(encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def strict(value: Any) -> Any:
+    """``value`` as strict JSON can hold it: NaN and infinities (a figure not computed) as null,
+    mappings and sequences converted all the way down."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(v) for v in value]
+    return value

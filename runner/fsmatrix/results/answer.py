@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from fsmatrix import matrix
-from fsmatrix.agent import workloads
+from fsmatrix.agent import jsonfile, workloads
 from fsmatrix.agent.cell import Cell
 from fsmatrix.matrix import flatten
 from fsmatrix.results import compare, crashtable, decide, regime, stats
@@ -1024,20 +1024,10 @@ def summary_lines(answer: Answer, limit: int = SUMMARY_LINES) -> list[str]:
     return lines
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def to_json(answer: Answer) -> dict[str, Any]:
     """The answer as JSON (docs/answer.schema.json): non-finite numbers as null."""
     doc = asdict(answer)
     for g, group in zip(doc["groups"], answer.groups, strict=True):
         g["sentences"] = list(group.sentences)
-    out: dict[str, Any] = _jsonable(doc)
+    out: dict[str, Any] = jsonfile.strict(doc)
     return out
