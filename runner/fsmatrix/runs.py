@@ -25,10 +25,11 @@ from rich.progress import (
 from rich.table import Table
 
 from fsmatrix import results
-from fsmatrix.agent import job, jsonfile, provenance, workloads
+from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell, RaceSettings, comparison_group
+from fsmatrix.matrix import groups as matrix_groups
 from fsmatrix.results import compare, decide, stats
 
 log = logging.getLogger("fsmatrix")
@@ -158,19 +159,17 @@ class _RaceGroup:
 
 
 def _race_groups(cells: list[MatrixCell]) -> list[_RaceGroup]:
-    """The comparison groups of ``cells`` in order of their first cell, each with its primary metric."""
-    groups: dict[str, _RaceGroup] = {}
-    for cell in cells:
-        group = comparison_group(cell.spec)
-        if group.key not in groups:
-            metric, direction = None, "lower"
-            if cell.spec.crash is None and cell.workload_kind in workloads.WORKLOADS:
-                w = workloads.get(cell.workload_kind)
-                metric = w.primary
-                direction = {m.name: m for m in w.metrics}[w.primary].better
-            groups[group.key] = _RaceGroup(group.key, group.label, metric, direction, [])
-        groups[group.key].cells.append(cell)
-    return list(groups.values())
+    """The comparison groups of ``cells`` in order of their first cell, each with its primary metric
+    (none for a crash group: its runs measure recoveries)."""
+    raced = []
+    for group, members in matrix_groups(cells).values():
+        spec = members[0].spec
+        primary = spec.declaration.primary_metric
+        if spec.crash is None:
+            raced.append(_RaceGroup(group.key, group.label, primary.name, primary.better, list(members)))
+        else:
+            raced.append(_RaceGroup(group.key, group.label, None, "lower", list(members)))
+    return raced
 
 
 def _race_values(docs: list[dict[str, Any]], metric: str) -> list[float | None]:

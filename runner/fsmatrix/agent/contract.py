@@ -154,6 +154,11 @@ class Workload(Generic[P]):
         return " ".join(str(values[k]) for k in self.row_keys)
 
     @property
+    def primary_metric(self) -> Metric:
+        """The declared ``Metric`` named by ``primary`` (its title, unit and direction)."""
+        return next(m for m in self.metrics if m.name == self.primary)
+
+    @property
     def gate_metrics(self) -> tuple[str, ...]:
         """The metrics the regression gate decides on: ``gated``, or just the primary metric."""
         return self.gated or (self.primary,)

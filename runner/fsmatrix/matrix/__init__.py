@@ -432,13 +432,13 @@ def _baseline_matches(baseline: Flat | str, cell: MatrixCell) -> bool:
     return all(values[p] == leaf.value for p, leaf in baseline.items() if p in values)
 
 
-def _groups(cells: list[MatrixCell]) -> dict[str, tuple[Group, list[MatrixCell]]]:
+def groups(cells: list[MatrixCell]) -> dict[str, tuple[Group, list[MatrixCell]]]:
     """The cells of each comparison group, in expansion order (groups in order of first cell)."""
-    groups: dict[str, tuple[Group, list[MatrixCell]]] = {}
+    found: dict[str, tuple[Group, list[MatrixCell]]] = {}
     for cell in cells:
         group = comparison_group(cell.spec)
-        groups.setdefault(group.key, (group, []))[1].append(cell)
-    return groups
+        found.setdefault(group.key, (group, []))[1].append(cell)
+    return found
 
 
 def _ids(cells: list[MatrixCell], most: int = 6) -> str:
@@ -451,7 +451,7 @@ def _named_baselines(cells: list[MatrixCell], baseline: Flat | str, line: int | 
     matches exactly one in every group."""
     shown = repr(baseline) if isinstance(baseline, str) else _show(_unflatten(baseline))
     chosen: dict[str, str] = {}
-    for key, (group, members) in _groups(cells).items():
+    for key, (group, members) in groups(cells).items():
         matched = [c for c in members if _baseline_matches(baseline, c)]
         if not matched:
             raise fail(
@@ -496,7 +496,7 @@ def _default_baselines(cells: list[MatrixCell], defaults: Flat) -> dict[str, str
     expansion order (the axes crossed in the file's order, then the cells ``include`` adds)."""
     return {
         key: min(members, key=lambda c: _off_defaults(c, defaults)).id  # min keeps the first of equals
-        for key, (_, members) in _groups(cells).items()
+        for key, (_, members) in groups(cells).items()
     }
 
 

@@ -330,9 +330,7 @@ def _metric(kind: str, cells: Sequence[_Cell]) -> tuple[str | None, str, str]:
     """The workload's primary metric, its words and its direction (the first key metric of an
     unregistered workload)."""
     if kind in workloads.WORKLOADS:
-        w = workloads.get(kind)
-        declared = {m.name: m for m in w.metrics}
-        m = declared[w.primary]
+        m = workloads.get(kind).primary_metric
         title = m.title.split(" (")[0]
         return m.name, SHORT_METRIC.get(m.name, title[:1].lower() + title[1:]), m.better
     for c in cells:
