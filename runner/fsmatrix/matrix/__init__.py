@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -674,14 +675,20 @@ class Group:
     label: str  # for people: the workload's summary, and the crash mode when there is one
 
 
+def group_key(params: Mapping[str, Any]) -> str:
+    """A comparison group's key from a cell's complete JSON form (``Cell.to_dict()``, what results
+    store): the workload block's canonical JSON and the crash block's."""
+    workload = json.dumps(params.get("workload"), sort_keys=True, separators=(",", ":"))
+    crashing = json.dumps(params.get("crash"), sort_keys=True, separators=(",", ":"))
+    return f"{workload}|{crashing}"
+
+
 def comparison_group(spec: Cell) -> Group:
     """The comparison group of a cell (reports, the answer, baselines and racing group cells by it)."""
-    workload = json.dumps(spec.to_dict()["workload"], sort_keys=True, separators=(",", ":"))
-    crashing = json.dumps(spec.to_dict().get("crash"), sort_keys=True, separators=(",", ":"))
     label = spec.declaration.summary(spec.params)
     if spec.crash is not None:
         label += f" (crash: {spec.crash.mode})"
-    return Group(key=f"{workload}|{crashing}", label=label)
+    return Group(key=group_key(spec.to_dict()), label=label)
 
 
 def cell_id(spec: Cell) -> str:

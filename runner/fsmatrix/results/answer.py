@@ -37,7 +37,6 @@ docs/answer.schema.json.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -256,10 +255,8 @@ def _group_of(params: Mapping[str, Any], workload: str) -> tuple[str, str]:
     try:
         group = matrix.comparison_group(Cell.from_dict(params))
     except (ValueError, TypeError, KeyError, AttributeError):
-        wl = json.dumps(params.get("workload"), sort_keys=True, separators=(",", ":"))
-        crashing = json.dumps(params.get("crash"), sort_keys=True, separators=(",", ":"))
         label = workload + (f" (crash: {params['crash'].get('mode')})" if isinstance(params.get("crash"), dict) else "")
-        return f"{wl}|{crashing}", label
+        return matrix.group_key(params), label
     return group.key, group.label
 
 
