@@ -349,9 +349,8 @@ def _values(c: _Cell, metric: str) -> list[float | None]:
 
 
 def _passed(c: _Cell, metric: str) -> list[float]:
-    return [
-        v for v in (compare.metric_value(d, metric) for d in c.docs if d.get("status") == "passed") if v is not None
-    ]
+    """The metric of the runs that passed and have it."""
+    return [v for v in _values(c, metric) if v is not None]
 
 
 def _runs_text(counts: Sequence[int]) -> str:
