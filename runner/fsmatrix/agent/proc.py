@@ -155,6 +155,22 @@ def links(pid: int, names: Sequence[str] = ("cwd",), *, fds: bool = True, proc_r
     return found
 
 
+def mapped(pid: int, proc_root: Path = PROC) -> list[str]:
+    """The paths of ``pid``'s memory mappings (/proc/PID/maps); [] when it is gone or cannot be read."""
+    try:
+        return [line.split(None, 5)[-1] for line in (proc_root / str(pid) / "maps").read_text().splitlines()]
+    except OSError:
+        return []
+
+
+def command(pid: int, proc_root: Path = PROC) -> str:
+    """``pid``'s command name (/proc/PID/comm); "?" when it is gone or cannot be read."""
+    try:
+        return (proc_root / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
 def environ(pid: int, proc_root: Path = PROC) -> list[bytes]:
     """``pid``'s environment as NAME=VALUE entries; [] when it is gone or cannot be read."""
     try:

@@ -167,13 +167,6 @@ def _mount_entry(mount_point: Path) -> _devices.MountEntry | None:
     return found[-1] if found else None  # the last one is on top
 
 
-def _readlink(path: Path) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return ""
-
-
 def processes_using(path: Path) -> list[str]:
     """ "pid N (command)" of every process with a file, cwd, root or mapping under ``path``."""
     prefix = str(path).rstrip("/") + "/"
@@ -181,22 +174,12 @@ def processes_using(path: Path) -> list[str]:
     def under(target: str) -> bool:
         return target == str(path) or target.startswith(prefix)
 
+    root = _devices.PROC_ROOT
     users = []
-    for pid_dir in _devices.PROC_ROOT.iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        targets = [_readlink(pid_dir / link) for link in ("cwd", "root", "exe")]
-        try:
-            targets += [_readlink(fd) for fd in (pid_dir / "fd").iterdir()]
-            targets += [line.split(None, 5)[-1] for line in (pid_dir / "maps").read_text().splitlines()]
-        except OSError:
-            pass  # the process exited, or is not ours to inspect
+    for pid in proc.pids(root):
+        targets = proc.links(pid, ("cwd", "root", "exe"), proc_root=root) + proc.mapped(pid, root)
         if any(under(t.removesuffix(" (deleted)")) for t in targets):
-            try:
-                command = (pid_dir / "comm").read_text().strip()
-            except OSError:
-                command = "?"
-            users.append(f"pid {pid_dir.name} ({command})")
+            users.append(f"pid {pid} ({proc.command(pid, root)})")
     return users
 
 
