@@ -348,11 +348,6 @@ def _values(c: _Cell, metric: str) -> list[float | None]:
     return out
 
 
-def _passed(c: _Cell, metric: str) -> list[float]:
-    """The metric of the runs that passed and have it."""
-    return [v for v in _values(c, metric) if v is not None]
-
-
 def _runs_text(counts: Sequence[int]) -> str:
     lo, hi = min(counts), max(counts)
     if lo == hi:
@@ -474,7 +469,7 @@ def _why(best: _Cell, against: _Cell, names: Mapping[str, tuple[str, dict[str, s
     for metric, words in SECONDARY.items():
         if metric == primary:
             continue
-        a, b = _passed(best, metric), _passed(against, metric)
+        a, b = compare.metric_values(best.docs, metric), compare.metric_values(against.docs, metric)
         if not a or not b:
             continue
         measured += 1
@@ -540,7 +535,7 @@ def _speed_group(
     for c in members:
         name = name_of[c.id]
         s = ga.standing(name) if ga else None
-        passed = _passed(c, metric) if metric else []
+        passed = compare.metric_values(c.docs, metric) if metric else []
         ratio = None
         if s is not None and s.to_baseline is not None:
             tb = s.to_baseline
