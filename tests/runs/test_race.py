@@ -296,7 +296,7 @@ def test_a_stored_race_with_other_settings_is_refused(tmp_path: Path) -> None:
 
 def test_report_has_a_race_section(tmp_path: Path) -> None:
     race(tmp_path, Drawn({"ext4": FAST, "xfs": SLOW}), ["ext4", "xfs"], RaceSettings(3, 8))
-    text = report.write_report(tmp_path / "r", "t").read_text()
+    text = report.write_report(tmp_path / "r", "t")[0].read_text()
     section = text.split("## Race\n", 1)[1].split("\n## ", 1)[0]
     assert "6 runs of the fixed design's 16 (10 saved)" in section
     assert "| cell | left after round | why |" in section

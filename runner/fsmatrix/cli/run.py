@@ -11,7 +11,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from fsmatrix import matrix, results, workdirs
+from fsmatrix import matrix, workdirs
 from fsmatrix.backends import BACKENDS
 from fsmatrix.cli._common import writable_directory
 from fsmatrix.errors import UserError
@@ -120,8 +120,7 @@ def run(
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started
     console.print(runs.summary_table(summary, cells))
-    found = answer.build(results.load_results(summary.run_dir), results.load_matrix_json(summary.run_dir))
-    path = report.write_report(summary.run_dir, f"{m.name} ({run_id})", found)
+    path, found = report.write_report(summary.run_dir, f"{m.name} ({run_id})")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
     if summary.race is not None:

@@ -458,15 +458,17 @@ def _status_section(by_cell: dict[str, list[dict[str, Any]]]) -> list[str]:
     return [*lines, ""]
 
 
-def write_report(run_dir: Path, title: str, found: answer.Answer | None = None) -> Path:
-    """``run_dir``/report.md; the answer ``found``, or one built from the run's documents and its
-    matrix.json."""
+def write_report(run_dir: Path, title: str) -> tuple[Path, answer.Answer]:
+    """``run_dir``/report.md, and the answer it opens with (built once from the run's documents and
+    its matrix.json, for the caller to print too)."""
     path = run_dir / "report.md"
     docs = results.load_results(run_dir)
+    matrix_json = results.load_matrix_json(run_dir)
+    found = answer.build(docs, matrix_json)
     race_path = run_dir / "race.json"
     race = json.loads(race_path.read_text(encoding="utf-8")) if race_path.exists() else None
-    text = markdown(docs, title, found, results.load_matrix_json(run_dir), race)
+    text = markdown(docs, title, found, matrix_json, race)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
-    return path
+    return path, found
