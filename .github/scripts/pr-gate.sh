@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # pr-gate.yml: run the PR matrix on the base and head checkouts on this one runner, interleaved
 # repeat by repeat (base r1, head r1, base r2, ...) so that drift on the machine hits both alike,
-# then compare them and fail on a significant regression.
-# Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS (MATRIX: the base's matrix/pr.yaml)
+# then compare the pairs and fail on a significant regression that a second batch confirms.
+# A regression found is confirmed before the gate fails: the flagged cells run again, interleaved,
+# CONFIRM_REPEATS pairs, and only a regression that holds in both batches fails (docs/statistics-and-gate.md).
+# Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS [CONFIRM_REPEATS]
+# (MATRIX: the base's matrix/pr.yaml; CONFIRM_REPEATS defaults to REPEATS)
 # With FSMATRIX_IN_CONTAINER=1, each side runs in its own checkout's container image (container.sh:
 # BASE_DIR/.fsmatrix-image and HEAD_DIR/.fsmatrix-image), and the comparison in the base's: the
 # judge is not the judged.
@@ -12,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE bash "$0" "$@"
 fi
 base=$(realpath "$1") head=$(realpath "$2") matrix=$(realpath "$3")
-repeats=$4 threshold=$5
+repeats=$4 threshold=$5 confirm_repeats=${7:-$4}
 mkdir -p "$6"
 results=$(realpath "$6")
 # shellcheck source=.github/scripts/container.sh
@@ -20,29 +23,40 @@ results=$(realpath "$6")
 FSMATRIX_MOUNTS="$base:$head:$(dirname "$matrix"):$results"
 export FSMATRIX_MOUNTS
 failed=""
-for ((r = 1; r <= repeats; r++)); do
-  for side in base head; do
-    dir=$base
-    [ "$side" = head ] && dir=$head
-    echo "== $side, repeat $r of $repeats"
-    # --repeat r with resume: each pass adds one repeat per cell; a failed run is retried on the next pass.
-    if ! (cd "$dir" && fsmatrix_in . run "$matrix" --results "$results" --run-id "$side" --repeat "$r"); then
-      failed="$failed $side"
-    fi
+# interleave RUN_SUFFIX REPEATS [ONLY]: base and head in pairs (base r1, head r1, base r2, ...).
+interleave() {
+  local suffix=$1 count=$2 only=${3:-} r side dir
+  for ((r = 1; r <= count; r++)); do
+    for side in base head; do
+      dir=$base
+      [ "$side" = head ] && dir=$head
+      echo "== $side$suffix, repeat $r of $count${only:+ (cells $only)}"
+      # --repeat r with resume: each pass adds one repeat per cell; a failed run is retried on the next pass.
+      if ! (cd "$dir" && fsmatrix_in . run "$matrix" --results "$results" --run-id "$side$suffix" --repeat "$r" \
+        ${only:+--only "$only"}); then
+        failed="$failed $side"
+      fi
+    done
   done
-done
-# The runner's own noise, measured once with
-#   fsmatrix calibrate matrix/pr.yaml --runs 5 --results /var/cache/fsmatrix
-# becomes the gate's noise floor (compare --calibration auto looks in <results>/calibration).
-calibration=${FSMATRIX_CALIBRATION_DIR:-/var/cache/fsmatrix/calibration}
-if [ -d "$calibration" ]; then
-  mkdir -p "$results/calibration"
-  cp -r "$calibration/." "$results/calibration/"
-fi
+}
+interleave "" "$repeats"
 status=0
-# The base's fsmatrix compares: the statistics and the verdict are not the PR's to change.
-fsmatrix_in "$base" compare "$results/base" "$results/head" --fail-on-regression "$threshold" \
-  --format md > "$results/comparison.md" || status=$?
+# The base's fsmatrix compares: the statistics and the verdict are not the PR's to change. The runs
+# were made in pairs, so the test is paired; a regression it finds is run again (only the flagged
+# cells, CONFIRM_REPEATS pairs) and fails the gate only if it holds there too. No noise floor: a
+# calibration measures the drift between separate batches, which pairing cancels.
+fsmatrix_in "$base" compare "$results/base" "$results/head" --paired --calibration none \
+  --fail-on-regression "$threshold" --flagged-to "$results/flagged.txt" --format md > "$results/first-batch.md" || status=$?
+if [ "$status" -eq 1 ]; then
+  flagged=$(cat "$results/flagged.txt")
+  echo "== regression in $flagged: confirming with $confirm_repeats more pairs of runs of those cells"
+  interleave -confirm "$confirm_repeats" "$flagged"
+  status=0
+  fsmatrix_in "$base" compare "$results/base" "$results/head" --paired --calibration none \
+    --fail-on-regression "$threshold" --confirm "$results/base-confirm" "$results/head-confirm" --format md > "$results/comparison.md" || status=$?
+else
+  cp "$results/first-batch.md" "$results/comparison.md"
+fi
 cat "$results/comparison.md"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
   cat "$results/comparison.md" >> "$GITHUB_STEP_SUMMARY"

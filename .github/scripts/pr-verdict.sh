@@ -12,8 +12,11 @@ if [ ! -d "$results/base" ] || [ ! -d "$results/head" ]; then
 elif grep -rlE '"status": *"(error|failed|timeout)"' "$results/head" --include='r*.json' > /dev/null; then
   status=1 description="the PR head has failed runs"
 else
-  .venv/bin/fsmatrix compare "$results/base" "$results/head" --calibration auto --results "$results" \
-    --fail-on-regression "$threshold" --format md > verdict.md || status=$?
+  # The gate as pr-gate.sh applies it: paired runs, and a regression counts only when the
+  # confirmation batch (base-confirm, head-confirm) shows it again; one without it fails.
+  .venv/bin/fsmatrix compare "$results/base" "$results/head" --paired --calibration none \
+    --fail-on-regression "$threshold" --confirm "$results/base-confirm" "$results/head-confirm" \
+    --format md > verdict.md || status=$?
   cat verdict.md
   if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
     cat verdict.md >> "$GITHUB_STEP_SUMMARY"

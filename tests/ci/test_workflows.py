@@ -155,9 +155,14 @@ def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, h
     assert summary.read_text().strip(), "the comparison goes to the job summary"
     if head == "clean":
         assert done.returncode == 0, done.stdout + done.stderr
+        assert not (gate_results / "head-confirm").exists()  # nothing flagged, nothing run again
     else:
         assert done.returncode == 1, done.stdout + done.stderr
         assert "slower" in summary.read_text()
+        # the flagged cell ran again, paired, and the regression held: confirmed before failing
+        again = [json.loads(p.read_text()) for p in (gate_results / "head-confirm").rglob("r*.json")]
+        assert len(again) == int(wf["env"]["CONFIRM_REPEATS"]) and {d["status"] for d in again} == {"passed"}
+        assert "CONFIRMED regression" in summary.read_text()
 
     # pr-verdict.yml, on a GitHub-hosted runner: the default branch's fsmatrix judges the uploaded results.
     verdict = workflow("pr-verdict.yml")
@@ -177,6 +182,7 @@ def test_gate_logic_comes_from_the_base_and_the_verdict_runs_no_pr_code() -> Non
     assert scripts and all(path.startswith("base/.github/scripts/") for path in scripts), scripts
     assert runs[-1] == (
         'bash base/.github/scripts/pr-gate.sh base head base/matrix/pr.yaml "$REPEATS" "$THRESHOLD" gate-results'
+        ' "$CONFIRM_REPEATS"'
     )
     assert not [s["uses"] for s in gate["jobs"]["gate"]["steps"] if s.get("uses", "").startswith("./head")]
     # The comparison runs in the base's fsmatrix.

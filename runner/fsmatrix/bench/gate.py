@@ -1,30 +1,47 @@
 """How well does the regression gate work on this machine? ``python -m fsmatrix.bench.gate``
 
-Real runs (host backend by default, as root: one 3n+1 cell on ext4 on a loop device with direct
-I/O; ``--backend qemu`` runs the same cell in guests). Each round runs three separate batches of N
-repeats each: A, B (the same cell again: an A/A pair) and V, a cell variant with a known IO cost
-(``--variant``, default ``gtm.global_buffers=1000``), compared as if it were the base cell. Per
-round the gate (``compare --fail-on-regression THRESHOLD``: each cell's primary metric, Holm
-across cells) is applied to
+Real runs (host backend, as root: loop devices, mkfs, mount) of one cell of the PR gate's own
+matrix (``--matrix matrix/pr.yaml``, ``--only ext4-threen1-*``: the 3n+1 cell on ext4), made the
+way ``.github/scripts/pr-gate.sh`` makes them. Each **round** runs
 
-- A vs B: any failure is a **false alarm**;
-- A vs V: a failure is a **detection** of a real IO-cost regression;
-- A vs B with B's primary metric made 10 % and 20 % worse (``--slowdowns``): a detection of a
-  slowdown of known size on top of real between-batch noise.
+- a **first batch**: ``--repeats`` N triples A, B, V back to back (``--design interleaved``, the
+  workflow's: repeat i of each side next to the others, as base and head alternate there), where
+  A and B are the same cell (an A/A pair: nothing changed) and V is the cell with a real cost added
+  (``--variant``, the stand-in regression, default ``gtm.sync_io=true``: GT.M syncs every journal
+  write). ``--design batches`` runs A×N, then B×N, then V×N instead: the pessimistic case of
+  separate batches, which carries the drift between them;
+- a **confirmation batch**: the same with ``--confirm-repeats`` triples, independent of the first.
 
-Batches are separate runs (fresh mkfs, processes and page cache for every repeat), so the A/A
-pairs carry the drift between batches that a real gate faces, not the spread inside one sample.
-Prints, as Markdown, every rate with its 95 % Clopper-Pearson interval.
+Per round, each kind of comparison is judged by the gate as pr-gate.sh applies it — paired test
+(``compare --paired``), Holm across the cell's gated metrics, ``--fail-on-regression THRESHOLD``,
+and a regression failing only when the confirmation batch shows it again (``compare.Confirmed``):
+
+- A vs B: a failure is a **false alarm**;
+- A vs V: a failure is a **detection** of the stand-in regression;
+- A vs B with B's gated metrics made 10 % and 20 % worse (``--slowdowns``): detections of
+  slowdowns of known size on top of the machine's real noise.
+
+The same runs are also judged by the gate's other forms (unpaired samples, no confirmation), so one
+measurement shows what pairing and confirmation each buy. Every round is stored (its run
+directories and ``gate-rN.json`` with the load averages before and after it): an interrupted
+measurement resumes at the first round not finished, and ``--analyse`` judges the stored rounds
+again with today's gate, so the measurement may be split over several sittings. Prints, as
+Markdown, every rate with its 95 % Clopper-Pearson interval, the load averages, the stand-in's
+measured effect over all rounds, date, commit and command.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import math
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,20 +49,32 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from fsmatrix import matrix, runs
-from fsmatrix.agent import provenance
-from fsmatrix.backends import BACKENDS
+from fsmatrix import matrix, results, runs
+from fsmatrix.agent import jsonfile, provenance
+from fsmatrix.backends import BACKENDS, Backend
 from fsmatrix.errors import UserError
 from fsmatrix.results import compare, stats
 
-CELL = {
-    "name": "gate",
-    "axes": {"filesystem": ["ext4"]},
-    "defaults": {
-        "workload": {"threen1": {"start": 1, "end": 200000, "workers": 4, "block": 5000}},
-        "storage.disk_size": "2G",
-    },
-}
+SIDES = ("a", "b", "v")
+DEFAULT_ONLY = "ext4-threen1-*"
+
+
+@dataclass(frozen=True)
+class GateForm:
+    """One way of applying the gate to a pair of batches."""
+
+    name: str
+    paired: bool
+    confirm: bool
+
+
+# The first is the gate pr-gate.sh applies; the others show what pairing and confirmation buy.
+FORMS = (
+    GateForm("paired, confirmed (pr-gate.sh)", paired=True, confirm=True),
+    GateForm("paired, one batch", paired=True, confirm=False),
+    GateForm("unpaired, confirmed", paired=False, confirm=True),
+    GateForm("unpaired, one batch", paired=False, confirm=False),
+)
 
 
 def scaled(side: compare.Side, slowdown: float) -> compare.Side:
@@ -63,116 +92,245 @@ def scaled(side: compare.Side, slowdown: float) -> compare.Side:
     return compare.Side(f"{side.label}+{slowdown:.0%}", docs)
 
 
-def gate_fails(base: compare.Side, head: compare.Side, threshold: float) -> bool:
-    return compare.compare(base, head, threshold=threshold).exit_status() == 1
+def gate_fails(
+    first: tuple[compare.Side, compare.Side],
+    second: tuple[compare.Side, compare.Side],
+    threshold: float,
+    form: GateForm,
+) -> bool:
+    """Does the gate in ``form`` fail on base/head ``first`` (confirmed on ``second`` if the form confirms)?"""
+    result = compare.compare(*first, threshold=threshold, paired=form.paired)
+    if not form.confirm or not result.regressions:
+        return result.exit_status() == 1
+    again = compare.compare(*second, threshold=threshold, paired=form.paired)
+    return compare.Confirmed(result, again).exit_status() == 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=5, help="runs a side (N)")
-    parser.add_argument("--rounds", type=int, default=20, help="A/A pairs (and detections of each kind)")
-    parser.add_argument("--threshold", default="5%")
-    parser.add_argument("--slowdowns", default="0.1,0.2", help="injected slowdowns of B's primary metric")
-    parser.add_argument("--variant", default="gtm.global_buffers=1000", metavar="KEY=VALUE", help="a costlier cell")
-    parser.add_argument("--end", type=int, default=200_000, help="3n+1 range 1..END")
-    parser.add_argument("--backend", choices=list(BACKENDS), default="host")
-    parser.add_argument("--workdir", type=Path, default=Path("/var/tmp/fsmatrix"))
-    parser.add_argument("--results", type=Path, default=Path("results/bench-gate"))
-    parser.add_argument(
-        "--analyse", action="store_true", help="run nothing: judge the batches already in --results with today's gate"
-    )
-    args = parser.parse_args(argv)
-    if args.analyse:
-        return analyse(args)
-    if os.geteuid() != 0:
-        print("bench_gate needs root (loop devices, mkfs, mount)", file=sys.stderr)
-        return 2
-    threshold = compare.parse_threshold(args.threshold)
-    slowdowns = [float(x) for x in args.slowdowns.split(",") if x.strip()]
-    cell = _with(CELL, f"workload.threen1.end={args.end}")
-    m = matrix.expand_document(cell, "gate")
-    cell_id = m.cells[0].id
-    variant = matrix.expand_document(_with(cell, args.variant), "gate")
-    console = Console(stderr=True)
-    backend = BACKENDS[args.backend].make(args.workdir, [])
-    started = time.monotonic()
+@dataclass
+class Round:
+    """One round's batches: ``first[side]`` and ``second[side]`` for side in a, b, v."""
 
-    def batch(run_id: str, which: matrix.Matrix) -> compare.Side:
-        summary = runs.run_matrix(
-            which,
-            which.cells,
-            backend,
-            results_root=args.results,
-            run_id=run_id,
-            repeat=args.repeats,
-            force=True,
-            console=console,
-        )
-        # a variant's documents stand in for the base cell's, as a slower version of that cell would
-        return compare.Side(run_id, [{**d, "cell_id": cell_id} for ds in summary.docs.values() for d in ds])
-
-    tally = Tally(args.variant, slowdowns, threshold)
-    try:
-        for r in range(1, args.rounds + 1):
-            tally.add(batch(f"gate-r{r}-a", m), batch(f"gate-r{r}-b", m), batch(f"gate-r{r}-v", variant))
-            console.print(f"round {r}: {tally.last()}", markup=False)
-    finally:
-        backend.close()
-    minutes = (time.monotonic() - started) / 60
-    print(_table(args, threshold, tally, minutes))
-    return 0
+    number: int
+    first: dict[str, compare.Side]
+    second: dict[str, compare.Side]
+    loads: tuple[float, float]  # 1-minute load average before and after the round
 
 
 class Tally:
-    """The gate's verdicts per kind of comparison, round by round."""
+    """The gate's verdicts per kind of comparison and form of the gate, round by round."""
 
     def __init__(self, variant: str, slowdowns: list[float], threshold: float) -> None:
         self.slowdowns, self.threshold = slowdowns, threshold
-        self.kinds = ["A/A (nothing changed)", f"cell variant {variant}", *(f"+{s:.0%} on B" for s in slowdowns)]
-        self.fails: dict[str, list[bool]] = {k: [] for k in self.kinds}
+        self.kinds = ["A/A (nothing changed)", f"stand-in regression {variant}", *(f"+{s:.0%} on B" for s in slowdowns)]
+        self.fails: dict[tuple[str, str], list[bool]] = {(k, f.name): [] for k in self.kinds for f in FORMS}
         self.changes: dict[str, dict[str, list[float]]] = {k: {} for k in self.kinds}
+        self.loads: list[tuple[float, float]] = []
+        self.stand_in: dict[str, list[float]] = {}  # gated metric -> log ratios V/A over every pair
 
-    def add(self, a: compare.Side, b: compare.Side, v: compare.Side) -> None:
-        heads = [b, v, *(scaled(b, s) for s in self.slowdowns)]
-        for kind, head in zip(self.kinds, heads, strict=True):
-            result = compare.compare(a, head, threshold=self.threshold)
-            self.fails[kind].append(result.exit_status() == 1)
-            for row in result.rows:
-                if row.gated:
+    def add(self, rnd: Round) -> None:
+        self.loads.append(rnd.loads)
+
+        def heads(batch: dict[str, compare.Side]) -> list[compare.Side]:
+            return [batch["b"], batch["v"], *(scaled(batch["b"], s) for s in self.slowdowns)]
+
+        for kind, head1, head2 in zip(self.kinds, heads(rnd.first), heads(rnd.second), strict=True):
+            for form in FORMS:
+                failed = gate_fails((rnd.first["a"], head1), (rnd.second["a"], head2), self.threshold, form)
+                self.fails[(kind, form.name)].append(failed)
+            for row in compare.compare(rnd.first["a"], head1, paired=True).rows:
+                if row.gated and math.isfinite(row.comparison.ratio):
                     self.changes[kind].setdefault(row.metric, []).append(row.comparison.ratio - 1)
+        for batch in (rnd.first, rnd.second):
+            a_docs = batch["a"].docs
+            for metric in compare.gate_metrics(a_docs):
+                pairs = compare.metric_pairs(a_docs, batch["v"].docs, metric)
+                self.stand_in.setdefault(metric, []).extend(math.log(v / a) for a, v in pairs if a > 0 and v > 0)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.loads)
 
     def last(self) -> str:
-        return "; ".join(f"{k}: {'FAIL' if self.fails[k][-1] else 'pass'}" for k in self.kinds)
+        form = FORMS[0].name
+        return "; ".join(f"{k}: {'FAIL' if self.fails[(k, form)][-1] else 'pass'}" for k in self.kinds)
 
 
-def analyse(args: Any) -> int:
-    """Judge stored batches (gate-r<N>-a/-b/-v under --results) with the gate as it is now."""
-    from fsmatrix import results
+# ----------------------------------------------------------------------------------- running
 
-    threshold = compare.parse_threshold(args.threshold)
-    tally = Tally(args.variant, [float(x) for x in args.slowdowns.split(",") if x.strip()], threshold)
-    r = 1
-    while all((args.results / f"gate-r{r}-{side}").is_dir() for side in "abv"):
-        try:
-            a, b, v = (results.load_results(args.results / f"gate-r{r}-{side}") for side in "abv")
-        except UserError:  # a round still running (or cut short): its batches are not all there
-            break
-        if min(len(a), len(b), len(v)) >= args.repeats:
-            cell_id = a[0]["cell_id"]
-            a, b, v = ([{**d, "cell_id": cell_id} for d in docs] for docs in (a, b, v))
-            tally.add(compare.Side("a", a), compare.Side("b", b), compare.Side("v", v))
-        r += 1
-    if not tally.fails[tally.kinds[0]]:
-        print(f"no complete round (gate-r1-a, -b, -v) under {args.results}", file=sys.stderr)
-        return 2
-    print(_table(args, threshold, tally, 0.0))
-    return 0
+
+@dataclass
+class Setup:
+    """The cell and its stand-in variant, expanded from the gate's matrix."""
+
+    base: matrix.Matrix
+    variant: matrix.Matrix
+
+    @property
+    def cell_id(self) -> str:
+        return self.base.cells[0].id
+
+
+def setup(matrix_file: Path, only: str, variant: str) -> Setup:
+    """The one cell of ``matrix_file`` matching ``only``, and the same cell with ``variant`` set."""
+    try:
+        doc = yaml.safe_load(matrix_file.read_text())
+    except OSError as exc:
+        raise UserError(f"--matrix {matrix_file}: {exc.strerror}") from None
+    if "=" not in variant:
+        raise UserError(f"--variant {variant!r}: expected KEY=VALUE, e.g. gtm.sync_io=true")
+    base = matrix.expand_document(doc, "gate")
+    chosen = [i for i, cell in enumerate(base.cells) if fnmatch.fnmatchcase(cell.id, only)]
+    if len(chosen) != 1:
+        ids = ", ".join(c.id for c in base.cells)
+        raise UserError(f"--only {only!r} matches {len(chosen)} cells of {matrix_file} (need one): {ids}")
+    changed = matrix.expand_document(_with(doc, variant), "gate")
+    index = chosen[0]
+    if changed.cells[index].id == base.cells[index].id:
+        raise UserError(f"--variant {variant}: changes nothing in cell {base.cells[index].id}")
+    return Setup(_one(base, index), _one(changed, index))
+
+
+def _one(m: matrix.Matrix, index: int) -> matrix.Matrix:
+    m.cells = [m.cells[index]]
+    return m
 
 
 def _with(doc: dict[str, Any], setting: str) -> dict[str, Any]:
     """The matrix document with one more default (``key=value``, the value read as YAML)."""
     key, _, value = setting.partition("=")
-    return {**doc, "defaults": {**doc["defaults"], key.strip(): yaml.safe_load(value)}}
+    return {**doc, "defaults": {**(doc.get("defaults") or {}), key.strip(): yaml.safe_load(value)}}
+
+
+def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: Console) -> tuple[float, float]:
+    """Run round ``number``'s two batches into ``args.results``; the load averages before and after."""
+    for stale in args.results.glob(f"gate-r{number}-*"):
+        shutil.rmtree(stale)  # an interrupted round starts again: its pairs must be complete and adjacent
+    before = os.getloadavg()[0]
+    for suffix, repeats in (("", args.repeats), ("2", args.confirm_repeats)):
+        plan = [(side, i) for i in range(1, repeats + 1) for side in SIDES]
+        if args.design == "batches":
+            plan = [(side, i) for side in SIDES for i in range(1, repeats + 1)]
+        for side, i in plan:
+            which = cells.variant if side == "v" else cells.base
+            runs.run_matrix(
+                which,
+                which.cells,
+                backend,
+                results_root=args.results,
+                run_id=f"gate-r{number}-{side}{suffix}",
+                repeat=i,
+                force=False,
+                console=console,
+            )
+    after = os.getloadavg()[0]
+    jsonfile.write_atomic(
+        args.results / f"gate-r{number}.json",
+        {
+            "round": number,
+            "design": args.design,
+            "repeats": args.repeats,
+            "confirm_repeats": args.confirm_repeats,
+            "variant": args.variant,
+            "cell_id": cells.cell_id,
+            "load_before": before,
+            "load_after": after,
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    return before, after
+
+
+def load_round(results_root: Path, number: int) -> Round | None:
+    """A finished round's batches, or None when round ``number`` did not finish."""
+    marker = results_root / f"gate-r{number}.json"
+    if not marker.is_file():
+        return None
+    info = jsonfile.read(marker)
+    batches: dict[str, dict[str, compare.Side]] = {"": {}, "2": {}}
+    for suffix, batch in batches.items():
+        for side in SIDES:
+            run_id = f"gate-r{number}-{side}{suffix}"
+            # the variant's documents stand in for the base cell's, as a slower version of that cell would
+            docs = [{**d, "cell_id": info["cell_id"]} for d in results.load_results(results_root / run_id)]
+            batch[side] = compare.Side(run_id, docs)
+    return Round(number, batches[""], batches["2"], (info["load_before"], info["load_after"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=40, help="rounds (each: an A/A pair and every detection)")
+    parser.add_argument("--repeats", type=int, default=5, help="pairs in the first batch (pr-gate.yml's REPEATS)")
+    parser.add_argument(
+        "--confirm-repeats", type=int, default=5, help="pairs in the confirmation batch (pr-gate.yml's CONFIRM_REPEATS)"
+    )
+    parser.add_argument("--threshold", default="5%", help="pr-gate.yml's THRESHOLD")
+    parser.add_argument("--slowdowns", default="0.1,0.2", help="injected slowdowns of B's gated metrics")
+    parser.add_argument("--variant", default="gtm.sync_io=true", metavar="KEY=VALUE", help="the stand-in regression")
+    parser.add_argument("--design", choices=["interleaved", "batches"], default="interleaved")
+    parser.add_argument("--matrix", type=Path, default=Path("matrix/pr.yaml"), help="the gate's matrix")
+    parser.add_argument("--only", default=DEFAULT_ONLY, help="the one cell of --matrix to run (a glob)")
+    parser.add_argument("--backend", choices=list(BACKENDS), default="host")
+    parser.add_argument("--workdir", type=Path, default=Path("/var/tmp/fsmatrix"))
+    parser.add_argument("--results", type=Path, default=Path("results/bench-gate"))
+    parser.add_argument(
+        "--analyse", action="store_true", help="run nothing: judge the rounds already in --results with today's gate"
+    )
+    args = parser.parse_args(argv)
+    try:
+        threshold = compare.parse_threshold(args.threshold)
+        slowdowns = [float(x) for x in args.slowdowns.split(",") if x.strip()]
+    except ValueError:
+        print(f"--slowdowns {args.slowdowns!r}: expected fractions such as 0.1,0.2", file=sys.stderr)
+        return 2
+    except UserError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if min(args.rounds, args.repeats, args.confirm_repeats) < 1 or min(args.repeats, args.confirm_repeats) < 3:
+        print("--rounds must be at least 1, --repeats and --confirm-repeats at least 3", file=sys.stderr)
+        return 2
+    tally = Tally(args.variant, slowdowns, threshold)
+    if args.analyse:
+        return analyse(args, tally)
+    try:
+        cells = setup(args.matrix, args.only, args.variant)
+    except UserError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("bench_gate needs root (loop devices, mkfs, mount)", file=sys.stderr)
+        return 2
+    console = Console(stderr=True)
+    backend = BACKENDS[args.backend].make(args.workdir, [])
+    started = time.monotonic()
+    try:
+        for number in range(1, args.rounds + 1):
+            rnd = load_round(args.results, number)
+            if rnd is None:
+                run_round(number, args, cells, backend, console)
+                rnd = load_round(args.results, number)
+            assert rnd is not None
+            tally.add(rnd)
+            console.print(f"round {number}: {tally.last()} (load {rnd.loads[0]:.2f}..{rnd.loads[1]:.2f})", markup=False)
+    finally:
+        backend.close()
+    print(_table(args, tally, f"{(time.monotonic() - started) / 60:.1f} min"))
+    return 0
+
+
+def analyse(args: Any, tally: Tally) -> int:
+    """Judge the finished rounds stored under --results with the gate as it is now."""
+    number = 1
+    while (rnd := load_round(args.results, number)) is not None:
+        tally.add(rnd)
+        number += 1
+    if not tally.rounds:
+        print(f"no finished round (gate-r1.json) under {args.results}", file=sys.stderr)
+        return 2
+    print(_table(args, tally, f"judged from the rounds stored in {args.results}"))
+    return 0
+
+
+# ----------------------------------------------------------------------------------- output
 
 
 def rate(outcomes: list[bool]) -> str:
@@ -184,28 +342,36 @@ def rate(outcomes: list[bool]) -> str:
     return f"{hits}/{n} ({hits / n:.0%}, 95 % CI {low:.0%}-{high:.0%})"
 
 
-def _table(args: Any, threshold: float, tally: Tally, minutes: float) -> str:
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):+.1%} ({min(values):+.1%}..{max(values):+.1%})"
+
+
+def _table(args: Any, tally: Tally, how: str) -> str:
     prov = provenance.collect()
+    loads = [x for pair in tally.loads for x in pair]
     lines = [
-        f"Gate benchmark: 3n+1 1..{args.end:,} on ext4, backend {args.backend}, {args.repeats} runs a side, "
-        f"{len(tally.fails[tally.kinds[0]])} rounds of separate batches, --fail-on-regression {threshold:.0%}; "
-        f"{datetime.now(UTC):%Y-%m-%d}, {prov['cpu_model']} × {prov['cpu_count']}, kernel {platform.release()}, "
-        f"git {prov['git']['sha'][:10]}, "
-        + (
-            f"load average {os.getloadavg()[2]:.1f} (15 min), {minutes:.1f} min"
-            if minutes
-            else f"judged from the batches stored in {args.results}"
-        ),
+        f"Gate benchmark: {args.only} of {args.matrix}, backend {args.backend}, design {args.design}, "
+        f"{args.repeats} pairs + {args.confirm_repeats} to confirm, {tally.rounds} rounds, "
+        f"--fail-on-regression {tally.threshold:.0%}; {datetime.now(UTC):%Y-%m-%d}, {prov['cpu_model']} × "
+        f"{prov['cpu_count']}, kernel {platform.release()}, git {prov['git']['sha'][:10]}; "
+        f"1-min load average before/after each round {min(loads):.2f}..{max(loads):.2f} "
+        f"(median {statistics.median(loads):.2f}); {how}",
         "",
-        "| comparison | gated metrics' change, median (min..max) | gate failed |",
-        "|---|---|---|",
+        "| comparison | gated metrics' change (first batch, paired), median (min..max) | "
+        + " | ".join(f"gate failed: {f.name}" for f in FORMS)
+        + " |",
+        "|---|---|" + "---|" * len(FORMS),
     ]
-    for kind, outcomes in tally.fails.items():
-        spread = "; ".join(
-            f"{metric} {statistics.median(c):+.1%} ({min(c):+.1%}..{max(c):+.1%})"
-            for metric, c in tally.changes[kind].items()
-        )
-        lines.append(f"| {kind} | {spread or '-'} | {rate(outcomes)} |")
+    for kind in tally.kinds:
+        spread = "; ".join(f"{metric} {_spread(c)}" for metric, c in tally.changes[kind].items())
+        cells = " | ".join(rate(tally.fails[(kind, f.name)]) for f in FORMS)
+        lines.append(f"| {kind} | {spread or '-'} | {cells} |")
+    effect = "; ".join(
+        f"{metric} ×{math.exp(statistics.mean(v)):.3f} (pairs' sd {statistics.stdev(v):.1%}, n {len(v)})"
+        for metric, v in tally.stand_in.items()
+        if len(v) > 1
+    )
+    lines += ["", f"Stand-in {args.variant}, its effect over every pair of every round (geometric mean): {effect}"]
     return "\n".join(lines)
 
 

@@ -54,6 +54,24 @@ def _out_console() -> Console:
     help="Noise floors: 'auto' (stored calibrations of HEAD's environment), 'none', or a calibration file.",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True)
+@click.option(
+    "--paired",
+    is_flag=True,
+    help="BASE and HEAD ran in pairs (repeat i of each back to back, as pr-gate.sh runs them): paired t-test.",
+)
+@click.option(
+    "--confirm",
+    nargs=2,
+    default=None,
+    metavar="BASE2 HEAD2",
+    help="A second, independent batch: a regression fails the gate only when it holds there too.",
+)
+@click.option(
+    "--flagged-to",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the cells with a regression (first batch) to this file, comma-separated, for `run --only`.",
+)
 def compare_cmd(
     base: str,
     head: str,
@@ -63,12 +81,18 @@ def compare_cmd(
     allow_env_diff: bool,
     calibration: str,
     fmt: str,
+    paired: bool,
+    confirm: tuple[str, str] | None,
+    flagged_to: Path | None,
 ) -> None:
     """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
 
-    Exit status: 0, or 1 when --fail-on-regression is given and exceeded; 2 for bad input.
+    Exit status: 0, or 1 when --fail-on-regression is given and exceeded (with --confirm: exceeded in
+    both batches); 2 for bad input.
     """
     limit = compare.parse_threshold(threshold) if threshold is not None else None
+    if confirm and limit is None:
+        raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
     b = compare.load_side(base, results_root)
     h = compare.load_side(head, results_root)
     if calibration == "none":
@@ -78,19 +102,67 @@ def compare_cmd(
     else:
         cal_paths = [Path(calibration)]
     floors = calibrate.noise_floors([calibrate.load(p) for p in cal_paths])
-    result = compare.compare(b, h, threshold=limit, alpha=alpha, allow_env_diff=allow_env_diff, noise_floors=floors)
+
+    def judge(base_side: compare.Side, head_side: compare.Side) -> compare.CompareResult:
+        return compare.compare(
+            base_side,
+            head_side,
+            threshold=limit,
+            alpha=alpha,
+            allow_env_diff=allow_env_diff,
+            noise_floors=floors,
+            paired=paired,
+        )
+
+    result = judge(b, h)
+    if flagged_to is not None:
+        flagged_to.write_text(",".join(compare.flagged_cells(result)) + "\n")  # a small control file
+    gate: compare.Confirmed | None = None
+    if confirm and result.regressions:
+        # No confirmation batch (never run, or its runs all lost) leaves the regression standing.
+        b2, h2 = (_side_or_none(spec, results_root) for spec in confirm)
+        both = b2 is not None and h2 is not None and set(b2.by_cell()) & set(h2.by_cell())
+        gate = compare.Confirmed(result, judge(b2, h2) if b2 and h2 and both else None)
+    elif confirm:
+        gate = compare.Confirmed(result, None)
+    second = gate.second if gate else None
     if fmt == "json":
-        click.echo(json.dumps(compare.to_json(result), indent=1))
+        doc = compare.to_json(result)
+        if gate:
+            doc = {
+                **doc,
+                "confirmation": compare.to_json(second) if second else None,
+                "confirmed": [[r.cell_id, r.metric] for r, _ in gate.confirmed],
+                "not_confirmed": [[r.cell_id, r.metric] for r, _ in gate.not_confirmed],
+                "not_rerun": [[r.cell_id, r.metric] for r in gate.not_rerun],
+                "exit_status": gate.exit_status(),
+            }
+        click.echo(json.dumps(doc, indent=1))
     elif fmt == "md":
         click.echo(compare.markdown(result), nl=False)
+        if second:
+            click.echo("\n### Confirmation batch\n\n" + compare.markdown(second), nl=False)
+        if gate:
+            click.echo("\n" + "".join(f"- {line}\n" for line in gate.summary_lines()), nl=False)
     else:
         out = _out_console()
-        out.print(compare.rich_table(result))
-        for line in compare.summary_lines(result):
+        for which in (result, second):
+            if which:
+                out.print(compare.rich_table(which))
+                for line in compare.summary_lines(which):
+                    out.print(line, markup=False, highlight=False)
+        for line in gate.summary_lines() if gate else []:
             out.print(line, markup=False, highlight=False)
     if cal_paths:
         click.echo(f"noise floors from {', '.join(str(p) for p in cal_paths)}", err=True)
-    sys.exit(result.exit_status())
+    sys.exit(gate.exit_status() if gate else result.exit_status())
+
+
+def _side_or_none(spec: str, results_root: Path) -> compare.Side | None:
+    try:
+        return compare.load_side(spec, results_root)
+    except UserError:
+        return None
 
 
 @click.command("calibrate")

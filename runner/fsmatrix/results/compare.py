@@ -189,6 +189,21 @@ def metric_values(docs: list[dict[str, Any]], metric: str) -> list[float]:
     return [v for v in values if v is not None]
 
 
+def metric_pairs(base: list[dict[str, Any]], head: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
+    """(BASE, HEAD) values of the metric for each repeat number both sides passed and measured."""
+
+    def by_repeat(docs: list[dict[str, Any]]) -> dict[int, float]:
+        values = {}
+        for doc in docs:
+            value = metric_value(doc, metric) if doc.get("status") == "passed" else None
+            if value is not None and isinstance(doc.get("repeat"), int):
+                values[doc["repeat"]] = value
+        return values
+
+    b, h = by_repeat(base), by_repeat(head)
+    return [(b[r], h[r]) for r in sorted(set(b) & set(h))]
+
+
 def gate_metrics(docs: list[dict[str, Any]]) -> tuple[str, ...]:
     """The metrics the gate decides on for these runs of one cell: the workload's declaration
     (its primary metric, and what else it gates); for a workload the registry does not know, the
@@ -225,8 +240,10 @@ def compare(
     alpha: float = stats.ALPHA,
     allow_env_diff: bool = False,
     noise_floors: dict[tuple[str, str], float] | None = None,
+    paired: bool = False,
 ) -> CompareResult:
-    """Compare every cell present on both sides; UserError on incomparable environments."""
+    """Compare every cell present on both sides; UserError on incomparable environments. ``paired``:
+    the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``)."""
     result = CompareResult(base.label, head.label, threshold)
     result.env_diffs = env_differences(base.docs, head.docs)
     if result.env_diffs and not allow_env_diff:
@@ -246,13 +263,17 @@ def compare(
         gated = gate_metrics(docs)
         for metric, direction in compared_metrics(docs).items():
             floor = floors.get((cell_id, metric), 0.0)
-            c = stats.compare_samples(
-                metric_values(bc[cell_id], metric),
-                metric_values(hc[cell_id], metric),
-                direction,
-                alpha=alpha,
-                noise_floor=floor,
-            )
+            if paired:
+                pairs = metric_pairs(bc[cell_id], hc[cell_id], metric)
+                c = stats.compare_paired(pairs, direction, alpha=alpha, noise_floor=floor)
+            else:
+                c = stats.compare_samples(
+                    metric_values(bc[cell_id], metric),
+                    metric_values(hc[cell_id], metric),
+                    direction,
+                    alpha=alpha,
+                    noise_floor=floor,
+                )
             result.rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated))
     # A few declared metrics per cell decide, and all of those tests are corrected together: k
     # uncorrected tests at alpha would cry wolf up to k times as often. The other metrics (rates
@@ -263,6 +284,70 @@ def compare(
         row.comparison = stats.decide(row.comparison, p_holm, alpha=alpha, noise_floor=row.noise_floor)
         row.regression = threshold is not None and stats.is_regression(row.comparison, threshold)
     return result
+
+
+@dataclass
+class Confirmed:
+    """The gate with confirmation: the first batch's regressions, each judged again on a second,
+    independent batch of runs (the flagged cells, base and head run again). A regression fails the
+    gate only when it holds again — the same cell and metric significantly worse beyond the threshold
+    in the second batch ("confirmed"); one that does not is reported as "not confirmed" and passes.
+    A flagged cell the second batch did not run cannot be confirmed or cleared: it fails."""
+
+    first: CompareResult
+    second: CompareResult | None
+
+    def _again(self, row: Row) -> Row | None:
+        if self.second is None:
+            return None
+        return next((r for r in self.second.rows if (r.cell_id, r.metric) == (row.cell_id, row.metric)), None)
+
+    @property
+    def confirmed(self) -> list[tuple[Row, Row]]:
+        return [(row, again) for row in self.first.regressions if (again := self._again(row)) and again.regression]
+
+    @property
+    def not_confirmed(self) -> list[tuple[Row, Row]]:
+        return [(row, again) for row in self.first.regressions if (again := self._again(row)) and not again.regression]
+
+    @property
+    def not_rerun(self) -> list[Row]:
+        return [row for row in self.first.regressions if self._again(row) is None]
+
+    def exit_status(self) -> int:
+        return 1 if self.confirmed or self.not_rerun else 0
+
+    def summary_lines(self) -> list[str]:
+        def figures(row: Row) -> str:
+            c = row.comparison
+            return f"{c.ratio:.3f} [{_ci(c)}], p Holm {row.p_holm:.2g}, n {c.n_base}/{c.n_head}"
+
+        lines = []
+        for row, again in self.confirmed:
+            lines.append(
+                f"CONFIRMED regression: {row.cell_id} {row.metric} +{again.comparison.worse_by:.1%} "
+                f"(first batch {figures(row)}; confirmation {figures(again)})"
+            )
+        for row, again in self.not_confirmed:
+            lines.append(
+                f"not confirmed (passes): {row.cell_id} {row.metric} flagged +{row.comparison.worse_by:.1%} "
+                f"(first batch {figures(row)}), not again (confirmation {figures(again)}: {again.comparison.verdict})"
+            )
+        for row in self.not_rerun:
+            lines.append(
+                f"UNCONFIRMABLE regression: {row.cell_id} {row.metric} +{row.comparison.worse_by:.1%} "
+                f"(first batch {figures(row)}) has no confirmation runs: the gate fails"
+            )
+        if not self.first.regressions:
+            lines.append("nothing to confirm: the first batch found no regression")
+        verdict = "GATE FAILED" if self.exit_status() else "gate passed"
+        lines.append(f"{verdict} after confirmation (threshold {self.first.threshold or 0:.1%})")
+        return lines
+
+
+def flagged_cells(result: CompareResult) -> list[str]:
+    """The cells with a regression, in order: the ones a confirmation batch runs again."""
+    return sorted({row.cell_id for row in result.regressions})
 
 
 def parse_threshold(text: str) -> float:

@@ -16,6 +16,14 @@ noisy neighbour) and multiplicative (a change is "10 % slower", not "0.3 s slowe
   log-normal noise; values <= 0 have no logarithm, so Mann-Whitney runs then, and is named);
 - a change is called only when the test is significant, the interval excludes 1, and the change is
   bigger than the noise floor (e.g. the between-batch floor measured by calibration).
+
+**Paired runs** (``compare_paired``): when BASE and HEAD ran in pairs — the regression gate runs
+base and head interleaved, repeat i of each back to back — the pairs share the machine's state at
+that moment, and the drift between pairs cancels in each pair's ratio. The effect is then the
+**geometric mean of the pairs' ratios** HEAD_i/BASE_i, the test **Student's paired t-test on the log
+ratios** ("paired-log"; the signed-rank test cannot reach p < 0.06 with 5 pairs) and the interval
+its t-interval, exp(mean ± t·sd/√n): it excludes 1 exactly when the test is significant at the
+interval's level.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ class Comparison:
     ci_low: float
     ci_high: float
     p_value: float
-    test: str  # "mann-whitney", "welch-log" or "-" (not run)
+    test: str  # "mann-whitney", "welch-log", "paired-log" or "-" (not run)
     worse_by: float  # relative worsening in the metric's own direction: 0.1 = 10 % worse, -0.1 = 10 % better
     verdict: str  # one of VERDICTS
     significant: bool
@@ -160,6 +168,53 @@ def compare_samples(
     p = p_value(base, head, chosen)
     change = worse_by(ratio, direction)
     c = Comparison(nb, nh, median(base), median(head), ratio, low, high, p, chosen, change, "no change", False)
+    return decide(c, p, alpha=alpha, noise_floor=noise_floor)
+
+
+def compare_paired(
+    pairs: list[tuple[float, float]],
+    direction: str,
+    *,
+    alpha: float = ALPHA,
+    noise_floor: float = 0.0,
+    min_samples: int = MIN_SAMPLES,
+) -> Comparison:
+    """Compare (BASE, HEAD) pairs of one metric (see the module's docstring): the geometric mean of the
+    pairs' ratios, its t-interval and the paired t-test on the log ratios. A pair with a value <= 0 has
+    no ratio: then the pairs are compared as two independent samples (``compare_samples``), which names
+    its test."""
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher', not {direction!r}")
+    base = [float(b) for b, _ in pairs]
+    head = [float(h) for _, h in pairs]
+    n = len(pairs)
+    if n < min_samples or min(base + head) <= 0:
+        return compare_samples(base, head, direction, alpha=alpha, noise_floor=noise_floor, min_samples=min_samples)
+    logs = np.log(np.asarray(head)) - np.log(np.asarray(base))
+    mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
+    if sd <= 1e-12:  # no noise at all (up to rounding): any difference is real
+        p = 1.0 if abs(mean) <= 1e-12 else 0.0
+        low = high = math.exp(mean)
+    else:
+        se = sd / math.sqrt(n)
+        p = float(2 * sps.t.sf(abs(mean) / se, n - 1))
+        half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * se
+        low, high = math.exp(mean - half), math.exp(mean + half)
+    ratio = math.exp(mean)
+    c = Comparison(
+        n,
+        n,
+        median(base),
+        median(head),
+        ratio,
+        low,
+        high,
+        p,
+        "paired-log",
+        worse_by(ratio, direction),
+        "no change",
+        False,
+    )
     return decide(c, p, alpha=alpha, noise_floor=noise_floor)
 
 
