@@ -171,7 +171,10 @@ def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, h
     verdict = workflow("pr-verdict.yml")
     verdict_dir = checkout(tmp_path / "verdict")
     (verdict_dir / "gate-results").symlink_to(gate_results)
-    judged = bash(step(verdict, "verdict", "Compare and set"), verdict_dir, dict(verdict["env"]), ok=(0, 1))
+    # the gate's threshold: a verdict at another one would judge another gate
+    judged = bash(
+        step(verdict, "verdict", "Compare and set"), verdict_dir, {**verdict["env"], "THRESHOLD": "0.5"}, ok=(0, 1)
+    )
     assert judged.returncode == done.returncode, judged.stdout + judged.stderr
     expected = "no significant regression" if head == "clean" else "significant regression beyond"
     assert f"verdict: {expected}" in judged.stdout
@@ -201,7 +204,10 @@ def test_pr_gate_passes_a_regression_the_confirmation_does_not_reproduce(tmp_pat
     verdict = workflow("pr-verdict.yml")
     verdict_dir = checkout(tmp_path / "verdict")
     (verdict_dir / "gate-results").symlink_to(results)
-    judged = bash(step(verdict, "verdict", "Compare and set"), verdict_dir, dict(verdict["env"]), ok=(0, 1))
+    # the gate's threshold: a verdict at another one would judge another gate
+    judged = bash(
+        step(verdict, "verdict", "Compare and set"), verdict_dir, {**verdict["env"], "THRESHOLD": "0.5"}, ok=(0, 1)
+    )
     assert judged.returncode == 0 and "verdict: no significant regression" in judged.stdout, judged.stdout
 
 
