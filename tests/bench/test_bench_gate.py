@@ -82,6 +82,9 @@ def test_stored_rounds_are_judged_again_and_an_unfinished_one_is_not(
     assert "2 rounds" in out and "| A/A (nothing changed) |" in out and "0/2 (0%" in out
     assert "load average before/after each round 0.50..0.70" in out
     assert "elapsed_s ×1.1" in out  # the stand-in's measured effect
+    # a smaller design judged on the same runs: the first 3 and 4 pairs
+    assert bench_gate.main(["--analyse", "--results", str(tmp_path), "--pairs", "3,4"]) == 0
+    assert "3 pairs + 4 to confirm" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -93,6 +96,7 @@ def test_stored_rounds_are_judged_again_and_an_unfinished_one_is_not(
         (["--repeats", "2"], "at least 3"),
         (["--threshold", "lots"], "threshold 'lots'"),
         (["--variant", "gtm.sync_io=false"], "changes nothing"),
+        (["--analyse", "--pairs", "5"], "two counts of at least 3"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -240,8 +240,9 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
     return before, after
 
 
-def load_round(results_root: Path, number: int) -> Round | None:
-    """A finished round's batches, or None when round ``number`` did not finish."""
+def load_round(results_root: Path, number: int, pairs: tuple[int, int] | None = None) -> Round | None:
+    """A finished round's batches, or None when round ``number`` did not finish. ``pairs``: keep
+    only the first N1 and N2 repeats of the two batches (a smaller design judged on the same runs)."""
     marker = results_root / f"gate-r{number}.json"
     if not marker.is_file():
         return None
@@ -252,6 +253,8 @@ def load_round(results_root: Path, number: int) -> Round | None:
             run_id = f"gate-r{number}-{side}{suffix}"
             # the variant's documents stand in for the base cell's, as a slower version of that cell would
             docs = [{**d, "cell_id": info["cell_id"]} for d in results.load_results(results_root / run_id)]
+            if pairs:
+                docs = [d for d in docs if d["repeat"] <= pairs[0 if suffix == "" else 1]]
             batch[side] = compare.Side(run_id, docs)
     return Round(number, batches[""], batches["2"], (info["load_before"], info["load_after"]))
 
@@ -275,12 +278,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--analyse", action="store_true", help="run nothing: judge the rounds already in --results with today's gate"
     )
+    parser.add_argument(
+        "--pairs",
+        default=None,
+        metavar="N1,N2",
+        help="with --analyse: judge only the first N1 and N2 pairs of each round's two batches",
+    )
     args = parser.parse_args(argv)
     try:
         threshold = compare.parse_threshold(args.threshold)
+        if args.pairs is not None:
+            args.pairs = tuple(int(x) for x in args.pairs.split(","))
+            if len(args.pairs) != 2 or min(args.pairs) < 3:
+                raise ValueError
+            args.repeats, args.confirm_repeats = args.pairs
         slowdowns = [float(x) for x in args.slowdowns.split(",") if x.strip()]
     except ValueError:
-        print(f"--slowdowns {args.slowdowns!r}: expected fractions such as 0.1,0.2", file=sys.stderr)
+        print(
+            f"--slowdowns {args.slowdowns!r} / --pairs {args.pairs!r}: expected fractions such as 0.1,0.2 / "
+            "two counts of at least 3 such as 5,8",
+            file=sys.stderr,
+        )
         return 2
     except UserError as exc:
         print(exc, file=sys.stderr)
@@ -320,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 def analyse(args: Any, tally: Tally) -> int:
     """Judge the finished rounds stored under --results with the gate as it is now."""
     number = 1
-    while (rnd := load_round(args.results, number)) is not None:
+    while (rnd := load_round(args.results, number, args.pairs)) is not None:
         tally.add(rnd)
         number += 1
     if not tally.rounds:
