@@ -70,6 +70,18 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, 
             mark = "*" if m.is_baseline(c) else ""
             table.add_row(c.id, mark, spec.filesystem, spec.mount_options, layout, device, c.summary(), database)
         Console(width=None if sys.stdout.isatty() else 200).print(table)
+        for effect in m.includes:
+            click.echo(effect.describe())
+    include_warnings(m)
+
+
+def include_warnings(m: matrix.Matrix) -> None:
+    """One line on stderr per ``include`` entry that extended cells by a setting no axis has (so
+    machine-read output on stdout stays clean)."""
+    for effect in m.includes:
+        if effect.warning:
+            where = f"{m.path}:{effect.line}" if effect.line is not None else m.path
+            click.echo(f"fsmatrix: warning: {where}: {effect.warning}", err=True)
 
 
 def github_matrix(cells: list[matrix.MatrixCell], shard_size: int | None = None) -> dict[str, Any]:
