@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import statistics
@@ -116,7 +117,7 @@ def run_matrix(
                     progress.update(task, description=f"{cell.id} r{r}")
                     if eta is not None:
                         eta.start(cell.id)
-                    doc = _run_one(backend, cell, r, run_id, path)
+                    doc = _run_one(backend, with_auto_timeout(cell, found), r, run_id, path)
                     if eta is not None:
                         eta.finish(cell.id)
                     try:
@@ -182,6 +183,17 @@ def print_estimates(
     for cell, _ in left:
         runs_left[cell.id] = runs_left.get(cell.id, 0) + 1
     console.print(estimate.total(found, runs_left).show(), markup=False, highlight=False)
+
+
+def with_auto_timeout(cell: MatrixCell, found: dict[str, estimate.Estimate]) -> MatrixCell:
+    """``cell`` with its limit derived from its stored runs here when it says ``timeout: auto``
+    (estimate.auto_timeout: 3x its slowest passed run, at least a floor; without history the
+    default); the id stays (it hashes "auto"), the job gets the number and why."""
+    if not cell.spec.timeout_auto:
+        return cell
+    seconds, why = estimate.auto_timeout(found.get(cell.id) or estimate.Estimate(None, estimate.UNKNOWN))
+    log.info("%s: timeout %d s (%s)", cell.id, seconds, why)
+    return MatrixCell(cell.id, dataclasses.replace(cell.spec, timeout=seconds, timeout_source=why))
 
 
 class EstimatedTime(ProgressColumn):

@@ -153,3 +153,90 @@ def test_a_resumed_run_estimates_only_what_is_left(tmp_path: Path) -> None:
     assert f"estimate {cells['ext4'].id}: 8 s (median of 2 runs)" in text
     # 7 runs left (ext4 r3, xfs and btrfs r1..r3), each estimated from ext4's 8 s
     assert "estimated 56 s for 7 runs" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# timeout: auto (issue 27, item 4)
+
+
+def with_timeout(value: str) -> str:
+    return TEXT.replace("defaults: {workload: " + FIO + "}", f"defaults: {{workload: {FIO}, timeout: {value}}}")
+
+
+class Recording(Instant):
+    """Instant, keeping the cells it was given (their limits)."""
+
+    def __init__(self) -> None:
+        self.given: list[MatrixCell] = []
+
+    def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
+        self.given.append(cell)
+        return doc_for(cell, repeat, 5.0)
+
+
+def run_auto(tmp_path: Path, history: list[float]) -> tuple[list[MatrixCell], dict[str, Any]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "auto.yaml"
+    path.write_text(
+        TEXT.replace("defaults: {workload: " + FIO + "}", "defaults: {workload: " + FIO + ", timeout: auto}")
+    )
+    m = matrix.load(path)
+    ext4 = next(c for c in m.cells if c.spec.filesystem == "ext4")
+    root = tmp_path / "results"
+    if history:
+        store(root, "earlier", ext4, history)
+    backend = Recording()
+    runs.run_matrix(
+        m,
+        [ext4],
+        backend,
+        results_root=root,
+        run_id="now",
+        repeat=1,
+        force=False,
+        console=Console(file=io.StringIO()),  # type: ignore[arg-type]
+    )
+    return backend.given, jsonfile.read(results.result_path(root / "now", ext4.id, 1))
+
+
+def test_auto_timeout_is_three_times_the_slowest_stored_run(tmp_path: Path) -> None:
+    given, doc = run_auto(tmp_path, [40.0, 100.0, 60.0, 55.5, 70.0])
+    assert given[0].spec.timeout == 300  # 3 × 100 s
+    assert given[0].spec.to_dict()["timeout"] == "auto"  # the id's form is unchanged by the limit
+    assert (doc["timeout_s"], doc["timeout_source"]) == (300, "auto: 3x slowest of 5 stored runs (100.0 s)")
+    assert doc["params"]["timeout"] == "auto"
+
+
+def test_auto_timeout_has_a_floor_and_a_default_without_history(tmp_path: Path) -> None:
+    given, doc = run_auto(tmp_path / "quick", [2.0])
+    assert given[0].spec.timeout == estimate.AUTO_FLOOR_S == 60
+    assert "raised to the floor of 60 s" in doc["timeout_source"]
+    given, doc = run_auto(tmp_path / "none", [])
+    assert given[0].spec.timeout == estimate.AUTO_DEFAULT_S == 3600
+    assert doc["timeout_source"] == "auto: no stored passed run of this cell here; the default 3600 s"
+
+
+def test_auto_timeout_cells_have_their_own_stable_id(tmp_path: Path) -> None:
+    _, plain = cells_of(tmp_path)
+    path = tmp_path / "auto.yaml"
+    path.write_text(
+        TEXT.replace("defaults: {workload: " + FIO + "}", "defaults: {workload: " + FIO + ", timeout: auto}")
+    )
+    auto = {c.spec.filesystem: c for c in matrix.load(path).cells}
+    assert auto["ext4"].id != plain["ext4"].id and auto["ext4"].spec.timeout_auto
+    assert auto["ext4"].id == matrix.load(path).cells[0].id
+    _, same = cells_of(tmp_path, with_timeout("3600"))
+    assert same["ext4"].id == plain["ext4"].id  # 3600 is the default: an explicit one changes nothing
+    assert plain["ext4"].spec.to_dict()["timeout"] == 3600
+    assert "timeout_s" in doc_for(plain["ext4"], 1, 1.0)
+
+
+def test_a_bad_timeout_is_refused_with_file_line_and_value(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        TEXT.replace("defaults: {workload: " + FIO + "}", "defaults:\n  workload: " + FIO + "\n  timeout: soon")
+    )
+    result = CliRunner().invoke(main, ["matrix", "expand", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:5: timeout: 'soon' is not allowed; expected an integer >= 1 or 'auto'" in result.output
+    assert "Traceback" not in result.output
