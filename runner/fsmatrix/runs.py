@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import statistics
@@ -18,19 +19,22 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from fsmatrix import results
 from fsmatrix.agent import job, jsonfile, provenance
-from fsmatrix.backends import Backend
+from fsmatrix.backends import Backend, hostinfo
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell, RaceSettings, comparison_group
 from fsmatrix.matrix import groups as matrix_groups
-from fsmatrix.results import compare, decide, stats
+from fsmatrix.results import compare, decide, estimate, stats
 
 log = logging.getLogger("fsmatrix")
 
@@ -86,13 +90,17 @@ def run_matrix(
     else:
         todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
         total = len(todo)
+    found = cell_estimates(results_root, cells)
+    left = [(c, r) for c, r in todo if force or not results.is_complete(results.result_path(run_dir, c.id, r))]
+    eta = EstimatedTime(found, [c.id for c, _ in left]) if race is None else None
+    print_estimates(console, cells, found, left, race)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("ETA"),
-        TimeRemainingColumn(),
+        eta or TimeRemainingColumn(),
     )
     try:
         with Progress(*columns, console=console, transient=False) as progress:
@@ -107,7 +115,11 @@ def run_matrix(
                     summary.reused += 1
                 else:
                     progress.update(task, description=f"{cell.id} r{r}")
-                    doc = _run_one(backend, cell, r, run_id, path)
+                    if eta is not None:
+                        eta.start(cell.id)
+                    doc = _run_one(backend, with_auto_timeout(cell, found), r, run_id, path)
+                    if eta is not None:
+                        eta.finish(cell.id)
                     try:
                         index.add(run_id, doc, path)
                     except sqlite3.Error as exc:
@@ -139,6 +151,87 @@ def run_matrix(
     finally:
         index.close()
     return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# estimates
+
+
+def cell_estimates(results_root: Path, cells: list[MatrixCell]) -> dict[str, estimate.Estimate]:
+    """Each cell's estimated duration from the passed runs stored under ``results_root`` on this host."""
+    here, _ = hostinfo.machine_id()
+    stored = estimate.stored_runs(results_root, here, {c.workload_kind for c in cells})
+    return estimate.estimates(((c.id, c.params) for c in cells), stored)
+
+
+def print_estimates(
+    console: Console,
+    cells: list[MatrixCell],
+    found: dict[str, estimate.Estimate],
+    left: list[tuple[MatrixCell, int]],
+    race: RaceSettings | None,
+) -> None:
+    """Each cell's estimate, and the whole run's: the runs left (a resumed run's, not done yet) or a
+    race's most."""
+    for cell in cells:
+        console.print(f"estimate {cell.id}: {found[cell.id].show()}", markup=False, highlight=False)
+    if race is not None:
+        whole = estimate.total(found, {c.id: race.max_repeats for c in cells})
+        console.print(f"at most {whole.show()} (a race may stop earlier)", markup=False, highlight=False)
+        return
+    runs_left: dict[str, int] = {}
+    for cell, _ in left:
+        runs_left[cell.id] = runs_left.get(cell.id, 0) + 1
+    console.print(estimate.total(found, runs_left).show(), markup=False, highlight=False)
+
+
+def with_auto_timeout(cell: MatrixCell, found: dict[str, estimate.Estimate]) -> MatrixCell:
+    """``cell`` with its limit derived from its stored runs here when it says ``timeout: auto``
+    (estimate.auto_timeout: 3x its slowest passed run, at least a floor; without history the
+    default); the id stays (it hashes "auto"), the job gets the number and why."""
+    if not cell.spec.timeout_auto:
+        return cell
+    seconds, why = estimate.auto_timeout(found.get(cell.id) or estimate.Estimate(None, estimate.UNKNOWN))
+    log.info("%s: timeout %d s (%s)", cell.id, seconds, why)
+    return MatrixCell(cell.id, dataclasses.replace(cell.spec, timeout=seconds, timeout_source=why))
+
+
+class EstimatedTime(ProgressColumn):
+    """The time left from the cells' estimates (results/estimate.py) rather than linear in runs: a
+    matrix of one slow cell and many quick ones would otherwise be off by the ratio. Runs without an
+    estimate count as the mean of the estimated ones; with none at all, rich's own (linear) ETA."""
+
+    def __init__(self, found: dict[str, estimate.Estimate], left: list[str]) -> None:
+        super().__init__()
+        known = [e.seconds for e in found.values() if e.seconds is not None]
+        mean = statistics.fmean(known) if known else None
+        self.each = {cell_id: e.seconds if e.seconds is not None else mean for cell_id, e in found.items()}
+        self.waiting = sum(self.each.get(c) or 0.0 for c in left)  # the runs not started yet
+        self.current: tuple[float, float] | None = None  # (its estimate, when it started)
+        self.linear = TimeRemainingColumn() if mean is None else None
+
+    def start(self, cell_id: str) -> None:
+        seconds = self.each.get(cell_id) or 0.0
+        self.waiting = max(0.0, self.waiting - seconds)
+        self.current = (seconds, time.monotonic())
+
+    def finish(self, cell_id: str) -> None:
+        self.current = None
+
+    def seconds_left(self) -> float:
+        running = 0.0
+        if self.current is not None:
+            seconds, since = self.current
+            running = max(0.0, seconds - (time.monotonic() - since))
+        return self.waiting + running
+
+    def render(self, task: Task) -> Text:
+        if self.linear is not None:
+            return self.linear.render(task)
+        if task.finished:
+            return Text("0:00:00", style="progress.remaining")
+        whole = round(self.seconds_left())
+        return Text(f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}", style="progress.remaining")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -305,3 +305,15 @@ def test_guest_writes_an_error_result_for_a_bad_job(tmp_path: Path) -> None:
     result = guest.run(tmp_path, by_id=tmp_path, workdir=tmp_path / "work")
     assert result["status"] == "error" and "not a plain virtio serial" in result["reason"]
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "error"
+
+
+def test_parse_job_takes_the_hosts_limit_for_timeout_auto() -> None:
+    """timeout: auto: the cell's JSON says "auto"; the host derived the number (runs.with_auto_timeout)."""
+    cell = {**_job()["cell"], "timeout": "auto"}
+    job = guest.parse_job(_job(cell=cell, timeout={"seconds": 300, "source": "auto: 3x slowest of 5 stored runs"}))
+    assert (job["cell"].timeout, job["cell"].timeout_source) == (300, "auto: 3x slowest of 5 stored runs")
+    assert job["cell"].to_dict()["timeout"] == "auto"
+    plain = guest.parse_job(_job(timeout={"seconds": 300, "source": "x"}))  # only an auto cell takes it
+    assert plain["cell"].timeout == _job()["cell"].get("timeout", 3600) and plain["cell"].timeout_source is None
+    with pytest.raises(guest.JobError):
+        guest.parse_job(_job(cell=cell, timeout={"seconds": "soon"}))

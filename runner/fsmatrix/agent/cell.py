@@ -80,6 +80,9 @@ class Options:
 
 
 BLOCKS: dict[str, type] = {"storage": Storage, "device": Device, "vm": Vm}
+# ``timeout: auto``: derived from the cell's history on this host (matrix/README.md); any other
+# value is the Options.timeout integer.
+TIMEOUT_AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,10 @@ class Cell:
     settings: Mapping[str, Any] = field(default_factory=dict)  # block name -> its settings instance
     # Crash the run on purpose and recover (fsmatrix.agent.crash); None, the default, never crashes.
     crash: crashes.Settings | None = None
+    # ``timeout: auto``: the limit comes from the cell's stored runs (the host side sets ``timeout``
+    # before the run, results/estimate.py); the cell's JSON form (and so its id) says "auto".
+    timeout_auto: bool = False
+    timeout_source: str | None = None  # why ``timeout`` is what it is (the result's timeout_source)
 
     @property
     def declaration(self) -> Workload[Any]:
@@ -131,6 +138,9 @@ class Cell:
         if unknown:
             raise Invalid(unknown[0], f"unknown setting(s) {', '.join(unknown)}")
         scalars = {k: doc[k] for k in ("filesystem", "mkfs_options", "mount_options", "timeout") if k in doc}
+        auto = scalars.get("timeout") == TIMEOUT_AUTO
+        if auto:
+            del scalars["timeout"]  # the default until the host side derives the limit
         options = declare.parse(Options, scalars, "cell")
         workload_doc = doc.get("workload")
         if not isinstance(workload_doc, Mapping) or len(workload_doc) != 1:
@@ -149,6 +159,7 @@ class Cell:
             device=declare.parse(Device, doc.get("device"), "device"),
             vm=declare.parse(Vm, doc.get("vm"), "vm"),
             timeout=options.timeout,
+            timeout_auto=auto,
             # A block the workload does not own means nothing to it and is dropped (GT.M settings
             # in a matrix that also runs fio); one it owns is filled with its defaults.
             settings={b.name: declare.parse(b.settings, doc.get(b.name), b.name) for b in workload.settings},
@@ -177,7 +188,7 @@ class Cell:
         for name, value in self.settings.items():
             doc[name] = declare.to_dict(value)
         doc["workload"] = {self.workload: declare.to_dict(self.params)}
-        doc["timeout"] = self.timeout
+        doc["timeout"] = TIMEOUT_AUTO if self.timeout_auto else self.timeout
         if self.crash is not None:  # absent, not null: a cell without a crash keeps its id
             doc["crash"] = declare.to_dict(self.crash)
         return doc

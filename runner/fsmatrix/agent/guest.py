@@ -9,6 +9,7 @@ job can never point the agent at the root disk or the job disk by path.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import socket
@@ -49,6 +50,12 @@ def parse_job(doc: Any) -> dict[str, Any]:
         cell = Cell.from_dict(doc["cell"])  # parsed once, here: the job runs the typed cell
     except ValueError as exc:
         raise JobError(f"job.json: 'cell': {exc}") from exc
+    limit = doc.get("timeout")
+    if cell.timeout_auto and isinstance(limit, dict):  # the host derived it (timeout: auto)
+        seconds = limit.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
+            raise JobError("job.json: 'timeout.seconds' must be a positive integer")
+        cell = dataclasses.replace(cell, timeout=seconds, timeout_source=str(limit.get("source") or "auto"))
     cell_id = doc.get("cell_id")
     if not isinstance(cell_id, str) or not cell_id:
         raise JobError("job.json: 'cell_id' must be a non-empty string")

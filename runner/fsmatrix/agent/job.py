@@ -86,6 +86,9 @@ def result_document(
         "repeat": repeat,
         "workload": cell.workload,
         "params": cell.to_dict(),
+        # The limit this run had, and why: the setting, or (timeout: auto) what it was derived from.
+        "timeout_s": cell.timeout,
+        "timeout_source": cell.timeout_source or "the cell's timeout setting",
         "status": status,
         "reason": reason,
         "started_at": started_at,

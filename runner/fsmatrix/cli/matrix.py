@@ -11,9 +11,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import matrix
+from fsmatrix import matrix, runs
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema
+from fsmatrix.results import estimate
 
 
 @click.group("matrix")
@@ -34,7 +35,17 @@ def matrix_group() -> None:
     help="github: cells per job (default: 1, or as many as needed to stay within 256 jobs).",
 )
 @click.option("--scale", default=None, help="Expand at this one of the file's `scales` (e.g. small).")
-def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, scale: str | None) -> None:
+@click.option(
+    "--results",
+    "results_root",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="table: estimate each cell's duration from the runs stored here (its index.sqlite) on this host.",
+)
+def expand(
+    file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, scale: str | None, results_root: Path
+) -> None:
     """Expand FILE into cells with stable ids."""
     m = matrix.load(file, scale)
     cells = m.select(list(only))
@@ -58,7 +69,8 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, 
             title=f"{m.name}: {len(cells)} cells × {repeats}",
             caption=f"* the baseline of its comparison group ({rule})",
         )
-        for header in ("id", "baseline", "filesystem", "mount", "layout", "device", "workload", "database"):
+        found = runs.cell_estimates(results_root, cells)
+        for header in ("id", "baseline", "filesystem", "mount", "layout", "device", "workload", "database", "estimate"):
             table.add_column(header)
         for c in cells:
             spec = c.spec
@@ -68,8 +80,35 @@ def expand(file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, 
             device = f"{spec.device.profile} {spec.device.bus}"
             database = " ".join(b.summary(spec.settings[b.name]) for b in spec.declaration.settings)
             mark = "*" if m.is_baseline(c) else ""
-            table.add_row(c.id, mark, spec.filesystem, spec.mount_options, layout, device, c.summary(), database)
+            table.add_row(
+                c.id,
+                mark,
+                spec.filesystem,
+                spec.mount_options,
+                layout,
+                device,
+                c.summary(),
+                database,
+                found[c.id].show(),
+            )
         Console(width=None if sys.stdout.isatty() else 200).print(table)
+        repeats_each = m.race.max_repeats if m.race is not None else m.repeat
+        whole = estimate.total(found, {c.id: repeats_each for c in cells})
+        upto = "at most " if m.race is not None else ""  # a race may stop early
+        shape = f"{len(cells)} cells × {repeats_each}"
+        click.echo(f"{upto}{whole.show()} ({shape}), from the runs in {results_root} on this host")
+        for effect in m.includes:
+            click.echo(effect.describe())
+    include_warnings(m)
+
+
+def include_warnings(m: matrix.Matrix) -> None:
+    """One line on stderr per ``include`` entry that extended cells by a setting no axis has (so
+    machine-read output on stdout stays clean)."""
+    for effect in m.includes:
+        if effect.warning:
+            where = f"{m.path}:{effect.line}" if effect.line is not None else m.path
+            click.echo(f"fsmatrix: warning: {where}: {effect.warning}", err=True)
 
 
 def github_matrix(cells: list[matrix.MatrixCell], shard_size: int | None = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from rich.console import Console
 from fsmatrix import matrix, workdirs
 from fsmatrix.backends import BACKENDS
 from fsmatrix.cli._common import writable_directory
+from fsmatrix.cli.matrix import include_warnings
 from fsmatrix.errors import UserError
 from fsmatrix.results import answer, report
 
@@ -91,6 +92,9 @@ def run(
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
+    for effect in m.includes:
+        console.print(effect.describe(), markup=False, highlight=False)
+    include_warnings(m)
     writable_directory(results_root, "--results")
     writable_directory(workdir, "--workdir")
     entry = BACKENDS[backend]

@@ -182,6 +182,42 @@ def parse_duration(value: Any) -> float | None:
     return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
+@dataclass(frozen=True)
+class IncludeEffect:
+    """What one ``include`` entry did: added a cell of its own, or extended existing combinations
+    (GitHub Actions' rule; the combination as it was is then no cell any more)."""
+
+    index: int  # the entry's position in ``include`` (0-based)
+    line: int | None  # the entry's line in the matrix file
+    added: str | None  # the id of the cell it added, when it fitted no combination
+    extended: tuple[str, ...]  # the ids of the cells it extended
+    off_axes: tuple[str, ...]  # the settings it names that no axis has (what an extension adds)
+    example: str = ""  # an axis that would make it a cell of its own, e.g. mount_options: ["", "data=writeback"]
+
+    @property
+    def warning(self) -> str | None:
+        """The trap: an entry meant to add a cell that silently changed existing ones instead."""
+        if not self.extended or not self.off_axes:
+            return None
+        names = ", ".join(self.off_axes)
+        axis = self.example or f"{self.off_axes[0]}: [the default, the new value]"
+        return (
+            f"include entry {self.index + 1} names {names} (on no axis) and so extended {_plural(self.extended)} "
+            f"({', '.join(self.extended)}) instead of adding a cell; to add one, put it on an axis "
+            f"({axis}) and `exclude` the combinations you do not want"
+        )
+
+    def describe(self) -> str:
+        where = f" (line {self.line})" if self.line is not None else ""
+        if self.added is not None:
+            return f"include entry {self.index + 1}{where}: added cell {self.added}"
+        return f"include entry {self.index + 1}{where}: extended {_plural(self.extended)}: {', '.join(self.extended)}"
+
+
+def _plural(ids: tuple[str, ...]) -> str:
+    return f"{len(ids)} cell{'s' if len(ids) != 1 else ''}"
+
+
 @dataclass
 class Matrix:
     name: str
@@ -195,6 +231,7 @@ class Matrix:
     baselines: dict[str, str] = field(default_factory=dict)
     baseline_rule: str = DEFAULTS_RULE
     race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: no race unless --race
+    includes: list[IncludeEffect] = field(default_factory=list)  # what each ``include`` entry did
 
     def is_baseline(self, cell: MatrixCell) -> bool:
         """Whether ``cell`` is the baseline of its comparison group."""
@@ -340,12 +377,18 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
 
     originals = [(c, dict[str, Leaf]()) for c in combos]
     created: list[Flat] = []
-    for entry in _entries(doc, "include", fail):
-        fitted = False
-        for original, added in originals:
+    # Per include entry: the flats it extended (indexes into ``originals``), or the one it created
+    # (an index past them); turned into cell ids once the cells are made.
+    include_doc_list = doc.get("include", []) or []
+    touched: list[tuple[list[int], int | None]] = []
+    include_entries = _entries(doc, "include", fail)
+    for entry in include_entries:
+        fitted = []
+        for i, (original, added) in enumerate(originals):
             if _fits(entry, original):
                 added.update(entry)
-                fitted = True
+                fitted.append(i)
+        touched.append((fitted, None if fitted else len(originals) + len(created)))
         if not fitted:
             created.append(dict(entry))
     flats = [_merge(orig, added) for orig, added in originals] + created
@@ -372,11 +415,31 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
     baseline = _baseline_entry(doc, fail)
     matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race)
     seen: set[str] = set()
+    flat_ids: list[str] = []
     for flat in flats:
         cell = _make_cell(_with_defaults(flat, defaults), fail)
+        flat_ids.append(cell.id)
         if cell.id not in seen:  # settings that do not apply to a workload can make cells identical
             seen.add(cell.id)
             matrix.cells.append(cell)
+    axis_paths = {path for values in axis_values for value in values for path in value}
+    for i, (entry, (fitted, made)) in enumerate(zip(include_entries, touched, strict=True)):
+        off = [p for p in entry if p not in axis_paths and not p.startswith("workload.")]
+        example = ""
+        if off:
+            has_default, default = _default_value(off[0], defaults)
+            shown = [default, entry[off[0]].value] if has_default else [entry[off[0]].value]
+            example = f"{off[0]}: {json.dumps(shown, ensure_ascii=False)}"
+        matrix.includes.append(
+            IncludeEffect(
+                index=i,
+                line=yamlpos.line_of(include_doc_list, i),
+                added=flat_ids[made] if made is not None else None,
+                extended=tuple(dict.fromkeys(flat_ids[f] for f in fitted)),
+                off_axes=tuple(dict.fromkeys(_top_setting(p, axis_paths) for p in entry if p not in axis_paths)),
+                example=example,
+            )
+        )
     if baseline is None:
         matrix.baselines, matrix.baseline_rule = _default_baselines(matrix.cells, defaults), DEFAULTS_RULE
     else:
@@ -579,6 +642,14 @@ def _merge(*parts: Flat) -> Flat:
     for part in parts:
         merged.update(part)
     return merged
+
+
+def _top_setting(path: str, axis_paths: set[str]) -> str:
+    """A dotted path as people named it: ``workload.fio.runtime`` is ``workload`` unless an axis
+    varies inside the workload block."""
+    if path.startswith("workload.") and not any(p.startswith("workload.") for p in axis_paths):
+        return "workload"
+    return path
 
 
 def _workload_kind(flat: Flat) -> str | None:

@@ -44,11 +44,19 @@ def _cell_schema() -> dict[str, Any]:
                 "maxProperties": 1,
                 "properties": workloads,
             },
-            "timeout": options["timeout"],
+            "timeout": _timeout_schema(options["timeout"]),
             # No default: a cell without a crash block is never crashed (and keeps its id).
             "crash": declare.json_schema(crash.Settings, with_default=False),
         },
     }
+
+
+def _timeout_schema(seconds: dict[str, Any]) -> dict[str, Any]:
+    """Seconds, or "auto" (cells.TIMEOUT_AUTO: from the cell's stored runs); the default stays the
+    integer, so the ids of cells that do not say "auto" are unchanged."""
+    number = {k: v for k, v in seconds.items() if k not in ("default", "description")}
+    either = {"anyOf": [number, {"const": cells.TIMEOUT_AUTO}]}
+    return {**either, **{k: v for k, v in seconds.items() if k in ("default", "description")}}
 
 
 CELL: dict[str, Any] = _cell_schema()
@@ -80,6 +88,8 @@ def describe(spec: dict[str, Any]) -> str:
     """What a setting allows, in words, for error messages and the settings listing."""
     if "enum" in spec:
         return "one of " + ", ".join(str(v) for v in spec["enum"])
+    if "anyOf" in spec:
+        return " or ".join(repr(s["const"]) if "const" in s else describe(s) for s in spec["anyOf"])
     kind = spec.get("type", "value")
     if kind == "number" and ("minimum" in spec or "exclusiveMinimum" in spec):
         return f"a number >= {spec['minimum']}" if "minimum" in spec else f"a number > {spec['exclusiveMinimum']}"

@@ -406,6 +406,8 @@ class QemuBackend:
         """The job of a run's (first) VM: the cell, its disks, the host's environment and reference."""
         return {
             "cell": cell.params,
+            # timeout: auto: the limit derived on the host (the cell's JSON form says only "auto")
+            "timeout": {"seconds": cell.spec.timeout, "source": cell.spec.timeout_source},
             "cell_id": cell.id,
             "repeat": repeat,
             "data_serials": [disk.serial for disk in data],  # what guests before data_disks read

@@ -1,0 +1,185 @@
+"""How long cells will take, from the runs a results root holds for this host.
+
+A cell's estimate is the median ``duration_s`` of its own passed runs on this host (the same cell id:
+the same settings); without any, the median of the passed runs of the same workload with the same
+parameters on another filesystem (or with other filesystem options): "from ext4"; else unknown.
+"This host" is ``provenance.host.machine_id`` (backends/hostinfo.py: a hash of the DMI product UUID
+or /etc/machine-id), which the index does not hold: the passed runs' documents are read for it.
+
+The same history gives ``timeout: auto`` its limit (``auto_timeout``): a multiple of the cell's
+slowest stored passed run here, never below a floor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.agent import jsonfile
+from fsmatrix.results import result_path
+
+# Settings that belong to the filesystem rather than the workload: a run that differs only in them
+# is "the same workload and parameters on another filesystem".
+FILESYSTEM_SETTINGS = ("filesystem", "mkfs_options", "mount_options", "timeout")
+UNKNOWN = "unknown"
+# timeout: auto: this many times the slowest stored passed run of the cell here, and at least
+# AUTO_FLOOR_S (a first run, or a cell that ran in seconds, still gets a minute to start and stop).
+AUTO_FACTOR = 3.0
+AUTO_FLOOR_S = 60.0
+AUTO_DEFAULT_S = 3600  # without history: the `timeout` setting's own default
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One passed run of this host, as much as the estimates need."""
+
+    cell_id: str
+    filesystem: str
+    sibling_key: str  # the workload and its parameters, without the filesystem settings
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float | None  # None: unknown
+    source: str  # for people: "median of 5 runs", "from ext4 (3 runs)", "unknown"
+    runs: int = 0  # how many stored runs it is from
+    slowest_own_s: float | None = None  # the cell's own slowest stored passed run (timeout: auto)
+
+    def show(self) -> str:
+        if self.seconds is None:
+            return UNKNOWN
+        return f"{duration(self.seconds)} ({self.source})"
+
+
+def sibling_key(params: Mapping[str, Any]) -> str:
+    """The canonical JSON of a cell's settings without the filesystem's own."""
+    rest = {k: v for k, v in params.items() if k not in FILESYSTEM_SETTINGS}
+    return json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def stored_runs(root: Path, machine_id: str | None, workloads: Iterable[str] | None = None) -> list[StoredRun]:
+    """The passed runs indexed under ``root`` whose documents say they ran on ``machine_id`` (every
+    run when it is None: this host cannot be told). Only ``workloads`` when given. Nothing when there
+    is no index or it cannot be read: estimates are advice, never a reason to stop."""
+    db_path = root / "index.sqlite"
+    if not db_path.is_file():
+        return []
+    query = "SELECT run_id, cell_id, repeat, path, duration_s FROM runs WHERE status = 'passed' AND duration_s > 0"
+    wanted = sorted(set(workloads)) if workloads is not None else None
+    if wanted is not None:
+        query += f" AND workload IN ({','.join('?' * len(wanted))})"
+    try:
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = list(db.execute(query, wanted or ()))
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return []
+    found = []
+    for run_id, cell_id, repeat, path, duration_s in rows:
+        doc = _document(root, run_id, cell_id, repeat, path)
+        if doc is None:
+            continue
+        host = (doc.get("provenance") or {}).get("host") or {}
+        if machine_id is not None and host.get("machine_id") != machine_id:
+            continue
+        params = doc.get("params")
+        if not isinstance(params, dict) or not math.isfinite(float(duration_s)):
+            continue
+        found.append(StoredRun(cell_id, str(params.get("filesystem")), sibling_key(params), float(duration_s)))
+    return found
+
+
+def _document(root: Path, run_id: str, cell_id: str, repeat: int, path: str) -> dict[str, Any] | None:
+    """A run's document where the results layout puts it under ``root`` (the index's path may be
+    relative to wherever that run was started), else where the index says."""
+    for candidate in (result_path(root / run_id, cell_id, repeat), Path(path)):
+        try:
+            doc = jsonfile.read(candidate)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+def estimate(cell_id: str, params: Mapping[str, Any], runs: list[StoredRun]) -> Estimate:
+    """One cell's estimate (module docstring): its own runs, else its siblings', else unknown."""
+    own = [r.duration_s for r in runs if r.cell_id == cell_id]
+    if own:
+        return Estimate(statistics.median(own), f"median of {_runs(len(own))}", len(own), max(own))
+    key, filesystem = sibling_key(params), str(params.get("filesystem"))
+    by_filesystem: dict[str, list[float]] = {}
+    for r in runs:
+        if r.sibling_key == key and r.cell_id != cell_id:
+            by_filesystem.setdefault(r.filesystem, []).append(r.duration_s)
+    if not by_filesystem:
+        return Estimate(None, UNKNOWN)
+    # The filesystem with the most runs (of equals, the first by name): one source, said by name.
+    source, values = max(sorted(by_filesystem.items()), key=lambda item: len(item[1]))
+    label = f"from {source}" if source != filesystem else f"from {source} with other options"
+    return Estimate(statistics.median(values), f"{label}, {_runs(len(values))}", len(values))
+
+
+def estimates(cells: Iterable[tuple[str, Mapping[str, Any]]], runs: list[StoredRun]) -> dict[str, Estimate]:
+    """Cell id -> its estimate, for (id, params) pairs."""
+    return {cell_id: estimate(cell_id, params, runs) for cell_id, params in cells}
+
+
+@dataclass(frozen=True)
+class Total:
+    seconds: float  # the runs left with an estimate, added up
+    runs: int  # the runs left
+    unknown_runs: int  # of those, the ones without an estimate (not in ``seconds``)
+
+    def show(self) -> str:
+        text = f"estimated {duration(self.seconds)} for {_runs(self.runs)}"
+        if self.unknown_runs:
+            text += f" ({self.unknown_runs} of them unknown, not counted)"
+        return text
+
+
+def total(found: Mapping[str, Estimate], runs_left: Mapping[str, int]) -> Total:
+    """The whole matrix: each cell's estimate times the runs it has left (its repeats, or for a
+    resumed run those not complete yet)."""
+    seconds, unknown = 0.0, 0
+    for cell_id, count in runs_left.items():
+        value = found[cell_id].seconds if cell_id in found else None
+        if value is None:
+            unknown += count
+        else:
+            seconds += value * count
+    return Total(seconds, sum(runs_left.values()), unknown)
+
+
+def auto_timeout(found: Estimate) -> tuple[int, str]:
+    """``timeout: auto``'s limit in seconds and why (the result's ``timeout_source``)."""
+    if found.slowest_own_s is None:
+        return AUTO_DEFAULT_S, f"auto: no stored passed run of this cell here; the default {AUTO_DEFAULT_S} s"
+    limit = max(AUTO_FLOOR_S, AUTO_FACTOR * found.slowest_own_s)
+    why = f"auto: {AUTO_FACTOR:g}x slowest of {_runs(found.runs, 'stored run')} ({found.slowest_own_s:.1f} s)"
+    if limit == AUTO_FLOOR_S:
+        why += f", raised to the floor of {AUTO_FLOOR_S:g} s"
+    return math.ceil(limit), why
+
+
+def duration(seconds: float) -> str:
+    """12 s, 4 min 10 s, 2 h 05 min."""
+    s = round(seconds)
+    if s < 60:
+        return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def _runs(n: int, noun: str = "run") -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"

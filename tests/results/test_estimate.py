@@ -1,0 +1,242 @@
+"""Estimated durations (issue 27, item 3): the median of a cell's stored passed runs on this host,
+else the same workload and parameters on another filesystem, else unknown; the whole matrix is the
+sum over the runs left."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from rich.console import Console
+
+from fsmatrix import matrix, results, runs
+from fsmatrix.agent import job, jsonfile
+from fsmatrix.backends import hostinfo
+from fsmatrix.cli import main
+from fsmatrix.matrix import MatrixCell
+from fsmatrix.results import estimate
+
+HERE = hostinfo.machine_id()[0]
+FIO = "{fio: {pattern: randread, record_size: 4K, file_size: 256M, runtime: 10}}"
+TEXT = f"""\
+name: est
+axes: {{filesystem: [ext4, xfs, btrfs]}}
+defaults: {{workload: {FIO}}}
+repeat: 3
+"""
+
+
+def cells_of(tmp_path: Path, text: str = TEXT) -> tuple[Path, dict[str, MatrixCell]]:
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path, {c.spec.filesystem: c for c in matrix.load(path).cells}
+
+
+def doc_for(cell: MatrixCell, repeat: int, seconds: float, status: str = "passed", host: str | None = HERE) -> Any:
+    doc = job.result_document(
+        cell.spec,
+        cell_id=cell.id,
+        repeat=repeat,
+        status=status,
+        reason=None,
+        started_at="2026-11-26T00:00:00+00:00",
+        provenance={"host": {"machine_id": host}},
+    )
+    doc["duration_s"] = seconds
+    return doc
+
+
+def store(root: Path, run_id: str, cell: MatrixCell, durations: list[float], **kwargs: Any) -> None:
+    """Result documents as ``fsmatrix run`` leaves them, indexed (results/test_compare.py's write_run)."""
+    index = results.Index(root)
+    try:
+        for repeat, seconds in enumerate(durations, 1):
+            doc = doc_for(cell, repeat, seconds, **kwargs)
+            doc["run_id"] = run_id
+            path = results.result_path(root / run_id, cell.id, repeat)
+            jsonfile.write_atomic(path, doc)
+            index.add(run_id, doc, path)
+    finally:
+        index.close()
+
+
+def test_median_of_own_runs_here_else_another_filesystem_else_unknown(tmp_path: Path) -> None:
+    _, cells = cells_of(tmp_path)
+    root = tmp_path / "results"
+    store(root, "a", cells["ext4"], [10.0, 30.0, 12.0])
+    store(root, "b", cells["ext4"], [14.0])  # another run id, the same cell: counted
+    store(root, "c", cells["ext4"], [500.0], status="failed")  # not passed: not counted
+    store(root, "d", cells["ext4"], [900.0], host="another-machine")  # another host: not counted
+    store(root, "e", cells["xfs"], [99.0], host="another-machine")
+    found = runs.cell_estimates(root, list(cells.values()))
+    ext4, xfs, btrfs = found[cells["ext4"].id], found[cells["xfs"].id], found[cells["btrfs"].id]
+    assert (ext4.seconds, ext4.runs, ext4.source, ext4.slowest_own_s) == (13.0, 4, "median of 4 runs", 30.0)
+    # xfs's only run is another host's: it falls back to ext4's runs of the same workload, and says so
+    assert (xfs.seconds, xfs.source) == (13.0, "from ext4, 4 runs")
+    assert xfs.slowest_own_s is None
+    assert (btrfs.seconds, btrfs.source) == (13.0, "from ext4, 4 runs")
+    assert estimate.estimate("x", {"filesystem": "ext4", "workload": {"fio": {}}}, []).show() == "unknown"
+
+
+def test_other_parameters_are_not_a_fallback(tmp_path: Path) -> None:
+    _, cells = cells_of(tmp_path)
+    _, other = cells_of(tmp_path, TEXT.replace("runtime: 10", "runtime: 20"))
+    root = tmp_path / "results"
+    store(root, "a", other["ext4"], [25.0])
+    found = runs.cell_estimates(root, list(cells.values()))
+    assert all(e.seconds is None and e.source == "unknown" for e in found.values())
+    assert runs.cell_estimates(tmp_path / "nothing-here", list(cells.values()))[cells["ext4"].id].seconds is None
+
+
+def test_total_is_the_sum_times_the_runs_left() -> None:
+    found = {
+        "a": estimate.Estimate(10.0, "median of 3 runs", 3),
+        "b": estimate.Estimate(4.0, "from ext4, 2 runs", 2),
+        "c": estimate.Estimate(None, "unknown"),
+    }
+    whole = estimate.total(found, {"a": 3, "b": 3, "c": 3})
+    assert (whole.seconds, whole.runs, whole.unknown_runs) == (42.0, 9, 3)
+    assert whole.show() == "estimated 42 s for 9 runs (3 of them unknown, not counted)"
+    assert estimate.total(found, {"a": 1, "b": 2}).seconds == 18.0  # a resumed run: only what is left
+    assert [estimate.duration(s) for s in (0.5, 42, 250, 7500)] == ["0.5 s", "42 s", "4 min 10 s", "2 h 05 min"]
+
+
+def test_expand_shows_each_cells_estimate_and_the_total(tmp_path: Path) -> None:
+    path, cells = cells_of(tmp_path)
+    root = tmp_path / "results"
+    store(root, "a", cells["ext4"], [10.0, 20.0])
+    result = CliRunner().invoke(main, ["matrix", "expand", str(path), "--results", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "15 s (median of 2 runs)" in result.stdout and "15 s (from ext4, 2 runs)" in result.stdout
+    # 3 cells × 3 repeats × 15 s
+    assert f"estimated 2 min 15 s for 9 runs (3 cells × 3), from the runs in {root} on this host" in result.stdout
+
+
+class Instant:
+    """A backend that runs nothing: every run passes at once, 'taking' 5 s."""
+
+    name = "instant"
+
+    def preflight(self, cells: list[MatrixCell]) -> None:
+        pass
+
+    def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
+        return doc_for(cell, repeat, 5.0)
+
+    def environment(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_resumed_run_estimates_only_what_is_left(tmp_path: Path) -> None:
+    path, cells = cells_of(tmp_path)
+    root = tmp_path / "results"
+    store(root, "est", cells["ext4"], [8.0, 8.0])  # this run's own first two ext4 repeats are done
+    m = matrix.load(path)
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    runs.run_matrix(
+        m,
+        m.cells,
+        Instant(),
+        results_root=root,
+        run_id="est",
+        repeat=3,
+        force=False,
+        console=console,  # type: ignore[arg-type]
+    )
+    text = out.getvalue()
+    assert f"estimate {cells['ext4'].id}: 8 s (median of 2 runs)" in text
+    # 7 runs left (ext4 r3, xfs and btrfs r1..r3), each estimated from ext4's 8 s
+    assert "estimated 56 s for 7 runs" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# timeout: auto (issue 27, item 4)
+
+
+def with_timeout(value: str) -> str:
+    return TEXT.replace("defaults: {workload: " + FIO + "}", f"defaults: {{workload: {FIO}, timeout: {value}}}")
+
+
+class Recording(Instant):
+    """Instant, keeping the cells it was given (their limits)."""
+
+    def __init__(self) -> None:
+        self.given: list[MatrixCell] = []
+
+    def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
+        self.given.append(cell)
+        return doc_for(cell, repeat, 5.0)
+
+
+def run_auto(tmp_path: Path, history: list[float]) -> tuple[list[MatrixCell], dict[str, Any]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "auto.yaml"
+    path.write_text(
+        TEXT.replace("defaults: {workload: " + FIO + "}", "defaults: {workload: " + FIO + ", timeout: auto}")
+    )
+    m = matrix.load(path)
+    ext4 = next(c for c in m.cells if c.spec.filesystem == "ext4")
+    root = tmp_path / "results"
+    if history:
+        store(root, "earlier", ext4, history)
+    backend = Recording()
+    runs.run_matrix(
+        m,
+        [ext4],
+        backend,
+        results_root=root,
+        run_id="now",
+        repeat=1,
+        force=False,
+        console=Console(file=io.StringIO()),  # type: ignore[arg-type]
+    )
+    return backend.given, jsonfile.read(results.result_path(root / "now", ext4.id, 1))
+
+
+def test_auto_timeout_is_three_times_the_slowest_stored_run(tmp_path: Path) -> None:
+    given, doc = run_auto(tmp_path, [40.0, 100.0, 60.0, 55.5, 70.0])
+    assert given[0].spec.timeout == 300  # 3 × 100 s
+    assert given[0].spec.to_dict()["timeout"] == "auto"  # the id's form is unchanged by the limit
+    assert (doc["timeout_s"], doc["timeout_source"]) == (300, "auto: 3x slowest of 5 stored runs (100.0 s)")
+    assert doc["params"]["timeout"] == "auto"
+
+
+def test_auto_timeout_has_a_floor_and_a_default_without_history(tmp_path: Path) -> None:
+    given, doc = run_auto(tmp_path / "quick", [2.0])
+    assert given[0].spec.timeout == estimate.AUTO_FLOOR_S == 60
+    assert "raised to the floor of 60 s" in doc["timeout_source"]
+    given, doc = run_auto(tmp_path / "none", [])
+    assert given[0].spec.timeout == estimate.AUTO_DEFAULT_S == 3600
+    assert doc["timeout_source"] == "auto: no stored passed run of this cell here; the default 3600 s"
+
+
+def test_auto_timeout_cells_have_their_own_stable_id(tmp_path: Path) -> None:
+    _, plain = cells_of(tmp_path)
+    path = tmp_path / "auto.yaml"
+    path.write_text(
+        TEXT.replace("defaults: {workload: " + FIO + "}", "defaults: {workload: " + FIO + ", timeout: auto}")
+    )
+    auto = {c.spec.filesystem: c for c in matrix.load(path).cells}
+    assert auto["ext4"].id != plain["ext4"].id and auto["ext4"].spec.timeout_auto
+    assert auto["ext4"].id == matrix.load(path).cells[0].id
+    _, same = cells_of(tmp_path, with_timeout("3600"))
+    assert same["ext4"].id == plain["ext4"].id  # 3600 is the default: an explicit one changes nothing
+    assert plain["ext4"].spec.to_dict()["timeout"] == 3600
+    assert "timeout_s" in doc_for(plain["ext4"], 1, 1.0)
+
+
+def test_a_bad_timeout_is_refused_with_file_line_and_value(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        TEXT.replace("defaults: {workload: " + FIO + "}", "defaults:\n  workload: " + FIO + "\n  timeout: soon")
+    )
+    result = CliRunner().invoke(main, ["matrix", "expand", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:5: timeout: 'soon' is not allowed; expected an integer >= 1 or 'auto'" in result.output
+    assert "Traceback" not in result.output
