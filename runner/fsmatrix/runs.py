@@ -160,7 +160,7 @@ def run_matrix(
 def cell_estimates(results_root: Path, cells: list[MatrixCell]) -> dict[str, estimate.Estimate]:
     """Each cell's estimated duration from the passed runs stored under ``results_root`` on this host."""
     here, _ = hostinfo.machine_id()
-    stored = estimate.stored_runs(results_root, here, {c.workload_kind for c in cells})
+    stored = estimate.stored_runs(results_root, here, {c.workload_kind for c in cells}, [c.id for c in cells])
     return estimate.estimates(((c.id, c.params) for c in cells), stored)
 
 

@@ -80,6 +80,22 @@ def test_median_of_own_runs_here_else_another_filesystem_else_unknown(tmp_path: 
     assert estimate.estimate("x", {"filesystem": "ext4", "workload": {"fio": {}}}, []).show() == "unknown"
 
 
+def test_only_the_newest_runs_are_read(tmp_path: Path, monkeypatch: Any) -> None:
+    """However many runs a root holds, `run` reads a bounded number of documents: the newest."""
+    monkeypatch.setattr(estimate, "RECENT_PER_CELL", 2)
+    monkeypatch.setattr(estimate, "RECENT_SIBLINGS", 1)
+    _, cells = cells_of(tmp_path)
+    root = tmp_path / "results"
+    store(root, "old", cells["ext4"], [100.0, 100.0, 100.0])
+    store(root, "new", cells["ext4"], [10.0, 20.0])
+    store(root, "xfs-old", cells["xfs"], [7.0])
+    store(root, "xfs-new", cells["xfs"], [9.0])
+    ext4 = runs.cell_estimates(root, [cells["ext4"]])[cells["ext4"].id]
+    assert (ext4.seconds, ext4.runs) == (15.0, 2)
+    btrfs = runs.cell_estimates(root, [cells["btrfs"]])[cells["btrfs"].id]  # one sibling read: the newest
+    assert (btrfs.source, btrfs.seconds) == ("from xfs, 1 run", 9.0)
+
+
 def test_other_parameters_are_not_a_fallback(tmp_path: Path) -> None:
     _, cells = cells_of(tmp_path)
     _, other = cells_of(tmp_path, TEXT.replace("runtime: 10", "runtime: 20"))

@@ -64,10 +64,23 @@ def sibling_key(params: Mapping[str, Any]) -> str:
     return json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def stored_runs(root: Path, machine_id: str | None, workloads: Iterable[str] | None = None) -> list[StoredRun]:
+# Estimates are advice: read a bounded number of documents, newest first, so that `run` starts in
+# well under a second however many runs a results root holds.
+RECENT_PER_CELL = 30  # of a cell's own passed runs here
+RECENT_SIBLINGS = 300  # of the other cells' (the fallback "from ext4")
+
+
+def stored_runs(
+    root: Path,
+    machine_id: str | None,
+    workloads: Iterable[str] | None = None,
+    cell_ids: Iterable[str] | None = None,
+) -> list[StoredRun]:
     """The passed runs indexed under ``root`` whose documents say they ran on ``machine_id`` (every
-    run when it is None: this host cannot be told). Only ``workloads`` when given. Nothing when there
-    is no index or it cannot be read: estimates are advice, never a reason to stop."""
+    run when it is None: this host cannot be told). Only ``workloads`` when given. With ``cell_ids``,
+    the newest RECENT_PER_CELL of each of those cells and the newest RECENT_SIBLINGS of the others
+    (the siblings the fallback looks at). Nothing when there is no index or it cannot be read:
+    estimates are advice, never a reason to stop."""
     db_path = root / "index.sqlite"
     if not db_path.is_file():
         return []
@@ -75,6 +88,8 @@ def stored_runs(root: Path, machine_id: str | None, workloads: Iterable[str] | N
     wanted = sorted(set(workloads)) if workloads is not None else None
     if wanted is not None:
         query += f" AND workload IN ({','.join('?' * len(wanted))})"
+    query += " ORDER BY rowid DESC"  # newest first
+    mine = set(cell_ids) if cell_ids is not None else None
     try:
         db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
         try:
@@ -84,7 +99,14 @@ def stored_runs(root: Path, machine_id: str | None, workloads: Iterable[str] | N
     except sqlite3.Error:
         return []
     found = []
+    own: dict[str, int] = {}
+    siblings = 0
     for run_id, cell_id, repeat, path, duration_s in rows:
+        if mine is not None:
+            if cell_id in mine and own.get(cell_id, 0) >= RECENT_PER_CELL:
+                continue
+            if cell_id not in mine and siblings >= RECENT_SIBLINGS:
+                continue
         doc = _document(root, run_id, cell_id, repeat, path)
         if doc is None:
             continue
@@ -94,6 +116,10 @@ def stored_runs(root: Path, machine_id: str | None, workloads: Iterable[str] | N
         params = doc.get("params")
         if not isinstance(params, dict) or not math.isfinite(float(duration_s)):
             continue
+        if mine is not None and cell_id in mine:
+            own[cell_id] = own.get(cell_id, 0) + 1
+        elif mine is not None:
+            siblings += 1
         found.append(StoredRun(cell_id, str(params.get("filesystem")), sibling_key(params), float(duration_s)))
     return found
 
