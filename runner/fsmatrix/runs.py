@@ -150,7 +150,7 @@ RACE_FORMAT = 1
 
 
 @dataclass
-class _RaceGroup:
+class RaceGroup:
     key: str
     label: str
     metric: str | None  # the workload's primary metric; None: a crash group (not raced)
@@ -158,7 +158,7 @@ class _RaceGroup:
     cells: list[MatrixCell]
 
 
-def _race_groups(cells: list[MatrixCell]) -> list[_RaceGroup]:
+def race_groups(cells: list[MatrixCell]) -> list[RaceGroup]:
     """The comparison groups of ``cells`` in order of their first cell, each with its primary metric
     (none for a crash group: its runs measure recoveries)."""
     raced = []
@@ -166,18 +166,18 @@ def _race_groups(cells: list[MatrixCell]) -> list[_RaceGroup]:
         spec = members[0].spec
         primary = spec.declaration.primary_metric
         if spec.crash is None:
-            raced.append(_RaceGroup(group.key, group.label, primary.name, primary.better, list(members)))
+            raced.append(RaceGroup(group.key, group.label, primary.name, primary.better, list(members)))
         else:
-            raced.append(_RaceGroup(group.key, group.label, None, "lower", list(members)))
+            raced.append(RaceGroup(group.key, group.label, None, "lower", list(members)))
     return raced
 
 
-def _race_values(docs: list[dict[str, Any]], metric: str) -> list[float | None]:
+def race_values(docs: list[dict[str, Any]], metric: str) -> list[float | None]:
     """The primary metric of each run: a failed run (or a passed one without the metric) is None."""
     return [compare.metric_value(d, metric) if d.get("status") == "passed" else None for d in docs]
 
 
-def _new_race(cells: list[MatrixCell], groups: list[_RaceGroup], settings: RaceSettings) -> dict[str, Any]:
+def _new_race(cells: list[MatrixCell], groups: list[RaceGroup], settings: RaceSettings) -> dict[str, Any]:
     return {
         "format_version": RACE_FORMAT,
         "settings": settings.to_dict(),
@@ -288,7 +288,7 @@ def _race(
     included: the same command again continues it (completed rounds are read back, not rerun or
     decided again). Returns the stored race."""
     path = run_dir / RACE_FILE
-    groups = _race_groups(cells)
+    groups = race_groups(cells)
     state = _new_race(cells, groups, settings)
     if path.exists() and not force:
         state = _load_race(path, state)
@@ -322,7 +322,7 @@ def _race(
                 else:
                     open_groups += 1
                 continue
-            samples = {m: _race_values(docs[m], g.metric) for m in members}
+            samples = {m: race_values(docs[m], g.metric) for m in members}
             step, leaving, still_open = race_look(samples, g.direction, left, r, settings, state["alpha"])
             bests.add(step.best)
             record["groups"][g.key] = {
