@@ -323,14 +323,14 @@ def _race(
                     open_groups += 1
                 continue
             samples = {m: race_values(docs[m], g.metric) for m in members}
-            step, leaving, still_open = race_look(samples, g.direction, left, r, settings, state["alpha"])
+            step, gone, still_open = race_look(samples, g.direction, left, r, settings, state["alpha"])
             bests.add(step.best)
             record["groups"][g.key] = {
                 "best": step.best,
                 "look_alpha": step.look_alpha,
                 "decisions": [jsonfile.strict(asdict(d)) for d in step.decisions],
             }
-            left.update(leaving)
+            left.update(gone)
             open_groups += still_open
         state["runs_used"] += len(live)
         spent = sum(float(d.get("duration_s") or 0) for ds in docs.values() for d in ds)
