@@ -10,16 +10,18 @@ Per comparison group (the cells ``fsmatrix run --race`` would race against each 
 raced and is left out; failed and skipped runs are left out, the replay draws from the passed
 runs):
 
-- **The full-data decision**: the cells that the race's own rule, applied once to all R stored runs
-  of every cell, does not retire: ``decide.race_step`` with every run at a single look
-  (``after_round = max_rounds = min_repeats = R``), so one look's error budget α / (3 · K(K-1)/2)
-  and the same δ. That is {the best} ∪ the cells tied with it within ±δ ∪ the cells the data
-  cannot place (neither shown worse by more than δ nor equivalent) — the counterpart of a race's
-  survivors (best, tied, and "remained" at ``max_repeats``): the cells *not shown worse than the
-  best by more than δ* on all the data. ``decide.compare_group``'s answer (the best and the cells
-  not significantly different from it, with no δ) is a different question — a cell 2 % slower
-  than the best on many runs is "worse" there and survives a race with δ = 5 % — so it is printed
-  beside the decision for reference, never compared with the replays.
+- **The full-data decision**: the cells that the race's own rule, applied once to all the stored
+  runs of every cell, does not retire: ``decide.race_step`` with every run at a single look
+  (``after_round = max_rounds = min_repeats = R``, R the stored runs of the group's cell with the
+  fewest): the same δ, and one look's error budget α / (3 · K(K-1)/2), as the fixed design of R
+  runs a cell looks once. That is {the best} ∪
+  the cells tied with it within ±δ ∪ the cells the data cannot place (neither shown worse by more
+  than δ nor equivalent) — the counterpart of a race's survivors (best, tied, and "remained" at
+  ``max_repeats``): the cells *not shown worse than the best by more than δ* on all the data.
+  ``decide.compare_group``'s answer (the best and the cells not significantly different from it,
+  with no δ) is a different question — a cell 2 % slower than the best on many runs is "worse"
+  there and survives a race with δ = 5 % — so it is printed beside the decision for reference,
+  never compared with the replays.
 - **Replays** (``--replays``, default 200, seeded with ``--seed``): each draws, per cell, a random
   order of its stored runs (without replacement) and plays the race exactly as ``fsmatrix run
   --race`` does — rounds of every cell still in the race, and after each round
