@@ -8,7 +8,7 @@ import sqlite3
 import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,7 +243,7 @@ RACE_FORMAT = 1
 
 
 @dataclass
-class _RaceGroup:
+class RaceGroup:
     key: str
     label: str
     metric: str | None  # the workload's primary metric; None: a crash group (not raced)
@@ -251,7 +251,7 @@ class _RaceGroup:
     cells: list[MatrixCell]
 
 
-def _race_groups(cells: list[MatrixCell]) -> list[_RaceGroup]:
+def race_groups(cells: list[MatrixCell]) -> list[RaceGroup]:
     """The comparison groups of ``cells`` in order of their first cell, each with its primary metric
     (none for a crash group: its runs measure recoveries)."""
     raced = []
@@ -259,18 +259,18 @@ def _race_groups(cells: list[MatrixCell]) -> list[_RaceGroup]:
         spec = members[0].spec
         primary = spec.declaration.primary_metric
         if spec.crash is None:
-            raced.append(_RaceGroup(group.key, group.label, primary.name, primary.better, list(members)))
+            raced.append(RaceGroup(group.key, group.label, primary.name, primary.better, list(members)))
         else:
-            raced.append(_RaceGroup(group.key, group.label, None, "lower", list(members)))
+            raced.append(RaceGroup(group.key, group.label, None, "lower", list(members)))
     return raced
 
 
-def _race_values(docs: list[dict[str, Any]], metric: str) -> list[float | None]:
+def race_values(docs: list[dict[str, Any]], metric: str) -> list[float | None]:
     """The primary metric of each run: a failed run (or a passed one without the metric) is None."""
     return [compare.metric_value(d, metric) if d.get("status") == "passed" else None for d in docs]
 
 
-def _new_race(cells: list[MatrixCell], groups: list[_RaceGroup], settings: RaceSettings) -> dict[str, Any]:
+def _new_race(cells: list[MatrixCell], groups: list[RaceGroup], settings: RaceSettings) -> dict[str, Any]:
     return {
         "format_version": RACE_FORMAT,
         "settings": settings.to_dict(),
@@ -310,6 +310,62 @@ def _load_race(path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
+def race_look(
+    samples: Mapping[str, Sequence[float | None]],
+    direction: str,
+    left: Mapping[str, Mapping[str, Any]],
+    r: int,
+    settings: RaceSettings,
+    alpha: float,
+) -> tuple[decide.RaceStep, dict[str, dict[str, Any]], bool]:
+    """One comparison group's look after round ``r`` of a race: ``decide.race_step`` on the group's
+    ``samples`` (every member's primary-metric values so far, in the group's order), with the cells
+    ``left`` records as retired or skipped passed as retired. Returns the step, the cells that leave
+    now (or change how they left: a tied cell retired later) as ``left`` entries, and whether the
+    group is still open (some cell other than the best is undecided and ``r`` is not the last round;
+    a closed group's remaining cells leave as "best" or "remained"). Pure: ``left`` is not changed.
+    ``fsmatrix run --race`` and the replay benchmark (``fsmatrix.bench.race``) both decide with it."""
+    members = list(samples)
+    out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
+    step = decide.race_step(
+        samples,
+        direction,
+        after_round=r,
+        max_rounds=settings.max_repeats,
+        retired=out,
+        delta=settings.delta,
+        alpha=alpha,
+        min_repeats=settings.min_repeats,
+    )
+    leaving: dict[str, dict[str, Any]] = {}
+    for d in step.decisions:
+        now = left.get(d.cell)
+        if d.action == "retire" and (now is None or now["action"] == "tied"):
+            earlier = f"tied after round {now['round']}; now " if now else ""
+            leaving[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
+        elif d.action == "tied" and now is None:
+            leaving[d.cell] = {"round": r, "action": "tied", "reason": d.reason}
+    still = [m for m in members if m not in left and m not in leaving]
+    undecided = [m for m in still if m != step.best]
+    if r < settings.max_repeats and undecided:
+        return step, leaving, True
+    for m in still:
+        if m == step.best:
+            why = (
+                "the best; every other cell retired or tied"
+                if not undecided
+                else f"the best median at max_repeats ({settings.max_repeats})"
+            )
+            leaving[m] = {"round": r, "action": "best", "reason": why}
+        else:
+            leaving[m] = {
+                "round": r,
+                "action": "remained",
+                "reason": f"not decided at max_repeats ({settings.max_repeats})",
+            }
+    return step, leaving, False
+
+
 def _race(
     run_dir: Path,
     cells: list[MatrixCell],
@@ -325,7 +381,7 @@ def _race(
     included: the same command again continues it (completed rounds are read back, not rerun or
     decided again). Returns the stored race."""
     path = run_dir / RACE_FILE
-    groups = _race_groups(cells)
+    groups = race_groups(cells)
     state = _new_race(cells, groups, settings)
     if path.exists() and not force:
         state = _load_race(path, state)
@@ -359,47 +415,16 @@ def _race(
                 else:
                     open_groups += 1
                 continue
-            samples = {m: _race_values(docs[m], g.metric) for m in members}
-            out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
-            step = decide.race_step(
-                samples,
-                g.direction,
-                after_round=r,
-                max_rounds=settings.max_repeats,
-                retired=out,
-                delta=settings.delta,
-                alpha=state["alpha"],
-                min_repeats=settings.min_repeats,
-            )
+            samples = {m: race_values(docs[m], g.metric) for m in members}
+            step, gone, still_open = race_look(samples, g.direction, left, r, settings, state["alpha"])
             bests.add(step.best)
             record["groups"][g.key] = {
                 "best": step.best,
                 "look_alpha": step.look_alpha,
                 "decisions": [jsonfile.strict(asdict(d)) for d in step.decisions],
             }
-            for d in step.decisions:
-                now = left.get(d.cell)
-                if d.action == "retire" and (now is None or now["action"] == "tied"):
-                    earlier = f"tied after round {now['round']}; now " if now else ""
-                    left[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
-                elif d.action == "tied" and now is None:
-                    left[d.cell] = {"round": r, "action": "tied", "reason": d.reason}
-            still = [m for m in members if m not in left]
-            undecided = [m for m in still if m != step.best]
-            if r >= settings.max_repeats or not undecided:
-                for m in still:
-                    if m == step.best:
-                        why = (
-                            "the best; every other cell retired or tied"
-                            if not undecided
-                            else f"the best median at max_repeats ({settings.max_repeats})"
-                        )
-                        left[m] = {"round": r, "action": "best", "reason": why}
-                    else:
-                        why = f"not decided at max_repeats ({settings.max_repeats})"
-                        left[m] = {"round": r, "action": "remained", "reason": why}
-            else:
-                open_groups += 1
+            left.update(gone)
+            open_groups += still_open
         state["runs_used"] += len(live)
         spent = sum(float(d.get("duration_s") or 0) for ds in docs.values() for d in ds)
         record["runs_s"] = round(spent, 3)
