@@ -94,4 +94,7 @@ def ext_filesystem(name: str) -> Filesystem:
         geometry_tool="dumpe2fs",
         version_command=(f"mkfs.{name}", "-V"),
         combine_mkfs_options=combine_mke2fs_options,
+        # 5 % reserved blocks (PostgreSQL does not run as root), inode tables, a journal up to 64 MiB below 16 GiB.
+        overhead_fraction=0.08,
+        overhead_bytes=64 << 20,
     )
