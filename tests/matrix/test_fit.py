@@ -5,15 +5,20 @@ puts the journal on its own disk."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import needs_root
 from fsmatrix import matrix
 from fsmatrix.agent import fit
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.storage import filesystems
+from fsmatrix.backends import host
+from fsmatrix.backends.host import HostBackend
+from fsmatrix.errors import UserError
 from test_bad_input import expand_refuses
 
 WORKLOADS = {
@@ -111,3 +116,29 @@ def test_a_stripe_holds_the_sum_of_its_disks(tmp_path: Path) -> None:
     assert len(matrix.load(ok).cells) == 1
     line = expand_refuses(tmp_path, _text(workload, disk - 1, stripe))
     assert "x 4 disks (md-raid0)" in line
+
+
+# --------------------------------------------------------------------------------------------
+# the host backend: the host's memory and the workdir's free space, not vm.memory / disk_size
+
+
+@needs_root
+def test_host_backend_checks_host_memory_and_workdir_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "axes:\n  filesystem: [ext4]\ndefaults:\n  workload.threen1: {start: 1, end: 1000}\n"
+        "  gtm: {global_buffers: 1000, block_size: 4096}\n"
+    )
+    cells = matrix.load(path).cells
+    buffers = fit.buffers(cells[0].spec)
+    monkeypatch.setattr(host, "memory_available", lambda: buffers - 1)
+    with pytest.raises(UserError, match="available \\(MemAvailable\\)"):
+        HostBackend(workdir=tmp_path / "w").preflight(cells)
+    monkeypatch.setattr(host, "memory_available", lambda: buffers + (1 << 30))
+    HostBackend(workdir=tmp_path / "w").preflight(cells)
+    # Loop files are sparse: what the cell writes must be free under the workdir, not disk_size.
+    written = fit.footprint(cells[0].spec)
+    assert written is not None
+    monkeypatch.setattr(host.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(1 << 40, 0, written.total))  # type: ignore[attr-defined]
+    with pytest.raises(UserError, match="the workdir has"):
+        HostBackend(workdir=tmp_path / "w").preflight(cells)

@@ -97,3 +97,36 @@ def _disk_size_for(fs: filesystems.Filesystem, need: int, disks: int) -> str:
     total = (need + fs.overhead_bytes) / (1 - fs.overhead_fraction) if fs.overhead_fraction < 1 else need
     per_disk = -(-int(total) // disks)
     return f"{-(-per_disk // (1 << 20))}M" if per_disk < (1 << 30) else f"{-(-per_disk // (1 << 30))}G"
+
+
+def check_host(cells: list[Cell], memory_available: int, workdir_free: int | None) -> str | None:
+    """The host backend's fit, where vm.memory means nothing: the largest cell's buffers (and tmpfs
+    files) against the host's available memory, and, when its disks are loop files under the
+    workdir (``workdir_free`` not None), its footprint against the free space there (the loop files
+    are sparse: what is written, not storage.disk_size). A sentence saying what to change, or None."""
+    if not cells:
+        return None
+    hungry = max(cells, key=memory_needed)
+    if memory_needed(hungry) > memory_available:
+        return (
+            f"a cell holds {mib(memory_needed(hungry))} in memory (buffers, tmpfs files) but this host has "
+            f"{mib(memory_available)} available (MemAvailable); lower its database buffers or run it elsewhere"
+        )
+    if workdir_free is None:
+        return None
+    written = {id(c): _written(c) for c in cells}
+    biggest = max(cells, key=lambda c: written[id(c)])
+    if written[id(biggest)] > workdir_free:
+        return (
+            f"a cell writes up to {mib(written[id(biggest)])} to its loop disks but the workdir has "
+            f"{mib(workdir_free)} free; free space there, pass --workdir elsewhere or lower the cell's sizes"
+        )
+    return None
+
+
+def _written(cell: Cell) -> int:
+    """What a cell writes to its loop files: its footprint and the filesystem's fixed metadata."""
+    fp = footprint(cell)
+    if fp is None or not cell.fs.device:
+        return 0  # tmpfs: memory, counted above
+    return fp.total + cell.fs.overhead_bytes

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fsmatrix import workdirs
-from fsmatrix.agent import crash, job, provenance, storage
+from fsmatrix.agent import crash, fit, job, provenance, storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
@@ -59,6 +60,10 @@ class HostBackend:
                     f"{len(self.devices)} --device given"
                 )
         self.workdir.mkdir(parents=True, exist_ok=True)
+        free = None if self.devices else shutil.disk_usage(self.workdir).free
+        problem = fit.check_host([c.spec for c in cells], memory_available(), free)
+        if problem is not None:
+            raise UserError(f"the host backend: {problem}")
 
     def environment(self) -> dict[str, Any]:
         return {
@@ -126,3 +131,11 @@ class HostBackend:
         )
         doc.update(finished_at=now, duration_s=0.0)
         return doc
+
+
+def memory_available() -> int:
+    """The host's MemAvailable, bytes (what it can give without swapping)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 1 << 62  # not reported (kernels before 3.14): nothing to check against
