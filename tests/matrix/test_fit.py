@@ -142,3 +142,11 @@ def test_host_backend_checks_host_memory_and_workdir_space(tmp_path: Path, monke
     monkeypatch.setattr(host.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(1 << 40, 0, written.total))  # type: ignore[attr-defined]
     with pytest.raises(UserError, match="the workdir has"):
         HostBackend(workdir=tmp_path / "w").preflight(cells)
+
+
+def test_vm_disk_images_preallocated_take_their_whole_size() -> None:
+    sparse = Cell.standalone("sysbench", {"mode": "rndrw", "total_size": "64M"})
+    full = Cell.from_dict({**sparse.to_dict(), "storage": {"disk_size": "2G", "disk_allocation": "preallocated"}})
+    assert fit.check_workdir_space([sparse], 200 << 20, vm_disks=True) is None  # 64 MiB + ext4's 64 MiB
+    assert fit.check_workdir_space([full], 200 << 20) is None  # loop files: the footprint
+    assert "writes up to 2,048 MiB" in (fit.check_workdir_space([full], 200 << 20, vm_disks=True) or "")

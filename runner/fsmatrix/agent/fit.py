@@ -99,33 +99,35 @@ def _disk_size_for(fs: filesystems.Filesystem, need: int, disks: int) -> str:
     return f"{-(-per_disk // (1 << 20))}M" if per_disk < (1 << 30) else f"{-(-per_disk // (1 << 30))}G"
 
 
-def check_host(cells: list[Cell], memory_available: int, workdir_free: int | None) -> str | None:
-    """The host backend's fit, where vm.memory means nothing: the largest cell's buffers (and tmpfs
-    files) against the host's available memory, and, when its disks are loop files under the
-    workdir (``workdir_free`` not None), its footprint against the free space there (the loop files
-    are sparse: what is written, not storage.disk_size). A sentence saying what to change, or None."""
-    if not cells:
-        return None
-    hungry = max(cells, key=memory_needed)
-    if memory_needed(hungry) > memory_available:
+def check_host_memory(cells: list[Cell], memory_available: int) -> str | None:
+    """The host backend's memory fit, where vm.memory means nothing: the largest cell's buffers (and
+    tmpfs files) against the host's available memory. A sentence saying what to change, or None."""
+    needed = max((memory_needed(c) for c in cells), default=0)
+    if needed > memory_available:
         return (
-            f"a cell holds {mib(memory_needed(hungry))} in memory (buffers, tmpfs files) but this host has "
+            f"a cell holds {mib(needed)} in memory (buffers, tmpfs files) but this host has "
             f"{mib(memory_available)} available (MemAvailable); lower its database buffers or run it elsewhere"
         )
-    if workdir_free is None:
-        return None
-    written = {id(c): _written(c) for c in cells}
-    biggest = max(cells, key=lambda c: written[id(c)])
-    if written[id(biggest)] > workdir_free:
+    return None
+
+
+def check_workdir_space(cells: list[Cell], workdir_free: int, vm_disks: bool = False) -> str | None:
+    """The largest cell's writes against the free space where its disk files live (loop files, VM
+    disk images): they are sparse, so what is written counts, not storage.disk_size; VM disks with
+    storage.disk_allocation preallocated (``vm_disks``) take all of it."""
+    written = max((_written(c, vm_disks) for c in cells), default=0)
+    if written > workdir_free:
         return (
-            f"a cell writes up to {mib(written[id(biggest)])} to its loop disks but the workdir has "
+            f"a cell writes up to {mib(written)} to its disk files but the workdir has "
             f"{mib(workdir_free)} free; free space there, pass --workdir elsewhere or lower the cell's sizes"
         )
     return None
 
 
-def _written(cell: Cell) -> int:
-    """What a cell writes to its loop files: its footprint and the filesystem's fixed metadata."""
+def _written(cell: Cell, vm_disks: bool = False) -> int:
+    """What a cell writes to its disk files: its footprint and the filesystem's fixed metadata."""
+    if vm_disks and cell.storage.disk_allocation == "preallocated":
+        return declare.parse_size(cell.storage.disk_size) * cell.required_devices
     fp = footprint(cell)
     if fp is None or not cell.fs.device:
         return 0  # tmpfs: memory, counted above
