@@ -73,17 +73,17 @@ def test_data_disks_sparse_or_preallocated(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path)
     (tmp_path / "s").mkdir()
     (tmp_path / "p").mkdir()
-    sparse = backend._data_disks(_cell({"storage.disk_size": "64M"}), tmp_path / "s")
+    sparse = backend._data_disks(_cell({"storage.disk_size": "200M"}), tmp_path / "s")
     assert len(sparse) == 1 and sparse[0].serial == "fsm-data0"
-    assert sparse[0].path.stat().st_size == 64 << 20 and sparse[0].path.stat().st_blocks == 0
+    assert sparse[0].path.stat().st_size == 200 << 20 and sparse[0].path.stat().st_blocks == 0
     full = backend._data_disks(
         _cell(
-            {"storage.disk_size": "64M", "storage.layout": "split-journal", "storage.disk_allocation": "preallocated"}
+            {"storage.disk_size": "200M", "storage.layout": "split-journal", "storage.disk_allocation": "preallocated"}
         ),
         tmp_path / "p",
     )
     assert len(full) == 2
-    assert all(d.path.stat().st_blocks * 512 >= 64 << 20 for d in full)
+    assert all(d.path.stat().st_blocks * 512 >= 200 << 20 for d in full)
 
 
 def _device_of(args: list[str], prefix: str) -> str:
@@ -211,7 +211,7 @@ def test_cell_device_settings_reach_every_data_disk(tmp_path: Path) -> None:
     backend.aio = "io_uring"
     cell = _cell(
         {
-            "storage.disk_size": "64M",
+            "storage.disk_size": "200M",
             "storage.layout": "split-journal",
             "device.profile": "hdd",
             "device.bus": "nvme",

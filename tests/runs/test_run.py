@@ -186,7 +186,7 @@ def test_timeout_kills_the_run_and_cleans_up(write_matrix, tmp_path: Path, workd
 name: slow
 axes: {filesystem: [ext4]}
 defaults:
-  workload.threen1: {start: 1, end: 50000000, workers: 2, block: 50000}
+  workload.threen1: {start: 1, end: 10000000, workers: 2, block: 50000, keys: integer}  # minutes; fits 4G
   storage.disk_size: 4G
   timeout: 5
 """)
@@ -204,7 +204,7 @@ name: int
 axes:
   filesystem: [tmpfs, ext4]
 defaults:
-  workload.threen1: {start: 1, end: 50000000, workers: 2, block: 50000}
+  workload.threen1: {start: 1, end: 10000000, workers: 2, block: 50000, keys: integer}  # minutes; fits 4G
   storage.disk_size: 4G
 include:
   - {filesystem: tmpfs, workload: {threen1: {start: 1, end: 1000}}}

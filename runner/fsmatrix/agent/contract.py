@@ -75,6 +75,21 @@ FILE_IO_METRICS = (
 
 
 @dataclass(frozen=True)
+class Footprint:
+    """The most a cell writes to the filesystem under test, in bytes (apparent file sizes: a full
+    disk fails a run whatever is sparse). ``journal`` is the part that layout split-journal moves to
+    its own device (a database journal / WAL); 0 for workloads without one."""
+
+    data: int
+    journal: int = 0
+    setting: str = "workload"  # what to lower when it does not fit, e.g. "workload.fio.file_size"
+
+    @property
+    def total(self) -> int:
+        return self.data + self.journal
+
+
+@dataclass(frozen=True)
 class SettingsBlock:
     """A top-level settings block of a cell that a database owns (``gtm``, later ``postgres``).
 
@@ -86,6 +101,9 @@ class SettingsBlock:
     settings: type
     help: str
     summary: Callable[[Any], str]  # a few words for the `matrix expand` table, e.g. "BG jnl=before"
+    # Bytes of shared memory the database allocates with these settings (buffers): checked against
+    # the guest's memory (vm.memory) by matrix expand, and against the host's by the host backend.
+    memory: Callable[[Any], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +150,10 @@ class Workload(Generic[P]):
     # It records its steps, checks and reused work in the CrashEvent (``event.step(...)``,
     # ``event.check(...)``, ``event.reused``) and returns the Outcome of the resumed work.
     recover: Callable[[Cell, Workspace, CrashEvent], Outcome] | None = None
+    # The most the cell writes to the filesystem under test (its files, its database and journal),
+    # from its parameters and its settings blocks: matrix expand refuses a cell that cannot fit its
+    # data disk(s) (fsmatrix.agent.fit). None: not checked.
+    footprint: Callable[[Cell], Footprint] | None = None
     # For a workload whose client acknowledges commits: how many it acknowledged, counted from the
     # lines it wrote to a VM's serial console before a power cut (the host reads the console; the
     # recover hook compares with what survived). None: nothing to count.

@@ -8,19 +8,24 @@ so such a cell is recorded as ``skipped`` (run it on a VM backend).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fsmatrix import workdirs
-from fsmatrix.agent import crash, job, provenance, storage
+from fsmatrix.agent import crash, fit, job, kernel, provenance, storage
 from fsmatrix.agent.cell import NATIVE
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
+
+
+log = logging.getLogger("fsmatrix")
 
 
 class HostBackend:
@@ -59,6 +64,16 @@ class HostBackend:
                     f"{len(self.devices)} --device given"
                 )
         self.workdir.mkdir(parents=True, exist_ok=True)
+        specs = [c.spec for c in cells]
+        problem = fit.check_host_memory(specs, memory_available())
+        if problem is None and not self.devices:  # loop files under the workdir
+            problem = fit.check_workdir_space(specs, shutil.disk_usage(self.workdir).free)
+        if problem is not None:
+            raise UserError(f"the host backend: {problem}")
+        cache: dict[str, str | None] = {}
+        warning = kernel.report([c.spec for c in cells], [c.id for c in cells], lambda s: kernel.lacking_here(s, cache))
+        if warning:
+            log.warning("%s", warning)
 
     def environment(self) -> dict[str, Any]:
         return {
@@ -126,3 +141,11 @@ class HostBackend:
         )
         doc.update(finished_at=now, duration_s=0.0)
         return doc
+
+
+def memory_available() -> int:
+    """The host's MemAvailable, bytes (what it can give without swapping)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 1 << 62  # not reported (kernels before 3.14): nothing to check against

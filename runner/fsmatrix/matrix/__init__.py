@@ -28,6 +28,7 @@ import jsonschema
 import yaml
 
 from fsmatrix.agent import cell as cells
+from fsmatrix.agent import fit
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import Invalid
 from fsmatrix.agent.storage.settings import SINGLE
@@ -716,8 +717,10 @@ def _make_cell(flat: Flat, fail: Any) -> MatrixCell:
         raise fail(_schema_message(err, path), _line_for(flat, path))
     try:
         spec = Cell.from_dict(params)  # also the rules that span settings (declare.Invalid)
+        fit.check(spec)  # its disks and memory hold what it writes (not for `fsmatrix workload --dir`)
     except Invalid as exc:
-        raise fail(str(exc), _line_for(flat, exc.path)) from exc
+        # A setting left at its default has no line: the cell's own then (fit checks name vm.memory).
+        raise fail(str(exc), _line_for(flat, exc.path) or _line_for(flat, "")) from exc
     return MatrixCell(id=cell_id(spec), spec=spec)
 
 

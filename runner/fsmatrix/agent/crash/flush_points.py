@@ -508,5 +508,6 @@ MODE = CrashMode(
     help="log the data disk's writes, then recover at chosen flush points (the qemu backend)",
     start=FlushPointsRun,
     needs_vm="it logs the data disk's writes with dm-log-writes and replays them onto extra disks in the guest",
+    kernel_module="dm_log_writes",
     refuses=_refuses,
 )

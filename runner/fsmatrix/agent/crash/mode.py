@@ -108,3 +108,5 @@ class CrashMode:
     needs_vm: str | None = None
     # A rule the cell must keep: given the cell, (the setting at fault, the message) or None.
     refuses: Callable[[Cell], tuple[str, str] | None] | None = None
+    # The kernel module it needs (a device-mapper target), for the backends' checks before a run.
+    kernel_module: str | None = None

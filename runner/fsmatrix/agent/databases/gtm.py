@@ -85,12 +85,22 @@ class Settings:
 
 DEFAULT_SETTINGS: dict[str, Any] = declare.defaults(Settings)  # the matrix settings' defaults
 
+
 # The cell's ``gtm`` block; the workloads that run on GT.M list it in their ``settings``.
+def buffer_bytes(settings: Settings) -> int:
+    """The database's shared memory: global buffers of one block each (MM maps the file instead,
+    page cache the kernel can reclaim, but GT.M still allocates the count asked for) and the
+    journal buffers, in 512-byte units, when journaling."""
+    journal = settings.journal_buffers * 512 if settings.journal != "off" else 0
+    return settings.global_buffers * settings.block_size + journal
+
+
 BLOCK = SettingsBlock(
     "gtm",
     Settings,
     "GT.M database settings (workloads that run on GT.M)",
     summary=lambda s: f"{s.access_method} jnl={s.journal} gb={s.global_buffers}",
+    memory=lambda s: buffer_bytes(s),
 )
 
 

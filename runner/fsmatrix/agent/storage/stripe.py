@@ -26,6 +26,8 @@ from fsmatrix.agent.storage import devices as _devices
 log = logging.getLogger("fsmatrix.storage")
 
 LAYOUTS = ("md-raid0", "lvm-stripe")
+# The kernel module each layout needs (md's raid0 personality; device-mapper for LVM).
+KERNEL_MODULES = {"md-raid0": "raid0", "lvm-stripe": "dm_mod"}
 LV_NAME = "data"
 NODE_WAIT_S = 20.0
 MIN_STRIPE_BYTES = 4096  # md and LVM both want at least a page

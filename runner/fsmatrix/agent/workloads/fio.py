@@ -35,7 +35,7 @@ from typing import Any
 
 from fsmatrix.agent import declare, oscache, proc
 from fsmatrix.agent.cell import Cell
-from fsmatrix.agent.contract import FILE_IO_METRICS, Metric, Outcome, Workload, Workspace
+from fsmatrix.agent.contract import FILE_IO_METRICS, Footprint, Metric, Outcome, Workload, Workspace
 from fsmatrix.agent.declare import parse_size, setting
 from fsmatrix.agent.standalone import run_in_directory
 
@@ -399,6 +399,11 @@ WORKLOAD = Workload(
     guest_packages=("fio",),
     host_packages=("fio",),
     key_metrics_for=_key_metrics,
+    # One file of file_size per job (raw: fio works on at most the device's share per job instead).
+    footprint=lambda cell: Footprint(
+        parse_size(cell.typed_params(Params).file_size) * cell.typed_params(Params).jobs,
+        setting="workload.fio.file_size",
+    ),
 )
 KEY_METRICS = {m.name: m.better for m in WORKLOAD.metrics}
 DEFAULTS = declare.defaults(Params)

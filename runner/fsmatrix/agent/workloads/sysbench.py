@@ -22,8 +22,8 @@ from typing import Any
 
 from fsmatrix.agent import declare, oscache, proc
 from fsmatrix.agent.cell import Cell
-from fsmatrix.agent.contract import FILE_IO_METRICS, Metric, Outcome, Workload, Workspace
-from fsmatrix.agent.declare import setting
+from fsmatrix.agent.contract import FILE_IO_METRICS, Footprint, Metric, Outcome, Workload, Workspace
+from fsmatrix.agent.declare import parse_size, setting
 from fsmatrix.agent.standalone import run_in_directory
 from fsmatrix.agent.storage.prepare import Skipped
 
@@ -274,6 +274,10 @@ WORKLOAD = Workload(
     guest_packages=("sysbench",),
     host_packages=("sysbench",),
     key_metrics_for=_key_metrics,
+    # Its files: total_size over num_files, written whole by prepare (rndrw and the rest never grow them).
+    footprint=lambda cell: Footprint(
+        parse_size(cell.typed_params(Params).total_size), setting="workload.sysbench.total_size"
+    ),
 )
 KEY_METRICS = {m.name: m.better for m in WORKLOAD.metrics}
 DEFAULTS = declare.defaults(Params)

@@ -45,7 +45,7 @@ from typing import Any
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix import __version__, workdirs
-from fsmatrix.agent import crash, job, proc, provenance, storage
+from fsmatrix.agent import crash, fit, job, kernel, proc, provenance, storage
 from fsmatrix.backends import hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, flush_points, power_cut, profiles, snapshot
@@ -190,7 +190,17 @@ class QemuBackend:
         for pid, name in running_vms():
             log.warning("a QEMU from an earlier run is still running: pid %d, %s", pid, name)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.devices:  # the data disks are image files under the workdir
+            problem = fit.check_workdir_space([c.spec for c in cells], shutil.disk_usage(self.workdir).free, True)
+            if problem is not None:
+                raise UserError(f"the {self.name} backend: {problem}")
         self._prepare()
+        manifest = self._manifest
+        warning = kernel.report(
+            [c.spec for c in cells], [c.id for c in cells], lambda s: kernel.lacking_in_manifest(s, manifest)
+        )
+        if warning:
+            log.warning("%s", warning)
 
     def _check_devices(self, cells: list[MatrixCell]) -> None:
         """Passthrough: every device safe to format (as the host backend checks), one per data disk."""

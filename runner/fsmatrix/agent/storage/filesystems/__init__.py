@@ -66,6 +66,15 @@ class Filesystem:
     device: bool = True  # needs a block device (False: tmpfs, sized by storage.disk_size instead)
     mounts: bool = True  # a filesystem is mounted (False: raw, the workload uses the device itself)
     host_packages: tuple[str, ...] = ()  # Debian packages the host needs beyond ``package``
+    # What of a data disk the workload cannot fill (metadata, journal, reserved blocks; for the
+    # copy-on-write and log-structured ones the space rewrites take before it is reclaimed): a
+    # fraction of the disk plus a fixed amount, conservative. Used by the fit check (agent/fit.py).
+    overhead_fraction: float = 0.10
+    overhead_bytes: int = 64 << 20
+
+    def usable_bytes(self, size: int) -> int:
+        """What a workload can write to a filesystem made on ``size`` bytes of disk."""
+        return max(0, int(size * (1 - self.overhead_fraction)) - self.overhead_bytes)
 
     @property
     def needs_device(self) -> bool:

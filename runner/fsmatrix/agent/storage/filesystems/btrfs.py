@@ -66,4 +66,8 @@ FILESYSTEM = Filesystem(
     read_geometry=read_geometry,
     geometry_tool="btrfs",
     version_command=("mkfs.btrfs", "--version"),
+    # Copy-on-write: a rewrite takes new space before the old is freed, metadata is duplicated, and
+    # data and metadata chunks are allocated in 256 MiB..1 GiB steps.
+    overhead_fraction=0.25,
+    overhead_bytes=256 << 20,
 )

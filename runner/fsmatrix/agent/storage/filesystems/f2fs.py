@@ -68,4 +68,7 @@ FILESYSTEM = Filesystem(
     read_geometry=read_geometry,
     geometry_tool="dump.f2fs",
     version_command=("mkfs.f2fs", "-V"),
+    # Over-provisioned segments for its cleaner (a large share on small devices) and six logs open at once.
+    overhead_fraction=0.15,
+    overhead_bytes=128 << 20,
 )

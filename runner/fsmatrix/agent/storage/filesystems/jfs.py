@@ -47,4 +47,6 @@ FILESYSTEM = Filesystem(
     read_geometry=read_geometry,
     geometry_tool="jfs_tune",
     version_command=("mkfs.jfs", "-V"),
+    overhead_fraction=0.05,  # the log (0.4 %), the inode and block maps
+    overhead_bytes=64 << 20,
 )

@@ -46,4 +46,8 @@ FILESYSTEM = Filesystem(
     read_geometry=read_geometry,
     geometry_tool="nilfs-tune",
     version_command=("mkfs.nilfs2", "-V"),
+    # Log-structured: every write takes new segments, reclaimed only by the cleaner after the
+    # protection period (an hour by default), so a run fills it by bytes written, not live data.
+    overhead_fraction=0.40,
+    overhead_bytes=256 << 20,
 )

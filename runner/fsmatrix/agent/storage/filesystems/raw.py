@@ -18,5 +18,7 @@ FILESYSTEM = Filesystem(
     mkfs=(),
     kernel_module=None,
     read_geometry=read_geometry,
+    overhead_fraction=0.0,  # the workload writes the device itself
+    overhead_bytes=0,
     mounts=False,  # nothing is made or mounted; the workload gets the device (Workspace.device)
 )

@@ -54,4 +54,6 @@ FILESYSTEM = Filesystem(
     read_geometry=read_geometry,
     geometry_tool="debugreiserfs",
     version_command=("mkfs.reiserfs", "-V"),
+    overhead_fraction=0.05,  # the 32 MiB journal, the bitmaps and tree
+    overhead_bytes=64 << 20,
 )

@@ -27,5 +27,7 @@ FILESYSTEM = Filesystem(
     mkfs=(),
     kernel_module=None,  # built into every kernel
     read_geometry=read_geometry,
+    overhead_fraction=0.0,  # sized by storage.disk_size, all of it usable; it counts against memory
+    overhead_bytes=0,
     device=False,  # memory-backed: mounted with size=storage.disk_size; layout single, profile native only
 )

@@ -79,4 +79,6 @@ FILESYSTEM = Filesystem(
     read_geometry=read_geometry,
     geometry_tool="xfs_info",
     version_command=("mkfs.xfs", "-V"),
+    overhead_fraction=0.05,  # the log, AG headers, inode chunks and the reserved blocks pool
+    overhead_bytes=64 << 20,
 )

@@ -32,10 +32,33 @@ crash hook), ``acks`` (the acknowledging client). This one holds the declaration
 
 from __future__ import annotations
 
-from fsmatrix.agent.contract import Metric, Workload
+from typing import TYPE_CHECKING
+
+from fsmatrix.agent.contract import Footprint, Metric, Workload
 from fsmatrix.agent.databases import postgres
+from fsmatrix.agent.declare import parse_size
 from fsmatrix.agent.workloads.pgbench import recover, run
 from fsmatrix.agent.workloads.pgbench.params import Params
+
+if TYPE_CHECKING:
+    from fsmatrix.agent.cell import Cell
+
+# pgbench's tables and indexes take about 16 MiB per scale unit (100,000 accounts); its updates
+# leave dead rows until vacuum gets to them, so half as much again. A fresh cluster is about 40 MiB.
+PER_SCALE = 16 << 20
+BLOAT = 1.5
+CLUSTER = 64 << 20
+
+
+def footprint(cell: Cell) -> Footprint:
+    """The cluster and its tables; the WAL a checkpoint keeps: up to max_wal_size, but no more than
+    twice the data (the load logs the tables once, and full-page writes log each page at most once
+    per checkpoint), and a few segments over (max_wal_size is a soft limit)."""
+    p, pg = cell.typed_params(Params), cell.settings_of(postgres.Settings)
+    data = CLUSTER + int(p.scale * PER_SCALE * BLOAT)
+    wal = min(parse_size(pg.max_wal_size), 2 * data) + 4 * postgres.WAL_SEGMENT
+    return Footprint(data=data, journal=wal, setting="workload.pgbench.scale")
+
 
 WORKLOAD = Workload(
     name="pgbench",
@@ -70,4 +93,5 @@ WORKLOAD = Workload(
     host_packages=("postgresql-15",),
     recover=recover.recover_cell,
     acknowledged_on_console=recover.acknowledged_on_console,
+    footprint=footprint,
 )

@@ -39,11 +39,36 @@ Modules: ``params`` (``Params``, the shared names), ``parse`` (the parent's outp
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fsmatrix.agent import declare
-from fsmatrix.agent.contract import Metric, Workload
+from fsmatrix.agent.contract import Footprint, Metric, Workload
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.workloads.threen1 import recover, run, verify
 from fsmatrix.agent.workloads.threen1.params import Params
+
+if TYPE_CHECKING:
+    from fsmatrix.agent.cell import Cell
+
+# Bytes per starting number, measured on ext4 with 4 KiB blocks (1..20,000 and 1..100,000, two
+# workers): the database's used blocks and the before-image journal's size; FIT_MARGIN on top.
+DATA_PER_NUMBER = {"spelled": 180, "integer": 90}
+JOURNAL_PER_NUMBER = {"spelled": 300, "integer": 180}
+FIT_MARGIN = 1.25
+HEADER = 5 << 20  # the database file's header and bitmaps (4.0 MiB measured at the default allocation)
+FIXED = 1 << 20  # the journal's first records
+
+
+def footprint(cell: Cell) -> Footprint:
+    """The database file (its allocation, grown by whole extensions once that is full) and its journal."""
+    p, db = cell.typed_params(Params), cell.settings_of(gtm.Settings)
+    numbers = p.end - p.start + 1
+    used = int(numbers * DATA_PER_NUMBER[p.keys] * FIT_MARGIN)
+    allocated = db.allocation * db.block_size
+    data = HEADER + (allocated if used <= allocated else used + db.extension * db.block_size)
+    journal = 0 if db.journal == "off" else int(numbers * JOURNAL_PER_NUMBER[p.keys] * FIT_MARGIN) + FIXED
+    return Footprint(data=data, journal=journal, setting="workload.threen1.end")
+
 
 WORKLOAD = Workload(
     name="threen1",
@@ -73,6 +98,7 @@ WORKLOAD = Workload(
     guest_packages=("fis-gtm",),
     host_packages=("fis-gtm",),
     recover=recover.recover,
+    footprint=footprint,
 )
 KEY_METRICS = {m.name: m.better for m in WORKLOAD.metrics}
 DEFAULTS = declare.defaults(Params)
