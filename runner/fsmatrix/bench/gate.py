@@ -262,9 +262,9 @@ def load_round(results_root: Path, number: int, pairs: tuple[int, int] | None = 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=40, help="rounds (each: an A/A pair and every detection)")
-    parser.add_argument("--repeats", type=int, default=5, help="pairs in the first batch (pr-gate.yml's REPEATS)")
+    parser.add_argument("--repeats", type=int, default=8, help="pairs in the first batch (pr-gate.yml's REPEATS)")
     parser.add_argument(
-        "--confirm-repeats", type=int, default=5, help="pairs in the confirmation batch (pr-gate.yml's CONFIRM_REPEATS)"
+        "--confirm-repeats", type=int, default=8, help="pairs in the confirmation batch (pr-gate.yml's CONFIRM_REPEATS)"
     )
     parser.add_argument("--threshold", default="5%", help="pr-gate.yml's THRESHOLD")
     parser.add_argument("--slowdowns", default="0.1,0.2", help="injected slowdowns of B's gated metrics")
