@@ -141,24 +141,37 @@ def _regressed_runner(where: Path, only_when: str = "") -> Path:
     return runner
 
 
-@pytest.mark.parametrize("head", ["clean", "regressed"])
-def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, head: str) -> None:
+def _run_gate(tmp_path: Path, head_runner: Path, prelude: str = "") -> tuple[subprocess.CompletedProcess[str], Path]:
+    """pr-gate.yml's gate step on a base checkout and a head checkout of ``head_runner``; its exit and
+    its job summary. The gate's matrix (and script, and comparison) are the base's: the judge is not
+    the judged."""
     wf = workflow("pr-gate.yml")
     workspace = tmp_path / "ws"
     base_dir = checkout(workspace / "base")
-    head_runner = _regressed_runner(tmp_path) if head == "regressed" else REPO / "runner"
-    checkout(workspace / "head", runner=head_runner)
-    # The gate's matrix (and script, and comparison) are the base's: the judge is not the judged.
+    checkout(workspace / "head", runner=head_runner, prelude=prelude)
     (base_dir / "matrix").unlink()
     (base_dir / "matrix").mkdir()
     (base_dir / "matrix" / "pr.yaml").write_text(SMALL.replace("[tmpfs, ext4]", "[tmpfs]"))
     summary = tmp_path / "summary.md"
-    # Deterministic both ways: a 50 % threshold that an A/A pair of these runs never crosses, and a
-    # regression (above) of several times the work, which always does; the workflow's own 5 % is a
-    # setting for real runners, not something a shared test machine can promise about noise.
     env = {**{k: str(v) for k, v in wf["env"].items()}, "GITHUB_STEP_SUMMARY": str(summary), **SMALL_GATE}
-    done = bash(step(wf, "gate", "Run base and head"), workspace, env, ok=(0, 1))
-    gate_results = workspace / "gate-results"
+    return bash(step(wf, "gate", "Run base and head"), workspace, env, ok=(0, 1)), summary
+
+
+def _verdict(tmp_path: Path, gate_results: Path) -> subprocess.CompletedProcess[str]:
+    """pr-verdict.yml, on a GitHub-hosted runner: the default branch's fsmatrix judges the uploaded
+    results, at the gate's threshold (a verdict at another one would judge another gate)."""
+    verdict = workflow("pr-verdict.yml")
+    verdict_dir = checkout(tmp_path / "verdict")
+    (verdict_dir / "gate-results").symlink_to(gate_results)
+    env = {**verdict["env"], "THRESHOLD": SMALL_GATE["THRESHOLD"]}
+    return bash(step(verdict, "verdict", "Compare and set"), verdict_dir, env, ok=(0, 1))
+
+
+@pytest.mark.parametrize("head", ["clean", "regressed"])
+def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, head: str) -> None:
+    head_runner = _regressed_runner(tmp_path) if head == "regressed" else REPO / "runner"
+    done, summary = _run_gate(tmp_path, head_runner)
+    gate_results = tmp_path / "ws" / "gate-results"
     for side in ("base", "head"):
         docs = [json.loads(p.read_text()) for p in (gate_results / side).rglob("r*.json")]
         assert len(docs) == int(SMALL_GATE["REPEATS"]) and {d["status"] for d in docs} == {"passed"}
@@ -173,15 +186,7 @@ def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, h
         again = [json.loads(p.read_text()) for p in (gate_results / "head-confirm").rglob("r*.json")]
         assert len(again) == int(SMALL_GATE["CONFIRM_REPEATS"]) and {d["status"] for d in again} == {"passed"}
         assert "CONFIRMED regression" in summary.read_text()
-
-    # pr-verdict.yml, on a GitHub-hosted runner: the default branch's fsmatrix judges the uploaded results.
-    verdict = workflow("pr-verdict.yml")
-    verdict_dir = checkout(tmp_path / "verdict")
-    (verdict_dir / "gate-results").symlink_to(gate_results)
-    # the gate's threshold: a verdict at another one would judge another gate
-    judged = bash(
-        step(verdict, "verdict", "Compare and set"), verdict_dir, {**verdict["env"], "THRESHOLD": "0.5"}, ok=(0, 1)
-    )
+    judged = _verdict(tmp_path, gate_results)
     assert judged.returncode == done.returncode, judged.stdout + judged.stderr
     expected = "no significant regression" if head == "clean" else "significant regression beyond"
     assert f"verdict: {expected}" in judged.stdout
@@ -191,30 +196,15 @@ def test_pr_gate_passes_a_regression_the_confirmation_does_not_reproduce(tmp_pat
     """A stand-in for a first batch that a passing disturbance slowed (the real one: a neighbour,
     a backup): the head's code is slow only in its first batch of runs (run id `head`), not when the
     gate runs the flagged cell again (`head-confirm`). The first batch fails; the gate passes."""
-    wf = workflow("pr-gate.yml")
-    workspace = tmp_path / "ws"
-    base_dir = checkout(workspace / "base")
     flaky = _regressed_runner(tmp_path, only_when='$ztrnlnm("FSMATRIX_TEST_SLOW")=1')
     only_first = 'case " $* " in *" --run-id head "*) export FSMATRIX_TEST_SLOW=1 ;; esac\n'
-    checkout(workspace / "head", runner=flaky, prelude=only_first)
-    (base_dir / "matrix").unlink()
-    (base_dir / "matrix").mkdir()
-    (base_dir / "matrix" / "pr.yaml").write_text(SMALL.replace("[tmpfs, ext4]", "[tmpfs]"))
-    summary = tmp_path / "summary.md"
-    env = {**{k: str(v) for k, v in wf["env"].items()}, "GITHUB_STEP_SUMMARY": str(summary), **SMALL_GATE}
-    done = bash(step(wf, "gate", "Run base and head"), workspace, env, ok=(0, 1))
-    results = workspace / "gate-results"
+    done, summary = _run_gate(tmp_path, flaky, prelude=only_first)
+    results = tmp_path / "ws" / "gate-results"
     assert "REGRESSION" in (results / "first-batch.md").read_text()  # the first batch alone would fail
     assert len(list((results / "head-confirm").rglob("r*.json"))) == int(SMALL_GATE["CONFIRM_REPEATS"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not confirmed (passes)" in summary.read_text()
-    verdict = workflow("pr-verdict.yml")
-    verdict_dir = checkout(tmp_path / "verdict")
-    (verdict_dir / "gate-results").symlink_to(results)
-    # the gate's threshold: a verdict at another one would judge another gate
-    judged = bash(
-        step(verdict, "verdict", "Compare and set"), verdict_dir, {**verdict["env"], "THRESHOLD": "0.5"}, ok=(0, 1)
-    )
+    judged = _verdict(tmp_path, results)
     assert judged.returncode == 0 and "verdict: no significant regression" in judged.stdout, judged.stdout
 
 

@@ -81,22 +81,14 @@ def test_a_regression_fails_only_when_the_confirmation_batch_shows_it_again(
     assert doc["confirmation"]["rows"][0]["test"] == "paired-log"
 
 
-def test_a_regression_without_confirmation_runs_fails(tmp_path: Path) -> None:
-    base, head = _batch(tmp_path, "first", 0.3, seed=1)
-    out = invoke(
-        "compare", str(base), str(head), "--paired", "--fail-on-regression", "5%",
-        "--confirm", str(tmp_path / "missing-base"), str(tmp_path / "missing-head"),
-    )  # fmt: skip
-    assert out.exit_code == 1 and "UNCONFIRMABLE" in out.output
-
-
-def test_nothing_to_confirm_passes_without_the_second_batch(tmp_path: Path) -> None:
-    base, head = _batch(tmp_path, "first", 0.0, seed=1)
-    out = invoke(
-        "compare", str(base), str(head), "--paired", "--fail-on-regression", "5%",
-        "--confirm", str(tmp_path / "never-ran"), str(tmp_path / "never-ran-either"),
-    )  # fmt: skip
-    assert out.exit_code == 0 and "nothing to confirm" in out.output
+@pytest.mark.parametrize(("effect", "status", "word"), [(0.3, 1, "UNCONFIRMABLE"), (0.0, 0, "nothing to confirm")])
+def test_without_confirmation_runs_a_regression_fails_and_nothing_passes(
+    tmp_path: Path, effect: float, status: int, word: str
+) -> None:
+    base, head = _batch(tmp_path, "first", effect, seed=1)
+    missing = [str(tmp_path / "never-ran-base"), str(tmp_path / "never-ran-head")]
+    out = invoke("compare", str(base), str(head), "--paired", "--fail-on-regression", "5%", "--confirm", *missing)
+    assert out.exit_code == status and word in out.output
 
 
 def test_confirm_needs_a_threshold(tmp_path: Path) -> None:
