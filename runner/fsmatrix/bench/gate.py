@@ -92,6 +92,25 @@ def scaled(side: compare.Side, slowdown: float) -> compare.Side:
     return compare.Side(f"{side.label}+{slowdown:.0%}", docs)
 
 
+def judge(
+    first: tuple[compare.Side, compare.Side],
+    second: tuple[compare.Side, compare.Side],
+    threshold: float,
+    paired: bool,
+) -> tuple[compare.CompareResult, dict[GateForm, bool]]:
+    """The first batch's comparison, and whether each form of the gate with this ``paired`` fails on
+    base/head ``first`` (confirmed on ``second`` by the forms that confirm; the second batch is
+    compared only when the first found a regression)."""
+    result = compare.compare(*first, threshold=threshold, paired=paired)
+    again = compare.compare(*second, threshold=threshold, paired=paired) if result.regressions else None
+    fails = {
+        form: (compare.Confirmed(result, again).exit_status() if form.confirm and again else result.exit_status()) == 1
+        for form in FORMS
+        if form.paired == paired
+    }
+    return result, fails
+
+
 def gate_fails(
     first: tuple[compare.Side, compare.Side],
     second: tuple[compare.Side, compare.Side],
@@ -99,11 +118,7 @@ def gate_fails(
     form: GateForm,
 ) -> bool:
     """Does the gate in ``form`` fail on base/head ``first`` (confirmed on ``second`` if the form confirms)?"""
-    result = compare.compare(*first, threshold=threshold, paired=form.paired)
-    if not form.confirm or not result.regressions:
-        return result.exit_status() == 1
-    again = compare.compare(*second, threshold=threshold, paired=form.paired)
-    return compare.Confirmed(result, again).exit_status() == 1
+    return judge(first, second, threshold, form.paired)[1][form]
 
 
 @dataclass
@@ -134,12 +149,14 @@ class Tally:
             return [batch["b"], batch["v"], *(scaled(batch["b"], s) for s in self.slowdowns)]
 
         for kind, head1, head2 in zip(self.kinds, heads(rnd.first), heads(rnd.second), strict=True):
-            for form in FORMS:
-                failed = gate_fails((rnd.first["a"], head1), (rnd.second["a"], head2), self.threshold, form)
-                self.fails[(kind, form.name)].append(failed)
-            for row in compare.compare(rnd.first["a"], head1, paired=True).rows:
-                if row.gated and math.isfinite(row.comparison.ratio):
-                    self.changes[kind].setdefault(row.metric, []).append(row.comparison.ratio - 1)
+            for paired in (True, False):
+                first, fails = judge((rnd.first["a"], head1), (rnd.second["a"], head2), self.threshold, paired)
+                for form, failed in fails.items():
+                    self.fails[(kind, form.name)].append(failed)
+                if paired:
+                    for row in first.rows:
+                        if row.gated and math.isfinite(row.comparison.ratio):
+                            self.changes[kind].setdefault(row.metric, []).append(row.comparison.ratio - 1)
         for batch in (rnd.first, rnd.second):
             a_docs = batch["a"].docs
             for metric in compare.gate_metrics(a_docs):

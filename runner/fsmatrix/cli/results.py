@@ -121,8 +121,8 @@ def compare_cmd(
     if confirm and result.regressions:
         # No confirmation batch (never run, or its runs all lost) leaves the regression standing.
         b2, h2 = (_side_or_none(spec, results_root) for spec in confirm)
-        both = b2 is not None and h2 is not None and set(b2.by_cell()) & set(h2.by_cell())
-        gate = compare.Confirmed(result, judge(b2, h2) if b2 and h2 and both else None)
+        rerun = b2 is not None and h2 is not None and bool(set(b2.by_cell()) & set(h2.by_cell()))
+        gate = compare.Confirmed(result, judge(b2, h2) if rerun and b2 and h2 else None)
     elif confirm:
         gate = compare.Confirmed(result, None)
     second = gate.second if gate else None
