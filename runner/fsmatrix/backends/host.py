@@ -2,7 +2,8 @@
 
 It takes devices as they are: a cell's ``device`` settings (bus, cache, aio, iothread, block sizes)
 mean nothing here and are ignored, and a device profile other than ``native`` cannot be applied,
-so such a cell is recorded as ``skipped`` (run it on a VM backend).
+so such a cell is recorded as ``skipped`` (run it on a VM backend). So is a cell that names a guest
+image other than the default: the host runs its own system, which is no image.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from fsmatrix import workdirs
 from fsmatrix.agent import crash, fit, job, kernel, provenance, storage
-from fsmatrix.agent.cell import NATIVE
+from fsmatrix.agent.cell import DEFAULT_IMAGE, NATIVE
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
@@ -98,6 +99,13 @@ class HostBackend:
                 repeat,
                 f"device profile {profile!r} needs a VM backend (--backend qemu): "
                 "the host backend cannot shape a device",
+            )
+        if cell.spec.image != DEFAULT_IMAGE:
+            return self._skipped(
+                cell,
+                repeat,
+                f"image {cell.spec.image!r} is a guest image: run it on a VM backend (--backend qemu); "
+                "the host backend runs this machine's own system",
             )
         # Locked while the run lives: a later fsmatrix reaps it (loop devices, mounts, files) if we die.
         name = f"{cell.id}-r{repeat}-{os.getpid()}"

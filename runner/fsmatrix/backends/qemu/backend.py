@@ -44,8 +44,9 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from fsmatrix import __version__, workdirs
+from fsmatrix import __version__, images, workdirs
 from fsmatrix.agent import crash, fit, job, kernel, proc, provenance, storage
+from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, flush_points, power_cut, profiles, snapshot
@@ -152,6 +153,10 @@ class QemuBackend:
                 raise UserError(f"{ALLOWANCE_ENV} must be a number of seconds") from exc
         self._allowance = boot_allowance  # None: by accelerator, known after preflight
         self._echo = echo
+        # Every image the cells name (``image:``), built or found once: its files, sha256 and manifest.
+        self._wanted: list[str] = [images.DEFAULT]
+        self._images: dict[str, tuple[image.ImagePaths, str, dict[str, Any]]] = {}
+        # The image of the cell being run (environment() and provenance describe it).
         self._image: image.ImagePaths | None = None
         self._sha256 = ""
         self._host: dict[str, Any] | None = None  # provenance.host, once the backend is prepared
@@ -194,13 +199,16 @@ class QemuBackend:
             problem = fit.check_workdir_space([c.spec for c in cells], shutil.disk_usage(self.workdir).free, True)
             if problem is not None:
                 raise UserError(f"the {self.name} backend: {problem}")
+        self._wanted = list(dict.fromkeys(c.spec.image for c in cells)) or [images.DEFAULT]
         self._prepare()
-        manifest = self._manifest
-        warning = kernel.report(
-            [c.spec for c in cells], [c.id for c in cells], lambda s: kernel.lacking_in_manifest(s, manifest)
-        )
+        warning = kernel.report([c.spec for c in cells], [c.id for c in cells], self.lacking)
         if warning:
             log.warning("%s", warning)
+
+    def lacking(self, spec: Cell) -> str | None:
+        """What the kernel of the cell's image lacks for it (from the image's manifest), or None."""
+        reason = kernel.lacking_in_manifest(spec, self._images[spec.image][2])
+        return f"image {spec.image}: {reason}" if reason else None
 
     def _check_devices(self, cells: list[MatrixCell]) -> None:
         """Passthrough: every device safe to format (as the host backend checks), one per data disk."""
@@ -224,18 +232,25 @@ class QemuBackend:
             )
 
     def _prepare(self) -> None:
-        try:
-            paths = image.build(echo=self._echo)  # reuses the cached image in well under a second
-        except proc.CommandError as exc:
-            raise UserError(f"cannot build the guest image: {exc}") from exc
-        self._sha256 = paths.sha256.read_text().split()[0]
-        self._manifest = json.loads(paths.manifest.read_text())
+        """Build (or find) every image in ``_wanted``; the host's view (accelerator, aio) once."""
+        for name in self._wanted:
+            if name in self._images:
+                continue
+            try:
+                paths = image.build(echo=self._echo, image=name)  # reuses a cached image in well under a second
+            except proc.CommandError as exc:
+                raise UserError(f"cannot build the guest image {name}: {exc}") from exc
+            self._images[name] = (paths, paths.sha256.read_text().split()[0], json.loads(paths.manifest.read_text()))
+        self._select(self._wanted[0])
         self.accel = image.host_accel()
         self.aio = "io_uring" if qemu_supports_io_uring(self.workdir) else "threads"
         if self.aio != "io_uring":
             log.warning("this QEMU cannot use aio=io_uring: data disks use aio=threads")
-        self._image = paths
         self._host = hostinfo.describe(self.workdir, **self.host_software())
+
+    def _select(self, name: str) -> None:
+        """Make image ``name`` (prepared) the one runs boot and results describe."""
+        self._image, self._sha256, self._manifest = self._images[name]
 
     @property
     def device_source(self) -> str:
@@ -314,8 +329,10 @@ class QemuBackend:
             return None
 
     def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
-        if self._image is None:
+        if cell.spec.image not in self._images:  # run() without preflight, or a cell it did not see
+            self._wanted = [*self._wanted, cell.spec.image]
             self._prepare()
+        self._select(cell.spec.image)
         assert self._image is not None
         run_dir = self.workdir / f"vm-{cell.id}-r{repeat}-{os.getpid()}"
         started, started_at = time.monotonic(), _now()
@@ -583,7 +600,11 @@ class QemuBackend:
 
     def _image_provenance(self, guest: dict[str, Any] | None) -> dict[str, Any]:
         assert self._image is not None
-        return {**(guest or self._manifest), "name": self._image.name, "sha256": self._sha256}
+        return {
+            **(guest or provenance.image_summary(self._manifest) or {}),
+            "name": self._image.name,
+            "sha256": self._sha256,
+        }
 
     def _add_provenance(self, doc: dict[str, Any], vm_info: dict[str, Any]) -> None:
         prov = doc.setdefault("provenance", {})
