@@ -67,6 +67,15 @@ def _out_console() -> Console:
     help="A second, independent batch: a regression fails the gate only when it holds there too.",
 )
 @click.option(
+    "--across",
+    "across",
+    default=None,
+    metavar="AXIS[=BASE_VALUE,HEAD_VALUE]",
+    help="Compare across an environment axis on purpose, e.g. --across image (each side on one image) or "
+    "--across image=debian12,debian13 (both in one run): cells matched by every other setting; only what "
+    "the axis brings (the image, its kernel) may differ.",
+)
+@click.option(
     "--flagged-to",
     type=click.Path(path_type=Path),
     default=None,
@@ -83,6 +92,7 @@ def compare_cmd(
     fmt: str,
     paired: bool,
     confirm: tuple[str, str] | None,
+    across: str | None,
     flagged_to: Path | None,
 ) -> None:
     """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
@@ -91,6 +101,7 @@ def compare_cmd(
     both batches); 2 for bad input.
     """
     limit = compare.parse_threshold(threshold) if threshold is not None else None
+    crossing = compare.parse_across(across) if across is not None else None
     if confirm and limit is None:
         raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
     b = compare.load_side(base, results_root)
@@ -112,6 +123,7 @@ def compare_cmd(
             allow_env_diff=allow_env_diff,
             noise_floors=floors,
             paired=paired,
+            across=crossing,
         )
 
     result = judge(b, h)

@@ -5,6 +5,10 @@ the SQLite index of a results root. Cells are matched by id; every key metric th
 declare is compared, plus the noise-robust ones (CPU-seconds, device bytes and IOs per operation)
 that move far less than wall time on a shared machine. Runs from environments that change numbers
 (backend, accelerator, kernel, image, device profile, CPU, memory) are refused unless allowed.
+
+``--across image`` compares on purpose what differs in an environment axis (``ENV_AXES``: a cell's
+guest image, with the kernel and packages it brings): BASE's cells on one image with HEAD's on
+another, matched by every other setting; only the environment keys the axis explains may differ.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import json
 import math
 import sqlite3
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from rich.table import Table
 
 from fsmatrix.agent import workloads
 from fsmatrix.errors import UserError
+from fsmatrix.matrix import schema
 from fsmatrix.results import load_document, load_results, stats
 
 # Provenance that changes the numbers: runs that differ in any of these are not comparable.
@@ -57,6 +62,11 @@ ENV_KEYS = (
         )
     ),
 )
+# Settings of a cell that change the environment along with what is under test (a guest image brings
+# its own kernel, PostgreSQL and GT.M), each with the ENV_KEYS it explains. Results that differ in
+# those keys because their cells differ in the setting are compared on purpose (a report's columns,
+# ``compare --across``); any other difference is still refused.
+ENV_AXES: dict[str, tuple[str, ...]] = {"image": ("image", "kernel")}
 # Gated next to the workload's own key metrics when a document has them (lower is better for all).
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
 
@@ -85,6 +95,19 @@ class Row:
     p_holm: float = math.nan  # the gated rows' p-values adjusted together (Holm)
 
 
+@dataclass(frozen=True)
+class Across:
+    """``--across AXIS[=BASE_VALUE,HEAD_VALUE]``: compare BASE's cells with AXIS at one value with
+    HEAD's at another (each side's only value when none are named)."""
+
+    axis: str
+    base: str | None = None
+    head: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.axis}: {self.base} (base) → {self.head} (head)"
+
+
 @dataclass
 class CompareResult:
     base: str
@@ -94,6 +117,7 @@ class CompareResult:
     env_diffs: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     only_base: list[str] = field(default_factory=list)
     only_head: list[str] = field(default_factory=list)
+    across: Across | None = None  # compared across an environment axis (its values filled in)
 
     @property
     def regressions(self) -> list[Row]:
@@ -153,6 +177,102 @@ def provenance_value(prov: dict[str, Any], key: str) -> Any:
 def env_differences(base: list[dict[str, Any]], head: list[dict[str, Any]]) -> list[tuple[str, list[str], list[str]]]:
     eb, eh = environment(base), environment(head)
     return [(key, eb[key], eh[key]) for key in ENV_KEYS if eb[key] != eh[key]]
+
+
+def axis_value(doc: dict[str, Any], axis: str) -> str:
+    """The value of environment axis ``axis`` (a dotted setting) in a result's cell: the setting's
+    default when the cell does not name it (a cell at the default leaves it out of its JSON form)."""
+    value: Any = doc.get("params") or {}
+    for part in axis.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+        value = (schema.spec_at(axis) or {}).get("default")
+    return str(value)
+
+
+def without_axis(params: dict[str, Any], axis: str) -> str:
+    """A cell's JSON form without the axis setting, canonical: what the cell's twins on the axis's
+    other values share."""
+    copy = json.loads(json.dumps(params))
+    *parents, last = axis.split(".")
+    node = copy
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
+    return json.dumps(copy, sort_keys=True, separators=(",", ":"))
+
+
+def parse_across(text: str) -> Across:
+    """``image`` or ``image=debian12,debian13``."""
+    axis, _, values = text.partition("=")
+    axis = axis.strip()
+    if axis not in ENV_AXES:
+        raise UserError(f"--across {text!r}: compare across one of {', '.join(ENV_AXES)} (a cell setting)")
+    if not values:
+        return Across(axis)
+    parts = [v.strip() for v in values.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise UserError(f"--across {text!r}: name two values, BASE's then HEAD's, e.g. {axis}=A,B")
+    return Across(axis, parts[0], parts[1])
+
+
+def _side_value(side: Side, axis: str, named: str | None, which: str) -> tuple[str, list[dict[str, Any]]]:
+    """The axis value a side is compared at, and its documents at that value."""
+    values = sorted({axis_value(d, axis) for d in side.docs})
+    if named is None:
+        if len(values) != 1:
+            raise UserError(
+                f"--across {axis}: {which} {side.label} holds {axis} {', '.join(values)}; "
+                f"name the two to compare: --across {axis}=BASE_VALUE,HEAD_VALUE"
+            )
+        named = values[0]
+    docs = [d for d in side.docs if axis_value(d, axis) == named]
+    if not docs:
+        raise UserError(
+            f"--across {axis}: {which} {side.label} has no results with {axis} {named} (it has {', '.join(values)})"
+        )
+    return named, docs
+
+
+def across_sides(base: Side, head: Side, across: Across) -> tuple[Side, Side, Across]:
+    """BASE's documents at the axis's base value and HEAD's at its head value; HEAD's cells renamed
+    to the id of their twin in BASE (the cell with every other setting equal), so rows pair them."""
+    bv, base_docs = _side_value(base, across.axis, across.base, "BASE")
+    hv, head_docs = _side_value(head, across.axis, across.head, "HEAD")
+    if bv == hv:
+        raise UserError(f"--across {across.axis}: both sides are {across.axis} {bv}; compare them without --across")
+    twin = {without_axis(d.get("params") or {}, across.axis): d["cell_id"] for d in base_docs}
+    renamed = []
+    for doc in head_docs:
+        match = twin.get(without_axis(doc.get("params") or {}, across.axis))
+        renamed.append({**doc, "cell_id": match, "head_cell_id": doc["cell_id"]} if match else doc)
+    return Side(base.label, base_docs), Side(head.label, renamed), Across(across.axis, bv, hv)
+
+
+def varying_axes(docs: list[dict[str, Any]]) -> list[str]:
+    """The environment axes (``ENV_AXES``) whose value differs among these results' cells."""
+    return [axis for axis in ENV_AXES if len({axis_value(d, axis) for d in docs}) > 1]
+
+
+def with_environment_axes(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The documents with each environment axis that varies among them written into their ``params``
+    (a cell at the axis's default leaves it out of its JSON form): every table then shows the value
+    in its columns, and no cell stands apart for lacking it."""
+    axes = varying_axes(docs)
+    if not axes:
+        return docs
+    out = []
+    for doc in docs:
+        params = json.loads(json.dumps(doc.get("params") or {}))
+        for axis in axes:
+            *parents, last = axis.split(".")
+            node = params
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = axis_value(doc, axis)
+        out.append({**doc, "params": params})
+    return out
 
 
 def env_hash(docs: list[dict[str, Any]]) -> str:
@@ -241,15 +361,27 @@ def compare(
     allow_env_diff: bool = False,
     noise_floors: dict[tuple[str, str], float] | None = None,
     paired: bool = False,
+    across: Across | None = None,
 ) -> CompareResult:
     """Compare every cell present on both sides; UserError on incomparable environments. ``paired``:
-    the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``)."""
-    result = CompareResult(base.label, head.label, threshold)
+    the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``).
+    ``across``: BASE's cells at one value of an environment axis against HEAD's at another
+    (``across_sides``); the environment keys the axis explains may differ, no other."""
+    if across is not None:
+        base, head, across = across_sides(base, head, across)
+    result = CompareResult(base.label, head.label, threshold, across=across)
     result.env_diffs = env_differences(base.docs, head.docs)
-    if result.env_diffs and not allow_env_diff:
+    explained = ENV_AXES[across.axis] if across is not None else ()
+    refused = [diff for diff in result.env_diffs if diff[0] not in explained]
+    if refused and not allow_env_diff:
+        hint = ""
+        for axis, keys in ENV_AXES.items():
+            axis_differs = {axis_value(d, axis) for d in base.docs} != {axis_value(d, axis) for d in head.docs}
+            if across is None and axis_differs and all(diff[0] in keys for diff in refused):
+                hint = f"; to compare one {axis}'s cells with another's on purpose: --across {axis}"
         raise UserError(
-            "refusing to compare results from different environments (use --allow-env-diff to compare anyway):\n"
-            + format_env_diffs(result.env_diffs)
+            f"refusing to compare results from different environments (use --allow-env-diff to compare anyway{hint}):\n"
+            + format_env_diffs(refused)
         )
     bc, hc = base.by_cell(), head.by_cell()
     common = sorted(set(bc) & set(hc))
@@ -435,8 +567,15 @@ def rich_table(result: CompareResult) -> Table:
 
 def summary_lines(result: CompareResult) -> list[str]:
     lines = []
-    if result.env_diffs:
-        lines += ["environments differ (compared anyway, --allow-env-diff):", format_env_diffs(result.env_diffs)]
+    if result.across is not None:
+        lines.append(
+            f"compared across {result.across.describe()}: cells matched by every other setting (rows name "
+            f"BASE's cell); differing on purpose: {', '.join(k for k, _, _ in result.env_diffs) or 'nothing'}"
+        )
+    explained = ENV_AXES[result.across.axis] if result.across is not None else ()
+    if any(key not in explained for key, _, _ in result.env_diffs):
+        unexplained = [diff for diff in result.env_diffs if diff[0] not in explained]
+        lines += ["environments differ (compared anyway, --allow-env-diff):", format_env_diffs(unexplained)]
     if result.only_base:
         lines.append(f"only in base (not compared): {', '.join(result.only_base)}")
     if result.only_head:
@@ -482,6 +621,7 @@ def to_json(result: CompareResult) -> dict[str, Any]:
         "base": result.base,
         "head": result.head,
         "threshold": result.threshold,
+        "across": None if result.across is None else asdict(result.across),
         "env_diffs": [{"key": k, "base": b, "head": h} for k, b, h in result.env_diffs],
         "only_base": result.only_base,
         "only_head": result.only_head,
