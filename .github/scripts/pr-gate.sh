@@ -6,14 +6,21 @@
 # CONFIRM_REPEATS pairs, and only a regression that holds in both batches fails (docs/statistics-and-gate.md).
 # Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS [CONFIRM_REPEATS]
 # (MATRIX: the base's matrix/pr.yaml; CONFIRM_REPEATS defaults to REPEATS)
+# FSMATRIX_GATE_BACKEND: where the runs are measured, host (default here), qemu or libvirt: a VM
+# backend boots each side's own guest image, so a PR that changes the image is measured as it will run.
 # With FSMATRIX_IN_CONTAINER=1, each side runs in its own checkout's container image (container.sh:
 # BASE_DIR/.fsmatrix-image and HEAD_DIR/.fsmatrix-image), and the comparison in the base's: the
 # judge is not the judged.
 set -euo pipefail
 # fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
 if [ "$(id -u)" -ne 0 ]; then
-  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE bash "$0" "$@"
+  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE,FSMATRIX_GATE_BACKEND bash "$0" "$@"
 fi
+backend=${FSMATRIX_GATE_BACKEND:-host}
+case "$backend" in
+  host | qemu | libvirt) ;;
+  *) echo "FSMATRIX_GATE_BACKEND=$backend: use host, qemu or libvirt" >&2; exit 2 ;;
+esac
 base=$(realpath "$1") head=$(realpath "$2") matrix=$(realpath "$3")
 repeats=$4 threshold=$5 confirm_repeats=${7:-$4}
 mkdir -p "$6"
@@ -30,10 +37,10 @@ interleave() {
     for side in base head; do
       dir=$base
       [ "$side" = head ] && dir=$head
-      echo "== $side$suffix, repeat $r of $count${only:+ (cells $only)}"
+      echo "== $side$suffix, repeat $r of $count on the $backend backend${only:+ (cells $only)}"
       # --repeat r with resume: each pass adds one repeat per cell; a failed run is retried on the next pass.
-      if ! (cd "$dir" && fsmatrix_in . run "$matrix" --results "$results" --run-id "$side$suffix" --repeat "$r" \
-        ${only:+--only "$only"}); then
+      if ! (cd "$dir" && fsmatrix_in . run "$matrix" --backend "$backend" --results "$results" --run-id "$side$suffix" \
+        --repeat "$r" ${only:+--only "$only"}); then
         failed="$failed $side"
       fi
     done
