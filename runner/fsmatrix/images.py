@@ -14,7 +14,7 @@ booted on top of an image's root filesystem, so one built image serves every ker
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +32,17 @@ KEYS = ("name", "description", "suite", "kernel", "tools", "packages")
 NAME = re.compile(r"[a-z][a-z0-9.-]{0,31}")
 PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1
 SUITE = re.compile(r"[a-z][a-z0-9-]*")
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
 @dataclass(frozen=True)
 class Tool:
-    """Where a workload's tool is in an image, and the Debian package that puts it there."""
+    """Where a workload's tool is in an image, the Debian package that puts it there, and the
+    environment its processes need in this image (what differs between releases, e.g. a glibc tunable)."""
 
     package: str
     path: str
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Definition:
             "description": self.description,
             "suite": self.suite,
             "tools": {name: tool.path for name, tool in sorted(self.tools.items())},
+            "tool_env": {name: dict(tool.env) for name, tool in sorted(self.tools.items()) if tool.env},
         }
 
 
@@ -132,19 +136,29 @@ def load(path: Path) -> Definition:
 
 
 def _tools(value: Any, fail: Any) -> dict[str, Tool]:
-    shape = "tools must map a tool's name to {package: PACKAGE, path: /ABSOLUTE/PATH}"
+    shape = (
+        "tools must map a tool's name to {package: PACKAGE, path: /ABSOLUTE/PATH} (and optionally env: {NAME: VALUE})"
+    )
     if not isinstance(value, dict):
         raise fail(shape)
     tools = {}
     for name, entry in value.items():
-        if not isinstance(entry, dict) or set(entry) != {"package", "path"}:
+        if not isinstance(entry, dict) or not {"package", "path"} <= set(entry) <= {"package", "path", "env"}:
             raise fail(f"{shape}; {name!r} is {entry!r}")
         package, where = entry["package"], entry["path"]
         if not isinstance(package, str) or not PACKAGE.fullmatch(package):
             raise fail(f"tools.{name}.package {package!r} is not a Debian package name")
         if not isinstance(where, str) or not where.startswith("/") or any(ch.isspace() for ch in where):
             raise fail(f"tools.{name}.path {where!r} must be an absolute path without white space")
-        tools[str(name)] = Tool(package, where)
+        env = entry.get("env") or {}
+        bad = (
+            [k for k, v in env.items() if not ENV_NAME.fullmatch(str(k)) or not isinstance(v, str)]
+            if isinstance(env, dict)
+            else [env]
+        )
+        if bad:
+            raise fail(f"tools.{name}.env must map variable names (A-Z, 0-9, _) to strings; not {bad[0]!r}")
+        tools[str(name)] = Tool(package, where, {str(k): v for k, v in env.items()})
     return tools
 
 

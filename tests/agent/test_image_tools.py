@@ -38,6 +38,18 @@ def test_tools_come_from_the_images_declaration(tmp_path: Path, monkeypatch: pyt
     assert provenance.image_tool("postgres_bin") is None and postgres.locate_bin({}) == installed_pg
 
 
+def test_gtm_gets_the_environment_its_image_declares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian 13's glibc refuses libgtmutil.so's executable stack unless a tunable allows it: the
+    image declares that (tools.gtm_dist.env), and every GT.M process of the agent gets it."""
+    d = tmp_path
+    db = gtm.Database(d, d / "g.gld", d / "g.dat", None, d, d, d, gtm.Settings())
+    monkeypatch.setenv("GLIBC_TUNABLES", "from-the-caller")
+    _manifest(tmp_path, monkeypatch, tool_env={"gtm_dist": {"GLIBC_TUNABLES": "glibc.rtld.execstack=2"}})
+    assert db.env()["GLIBC_TUNABLES"] == "glibc.rtld.execstack=2"
+    _manifest(tmp_path, monkeypatch, tools={})
+    assert db.env()["GLIBC_TUNABLES"] == "from-the-caller" and provenance.image_tool_env("gtm_dist") == {}
+
+
 def test_results_keep_the_manifest_without_the_module_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _manifest(tmp_path, monkeypatch, image="debian13", modules=["xfs"] * 3000, filesystems=["ext4"])
     assert provenance.collect()["image"] == {"image": "debian13", "filesystems": ["ext4"]}

@@ -46,6 +46,9 @@ def test_each_image_holds_what_the_registries_need(name: str) -> None:
     # What the guest reads: the definition's name and the tools' paths, in the manifest.
     fields = definition.manifest_fields()
     assert fields["image"] == name and fields["tools"]["gtm_dist"].startswith("/usr/lib/x86_64-linux-gnu/fis-gtm/V")
+    # Debian 13's glibc 2.41 loads libgtmutil.so (an executable stack) only with this tunable.
+    wanted_env = {"gtm_dist": {"GLIBC_TUNABLES": "glibc.rtld.execstack=2"}} if name == "debian13" else {}
+    assert fields["tool_env"] == wanted_env
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -69,6 +72,10 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
             "tools.gtm_dist.path 'relative/dir' must be an absolute path",
         ),
         (lambda d: {**d, "tools": {**d["tools"], "gtm_dist": "/usr/lib"}}, "tools must map a tool's name"),
+        (
+            lambda d: {**d, "tools": {**d["tools"], "gtm_dist": {**d["tools"]["gtm_dist"], "env": {"a b": "1"}}}},
+            "tools.gtm_dist.env must map variable names (A-Z, 0-9, _) to strings; not 'a b'",
+        ),
     ],
 )
 def test_a_bad_definition_is_refused_naming_its_file(tmp_path: Path, change: object, message: str) -> None:

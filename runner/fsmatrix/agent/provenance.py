@@ -64,6 +64,14 @@ def image_summary(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if manifest is None else {k: v for k, v in manifest.items() if k != "modules"}
 
 
+def image_tool_env(name: str) -> dict[str, str]:
+    """The environment this guest image declares for tool ``name``'s processes (its manifest's
+    ``tool_env``); empty outside a guest image or when it declares none."""
+    declared = (image_manifest() or {}).get("tool_env")
+    env = declared.get(name) if isinstance(declared, dict) else None
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
 def image_tool(name: str) -> Path | None:
     """Where this guest image declares tool ``name`` (its manifest's ``tools``, written from
     packer/images/NAME.yaml at build time); None outside a guest image, or in one built before

@@ -163,6 +163,7 @@ class Database:
         )
         if self.settings.full_block_writes:
             env["gtm_fullblockwrites"] = "1"
+        env.update(provenance.image_tool_env(TOOL))  # what this guest image's GT.M needs (packer/images/)
         env.update(extra or {})
         return env
 
