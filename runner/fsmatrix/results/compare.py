@@ -66,7 +66,8 @@ ENV_KEYS = (
 # its own kernel, PostgreSQL and GT.M), each with the ENV_KEYS it explains. Results that differ in
 # those keys because their cells differ in the setting are compared on purpose (a report's columns,
 # ``compare --across``); any other difference is still refused.
-ENV_AXES: dict[str, tuple[str, ...]] = {"image": ("image", "kernel")}
+# An image's kernel also reserves its own share of the guest's memory: memory_kib (MemTotal) differs.
+ENV_AXES: dict[str, tuple[str, ...]] = {"image": ("image", "kernel", "memory_kib")}
 # Gated next to the workload's own key metrics when a document has them (lower is better for all).
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
 
@@ -188,6 +189,13 @@ def axis_value(doc: dict[str, Any], axis: str) -> str:
     if value is None:
         value = (schema.spec_at(axis) or {}).get("default")
     return str(value)
+
+
+def axis_values(docs: list[dict[str, Any]], axis: str) -> list[str]:
+    """The values of environment axis ``axis`` these results hold: the setting's default first (the
+    baseline an upgrade is measured against), then the others by name."""
+    default = str((schema.spec_at(axis) or {}).get("default"))
+    return sorted({axis_value(d, axis) for d in docs}, key=lambda value: (value != default, value))
 
 
 def without_axis(params: dict[str, Any], axis: str) -> str:

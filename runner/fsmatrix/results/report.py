@@ -263,7 +263,7 @@ def explained_by_axes(docs: list[dict[str, Any]]) -> dict[str, dict[str, set[str
     results only because an environment axis of their cells does (each image's own kernel)."""
     explained: dict[str, dict[str, set[str]]] = {}
     for axis in compare.varying_axes(docs):
-        by_value: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by_value: dict[str, list[dict[str, Any]]] = {value: [] for value in compare.axis_values(docs, axis)}
         for doc in docs:
             by_value[compare.axis_value(doc, axis)].append(doc)
         for key in ENV_KEYS:
@@ -301,7 +301,7 @@ def _environment_section(docs: list[dict[str, Any]]) -> list[str]:
     explained = explained_by_axes(docs)
     lines = ["## Environment", ""]
     for axis in compare.varying_axes(docs):
-        named = ", ".join(dict.fromkeys(compare.axis_value(d, axis) for d in docs))
+        named = ", ".join(compare.axis_values(docs, axis))
         lines.append(f"- {axis}: {named} (a setting of the cells: side by side in the tables)")
     for key, values in envs.items():
         if key in explained:
@@ -379,7 +379,7 @@ def environment_axis_tables(
     docs = [d for ds in cells.values() for d in ds]
     out = []
     for axis in compare.varying_axes(docs):
-        values = list(dict.fromkeys(compare.axis_value(d, axis) for d in docs))
+        values = compare.axis_values(docs, axis)
         first = values[0]
         samples: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(dict)
         for heading, group in workload_groups(kind, cells):
@@ -429,9 +429,17 @@ def metric_grid(kind: str, group: dict[str, list[dict[str, Any]]], metric: str) 
         rows[row][col] = values if values else sorted({d["status"] for d in ds})[0]
     if not any(isinstance(v, list) for r in rows.values() for v in r.values()):
         return [], []
-    # Each storage stack's environment values side by side, in the order they came.
+    # Each storage stack's environment values side by side: the stacks in the order they came, the
+    # values of an axis (the images) with its default first.
     stacks = list(dict.fromkeys(c.split(AXIS_SEPARATOR)[0] for c in columns))
-    columns.sort(key=lambda c: stacks.index(c.split(AXIS_SEPARATOR)[0]))
+    docs = [d for ds in group.values() for d in ds]
+    order = [compare.axis_values(docs, axis) for axis in compare.ENV_AXES]
+
+    def place(column: str) -> tuple[int, list[int]]:
+        stack, *values = column.split(AXIS_SEPARATOR)
+        return stacks.index(stack), [order[i].index(v) if v in order[i] else 0 for i, v in enumerate(values)]
+
+    columns.sort(key=place)
     return columns, list(rows.items())
 
 
