@@ -172,8 +172,10 @@ def definitions(repo: Path = REPO) -> dict[str, Definition]:
 
 def names(repo: Path = REPO) -> list[str]:
     """The names of the images a cell may pick, without checking their definitions (the matrix
-    schema's list; a definition is checked when its image is built or listed)."""
-    return sorted(p.stem for p in (repo / DEFINITIONS).glob("*.yaml"))
+    schema's list; a definition is checked when its image is built or listed). fsmatrix running
+    without its source tree beside it (a copy of runner/ only) knows the default image alone: a
+    matrix that names none still loads, and runs on the host backend."""
+    return sorted(p.stem for p in (repo / DEFINITIONS).glob("*.yaml")) or [DEFAULT]
 
 
 def get(name: str, repo: Path = REPO) -> Definition:

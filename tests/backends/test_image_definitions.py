@@ -183,3 +183,9 @@ def test_the_manifest_names_every_module_of_the_kernel(tmp_path: Path) -> None:
     assert manifest.module_names(kernel.name, tmp_path) == [
         "dm_log_writes", "ext4", "f2fs", "reiserfs", "virtio_blk", "xfs",
     ]  # fmt: skip
+
+
+def test_without_the_source_tree_only_the_default_image_is_known(tmp_path: Path) -> None:
+    """A copy of runner/ alone (the workflow tests' regressed head, an installed package): matrices
+    that name no image still load; the schema allows the default image only."""
+    assert images.names(tmp_path) == ["debian12"]
