@@ -5,8 +5,8 @@ empty filesystem must stay within the footprint (give or take the files' metadat
 - sysbench, fio: the files are written whole, so 90 %..100 % of the footprint;
 - 3n+1: at least a third of it (a small range is dominated by the database's initial allocation
   and the one extension step the footprint allows for; at large ranges its 25 % margin remains);
-- pgbench: at least a quarter (the footprint allows for the WAL a checkpoint may keep, up to twice
-  the data, and for dead rows; a 5-second run makes little of either).
+- pgbench: at least a fifth (the footprint allows for the WAL a checkpoint may keep, up to twice
+  the data, and for dead rows; a 5-second run makes little of either: scale 4 used 156 MiB of 544).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ pytestmark = [needs_root, pytest.mark.system]
 @pytest.fixture
 def ext4() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="fsmatrix-fit-", dir="/var/tmp") as d:
+        os.chmod(d, 0o755)  # PostgreSQL's server runs as postgres and must reach its directory
         image, mount = Path(d) / "disk.img", Path(d) / "mnt"
         mount.mkdir()
         with image.open("wb") as f:
@@ -78,7 +79,7 @@ def _peak_use(mount: Path, args: list[str]) -> int:
             "pgbench",
             {"scale": 4, "clients": 2, "threads": 1, "duration": 5},
             ["tpcb-like", "--scale", "4", "--clients", "2", "--threads", "1", "--duration", "5"],
-            1 / 4,
+            1 / 5,
         ),
     ],
 )
