@@ -24,7 +24,7 @@ from typing import Any
 from fsmatrix import results
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
-from fsmatrix.results import answer, compare, crashtable, regime, seedreport, stats
+from fsmatrix.results import answer, compare, crashtable, decide, regime, seedreport
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -110,21 +110,19 @@ class Ranked:
 
 
 def rank(entries: dict[str, list[float] | str], direction: str) -> dict[str, Ranked]:
-    """The entries that have values, each placed against the best median. An entry is the best only
-    when the test ``compare`` uses (stats.compare_samples) separates it from every other entry; the
-    ones it cannot separate from the best are "tied" with it, and so is the best then."""
+    """The entries that have values, each placed against the best median. The best, and which entries
+    are separated from it, are the answer's (decide.compare_group: Holm-adjusted across the entries'
+    comparisons with the best); an entry it does not call worse is "tied" with the best, and so is
+    the best then. With too few runs for any decision, the best median leads and everything ties."""
     values = {col: v for col, v in entries.items() if isinstance(v, list) and v}
     if not values:
         return {}
     medians = {col: statistics.median(v) for col, v in values.items()}
     pick = min if direction == "lower" else max
-    leader = pick(medians, key=lambda col: medians[col])
+    answer = decide.compare_group(values, direction)
+    leader = answer.best or pick(medians, key=lambda col: medians[col])
     best = medians[leader]
-    tied = {
-        col
-        for col in values
-        if col != leader and stats.compare_samples(values[leader], values[col], direction).verdict != "slower"
-    }
+    tied = {col for col in values if col != leader and col not in answer.worse}
     out = {}
     for col, vals in values.items():
         med = medians[col]
