@@ -177,7 +177,8 @@ def print_estimates(
         console.print(f"estimate {cell.id}: {found[cell.id].show()}", markup=False, highlight=False)
     if race is not None:
         whole = estimate.total(found, {c.id: race.max_repeats for c in cells})
-        console.print(f"at most {whole.show()} (a race may stop earlier)", markup=False, highlight=False)
+        upto = "at most " if whole.unknown_runs < whole.runs else ""
+        console.print(f"{upto}{whole.show()} (a race may stop earlier)", markup=False, highlight=False)
         return
     runs_left: dict[str, int] = {}
     for cell, _ in left:

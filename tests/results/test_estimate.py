@@ -116,6 +116,8 @@ def test_total_is_the_sum_times_the_runs_left() -> None:
     whole = estimate.total(found, {"a": 3, "b": 3, "c": 3})
     assert (whole.seconds, whole.runs, whole.unknown_runs) == (42.0, 9, 3)
     assert whole.show() == "estimated 42 s for 9 runs (3 of them unknown, not counted)"
+    nothing = estimate.total({"a": estimate.Estimate(None, estimate.UNKNOWN)}, {"a": 3})
+    assert nothing.show().startswith("no estimate for 3 runs")
     assert estimate.total(found, {"a": 1, "b": 2}).seconds == 18.0  # a resumed run: only what is left
     assert [estimate.duration(s) for s in (0.5, 42, 250, 7500)] == ["0.5 s", "42 s", "4 min 10 s", "2 h 05 min"]
 

@@ -170,6 +170,8 @@ class Total:
     unknown_runs: int  # of those, the ones without an estimate (not in ``seconds``)
 
     def show(self) -> str:
+        if self.runs and self.unknown_runs == self.runs:
+            return f"no estimate for {_runs(self.runs)} (no stored run of these cells or their workloads here)"
         text = f"estimated {duration(self.seconds)} for {_runs(self.runs)}"
         if self.unknown_runs:
             text += f" ({self.unknown_runs} of them unknown, not counted)"
