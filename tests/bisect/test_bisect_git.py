@@ -15,12 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from conftest import FSMATRIX
 from fsmatrix.agent import job
 from fsmatrix.bisect import driver, session
 from fsmatrix.bisect import git as bisect_git
-from fsmatrix.bisect.lab import clones_root, one_cell
+from fsmatrix.bisect.lab import GitLab, clones_root, one_cell
+from fsmatrix.cli import main
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
 
@@ -29,13 +31,13 @@ name: bisect-test
 axes:
   filesystem: [tmpfs]
   workload:
-    - threen1: {start: 1, end: 20000, workers: 2, block: 5000, keys: integer}
-    - threen1: {start: 1, end: 40000, workers: 2, block: 5000, keys: integer}
+    - threen1: {start: 1, end: 50000, workers: 2, block: 5000, keys: integer}
+    - threen1: {start: 1, end: 60000, workers: 2, block: 5000, keys: integer}
 defaults:
   storage.disk_size: 1G
   gtm.global_buffers: 4000
 """
-ONLY = "tmpfs-threen1-1-20000-*"
+ONLY = "tmpfs-threen1-1-50000-*"
 SETTINGS = "bisect-settings.yaml"
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -197,11 +199,11 @@ def test_prepare_prints_the_settings_and_a_commit_it_fails_on_is_skipped(setup: 
 
 def test_interrupted_it_cleans_up_and_the_same_command_resumes(setup: dict[str, Any]) -> None:
     repo = setup["tmp"] / "repo"
-    shas = make_repo(repo, 8, culprit=3)
+    shas = make_repo(repo, 4, culprit=3)
     medians = {"integer": 1.0, "spelled": 2.0}
     whole = StandInBackend(medians, seed=1)
     first = bisect_repo(setup, repo, shas[0], shas[-1], whole)
-    # Again from scratch in another results directory, interrupted after 15 runs.
+    # Again from scratch in another results directory, interrupted after 15 runs (in the first step).
     setup["tmp"] = setup["tmp"] / "again"
     setup["tmp"].mkdir()
     stopping = StandInBackend(medians, seed=1, stop_after=15)
@@ -229,11 +231,15 @@ def test_a_range_without_a_regression_is_refused_with_the_figures(setup: dict[st
 # ----------------------------------------------------------------------------------- bad input
 
 
-def refused(*args: str, cwd: Path) -> str:
-    done = subprocess.run([*FSMATRIX, *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False)
-    assert done.returncode == 2, done.stdout + done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+def refused(*args: str, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The command in-process (CliRunner: a subprocess per case would cost seconds each); it must exit 2
+    with one line on stderr and no traceback. Returns the line."""
+    monkeypatch.chdir(cwd)
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output, result.output
+    assert len(lines) == 1 and lines[0].startswith("fsmatrix: error: "), result.stderr
     return lines[0]
 
 
@@ -248,13 +254,15 @@ def refused(*args: str, cwd: Path) -> str:
         ({"--only": "tmpfs-*"}, "matches 2 cells of"),
         ({"--threshold": "five"}, "threshold 'five': expected a percentage"),
         ({"--settings-file": None}, "give --prepare CMD or --settings-file FILE"),
+        ({"--prepare": "true"}, "give --prepare CMD or --settings-file FILE (one of them)"),
+        ({"--max-rounds": "2"}, "--max-rounds 2: must be at least the minimum rounds"),
         ({"--repo": "notarepo"}, "--repo notarepo: not a git repository"),
         ({"dirty": True}, "has uncommitted changes (1 paths, e.g. code.txt)"),
     ],
     ids=lambda v: str(v)[:30],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_checked_out(
-    setup: dict[str, Any], change: dict[str, Any], expected: str
+    setup: dict[str, Any], change: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tmp = setup["tmp"]
     make_repo(tmp / "repo", 3, culprit=2)
@@ -273,6 +281,69 @@ def test_bad_input_is_one_line_exit_2_and_nothing_checked_out(
         (tmp / "repo" / "code.txt").write_text("edited\n")
     options.update(change)
     args = [x for k, v in options.items() if v is not None for x in (k, v)]
-    line = refused("bisect", *args, cwd=tmp)
+    line = refused("bisect", *args, cwd=tmp, monkeypatch=monkeypatch)
     assert expected in line, line
     assert not (tmp / "results").exists() and not (tmp / "work").exists()
+
+
+def test_good_must_be_on_the_first_parent_line_of_bad(setup: dict[str, Any]) -> None:
+    repo = setup["tmp"] / "repo"
+    make_repo(repo, 2, culprit=9)
+    sh("git", "checkout", "-q", "-b", "side", "main~1", cwd=repo)
+    (repo / "side.txt").write_text("side\n")
+    sh("git", "add", "-A", cwd=repo)
+    sh("git", "commit", "-q", "-m", "on a branch", cwd=repo)
+    sh("git", "checkout", "-q", "main", cwd=repo)
+    sh("git", "merge", "-q", "--no-ff", "-m", "merge side", "side", cwd=repo)
+    with pytest.raises(UserError, match="--good side .* is not on the first-parent line of --bad main"):
+        bisect_git.commits(repo, "side", "main")
+    listed = bisect_git.commits(repo, "main~2", "main")
+    assert [c.subject for c in listed] == ["change 1", "change 2", "merge side"]
+
+
+def test_what_prepare_prints_is_checked_and_a_bad_commit_skipped(setup: dict[str, Any]) -> None:
+    repo = setup["tmp"] / "repo"
+    make_repo(repo, 1, culprit=9)
+    commit = bisect_git.commits(repo, "main~1", "main")[1]
+
+    def prepared(prepare: str | None, settings_file: str | None = None) -> str | None:
+        results = setup["tmp"] / f"results-{len(list(setup['tmp'].glob('results-*')))}"
+        lab = GitLab(
+            repo,
+            setup["base"],
+            StandInBackend({}),  # type: ignore[arg-type]
+            results_root=results,
+            workdir=setup["tmp"] / "work",
+            prepare=prepare,
+            settings_file=settings_file,
+            matrix_path=str(setup["matrix_file"]),
+        )
+        try:
+            return lab.prepare(commit).failure
+        finally:
+            lab.close()
+
+    assert prepared("echo 'gtm.global_buffers: 5000'") is None
+    assert prepared("true") is None  # nothing printed: no settings
+    assert "printed '42', not a mapping of settings" in (prepared("echo 42") or "")
+    assert "unknown setting 'gtm.buffers'" in (prepared("echo 'gtm.buffers: 1'") or "")
+    assert "gtm.global_buffers: 'many' is not allowed" in (prepared("echo 'gtm.global_buffers: many'") or "")
+    assert "--settings-file nowhere.yaml: not in commit" in (prepared(None, "nowhere.yaml") or "")
+    assert not (setup["tmp"] / "work" / "bisect").exists()
+
+
+def test_bad_input_through_the_installed_command_is_one_line_without_a_traceback(setup: dict[str, Any]) -> None:
+    tmp = setup["tmp"]
+    make_repo(tmp / "repo", 2, culprit=1)
+    (tmp / "repo" / "code.txt").write_text("edited\n")
+    args = ["bisect", "--repo", "repo", "--good", "main~2", "--bad", "main", "--matrix", "m.yaml", "--only", ONLY]
+    done = subprocess.run(
+        [*FSMATRIX, *args, "--settings-file", SETTINGS],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("fsmatrix: error: --repo repo has uncommitted changes")

@@ -372,20 +372,21 @@ class Bisector:
         for c in (parent, culprit):
             self.lab.release(c)
         pairs = compare.metric_pairs(docs["parent"], docs["culprit"], metric)
-        c = stats.compare_paired(pairs, direction, alpha=plan.alpha)
-        confirmed = stats.is_regression(c, plan.threshold)
+        effect = stats.compare_paired(pairs, direction, alpha=plan.alpha)
+        confirmed = stats.is_regression(effect, plan.threshold)
         return {
             "confirmed": confirmed,
             "pairs": len(pairs),
-            "ratio": c.ratio,
-            "ci_low": c.ci_low,
-            "ci_high": c.ci_high,
-            "p_value": c.p_value,
-            "test": c.test,
-            "verdict": c.verdict,
-            "worse_by": c.worse_by,
+            "ratio": effect.ratio,
+            "ci_low": effect.ci_low,
+            "ci_high": effect.ci_high,
+            "p_value": effect.p_value,
+            "test": effect.test,
+            "verdict": effect.verdict,
+            "worse_by": effect.worse_by,
             "reason": (
-                f"{c.verdict} by {abs(c.worse_by):.1%} ({c.test}, p {c.p_value:.2g}, {len(pairs)} pairs)"
+                f"{effect.verdict} by {abs(effect.worse_by):.1%} "
+                f"({effect.test}, p {effect.p_value:.2g}, {len(pairs)} pairs)"
                 + ("" if confirmed else f": not worse by more than {plan.threshold:.0%} at α {plan.alpha:g}")
             ),
         }

@@ -66,7 +66,7 @@ def commits(repo: Path, good: str, bad: str) -> list[Commit]:
         )
     shown = git(repo, "log", "--first-parent", "--format=%H %s", f"{good_sha}..{bad_sha}").stdout.splitlines()
     shown += git(repo, "log", "-1", "--format=%H %s", good_sha).stdout.splitlines()
-    subjects = dict(line.split(" ", 1) if " " in line else (line, "") for line in shown)
+    subjects = {sha: subject for sha, _, subject in (line.partition(" ") for line in shown)}
     return [Commit(sha, subjects.get(sha, ""), i) for i, sha in enumerate([good_sha, *shas])]
 
 
