@@ -24,5 +24,5 @@ def test_the_bisect_benchmark_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest
     out = capsys.readouterr().out
     assert status == 0
     assert out.startswith("Bisect benchmark: 2 commits, a 100% regression injected at a random commit")
-    assert "| 1 | 1/1 (100%, 95 % CI 3%-100%) | 0/1 (0%" in out
+    assert "| 1 | 1/1 (100%, 95 % CI 3%-100%) | 1/1 (100%, 95 % CI 3%-100%) | 0/1 (0%" in out
     assert not (tmp_path / "work" / "bisect").exists()

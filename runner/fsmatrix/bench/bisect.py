@@ -9,7 +9,7 @@ have them (``bench.gate.scaled``'s rule: the machine's real noise, a regression 
 place; the stored runs stay as measured). Each bisect has a results directory of its own under
 ``--results``, so an interrupted benchmark resumes where it stopped.
 
-Prints, as Markdown: how often the drawn commit was named (and how often a wrong one), with the 95 %
+Prints, as Markdown: how often the drawn commit was named (and confirmed; and how often a wrong one), with the 95 %
 Clopper-Pearson interval; runs and minutes per bisect; date, machine, commit, load averages, command.
 """
 
@@ -137,6 +137,10 @@ def table(args: Any, outcomes: list[tuple[int, dict[str, Any]]], loads: list[flo
     named = [(culprit, (r["culprit"] or {}).get("index")) for culprit, r in outcomes]
     found = sum(c == x for c, x in named)
     wrong = sum(x is not None and c != x for c, x in named)
+    confirmed = sum(
+        c == x and bool((r["confirmation"] or {}).get("confirmed"))
+        for (c, x), (_, r) in zip(named, outcomes, strict=True)
+    )
     runs = [r["runs"]["total"] for _, r in outcomes]
     minutes = [r["runs"]["seconds"] / 60 for _, r in outcomes]
 
@@ -153,10 +157,11 @@ def table(args: Any, outcomes: list[tuple[int, dict[str, Any]]], loads: list[flo
             f"git {prov['git']['sha'][:10]}; 1-min load average {min(loads):.2f}..{max(loads):.2f}; "
             f"{seconds / 60:.1f} min in all",
             "",
-            "| bisects | culprit named | wrong commit named | runs per bisect, median (min..max) | "
+            "| bisects | culprit named | and confirmed | wrong commit named | runs per bisect, median (min..max) | "
             "minutes of runs per bisect, median (min..max) |",
-            "|---|---|---|---|---|",
-            f"| {n} | {rate(found)} | {rate(wrong)} | {statistics.median(runs):g} ({min(runs)}..{max(runs)}) | "
+            "|---|---|---|---|---|---|",
+            f"| {n} | {rate(found)} | {rate(confirmed)} | {rate(wrong)} | "
+            f"{statistics.median(runs):g} ({min(runs)}..{max(runs)}) | "
             f"{statistics.median(minutes):.1f} ({min(minutes):.1f}..{max(minutes):.1f}) |",
             "",
             "Command: python -m fsmatrix.bench.bisect " + " ".join(sys.argv[1:]),

@@ -65,7 +65,7 @@ class Plan:
     min_rounds: int = stats.MIN_SAMPLES  # nothing is decided before this many rounds
     max_rounds: int = 10  # a step undecided after this many rounds is skipped (the budget)
     max_skips: int = 3  # more skipped commits than this stop the search (a range is reported)
-    confirm_rounds: int = 5  # fresh pairs of the culprit and its parent
+    confirm_rounds: int = 8  # fresh pairs of the culprit and its parent (the PR gate confirms with 8)
     metric: str | None = None  # None: the gated metric the ends show regressed most clearly
 
     def check(self) -> None:
@@ -406,7 +406,7 @@ def first_line(report: dict[str, Any]) -> str:
     good, bad = report["good"]["sha"][:12], report["bad"]["sha"][:12]
     tested = sum(1 for s in report["steps"] if s["verdict"] != "skip")
     skipped = len(report["skipped"])
-    cost = f"{tested} commits tested, {skipped} skipped, {_minutes(report)}"
+    cost = f"{tested} commit{'s' if tested != 1 else ''} tested, {skipped} skipped, {_minutes(report)}"
     finding = report.get("finding")
     if finding == "no regression":
         parts = []

@@ -43,7 +43,7 @@ from fsmatrix.results import compare
 )
 @click.option("--max-skips", type=int, default=3, show_default=True, help="Skipped commits before the search stops.")
 @click.option(
-    "--confirm-rounds", type=int, default=5, show_default=True, help="Fresh pairs of the culprit and its parent."
+    "--confirm-rounds", type=int, default=8, show_default=True, help="Fresh pairs of the culprit and its parent."
 )
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default="host", show_default=True)
 @click.option(
