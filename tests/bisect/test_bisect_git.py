@@ -347,3 +347,15 @@ def test_bad_input_through_the_installed_command_is_one_line_without_a_traceback
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("fsmatrix: error: --repo repo has uncommitted changes")
+
+
+def test_a_failure_midway_leaves_no_clone(setup: dict[str, Any]) -> None:
+    repo = setup["tmp"] / "repo"
+    shas = make_repo(repo, 3, culprit=2)
+    prepare = f'[ "$FSMATRIX_BISECT_COMMIT" = {shas[-1]} ] && exit 1; cat {SETTINGS}'
+    with pytest.raises(
+        UserError, match=f"the bad end {shas[-1][:12]} cannot be tested: --prepare exited with status 1"
+    ):
+        bisect_repo(setup, repo, shas[0], shas[-1], StandInBackend({}), prepare=prepare)
+    assert (setup["tmp"] / "results" / "prepared" / f"{shas[0]}.json").is_file()  # the good end was cloned
+    assert not (setup["tmp"] / "work" / "bisect").exists()
