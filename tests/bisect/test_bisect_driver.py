@@ -168,3 +168,12 @@ def test_over_many_seeded_trials_no_change_rarely_starts() -> None:
         started += report["finding"] != "no regression"
     low, _ = stats.clopper_pearson(started, TRIALS)
     assert low <= PLAN.alpha, f"{started}/{TRIALS} started"
+
+
+def test_two_changes_in_the_range_name_one_of_them_and_say_a_commit_lay_between() -> None:
+    medians = [1.0 if i < 6 else 1.3 if i < 11 else 1.6 for i in range(N + 1)]
+    report = bisect(StandInLab(medians, sigma=0.02, seed=14))
+    assert report["culprit"]["index"] in (6, 11) and report["confirmation"]["confirmed"]
+    between = [s for s in report["steps"] if s.get("between")]
+    assert between and all(6 <= s["index"] < 11 for s in between)
+    assert "between the ends" in between[0]["reason"]
