@@ -95,7 +95,7 @@ def test_a_noisy_middle_commit_gets_more_rounds_then_a_decision_or_a_skip() -> N
     assert noisy["rounds"] > max(others), report["steps"]
     assert noisy["verdict"] in ("good", "skip")  # commit 8 is before the change: never bad here
     if noisy["verdict"] == "skip":
-        assert "not decided within 10 rounds" in noisy["reason"]
+        assert f"not decided within {PLAN.max_rounds} rounds" in noisy["reason"]
     assert report["culprit"]["index"] == culprit
 
 

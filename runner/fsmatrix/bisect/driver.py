@@ -63,7 +63,7 @@ class Plan:
     threshold: float = 0.05  # δ: a regression is worse by more than this
     alpha: float = stats.ALPHA  # the bound on naming a wrong commit; also the ends' and confirmation's level
     min_rounds: int = stats.MIN_SAMPLES  # nothing is decided before this many rounds
-    max_rounds: int = 10  # a step undecided after this many rounds is skipped (the budget)
+    max_rounds: int = 20  # a step undecided after this many rounds is skipped (the budget)
     max_skips: int = 3  # more skipped commits than this stop the search (a range is reported)
     confirm_rounds: int = 8  # fresh pairs of the culprit and its parent (the PR gate confirms with 8)
     metric: str | None = None  # None: the gated metric the ends show regressed most clearly

@@ -39,7 +39,7 @@ from fsmatrix.results import compare
 @click.option("--threshold", default="5%", show_default=True, help="A regression is worse by more than this.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Bound on naming a wrong commit.")
 @click.option(
-    "--max-rounds", type=int, default=10, show_default=True, help="Rounds at most per step (the budget; then skip)."
+    "--max-rounds", type=int, default=20, show_default=True, help="Rounds at most per step (the budget; then skip)."
 )
 @click.option("--max-skips", type=int, default=3, show_default=True, help="Skipped commits before the search stops.")
 @click.option(
