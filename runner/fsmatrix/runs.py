@@ -547,6 +547,29 @@ def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path:
     return doc
 
 
+def run_repeat(
+    matrix: Matrix, cell: MatrixCell, backend: Backend, *, results_root: Path, run_id: str, repeat: int
+) -> dict[str, Any]:
+    """Exactly repeat ``repeat`` of ``cell`` under ``run_id``, whatever the state of its other repeats
+    (``run_matrix`` would also retry the earlier ones that did not pass), stored and indexed like
+    any run: for a caller that interleaves runs itself and decides after each (``fsmatrix bisect``)."""
+    run_dir = results_root / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, [cell], repeat))
+    backend.preflight([cell])
+    path = results.result_path(run_dir, cell.id, repeat)
+    doc = _run_one(backend, with_auto_timeout(cell, cell_estimates(results_root, [cell])), repeat, run_id, path)
+    try:
+        index = results.Index(results_root)
+        try:
+            index.add(run_id, doc, path)
+        finally:
+            index.close()
+    except sqlite3.Error as exc:
+        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
+    return doc
+
+
 def summary_table(summary: RunSummary, cells: list[MatrixCell]) -> Table:
     """One row per cell: statuses and the median of its first key metric."""
     table = Table(title=f"results in {summary.run_dir}")

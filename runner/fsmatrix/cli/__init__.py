@@ -1,6 +1,7 @@
 """The ``fsmatrix`` command line: the top group ``main`` and its command groups, one module each.
 
 run.py        run, cleanup
+bisect.py     bisect
 matrix.py     matrix expand / settings
 workload.py   workload NAME (generated from each workload's declaration)
 results.py    compare, report, calibrate, results merge / reindex
@@ -21,7 +22,7 @@ from typing import Any, NoReturn
 import click
 
 from fsmatrix import __version__
-from fsmatrix.cli import container, image, libvirt, matrix, results, run, vagrant, workload
+from fsmatrix.cli import bisect, container, image, libvirt, matrix, results, run, vagrant, workload
 from fsmatrix.errors import UserError
 
 
@@ -73,3 +74,4 @@ main.add_command(results.report_cmd, "report")
 main.add_command(results.compare_cmd, "compare")
 main.add_command(results.calibrate_cmd, "calibrate")
 main.add_command(vagrant.vagrant_group, "vagrant")
+main.add_command(bisect.bisect, "bisect")
