@@ -8,6 +8,7 @@ image.py      image build / path / list / prune / probe-accel
 container.py  container build / tag / prune
 libvirt.py    libvirt start / stop / status
 vagrant.py    vagrant spec
+slurm.py      slurm status / collect
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, NoReturn
 import click
 
 from fsmatrix import __version__
-from fsmatrix.cli import container, image, libvirt, matrix, results, run, vagrant, workload
+from fsmatrix.cli import container, image, libvirt, matrix, results, run, slurm, vagrant, workload
 from fsmatrix.errors import UserError
 
 
@@ -73,3 +74,4 @@ main.add_command(results.report_cmd, "report")
 main.add_command(results.compare_cmd, "compare")
 main.add_command(results.calibrate_cmd, "calibrate")
 main.add_command(vagrant.vagrant_group, "vagrant")
+main.add_command(slurm.slurm_group, "slurm")
