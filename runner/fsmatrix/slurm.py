@@ -31,7 +31,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -281,29 +282,36 @@ def shard_states(sub: Submission) -> list[str]:
     return out
 
 
+@contextmanager
+def cancelled_on_interrupt(sub: Submission, console: Console) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM) inside: the job is cancelled, nothing keeps running for a command that is
+    gone (``fsmatrix run`` from submitting on; not ``slurm collect --wait``, which only waits)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if sub.job_id:
+            subprocess.run(["scancel", sub.job_id], capture_output=True, timeout=60, check=False)
+            console.print(f"cancelled Slurm job {sub.job_id}; the same command again resumes where it stopped")
+        raise
+
+
 def wait(sub: Submission, console: Console, poll_s: float = POLL_S) -> None:
-    """Until every task has left the queue, with a progress bar of the runs written so far. Ctrl-C
-    (or SIGTERM) cancels the job: nothing keeps running for a command that is gone."""
+    """Until every task has left the queue, with a progress bar of the runs written so far."""
     assert sub.job_id is not None
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    try:
-        with Progress(*columns, console=console, transient=False) as progress:
-            bar = progress.add_task(f"slurm job {sub.job_id}", total=sub.total_runs)
-            shown = ""
-            while True:
-                queued = active_tasks(sub.job_id)
-                done, words = runs_done(sub), _describe(sub.job_id, queued)
-                progress.update(bar, completed=done, description=words)
-                if not console.is_terminal and f"{words} {done}" != shown:  # a log gets a line per change
-                    shown = f"{words} {done}"
-                    progress.console.print(f"[{done}/{sub.total_runs}] {words}", markup=False, highlight=False)
-                if not queued:
-                    break
-                time.sleep(poll_s)
-    except KeyboardInterrupt:
-        subprocess.run(["scancel", sub.job_id], capture_output=True, timeout=60, check=False)
-        console.print(f"cancelled Slurm job {sub.job_id}; the same command again resumes where it stopped")
-        raise
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task(f"slurm job {sub.job_id}", total=sub.total_runs)
+        shown = ""
+        while True:
+            queued = active_tasks(sub.job_id)
+            done, words = runs_done(sub), _describe(sub.job_id, queued)
+            progress.update(bar, completed=done, description=words)
+            if not console.is_terminal and f"{words} {done}" != shown:  # a log gets a line per change
+                shown = f"{words} {done}"
+                progress.console.print(f"[{done}/{sub.total_runs}] {words}", markup=False, highlight=False)
+            if not queued:
+                break
+            time.sleep(poll_s)
 
 
 def _describe(job_id: str, queued: dict[int, str]) -> str:

@@ -232,6 +232,17 @@ def _fsmatrix(*args: str, env: dict[str, str], timeout: float = 300) -> subproce
     return subprocess.run([*FSMATRIX, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def _queued(job_id: str, env: dict[str, str]) -> str:
+    """squeue's lines for the job's tasks that have not ended."""
+    done = subprocess.run(
+        ["squeue", "-h", "-r", f"--jobs={job_id}", "-t", ",".join(slurm.ACTIVE)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
 def _report_cells(report: Path) -> set[str]:
     """The cell ids of a report's "Runs and verification" table."""
     section = report.read_text().split("## Runs and verification")[1]
@@ -272,6 +283,27 @@ def test_a_matrix_through_sbatch_equals_a_local_run(tmp_path: Path) -> None:
         assert status.returncode == 0 and "2 tasks" in status.stdout, status.stderr
         collected = _fsmatrix("slurm", "collect", str(shared / "later"), "--wait", env=cluster.env)
         assert collected.returncode == 0, collected.stderr
+
+        # SIGTERM (as Ctrl-C) while it waits: the job is cancelled, nothing runs on for a command that is gone.
+        stopped = ["--results", str(tmp_path / "stopped"), "--run-id", "stopped"]
+        waiting = subprocess.Popen(
+            [*FSMATRIX, "run", str(matrix_file), *common, *stopped],
+            env=cluster.env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert waiting.stderr is not None
+        line = ""
+        while "submitted Slurm job" not in line and waiting.poll() is None:
+            line = waiting.stderr.readline()
+        job_id = line.split("submitted Slurm job ")[1].split(":")[0]
+        waiting.send_signal(signal.SIGTERM)
+        assert waiting.wait(timeout=60) == 130
+        waiting.stderr.close()
+        deadline = time.monotonic() + 60
+        while (left := _queued(job_id, cluster.env)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"job {job_id} still queued after the command was stopped: {left}"
+        # Cancelled, not run to its end: the second task (waiting for the node) never ran.
+        assert slurm.task_exit(slurm.Submission.load(shared / "stopped"), 1) is None
         conf = cluster.conf
     # Nothing of the cluster is left: no daemon, no job, no spool or state directory.
     assert not _ours(conf) and not conf.parent.exists()

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from fsmatrix import matrix, slurm
 from fsmatrix.cli import main
+from fsmatrix.errors import UserError
 from test_bad_input import OK_CELL, refused
 
 TWO = f"name: two\naxes:\n  filesystem: [tmpfs]\n  workload.threen1.end: [100, 200]\n{OK_CELL}"
@@ -122,3 +123,21 @@ def test_task_ids_as_squeue_prints_them() -> None:
     assert slurm._task_ids("[0-2%1]") == [0, 1, 2]
     assert slurm._task_ids("1,4") == [1, 4]
     assert slurm._task_ids("N/A") == []
+
+
+def test_sbatch_refusing_the_array_is_one_line_with_a_hint_for_the_gres(
+    tmp_path: Path, two: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub = _submission(tmp_path, two, "qemu")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    message = "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification"
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    with pytest.raises(UserError) as refused:
+        slurm.submit(sub, slurm.gres_for("qemu", "kvm"), [])
+    assert str(refused.value) == f"sbatch refused the job array: {message} (no such GRES on this cluster? " + (
+        "--kvm-gres none asks for none)"
+    )
+    assert sub.job_id is None and not (sub.directory / slurm.SUBMISSION).exists()

@@ -225,14 +225,15 @@ def _run_on_slurm(
         shard_size=shard_size, task_args=task_args, force=force,
     )  # fmt: skip
     extra = [word for arg in sbatch_args for word in shlex.split(arg)]
-    job_id = slurm.submit(sub, slurm.gres_for(backend, kvm_gres), extra)
-    tasks = f"{len(sub.shards)} array tasks, {sub.total_runs} runs"
-    console.print(f"submitted Slurm job {job_id}: {tasks} ({sub.directory})", markup=False, highlight=False)
-    if detach:
-        click.echo(f"fsmatrix slurm status {sub.directory}")
-        click.echo(f"fsmatrix slurm collect {sub.directory}")
-        return 0
-    slurm.wait(sub, console)
+    with slurm.cancelled_on_interrupt(sub, console):  # from the submission on: Ctrl-C leaves no job behind
+        job_id = slurm.submit(sub, slurm.gres_for(backend, kvm_gres), extra)
+        tasks = f"{len(sub.shards)} array tasks, {sub.total_runs} runs"
+        console.print(f"submitted Slurm job {job_id}: {tasks} ({sub.directory})", markup=False, highlight=False)
+        if detach:
+            click.echo(f"fsmatrix slurm status {sub.directory}")
+            click.echo(f"fsmatrix slurm collect {sub.directory}")
+            return 0
+        slurm.wait(sub, console)
     return slurm.finish(slurm.collect(sub, results_root, console.print), click.echo)
 
 
