@@ -70,6 +70,7 @@ class Submission:
     results_root: str  # where collect merges to (absolute)
     job_id: str | None = None
     sbatch: list[str] = field(default_factory=list)  # the submitting command line
+    replace: bool = False  # --force: the results root's runs of these cells are replaced by the new ones
     format_version: int = SUBMISSION_FORMAT
 
     @property
@@ -170,6 +171,13 @@ def prepare(
     before is resumed when its shards are the same; refused while its job is still queued."""
     directory = (shared / run_id).resolve()
     split = [[c.id for c in shard] for shard in shards(cells, shard_size)]
+    held = [c.id for c in cells if any(results.iter_result_files(results_root / run_id / c.id))]
+    if held and not force and not (directory / SUBMISSION).exists():
+        # Runs made elsewhere (a local run): merging the new ones beside them would refuse at the end.
+        raise UserError(
+            f"{results_root / run_id} already holds runs of {len(held)} of these cells ({held[0]}, ...) that this "
+            f"shared directory did not make: give another --run-id, or --force to replace them"
+        )
     if (directory / SUBMISSION).exists():
         old = Submission.load(directory)
         if old.job_id and active_tasks(old.job_id):
@@ -197,6 +205,7 @@ def prepare(
         repeat=repeat,
         shards=split,
         results_root=str(results_root.resolve()),
+        replace=force,
     )
     script = directory / "job.sh"
     script.write_text(batch_script(sub, task_args), encoding="utf-8")
@@ -355,6 +364,9 @@ def collect(sub: Submission, results_root: Path | None = None, echo: Callable[[s
             failed.append(f"shard {index} ({sub.directory / 'logs' / f'shard-{index}.out'}): {state}")
     if not sources:
         raise UserError(f"{sub.directory}: no task wrote any result ({'; '.join(failed)})")
+    if sub.replace:  # --force: what the results root held of these cells gives way, as a local --force overwrites
+        for cell_id in {c for shard in sub.shards for c in shard}:
+            shutil.rmtree(run_dir / cell_id, ignore_errors=True)
     copied, same = results.merge(sources, root)
     echo(f"merged {copied} result documents into {root} ({same} already there)")
     path, found = report.write_report(run_dir, sub.title)

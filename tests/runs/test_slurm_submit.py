@@ -141,3 +141,19 @@ def test_sbatch_refusing_the_array_is_one_line_with_a_hint_for_the_gres(
         "--kvm-gres none asks for none)"
     )
     assert sub.job_id is None and not (sub.directory / slurm.SUBMISSION).exists()
+
+
+def test_a_run_id_whose_results_were_made_elsewhere_needs_force(tmp_path: Path, two: Path) -> None:
+    """A local run's results under the same run id would clash with the array's at the merge: refused
+    before anything is submitted; --force replaces them when the array's are collected."""
+    m = matrix.load(two)
+    (tmp_path / "results" / "two" / m.cells[0].id).mkdir(parents=True)
+    (tmp_path / "results" / "two" / m.cells[0].id / "r1.json").write_text("{}")
+    with pytest.raises(UserError, match="already holds runs of 1 of these cells .* --force to replace them"):
+        _submission(tmp_path, two, "host")
+    m = matrix.load(two)
+    sub = slurm.prepare(
+        m, m.cells, shared=tmp_path / "shared", run_id="two", backend="host", repeat=1,
+        results_root=tmp_path / "results", shard_size=None, task_args=[], force=True,
+    )  # fmt: skip
+    assert sub.replace
