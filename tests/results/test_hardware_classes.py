@@ -39,7 +39,7 @@ HOST_B = {
 }
 CLASS_A = "Fake CPU A, 8 CPUs, 32 GiB, disk NVMe X (SSD)"
 CLASS_B = "Fake CPU B, 4 CPUs, 16 GiB, disk Disk Y (rotational)"
-SECONDS = {"ext4": 1.0, "xfs": 2.0, "btrfs": 3.0, "jfs": 4.0}
+SECONDS = {"ext4": 1.0, "xfs": 2.0, "btrfs": 3.0, "jfs": 4.0, "tmpfs": 0.5}
 
 
 def shard(root: Path, cells: list[matrix.MatrixCell], host: dict[str, Any], run_id: str = "fleet") -> Path:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fsmatrix import matrix, slurm
+from fsmatrix import matrix, results, slurm
+from fsmatrix.agent import jsonfile
 from fsmatrix.cli import main
 from fsmatrix.errors import UserError
 from test_bad_input import OK_CELL, refused
@@ -157,3 +158,30 @@ def test_a_run_id_whose_results_were_made_elsewhere_needs_force(tmp_path: Path, 
         results_root=tmp_path / "results", shard_size=None, task_args=[], force=True,
     )  # fmt: skip
     assert sub.replace
+
+
+def test_collect_merges_the_shards_names_a_task_that_did_not_end_and_replaces_with_force(
+    tmp_path: Path, two: Path
+) -> None:
+    """collect without a cluster: the tasks' results roots written here as a task writes them."""
+    from test_hardware_classes import HOST_A, shard
+
+    m = matrix.load(two)
+    sub = _submission(tmp_path, two, "host")
+    shard(sub.shard_dir(0), [m.cells[0]], HOST_A, run_id="two")
+    (sub.shard_dir(0) / slurm.EXIT_STATUS).write_text("0\n")
+    shard(sub.shard_dir(1), [m.cells[1]], HOST_A, run_id="two")  # its task was killed: no exit status
+    done = slurm.collect(sub, echo=lambda line: None)
+    assert not done.ok and len(done.failed) == 1 and done.failed[0].startswith("shard 1 (")
+    assert "ended without an exit status" in done.failed[0]
+    assert {d["cell_id"] for d in results.load_results(done.run_dir)} == {c.id for c in m.cells}
+    assert (done.run_dir / "report.md").exists()
+    # Other runs of the same cells arrive: refused at the merge, unless the submission replaces.
+    doc = jsonfile.read(results.result_path(sub.shard_dir(0) / "two", m.cells[0].id, 1))
+    jsonfile.write_atomic(
+        results.result_path(sub.shard_dir(0) / "two", m.cells[0].id, 1), {**doc, "repeat": 1, "duration_s": 9}
+    )
+    with pytest.raises(UserError, match="already holds a different result"):
+        slurm.collect(sub, echo=lambda line: None)
+    sub.replace = True
+    assert slurm.collect(sub, echo=lambda line: None).run_dir == done.run_dir
