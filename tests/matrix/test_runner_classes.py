@@ -80,7 +80,7 @@ def test_matrix_workflow_runs_each_shard_on_its_labels() -> None:
     [
         ('runner: {labels: [ok, "bad label"]}', ["runner.labels.1: 'bad label' is not allowed", "a runner label"]),
         ("runner: {labels: []}", ["runner.labels: [] is not allowed", "a list of 1 to 20"]),
-        ("runner: {labels: [a, a]}", ['runner.labels: ["a", "a"] is not allowed', "different labels"]),
+        ("runner: {labels: [a, a]}", ['runner.labels: ["a", "a"] is not allowed', "different values"]),
         ("runner: {labels: gpu}", ["runner.labels: 'gpu' is not allowed"]),
         ("runner: gpu", ["runner: 'gpu' is not allowed; expected a mapping with keys labels"]),
         ("runner: {label: [gpu]}", ["unknown setting 'runner.label'; allowed under 'runner': labels"]),

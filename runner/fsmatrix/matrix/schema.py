@@ -126,7 +126,9 @@ def describe(spec: dict[str, Any]) -> str:
     if kind == "string" and "pattern" in spec:
         return "a size such as 512M or 8G" if spec["pattern"] == declare.SIZE_PATTERN else spec["description"]
     if kind == "array":
-        return f"a list of 1 to {spec['maxItems']} different labels, each {RUNNER_LABEL_WORDS}"
+        size = f"{spec.get('minItems', 0)} to {spec['maxItems']}" if "maxItems" in spec else "any number of"
+        unique = " different" if spec.get("uniqueItems") else ""
+        return f"a list of {size}{unique} values, each {describe(spec.get('items', {}))}"
     if kind == "object":
         return "a mapping with keys " + ", ".join(spec.get("properties", {}))
     return {"boolean": "true or false", "string": "a string", "number": "a number"}.get(kind, kind)
