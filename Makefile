@@ -21,13 +21,13 @@ PYTEST_ARGS ?=
 # RUN_PACKAGES is what running a matrix takes: the host's and the container image's list
 # (`fsmatrix container build` reads CONTAINER_PACKAGES); DEV_PACKAGES only the host's (tests, lint,
 # building libvirt-python from PyPI against Debian's libvirt, Vagrant, podman to build and run the
-# container image).
+# container image, Slurm and munge for the one-node cluster of tests/runs/test_slurm_cluster.py).
 REGISTRY_PACKAGES := $(shell PYTHONPATH=runner $(PYTHON) -m fsmatrix.agent.packages host)
 RUN_PACKAGES := $(REGISTRY_PACKAGES) mdadm lvm2 util-linux psmisc kmod python3-venv \
 	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client \
 	libvirt-daemon-system libvirt-clients libxml2-utils iproute2 dnsmasq-base
 DEV_PACKAGES := git shellcheck chromium vagrant vagrant-libvirt libvirt-dev pkg-config gcc python3-dev \
-	podman runc
+	podman runc slurm-wlm munge
 DEB_PACKAGES := $(RUN_PACKAGES) $(DEV_PACKAGES)
 # Building the container image: the engine, debootstrap for its base, and what the wheelhouse needs
 # (the virtualenv's pip; libvirt-python is built against libvirt-dev).

@@ -194,7 +194,7 @@ def with_auto_timeout(cell: MatrixCell, found: dict[str, estimate.Estimate]) -> 
         return cell
     seconds, why = estimate.auto_timeout(found.get(cell.id) or estimate.Estimate(None, estimate.UNKNOWN))
     log.info("%s: timeout %d s (%s)", cell.id, seconds, why)
-    return MatrixCell(cell.id, dataclasses.replace(cell.spec, timeout=seconds, timeout_source=why))
+    return dataclasses.replace(cell, spec=dataclasses.replace(cell.spec, timeout=seconds, timeout_source=why))
 
 
 class EstimatedTime(ProgressColumn):
@@ -478,9 +478,10 @@ def matrix_record(
 ) -> dict[str, Any]:
     """What a run directory's ``matrix.json`` holds: the matrix's name, file and repeats, and each
     selected cell with its settings, its comparison group (``group``: the key, ``group_label``: for
-    people) and whether it is its group's ``baseline``; ``baseline_rule`` says how the baselines were
-    chosen (``named`` by the file's ``baseline``, or ``defaults``) and ``baselines`` maps every group
-    key of the whole matrix to its baseline's id (a selection may leave a baseline out). A race
+    people), whether it is its group's ``baseline``, and its ``runner`` labels when it names some;
+    ``baseline_rule`` says how the baselines were chosen (``named`` by the file's ``baseline``, or
+    ``defaults``) and ``baselines`` maps every group key of the whole matrix to its baseline's id (a
+    selection may leave a baseline out). A race
     adds its settings (``race``; ``repeat`` is then its maximum repeats)."""
     entries = []
     for c in cells:
@@ -492,6 +493,7 @@ def matrix_record(
                 "group": group.key,
                 "group_label": group.label,
                 "baseline": matrix.baselines.get(group.key) == c.id,
+                **({"runner": {"labels": list(c.runner)}} if c.runner else {}),
             }
         )
     record = {

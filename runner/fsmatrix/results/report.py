@@ -24,7 +24,7 @@ from typing import Any
 from fsmatrix import results
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
-from fsmatrix.results import answer, compare, crashtable, decide, regime, seedreport
+from fsmatrix.results import answer, compare, crashtable, decide, hardware, regime, seedreport
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -59,6 +59,7 @@ ENV_KEYS = (
     "host.kernel",
     "host.memory_kib",
 )
+HARDWARE = "hardware class"  # a table's heading names the class its runs ran on (hardware.py)
 
 
 def _row_label(kind: str, flat: dict[str, Any]) -> str:
@@ -278,12 +279,15 @@ def workload_groups(
     kind: str, cells: dict[str, list[dict[str, Any]]]
 ) -> list[tuple[str, dict[str, list[dict[str, Any]]]]]:
     """Cells of one workload split into groups that differ only in row and column keys, each with a
-    heading naming what sets it apart from the other groups ("" when there is one group)."""
+    heading naming what sets it apart from the other groups ("" when there is one group). Runs from
+    different hardware classes (hardware.py) are never in one group: its heading names the class."""
     groups: dict[tuple[tuple[str, str], ...], dict[str, list[dict[str, Any]]]] = defaultdict(dict)
-    for cid, ds in cells.items():
-        flat = flatten(ds[0]["params"])
-        rest = tuple(sorted((k, str(v)) for k, v in flat.items() if k not in ROW_KEYS.get(kind, ()) + COLUMN_KEYS))
-        groups[rest][cid] = ds
+    for klass, members in hardware.split(cells).items():
+        for cid, ds in members.items():
+            flat = flatten(ds[0]["params"])
+            keys = ROW_KEYS.get(kind, ()) + COLUMN_KEYS
+            rest = tuple(sorted((k, str(v)) for k, v in flat.items() if k not in keys))
+            groups[((HARDWARE, klass), *rest)][cid] = ds
     varying = {k for k, _ in set().union(*groups)} if len(groups) > 1 else set()
     varying = {k for k in varying if len({dict(g).get(k) for g in groups}) > 1}
     return [(", ".join(f"{k}={v}" for k, v in rest if k in varying), group) for rest, group in groups.items()]
@@ -297,6 +301,9 @@ def _workload_section(
     shown = 0
     if kind in workloads.WORKLOADS and workloads.get(kind).note:
         lines += [f"> {workloads.get(kind).note}", ""]
+    found = hardware.classes([d for ds in cells.values() for d in ds])
+    if len(found) > 1:
+        lines += [f"> {hardware.why(found)}", ""]
     for heading, group in workload_groups(kind, cells):
         if heading:
             lines += [f"### {heading}", ""]
@@ -408,6 +415,13 @@ def relative_speed_tables(
     """Seed 000's "relative speed" tables: cells that differ only in database settings (the settings
     blocks the workload owns, e.g. gtm.*), the first metric's median and each one's speed relative
     to the first (default-most) setting."""
+    by_class = hardware.split(cells)
+    if len(by_class) > 1:  # one table per hardware class: speeds from different machines are not relative
+        return [
+            (f"{title} on {klass}", header, rows)
+            for klass, members in by_class.items()
+            for title, header, rows in relative_speed_tables(kind, members)
+        ]
     metric, title, direction = metric_tables(cells)[kind][0]
     blocks = {b.name for b in workloads.get(kind).settings} if kind in workloads.WORKLOADS else set()
 
