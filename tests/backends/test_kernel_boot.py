@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -88,8 +89,8 @@ def test_a_file_that_is_no_kernel_is_refused(tmp_path: Path, cache: Path) -> Non
     text.write_text("this is not a kernel\n" * 100)
     line = run_refused(tmp_path, cache, f"vm.kernel: {text}")
     assert "not a kernel" in line and "linux-image-*.deb" in line and "bzImage" in line
-    line = run_refused(tmp_path, cache, f"vm.kernel: {tmp_path}")  # a directory
-    assert "not a file" in line
+    with pytest.raises(UserError, match="not a file; name a linux-image"):
+        kernel_boot.prepare(str(tmp_path), "", cache)  # a directory
 
 
 def test_a_kernel_without_the_cells_filesystem_is_refused_before_the_vm(tmp_path: Path, cache: Path) -> None:
@@ -143,8 +144,8 @@ def test_a_package_without_a_kernel_is_refused(tmp_path: Path, cache: Path) -> N
 def test_vm_modules_need_vm_kernel(tmp_path: Path) -> None:
     m = tmp_path / "m.yaml"
     m.write_text("axes: {filesystem: [ext4]}\ndefaults:\n  workload: {fio: {pattern: randread}}\n  vm.modules: /x\n")
-    line = refused("matrix", "expand", str(m))
-    assert "vm.modules" in line and "set vm.kernel too" in line
+    with pytest.raises(UserError, match=r"m.yaml:\d+: vm.modules are a vm.kernel bzImage's modules: set vm.kernel too"):
+        matrix.load(m)
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,3 +250,102 @@ def test_prune_deletes_kernels_unused_for_days_and_their_saved_guests(tmp_path: 
     assert f"deleted the prepared vm.kernel {old.directory}" in done.stdout
     assert f"deleted the saved guest {root / 't2'} (its image or vm.kernel is gone)" in done.stdout
     assert used.directory.is_dir() and not old.directory.exists() and sorted(p.name for p in root.iterdir()) == ["t1"]
+
+
+def fake_deb(tmp_path: Path, files: dict[str, bytes], name: str = "linux-image-6.99.0-test") -> Path:
+    """A Debian package holding ``files`` (path -> bytes), made with dpkg-deb."""
+    root = tmp_path / f"{name}-root"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN/control").write_text(
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@t>\nDescription: test\n"
+    )
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    deb = tmp_path / f"{name}.deb"
+    subprocess.run(["dpkg-deb", "-b", "-Zgzip", str(root), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+def test_a_package_whose_kernel_or_modules_are_wrong_is_refused(tmp_path: Path, cache: Path) -> None:
+    no_bzimage = fake_deb(tmp_path, {f"boot/vmlinuz-{RELEASE}": b"\0" * 4096}, "linux-image-a")
+    with pytest.raises(UserError, match=f"its boot/vmlinuz-{RELEASE} is not an x86 bzImage"):
+        kernel_boot.prepare(str(no_bzimage), "", cache)
+    bzimage = fake_bzimage(tmp_path / "bz").read_bytes()
+    no_modules = fake_deb(tmp_path, {f"boot/vmlinuz-{RELEASE}": bzimage}, "linux-image-b")
+    with pytest.raises(UserError, match=f"the package has no lib/modules/{RELEASE}"):
+        kernel_boot.prepare(str(no_modules), "", cache)
+    # ... and one laid out as Debian 13's are (usr/lib/modules) is read, with its name and version.
+    tree = f"usr/lib/modules/{RELEASE}"
+    good = fake_deb(
+        tmp_path,
+        {f"boot/vmlinuz-{RELEASE}": bzimage, f"{tree}/modules.order": b"", f"{tree}/modules.builtin": b"\n".join(
+            [m.encode() for m in ROOT_BUILTIN]
+        )},
+        "linux-image-c",
+    )  # fmt: skip
+    prepared = kernel_boot.prepare(str(good), "", cache)
+    assert prepared.release == RELEASE and prepared.source["package"] == "linux-image-c"
+    assert prepared.source["version"] == "1.0" and prepared.source["format"] == "deb"
+
+
+def test_modules_as_a_tarball_and_bad_module_paths(tmp_path: Path, cache: Path) -> None:
+    kernel = fake_bzimage(tmp_path / "bzImage")
+    mods = modules_dir(tmp_path / "mods")
+    (mods / "lib/modules" / RELEASE / "build").symlink_to("/usr/src/linux-build")  # as modules_install leaves it
+    tarball = tmp_path / "modules.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(mods / "lib", arcname="lib")
+    prepared = kernel_boot.prepare(str(kernel), str(tarball), cache)
+    assert prepared.modules == sorted(kernel_boot.module_name(m) for m in ROOT_BUILTIN)
+    assert prepared.source["modules"]["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(b"not a tarball at all")
+    with pytest.raises(UserError, match="not a readable tarball"):
+        kernel_boot.prepare(str(kernel), str(bad), cache)
+    outside = tmp_path / "outside.tar"
+    with tarfile.open(outside, "w") as tar:
+        tar.add(mods / "lib/modules" / RELEASE / "modules.order", arcname="../modules.order")
+    with pytest.raises(UserError, match="'../modules.order' points outside the tarball"):
+        kernel_boot.prepare(str(kernel), str(outside), cache)
+    with pytest.raises(UserError, match="vm.modules .*: no such file or directory"):
+        kernel_boot.prepare(str(kernel), str(tmp_path / "missing"), cache)
+
+
+def test_a_bzimage_that_names_no_release_is_refused(tmp_path: Path) -> None:
+    kernel = fake_bzimage(tmp_path / "bzImage")
+    data = bytearray(kernel.read_bytes())
+    data[0x20E:0x210] = b"\0\0"
+    kernel.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="names no kernel version"):
+        kernel_boot.bzimage_release(kernel)
+
+
+def test_the_libvirt_and_vagrant_backends_refuse_a_vm_kernel_cell(tmp_path: Path, cache: Path) -> None:
+    from fsmatrix.backends import image, vagrant
+    from fsmatrix.backends.libvirt import LibvirtBackend
+
+    text = (
+        "name: k\naxes: {filesystem: [ext4]}\ndefaults:\n  workload: {fio: {pattern: randread}}\n  vm.kernel: k.deb\n"
+    )
+    (tmp_path / "m.yaml").write_text(text)
+    (cell,) = matrix.load(tmp_path / "m.yaml").cells
+    with pytest.raises(UserError, match="vm.kernel is booted by the qemu backend only, not by libvirt"):
+        LibvirtBackend(workdir=tmp_path / "work").preflight([cell])
+    paths = image.image_paths("0123456789abcdef")  # a fake built image: vagrant.spec reads its catalog
+    paths.qcow2.parent.mkdir(parents=True)
+    for path in paths.files:
+        path.write_text("x")
+    paths.catalog.write_text(json.dumps(image._catalog(paths, "0.1.0.20260101000000", "b" * 64)))
+    with pytest.raises(UserError, match="vm.kernel is booted by the qemu backend only"):
+        vagrant.spec(tmp_path / "m.yaml", cell.id, driver="qemu", network="loopback", image_name=paths.name)
+
+
+def test_how_long_init_waits_for_its_disks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(kernel_boot.WAIT_ENV, raising=False)
+    assert kernel_boot.append() == kernel_boot.APPEND and "wait_s=120" in kernel_boot.init_script()
+    monkeypatch.setenv(kernel_boot.WAIT_ENV, "5")
+    assert kernel_boot.append() == f"{kernel_boot.APPEND} fsmatrix.wait=5"
+    monkeypatch.setenv(kernel_boot.WAIT_ENV, "soon")
+    with pytest.raises(UserError, match="FSMATRIX_KERNEL_WAIT='soon': give a whole number of seconds"):
+        kernel_boot.append()

@@ -231,3 +231,27 @@ def test_without_a_root_disk_the_guest_says_so(backports: Path, tmp_path: Path) 
         "the kernel lacks virtio-blk, msdos partitions or ext4"
     ), console.read_text(errors="replace")[-3000:]
     assert f"fsmatrix-initramfs: kernel {prepared.release}" in console.read_text(errors="replace")
+
+
+@pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
+def test_a_kernel_that_cannot_reach_its_root_disk_fails_the_run_in_one_line(
+    built: image.ImagePaths, backports: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """A bzImage given without its modules (Debian's has virtio-blk as a module): the run is an error
+    whose reason is the guest's own line, within seconds of the wait, not a timeout."""
+    release = release_of(backports)
+    unpacked = tmp_path / "unpacked"
+    subprocess.run(["dpkg-deb", "-x", str(backports), str(unpacked)], check=True)
+    matrix = xfs_matrix(tmp_path / "kernel.yaml", unpacked / "boot" / f"vmlinuz-{release}")
+    results = tmp_path / "results"
+    started = time.monotonic()
+    done = run_on_qemu(matrix, results, workdir, env={kernel_boot.WAIT_ENV: "5"})
+    print(f"a kernel without its root disk, on qemu: {time.monotonic() - started:.0f} s")
+    (path,) = results.glob("kernel/*/r1.json")
+    doc = json.loads(path.read_text())
+    line = f"{kernel_boot.ERROR_MARK} no disk labelled fsmatrix-root after 5 s"
+    assert doc["status"] == "error" and line in doc["reason"], doc["reason"]
+    assert doc["reason"].startswith("the guest did not start with vm.kernel ")
+    # The saved guest could not be made either, and the warning says why in the same words.
+    assert "cannot save a booted guest" in done.stderr and line in done.stderr, done.stderr
+    assert not vms_under(workdir)

@@ -68,6 +68,7 @@ ROOT_MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4")
 NEEDED_FOR_ROOT = ("virtio_pci", "virtio_blk", "ext4")  # without these there is no root disk
 APPEND = "root=LABEL=fsmatrix-root ro console=ttyS0,115200 panic=-1"
 DEVICE_WAIT_S = 120  # /init waits this long for a disk to appear (TCG is slow)
+WAIT_ENV = "FSMATRIX_KERNEL_WAIT"  # seconds instead (fsmatrix.wait= on the kernel's command line)
 DEB_MAGIC = b"!<arch>\n"
 BZIMAGE_MAGIC = b"HdrS"  # x86 boot protocol: the setup header's signature at 0x202
 TOOL_TIMEOUT = 600
@@ -106,7 +107,7 @@ class Prepared:
         return DirectBoot(
             kernel=self.directory / "vmlinuz",
             initrd=self.directory / "initrd.img",
-            append=APPEND,
+            append=append(),
             modules_disk=modules if modules.exists() else None,
             modules_serial=MODULES_SERIAL,
         )
@@ -121,6 +122,17 @@ class Prepared:
         wanted += needs.modules_of(cell)
         missing = [m for m in dict.fromkeys(wanted) if m and m not in have]
         return ", ".join(missing) or None
+
+
+def append() -> str:
+    """The kernel's command line: APPEND, and how long /init waits for its disks when
+    $FSMATRIX_KERNEL_WAIT says (a whole number of seconds)."""
+    wait = os.environ.get(WAIT_ENV, "").strip()
+    if not wait:
+        return APPEND
+    if not wait.isdigit() or int(wait) < 1:
+        raise UserError(f"{WAIT_ENV}={wait!r}: give a whole number of seconds, at least 1")
+    return f"{APPEND} fsmatrix.wait={int(wait)}"
 
 
 def cache_dir(cache: Path) -> Path:
@@ -218,7 +230,9 @@ def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] 
     if modules_path is not None:
         modules_sha = sha256_tree(modules_path) if modules_path.is_dir() else sha256_file(modules_path)
     busybox_sha = sha256_file(BUSYBOX) if BUSYBOX.is_file() else "none"
-    key_text = json.dumps({"format": FORMAT, "kernel": kernel_sha, "modules": modules_sha, "busybox": busybox_sha})
+    # What the prepared files are made of: the kernel, its modules, busybox, /init and the root modules.
+    made_of = {"kernel": kernel_sha, "modules": modules_sha, "busybox": busybox_sha, "init": init_script()}
+    key_text = json.dumps({"format": FORMAT, **made_of, "root_modules": ROOT_MODULES})
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     directory = cache_dir(cache) / key
     done = directory / "kernel.json"
@@ -336,7 +350,7 @@ def _modules_tree(given: Path, release: str, work: Path) -> Path:
         root = work / "tar"
         try:
             with tarfile.open(given) as tar:
-                tar.extractall(root, filter=_without_build_links)
+                tar.extractall(root, members=_modules_members(tar, given))
         except (tarfile.TarError, OSError) as exc:
             raise UserError(f"vm.modules {str(given)!r}: not a readable tarball: {exc}") from exc
     candidates = [root, root / release, root / "lib/modules" / release, root / "usr/lib/modules" / release]
@@ -360,11 +374,22 @@ def _modules_tree(given: Path, release: str, work: Path) -> Path:
     return tree
 
 
-def _without_build_links(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """tarfile's "data" filter, minus the build and source links (absolute, into a build tree)."""
-    if member.issym() and Path(member.name).name in ("build", "source"):
-        return None
-    return tarfile.data_filter(member, dest)
+def _modules_members(tar: tarfile.TarFile, given: Path) -> list[tarfile.TarInfo]:
+    """The tarball's directories and files, none outside it (Python 3.11.2's tarfile has no
+    extraction filters); the build and source links (absolute, into a build tree) are left out."""
+    members = []
+    for member in tar.getmembers():
+        name = Path(member.name)
+        if name.is_absolute() or ".." in name.parts:
+            raise UserError(f"vm.modules {str(given)!r}: {member.name!r} points outside the tarball")
+        if member.isdir() or member.isfile():
+            members.append(member)
+        elif member.issym() and name.name not in ("build", "source"):
+            target = Path(member.linkname)
+            if target.is_absolute() or ".." in target.parts:
+                raise UserError(f"vm.modules {str(given)!r}: the link {member.name!r} points outside the tarball")
+            members.append(member)
+    return members
 
 
 def _looks_like_modules(directory: Path) -> bool:
@@ -469,7 +494,7 @@ for module in /modules/*.ko; do
     [ -e "$module" ] || continue
     insmod "$module" || fail "cannot load module ${{module##*/}} into kernel $(uname -r)"
 done
-wait_s={wait}  # fsmatrix.wait=SECONDS on the kernel's command line shortens it (tests)
+wait_s={wait}  # or fsmatrix.wait=SECONDS on the kernel's command line ($FSMATRIX_KERNEL_WAIT)
 for arg in $(cat /proc/cmdline); do
     case "$arg" in fsmatrix.wait=*) wait_s=${{arg#fsmatrix.wait=}} ;; esac
 done
