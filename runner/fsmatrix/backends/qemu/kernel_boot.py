@@ -66,7 +66,9 @@ ERROR_MARK = "fsmatrix-initramfs: error:"
 # Modules the initramfs loads to reach the root disk (the rest come from the modules disk).
 ROOT_MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4")
 NEEDED_FOR_ROOT = ("virtio_pci", "virtio_blk", "ext4")  # without these there is no root disk
-APPEND = "root=LABEL=fsmatrix-root ro console=ttyS0,115200 panic=-1"
+# no_timer_check: under TCG on a loaded host the kernel's check of the IO-APIC timer can fail and
+# panic ("IO-APIC + timer doesn't work!"), as virtual machines' kernels commonly avoid.
+APPEND = "root=LABEL=fsmatrix-root ro console=ttyS0,115200 panic=-1 no_timer_check"
 DEVICE_WAIT_S = 120  # /init waits this long for a disk to appear (TCG is slow)
 WAIT_ENV = "FSMATRIX_KERNEL_WAIT"  # seconds instead (fsmatrix.wait= on the kernel's command line)
 DEB_MAGIC = b"!<arch>\n"
