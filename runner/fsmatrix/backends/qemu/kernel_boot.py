@@ -64,8 +64,11 @@ MODULES_SERIAL = "fsmatrix-modules"
 # What /init prints before it powers off when the guest cannot start: the backend's reason for the run.
 ERROR_MARK = "fsmatrix-initramfs: error:"
 # Modules the initramfs loads to reach the root disk (the rest come from the modules disk).
-ROOT_MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4")
-NEEDED_FOR_ROOT = ("virtio_pci", "virtio_blk", "ext4")  # without these there is no root disk
+# The filesystem of the image's root disk (packer/scripts/base.sh) and of the modules disk: the
+# guest's own, never one under test.
+ROOT_FILESYSTEM = "ext4"
+ROOT_MODULES = ("virtio_pci", "virtio_blk", "crc32c_generic", ROOT_FILESYSTEM)
+NEEDED_FOR_ROOT = ("virtio_pci", "virtio_blk", ROOT_FILESYSTEM)  # without these there is no root disk
 # no_timer_check: under TCG on a loaded host the kernel's check of the IO-APIC timer can fail and
 # panic ("IO-APIC + timer doesn't work!"), as virtual machines' kernels commonly avoid.
 APPEND = "root=LABEL=fsmatrix-root ro console=ttyS0,115200 panic=-1 no_timer_check"
@@ -302,7 +305,7 @@ def _build(out: Path, path: Path, kind: str, modules_path: Path | None, source: 
         if absent:
             raise UserError(
                 f"vm.kernel {source['path']!r} ({release}): its modules have no {', '.join(absent)}, "
-                "loadable or built in: the guest could not reach its root disk (virtio-blk, ext4)"
+                f"loadable or built in: the guest could not reach its root disk (virtio-blk, {ROOT_FILESYSTEM})"
             )
         root_modules = [tree / rel for rel in _load_order([m for m in ROOT_MODULES if m in names], deps)]
         _modules_disk(tree.parent, out / "modules.img")
@@ -474,7 +477,7 @@ def _modules_disk(modules_root: Path, image: Path) -> None:
     size = sum(p.stat().st_size for p in modules_root.rglob("*") if p.is_file() and not p.is_symlink())
     mib = size * 5 // 4 // (1 << 20) + 32
     cmd = [
-        "mke2fs", "-q", "-F", "-t", "ext4", "-O", "^has_journal", "-L", MODULES_LABEL,
+        "mke2fs", "-q", "-F", "-t", ROOT_FILESYSTEM, "-O", "^has_journal", "-L", MODULES_LABEL,
         "-d", str(modules_root), str(image), f"{mib}M",
     ]  # fmt: skip
     done = proc.run(cmd, timeout=TOOL_TIMEOUT, check=False)
@@ -509,11 +512,11 @@ find_disk() {{
     done
     echo "$found"
 }}
-root=$(find_disk {root} "the kernel lacks virtio-blk, msdos partitions or ext4") || exit 1
-mount -t ext4 -o ro "$root" /root || fail "cannot mount the root disk $root (ext4)"
+root=$(find_disk {root} "the kernel lacks virtio-blk, msdos partitions or {fs}") || exit 1
+mount -t {fs} -o ro "$root" /root || fail "cannot mount the root disk $root ({fs})"
 if [ -e /modules-disk ]; then
     modules=$(find_disk {modules} "the kernel's modules disk did not appear") || exit 1
-    mount -t ext4 -o ro "$modules" /root/lib/modules || fail "cannot mount the modules disk $modules"
+    mount -t {fs} -o ro "$modules" /root/lib/modules || fail "cannot mount the modules disk $modules"
     [ -d "/root/lib/modules/$(uname -r)" ] || fail "the modules disk has no $(uname -r)"
 fi
 mount --move /dev /root/dev
@@ -524,7 +527,7 @@ exec switch_root /root /sbin/init
 
 
 def init_script() -> str:
-    return INIT.format(error=ERROR_MARK, wait=DEVICE_WAIT_S, root=ROOT_LABEL, modules=MODULES_LABEL)
+    return INIT.format(error=ERROR_MARK, wait=DEVICE_WAIT_S, root=ROOT_LABEL, modules=MODULES_LABEL, fs=ROOT_FILESYSTEM)
 
 
 def initramfs(modules: list[Path], modules_disk: bool, busybox: Path = BUSYBOX) -> bytes:
