@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,17 @@ def backports() -> Path:
     return kernel_package("bookworm-backports", "6.12")
 
 
+@pytest.fixture
+def unpacked(backports: Path, tmp_path: Path) -> Iterator[Path]:
+    """The package unpacked (boot/vmlinuz-RELEASE, lib/modules/RELEASE: ~400 MB), deleted after."""
+    directory = tmp_path / "unpacked"
+    subprocess.run(["dpkg-deb", "-x", str(backports), str(directory)], check=True)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def xfs_matrix(path: Path, kernel: Path, modules: Path | None = None) -> Path:
     """One small xfs cell (xfs is a module of Debian's kernels) on ``kernel``."""
     vm = {"kernel": str(kernel), "memory": "1G", **({"modules": str(modules)} if modules else {})}
@@ -161,11 +173,9 @@ def test_a_kernel_package_runs_an_xfs_cell(
 
 @pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
 def test_a_bzimage_with_a_modules_directory(
-    built: image.ImagePaths, backports: Path, tmp_path: Path, workdir: Path
+    built: image.ImagePaths, backports: Path, unpacked: Path, tmp_path: Path, workdir: Path
 ) -> None:
     release = release_of(backports)
-    unpacked = tmp_path / "unpacked"
-    subprocess.run(["dpkg-deb", "-x", str(backports), str(unpacked)], check=True)
     bzimage = unpacked / "boot" / f"vmlinuz-{release}"
     doc = run_one(xfs_matrix(tmp_path / "kernel.yaml", bzimage, unpacked), tmp_path / "results", workdir)
     prov = doc["provenance"]
@@ -209,6 +219,7 @@ def test_two_kernels_at_one_path_get_a_saved_guest_each(
     )
     assert done.returncode == 2 and "different kernels under test" in done.stderr, done.stdout + done.stderr
     assert release_of(image_kernel) in done.stderr and release_of(backports) in done.stderr
+    kernel.unlink()  # a copy of a 100 MB package
 
 
 @pytest.mark.timeout(600)
@@ -235,13 +246,11 @@ def test_without_a_root_disk_the_guest_says_so(backports: Path, tmp_path: Path) 
 
 @pytest.mark.timeout(IMAGE_TEST_TIMEOUT)
 def test_a_kernel_that_cannot_reach_its_root_disk_fails_the_run_in_one_line(
-    built: image.ImagePaths, backports: Path, tmp_path: Path, workdir: Path
+    built: image.ImagePaths, backports: Path, unpacked: Path, tmp_path: Path, workdir: Path
 ) -> None:
     """A bzImage given without its modules (Debian's has virtio-blk as a module): the run is an error
     whose reason is the guest's own line, within seconds of the wait, not a timeout."""
     release = release_of(backports)
-    unpacked = tmp_path / "unpacked"
-    subprocess.run(["dpkg-deb", "-x", str(backports), str(unpacked)], check=True)
     matrix = xfs_matrix(tmp_path / "kernel.yaml", unpacked / "boot" / f"vmlinuz-{release}")
     results = tmp_path / "results"
     started = time.monotonic()
