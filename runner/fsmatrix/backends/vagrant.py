@@ -155,6 +155,8 @@ def spec(
     if matrix_file is None:
         raise UserError("a cell needs its matrix file (FSMATRIX_MATRIX / --matrix)")
     cell = find_cell(matrix_file, cell_id)
+    if cell.spec.vm.kernel:
+        raise UserError(f"cell {cell.id}: vm.kernel is booted by the qemu backend only; run it with --backend qemu")
     cpus, memory_mib = cell.spec.vm.cpus, cell.spec.vm.memory_mib
     disks, deviations = data_disks(cell.spec)
     sha256 = paths.sha256.read_text().split()[0]

@@ -48,6 +48,13 @@ def _out_console() -> Console:
 )
 @click.option("--allow-env-diff", is_flag=True, help="Compare even when the environments differ (always listed).")
 @click.option(
+    "--across",
+    type=click.Choice(list(compare.ACROSS)),
+    multiple=True,
+    help="Compare runs of the same cells under a different thing under test on purpose (kernel: a different "
+    "vm.kernel file, by sha256, as a bisect builds); refused otherwise. Named in the output.",
+)
+@click.option(
     "--calibration",
     default="auto",
     show_default=True,
@@ -79,6 +86,7 @@ def compare_cmd(
     threshold: str | None,
     alpha: float,
     allow_env_diff: bool,
+    across: tuple[str, ...],
     calibration: str,
     fmt: str,
     paired: bool,
@@ -112,6 +120,7 @@ def compare_cmd(
             allow_env_diff=allow_env_diff,
             noise_floors=floors,
             paired=paired,
+            across=across,
         )
 
     result = judge(b, h)

@@ -57,6 +57,13 @@ ENV_KEYS = (
         )
     ),
 )
+# What is under test besides the cell's settings, compared only when asked for by name (--across):
+# a cell's id names its vm.kernel by path, not by what is there, so two runs of one cell may have
+# booted different kernels (a bisect rebuilds at one path). The first key tells them apart (the
+# kernel file's sha256); the others move with it and are then no environment difference.
+ACROSS: dict[str, tuple[str, ...]] = {
+    "kernel": ("kernel_source.sha256", "kernel"),
+}
 # Gated next to the workload's own key metrics when a document has them (lower is better for all).
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
 
@@ -92,6 +99,8 @@ class CompareResult:
     threshold: float | None
     rows: list[Row] = field(default_factory=list)
     env_diffs: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    # What is under test and differs, compared on purpose (--across): (name, base's, head's).
+    across: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     only_base: list[str] = field(default_factory=list)
     only_head: list[str] = field(default_factory=list)
 
@@ -153,6 +162,38 @@ def provenance_value(prov: dict[str, Any], key: str) -> Any:
 def env_differences(base: list[dict[str, Any]], head: list[dict[str, Any]]) -> list[tuple[str, list[str], list[str]]]:
     eb, eh = environment(base), environment(head)
     return [(key, eb[key], eh[key]) for key in ENV_KEYS if eb[key] != eh[key]]
+
+
+def under_test(docs: list[dict[str, Any]], name: str) -> list[str]:
+    """The distinct things under test ``name`` (an ACROSS key) these documents ran, for people:
+    "RELEASE (sha256 PREFIX)" for a vm.kernel, "the image's kernel" without one."""
+    labels = set()
+    for doc in docs:
+        prov = doc.get("provenance") or {}
+        if name == "kernel":
+            source = prov.get("kernel_source")
+            if isinstance(source, dict) and source.get("sha256"):
+                labels.add(f"{source.get('release', '?')} (sha256 {str(source['sha256'])[:12]})")
+            else:
+                labels.add(f"the image's kernel ({prov.get('kernel', '?')})")
+        else:
+            labels.add(str(provenance_value(prov, ACROSS[name][0])))
+    return sorted(labels)
+
+
+def across_differences(
+    base: list[dict[str, Any]], head: list[dict[str, Any]]
+) -> list[tuple[str, list[str], list[str]]]:
+    """The things under test (ACROSS) that differ between the sides: (name, base's, head's)."""
+    found = []
+    for name, (key, *_) in ACROSS.items():
+        if environment_of(base, key) != environment_of(head, key):
+            found.append((name, under_test(base, name), under_test(head, name)))
+    return found
+
+
+def environment_of(docs: list[dict[str, Any]], key: str) -> set[str]:
+    return {str(provenance_value(doc.get("provenance") or {}, key)) for doc in docs}
 
 
 def env_hash(docs: list[dict[str, Any]]) -> str:
@@ -241,11 +282,22 @@ def compare(
     allow_env_diff: bool = False,
     noise_floors: dict[tuple[str, str], float] | None = None,
     paired: bool = False,
+    across: tuple[str, ...] = (),
 ) -> CompareResult:
-    """Compare every cell present on both sides; UserError on incomparable environments. ``paired``:
-    the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``)."""
+    """Compare every cell present on both sides; UserError on incomparable environments, and on
+    different things under test (ACROSS) unless ``across`` names them. ``paired``: the sides ran in
+    pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``)."""
     result = CompareResult(base.label, head.label, threshold)
-    result.env_diffs = env_differences(base.docs, head.docs)
+    result.across = across_differences(base.docs, head.docs)
+    refused = [diff for diff in result.across if diff[0] not in across]
+    if refused:
+        names = ", ".join(name for name, _, _ in refused)
+        raise UserError(
+            f"refusing to compare different {names}s under test (use --across {refused[0][0]} to compare "
+            f"them on purpose):\n" + format_env_diffs(refused)
+        )
+    moved = {key for name, _, _ in result.across for key in ACROSS[name][1:]}
+    result.env_diffs = [diff for diff in env_differences(base.docs, head.docs) if diff[0] not in moved]
     if result.env_diffs and not allow_env_diff:
         raise UserError(
             "refusing to compare results from different environments (use --allow-env-diff to compare anyway):\n"
@@ -435,6 +487,8 @@ def rich_table(result: CompareResult) -> Table:
 
 def summary_lines(result: CompareResult) -> list[str]:
     lines = []
+    for name, b, h in result.across:
+        lines.append(f"compared across {name}s (--across {name}): base {', '.join(b)} | head {', '.join(h)}")
     if result.env_diffs:
         lines += ["environments differ (compared anyway, --allow-env-diff):", format_env_diffs(result.env_diffs)]
     if result.only_base:
@@ -483,6 +537,7 @@ def to_json(result: CompareResult) -> dict[str, Any]:
         "head": result.head,
         "threshold": result.threshold,
         "env_diffs": [{"key": k, "base": b, "head": h} for k, b, h in result.env_diffs],
+        "across": [{"name": k, "base": b, "head": h} for k, b, h in result.across],
         "only_base": result.only_base,
         "only_head": result.only_head,
         "rows": [
