@@ -41,6 +41,15 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     "--repeat", type=click.IntRange(1, matrix.MAX_REPEAT), default=None, help="Override the matrix's repeat count."
 )
 @click.option("--scale", default=None, help="Run at this one of the file's `scales` (e.g. small; matrix/README.md).")
+@click.option(
+    "--settings",
+    "settings_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Settings of the build under test (a YAML mapping, e.g. vm.kernel: /path/linux.deb, as a gate's prepare "
+    "command prints them), laid over every cell's defaults; the cells keep their ids, so two builds' runs "
+    "compare as the same cells (matrix/README.md, 'Settings of a build under test').",
+)
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
     "--order",
@@ -77,6 +86,7 @@ def run(
     run_id: str | None,
     repeat: int | None,
     scale: str | None,
+    settings_file: Path | None,
     force: bool,
     order: str,
     devices: tuple[str, ...],
@@ -87,7 +97,7 @@ def run(
     """Run the cells of matrix FILE and store one result per repeat."""
     from fsmatrix import runs
 
-    m = matrix.load(file, scale)
+    m = matrix.load(file, scale, matrix.read_settings(settings_file) if settings_file else None)
     racing = _race_settings(m, file, race, repeat)
     cells = m.select(list(only))
     if not cells:
