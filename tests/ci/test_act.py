@@ -104,13 +104,15 @@ def throwaway_repository(where: Path) -> Path:
             shutil.copy2(REPO / name, where / name)
     (where / "matrix" / "act.yaml").write_text(SMALL)
     (where / "matrix" / "pr.yaml").write_text(TINY_GATE)
-    gate = where / ".github" / "workflows" / "pr-gate.yml"
-    text = gate.read_text()
-    for key, value in SMALL_GATE.items():
-        setting = re.compile(rf'^  {key}: "[^"]*"$', re.M)
-        assert setting.search(text), f"pr-gate.yml sets no {key}"
-        text = setting.sub(f'  {key}: "{value}"', text)
-    gate.write_text(text)
+    # the verdict judges at the gate's threshold (a verdict at another one would judge another gate)
+    for name, keys in (("pr-gate.yml", list(SMALL_GATE)), ("pr-verdict.yml", ["THRESHOLD"])):
+        workflow = where / ".github" / "workflows" / name
+        text = workflow.read_text()
+        for key in keys:
+            setting = re.compile(rf'^  {key}: "[^"]*"$', re.M)
+            assert setting.search(text), f"{name} sets no {key}"
+            text = setting.sub(f'  {key}: "{SMALL_GATE[key]}"', text)
+        workflow.write_text(text)
     git(where, "init", "-q", "-b", "main")
     commit(where, "base")
     return where
@@ -179,9 +181,11 @@ class Act:
         for key, value in (variables or {}).items():
             args += ["--var", f"{key}={value}"]
         args += ["--action-cache-path", str(self.root / "act-cache"), "--no-cache-server"]
-        # The jobs inherit act's environment: not the Python path of the tests' own fsmatrix, else every
-        # checkout's fsmatrix would be this one.
-        inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        # The jobs inherit act's environment: not the Python path of the tests' own fsmatrix (every
+        # checkout's fsmatrix would be this one), nor a surrounding CI job's GitHub variables.
+        dropped = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+        outer_ci = ("GITHUB_", "RUNNER_", "ACTIONS_")
+        inherited = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith(outer_ci)}
         env = {
             **inherited,
             "PATH": f"{stubs}:{os.environ['PATH']}",
@@ -314,8 +318,8 @@ def test_pr_gate_and_verdict_workflows_on_a_synthetic_pull_request(act: Act, hea
     fields = dict(arg.split("=", 1) for arg in status[2:] if "=" in arg)
     assert fields["state"] == ("success" if head == "unchanged" else "failure"), status
     assert fields["context"] == "fsmatrix/pr-verdict"
-    expected = "no significant regression" if head == "unchanged" else "significant regression beyond"
-    assert fields["description"].startswith(expected), status
+    expected = "no significant regression" if head == "unchanged" else "significant regression"
+    assert fields["description"] == f"{expected} beyond {SMALL_GATE['THRESHOLD']}", status
 
 
 @pytest.mark.parametrize("broken", ["needs", "matrix"])
@@ -330,6 +334,9 @@ def test_act_fails_a_broken_workflow_in_the_broken_job(act: Act, broken: str) ->
     else:
         assert "fromJSON(needs.expand.outputs.shards)" in text
         text = text.replace("fromJSON(needs.expand.outputs.shards)", "fromJSON(needs.expand.outputs.shard)")
+    # without the report job, which would only add a failure of its own (nothing to merge)
+    assert text.count("\n  report:\n") == 1 and text.index("\n  report:\n") > text.index("\n  run:\n")
+    text = text[: text.index("\n  report:\n") + 1]
     (repo / ".github" / "workflows" / "broken.yml").write_text(text)
     done = act(
         repo,
@@ -339,11 +346,11 @@ def test_act_fails_a_broken_workflow_in_the_broken_job(act: Act, broken: str) ->
         run_id=31,
     )
     assert done.returncode != 0, log(done)
-    # act cannot expand the fan-out job's matrix, runs it once without one, and that job fails first
-    # (the report job after it has nothing to merge); the expand job is not to blame
+    # act cannot expand the fan-out job's matrix and runs it once without one: that job fails, the
+    # expand job is not to blame
     assert "Error while evaluating matrix" in done.stderr, log(done)
     assert "Error: Job 'run' failed" in done.stderr, log(done)
-    assert "run" in failed_jobs(done) and "expand" not in failed_jobs(done), log(done)
+    assert failed_jobs(done) == {"run"}, log(done)
     assert "[matrix/expand] 🏁  Job succeeded" in done.stdout, log(done)
     assert not list((act.artifacts / "31").rglob("r*.json"))  # no shard ran a cell
 
