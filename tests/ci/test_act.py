@@ -382,10 +382,11 @@ echo "gtm.global_buffers: $(cat buffers.txt)"
 """
 
 
-def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act) -> None:
+@pytest.mark.parametrize("head", ["more buffers", "broken build"])
+def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act, head: str) -> None:
     """A throwaway repository (acme/db) whose workflow calls fsmatrix's gate.yml at a commit on a pull
     request that changes its configuration: each side's runs get its build's settings under the same
-    cell id, and the caller's next job reads the verdict."""
+    cell id, and the caller's next job reads the verdict. A head whose build fails fails the gate."""
     fsmatrix = throwaway_repository(act.repository())
     ref = git(fsmatrix, "rev-parse", "HEAD")
     caller = act.repository("acme/db")
@@ -418,14 +419,16 @@ def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act) -> None:
     git(caller, "init", "-q", "-b", "main")
     base = commit(caller, "base")
     git(caller, "checkout", "-q", "-b", "feature")
-    (caller / "buffers.txt").write_text("4100\n")
-    head = commit(caller, "more buffers")
+    (caller / "buffers.txt").write_text("4100\n" if head == "more buffers" else "")
+    if head == "broken build":
+        (caller / "build.sh").write_text(BUILD.replace("echo", "test -s buffers.txt\necho"))
+    head_sha = commit(caller, head)
     git(caller, "checkout", "-q", "main")
     side = {"repo": {"full_name": "acme/db"}}
     event = {
         "action": "opened",
         "number": 3,
-        "pull_request": {"number": 3, "head": {"sha": head, **side}, "base": {"sha": base, **side}},
+        "pull_request": {"number": 3, "head": {"sha": head_sha, **side}, "base": {"sha": base, **side}},
         "repository": {"full_name": "acme/db"},
     }
     done = act(
@@ -437,9 +440,17 @@ def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act) -> None:
         slug="acme/db",
         local={f"{SLUG}@{ref}": fsmatrix},
     )
+    results = act.artifact(41, "fsmatrix-gate")
+    if head == "broken build":
+        # The gate's step sets verdict=fail and fails the job. (act then stops: unlike GitHub, it runs
+        # no later job of the caller after a failed called workflow, so the output is read in the log.)
+        assert done.returncode != 0 and "Error: Job 'gate' failed" in done.stderr, log(done)
+        assert "the prepare command failed in the head checkout" in done.stdout, log(done)
+        assert "| verdict: fail" in done.stdout, log(done)
+        assert not (results / "base").exists()  # nothing ran
+        return
     assert done.returncode == 0, log(done)
     assert "The fsmatrix gate says pass" in done.stdout, log(done)
-    results = act.artifact(41, "fsmatrix-gate")
     ids = {}
     for side_name, buffers in (("base", 4000), ("head", 4100)):
         docs = [json.loads(p.read_text()) for p in (results / side_name).rglob("r*.json")]
