@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -474,7 +474,7 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
     for flat in flats:
         cell = _make_cell(_with_defaults(flat, defaults), fail)
         if settings is not None:  # the build's settings, under the id the cell has without them
-            cell = MatrixCell(cell.id, _make_cell(_with_defaults(flat, built_defaults), settings_fail).spec)
+            cell = replace(cell, spec=_make_cell(_with_defaults(flat, built_defaults), settings_fail).spec)
         flat_ids.append(cell.id)
         if cell.id not in seen:  # settings that do not apply to a workload can make cells identical
             seen.add(cell.id)
