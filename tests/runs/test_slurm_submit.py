@@ -72,6 +72,7 @@ def test_a_shared_directory_that_is_not_writable(two: Path, tmp_path: Path, fake
         (["--executor", "slurm", "--shared", "{tmp}/s", "--race"], "--race decides between rounds"),
         (["--executor", "slurm", "--shared", "{tmp}/s", "--device", "/dev/null"], "--device names this machine's"),
         (["--shared", "{tmp}/s", "--detach"], "--shared, --detach: for --executor slurm only"),
+        (["--executor", "slurm", "--shared", "{tmp}/s", "--settings", "{tmp}/b.yaml"], "--settings is not passed on"),
     ],
 )
 def test_options_slurm_refuses(

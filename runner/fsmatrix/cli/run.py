@@ -42,6 +42,15 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     "--repeat", type=click.IntRange(1, matrix.MAX_REPEAT), default=None, help="Override the matrix's repeat count."
 )
 @click.option("--scale", default=None, help="Run at this one of the file's `scales` (e.g. small; matrix/README.md).")
+@click.option(
+    "--settings",
+    "settings_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Settings of the build under test (a YAML mapping, e.g. vm.kernel: /path/linux.deb, as a gate's prepare "
+    "command prints them), laid over every cell's defaults; the cells keep their ids, so two builds' runs "
+    "compare as the same cells (matrix/README.md, 'Settings of a build under test').",
+)
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
     "--order",
@@ -108,6 +117,7 @@ def run(
     run_id: str | None,
     repeat: int | None,
     scale: str | None,
+    settings_file: Path | None,
     force: bool,
     order: str,
     devices: tuple[str, ...],
@@ -127,11 +137,11 @@ def run(
     slurm_only = {"--shared": shared is not None, "--shard-size": shard_size is not None, "--detach": detach}
     slurm_only["--sbatch-arg"] = bool(sbatch_args)
     if executor == "slurm":
-        _check_slurm(shared, devices, race)
+        _check_slurm(shared, devices, race, settings_file)
     elif any(slurm_only.values()):
         given = ", ".join(option for option, on in slurm_only.items() if on)
         raise UserError(f"{given}: for --executor slurm only")
-    m = matrix.load(file, scale)
+    m = matrix.load(file, scale, matrix.read_settings(settings_file) if settings_file else None)
     racing = _race_settings(m, file, race, repeat)
     cells = m.select(list(only))
     if not cells:
@@ -191,9 +201,10 @@ def run(
     sys.exit(0 if summary.ok else 1)
 
 
-def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | None) -> None:
+def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | None, settings_file: Path | None) -> None:
     """What --executor slurm refuses before reading the matrix: no Slurm here, no usable --shared
-    directory, and the options that need one machine (--device, --race)."""
+    directory, the options that need one machine (--device, --race), and --settings (the tasks do not
+    get it yet)."""
     slurm.check_installed()
     if shared is None:
         raise UserError("--executor slurm needs --shared DIR: a directory every node reads and writes at that path")
@@ -202,6 +213,8 @@ def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | Non
         raise UserError("--device names this machine's disks: not with --executor slurm (each task runs on a node)")
     if race:
         raise UserError("--race decides between rounds across every cell: not with --executor slurm")
+    if settings_file is not None:
+        raise UserError("--settings is not passed on to Slurm's tasks yet: not with --executor slurm")
 
 
 def _run_on_slurm(

@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -256,16 +256,56 @@ class Matrix:
 # loading
 
 
-def load(path: str | Path, scale: str | None = None) -> Matrix:
-    """Read, validate and expand a matrix file, at one of its ``scales`` when ``scale`` names one.
+def load(path: str | Path, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
+    """Read, validate and expand a matrix file, at one of its ``scales`` when ``scale`` names one,
+    with the ``settings`` of a build under test (``read_settings``) when given.
     Raises UserError (exit 2) on any bad input."""
+    return expand_document(_read_yaml(path, "a matrix file"), str(path), scale, settings)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """``fsmatrix run --settings FILE``: the settings of the build under test (what a gate's or a
+    bisect's prepare command printed: ``vm.kernel: /path/linux.deb``), laid over every cell's
+    defaults. The cells keep the ids they have without them, so the runs of two builds of one cell
+    are the same cell to ``compare``; each result records the settings it ran with."""
+
+    file: str
+    flat: Flat
+
+
+def read_settings(path: str | Path) -> BuildSettings:
+    """A settings file: a YAML mapping of settings, dotted or nested as in ``defaults`` (empty: none).
+    Raises UserError (exit 2) naming the file and line of an unknown setting or a bad value."""
+    name = str(path)
+
+    def fail(message: str, line: int | None) -> UserError:
+        return UserError(message, file=name, line=line)
+
+    doc = _read_yaml(path, "a settings file")
+    if doc is None:
+        return BuildSettings(name, {})
+    if not isinstance(doc, dict):
+        raise fail(
+            f"settings must be a mapping of setting -> value (e.g. gtm.global_buffers: 4000), got {_show(doc)}", 1
+        )
+    flat = _flatten_mapping(doc, "", fail)
+    for setting, leaf in flat.items():
+        errors = list(jsonschema.Draft202012Validator(schema.spec_at(setting) or {}).iter_errors(leaf.value))
+        if errors:
+            raise fail(_schema_message(errors[0], setting), leaf.line)
+    return BuildSettings(name, flat)
+
+
+def _read_yaml(path: str | Path, what: str) -> Any:
+    """A YAML file (``what``: a matrix file, a settings file), parsed with line numbers and within the size limits."""
     name = str(path)
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
-        raise UserError(f"cannot read matrix file: {exc.strerror}", file=name) from exc
+        raise UserError(f"cannot read {what}: {exc.strerror}", file=name) from exc
     if len(raw) > MAX_FILE_BYTES:
-        raise UserError(f"{len(raw)} bytes; a matrix file may have at most {MAX_FILE_BYTES}", file=name)
+        raise UserError(f"{len(raw)} bytes; {what} may have at most {MAX_FILE_BYTES}", file=name)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -273,15 +313,14 @@ def load(path: str | Path, scale: str | None = None) -> Matrix:
         message = f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
         raise UserError(message, file=name, line=bad_line) from exc
     try:
-        doc = yamlpos.load(text, max_nodes=yamlpos.MAX_NODES)
+        return yamlpos.load(text, max_nodes=yamlpos.MAX_NODES)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise UserError(f"not valid YAML: {exc.problem}", file=name, line=line) from exc
     except yaml.YAMLError as exc:
         raise UserError(f"not valid YAML: {exc}", file=name) from exc
     except RecursionError as exc:
-        raise UserError("not a usable matrix: nested too deeply", file=name) from exc
-    return expand_document(doc, name, scale)
+        raise UserError(f"not usable as {what}: nested too deeply", file=name) from exc
 
 
 def scale_names(doc: Any) -> list[str]:
@@ -321,7 +360,7 @@ def _at_scale(doc: dict[str, Any], scale: str, fail: Any) -> tuple[dict[str, Any
     return result, scale_defaults
 
 
-def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
+def expand_document(doc: Any, name: str, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
     def fail(message: str, line: int | None) -> UserError:
         return UserError(message, file=name, line=line)
 
@@ -413,6 +452,21 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
                 "runner is set at the top level and in defaults; set it in one place", yamlpos.line_of(doc, "runner")
             )
         defaults.update(_flatten_value("runner", doc["runner"], yamlpos.line_of(doc, "runner"), fail))
+    built_defaults = defaults
+    if settings is not None:
+        for path, leaf in settings.flat.items():
+            if any(path in flat for flat in flats):
+                raise UserError(
+                    f"{path} is set by the matrix's axes or include ({name}); the settings of a build under test "
+                    "may only set what the matrix leaves to its defaults",
+                    file=settings.file,
+                    line=leaf.line,
+                )
+        built_defaults = {**defaults, **settings.flat}
+
+    def settings_fail(message: str, line: int | None) -> UserError:
+        # a cell valid without the settings and invalid with them: their file is to blame
+        return UserError(f"with these settings, a cell of {name}: {message}", file=settings.file if settings else name)
 
     race = None
     if "race" in doc:
@@ -431,6 +485,8 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
     flat_ids: list[str] = []
     for flat in flats:
         cell = _make_cell(_with_defaults(flat, defaults), fail)
+        if settings is not None:  # the build's settings, under the id the cell has without them
+            cell = replace(cell, spec=_make_cell(_with_defaults(flat, built_defaults), settings_fail).spec)
         flat_ids.append(cell.id)
         if cell.id not in seen:  # settings that do not apply to a workload can make cells identical
             seen.add(cell.id)
@@ -461,7 +517,7 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
             )
         )
     if baseline is None:
-        matrix.baselines, matrix.baseline_rule = _default_baselines(matrix.cells, defaults), DEFAULTS_RULE
+        matrix.baselines, matrix.baseline_rule = _default_baselines(matrix.cells, built_defaults), DEFAULTS_RULE
     else:
         matrix.baselines = _named_baselines(matrix.cells, baseline, yamlpos.line_of(doc, "baseline"), fail)
         matrix.baseline_rule = NAMED_RULE
