@@ -8,6 +8,8 @@
 # the slow tests (pytest's default -m "not slow", from pyproject.toml): the system tests and the VM
 # tests too, building the guest image first when it is not cached. `make test-slow`: -m slow. The
 # markers are listed in pyproject.toml; PYTEST_ARGS adds arguments to check's and test's pytest.
+# `make test-act`: the workflows run end to end by nektos/act (tests/ci/test_act.py, marker act; ~12 min,
+# out of `make test` for CI's time), building act first (`make act`).
 
 SHELL := /bin/bash
 PYTHON ?= /usr/bin/python3
@@ -21,13 +23,13 @@ PYTEST_ARGS ?=
 # RUN_PACKAGES is what running a matrix takes: the host's and the container image's list
 # (`fsmatrix container build` reads CONTAINER_PACKAGES); DEV_PACKAGES only the host's (tests, lint,
 # building libvirt-python from PyPI against Debian's libvirt, Vagrant, podman to build and run the
-# container image).
+# container image, Slurm and munge for the one-node cluster of tests/runs/test_slurm_cluster.py).
 REGISTRY_PACKAGES := $(shell PYTHONPATH=runner $(PYTHON) -m fsmatrix.agent.packages host)
 RUN_PACKAGES := $(REGISTRY_PACKAGES) mdadm lvm2 util-linux psmisc kmod python3-venv \
 	qemu-system-x86 qemu-utils packer debootstrap grub-pc-bin fdisk busybox-static openssh-client \
 	libvirt-daemon-system libvirt-clients libxml2-utils iproute2 dnsmasq-base
 DEV_PACKAGES := git shellcheck chromium vagrant vagrant-libvirt libvirt-dev pkg-config gcc python3-dev \
-	podman runc
+	podman runc slurm-wlm munge
 DEB_PACKAGES := $(RUN_PACKAGES) $(DEV_PACKAGES)
 # Building the container image: the engine, debootstrap for its base, and what the wheelhouse needs
 # (the virtualenv's pip; libvirt-python is built against libvirt-dev).
@@ -50,7 +52,7 @@ runtime = "runc"
 endef
 export PODMAN_CONF_TEXT
 
-.PHONY: all deps deb-deps container-deps podman-conf print-deb-packages print-container-packages container venv demo demo-host check test test-slow lint bench bench-vm clean image
+.PHONY: all deps deb-deps container-deps podman-conf print-deb-packages print-container-packages container venv demo demo-host check test test-act test-slow lint bench bench-vm clean image act
 
 all: test
 
@@ -106,7 +108,7 @@ lint: deps
 	$(BIN)/ruff format --check runner tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo --no-cache  # the layering contracts: [tool.importlinter] in pyproject.toml
-	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh packer/container/*.sh
+	shellcheck .ci/run .github/scripts/*.sh .github/actions/*/*.sh packer/container/*.sh tests/ci/act/*.sh tests/ci/act/actions/*/*.sh
 	$(BIN)/actionlint
 	packer fmt -check packer/
 	CHECKPOINT_DISABLE=1 packer validate -syntax-only packer/  # full validation: tests/backends/test_image.py
@@ -116,6 +118,15 @@ check: lint
 
 test: lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-act: lint act
+	$(BIN)/pytest -m act $(PYTEST_ARGS)
+
+# nektos/act, which runs the workflows on this host in tests/ci/test_act.py: built with `go install`
+# through the Go module proxy into $${FSMATRIX_CACHE:-/var/cache/fsmatrix}/act (Debian's golang-go
+# first when there is no Go); quick when it is there.
+act:
+	@bash tests/ci/act/install.sh > /dev/null
 
 test-slow: deps
 	$(BIN)/pytest -m slow

@@ -59,6 +59,10 @@ guest_image() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
+  # make container and podman need root (GitHub-hosted runners have sudo; a root runner need not).
+  if [ "$(id -u)" -ne 0 ]; then
+    exec sudo --preserve-env=PATH,FSMATRIX_ENGINE,FSMATRIX_CACHE bash "$0" "$@"
+  fi
   case "${1:-}" in
     build) container_build "${2:?usage: container.sh build CHECKOUT}" ;;
     guest-image) guest_image "${2:?usage: container.sh guest-image CHECKOUT}" ;;

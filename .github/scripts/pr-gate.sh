@@ -11,10 +11,15 @@
 # With FSMATRIX_IN_CONTAINER=1, each side runs in its own checkout's container image (container.sh:
 # BASE_DIR/.fsmatrix-image and HEAD_DIR/.fsmatrix-image), and the comparison in the base's: the
 # judge is not the judged.
+# BASE_SETTINGS, HEAD_SETTINGS (optional): settings files of the build under test on each side
+# (`fsmatrix run --settings`; gate.yml writes them from its prepare command), the cells keeping their
+# ids; BASE_DIR and HEAD_DIR may then be one checkout of fsmatrix. FSMATRIX_MOUNTS (optional):
+# more paths the container needs (colon-separated), e.g. what the prepare command built.
 set -euo pipefail
 # fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
 if [ "$(id -u)" -ne 0 ]; then
-  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE,FSMATRIX_GATE_BACKEND bash "$0" "$@"
+  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE,FSMATRIX_GATE_BACKEND,FSMATRIX_MOUNTS,BASE_SETTINGS,HEAD_SETTINGS \
+    bash "$0" "$@"
 fi
 backend=${FSMATRIX_GATE_BACKEND:-host}
 case "$backend" in
@@ -27,7 +32,18 @@ mkdir -p "$6"
 results=$(realpath "$6")
 # shellcheck source=.github/scripts/container.sh
 . "$(dirname "$0")/container.sh"
-FSMATRIX_MOUNTS="$base:$head:$(dirname "$matrix"):$results"
+declare -A settings=()
+for side in base head; do
+  file=BASE_SETTINGS
+  [ "$side" = head ] && file=HEAD_SETTINGS
+  if [ -n "${!file:-}" ]; then
+    settings[$side]=$(realpath "${!file}")
+  fi
+done
+FSMATRIX_MOUNTS="$base:$head:$(dirname "$matrix"):$results${FSMATRIX_MOUNTS:+:$FSMATRIX_MOUNTS}"
+for file in "${settings[@]}"; do
+  FSMATRIX_MOUNTS="$FSMATRIX_MOUNTS:$(dirname "$file")"
+done
 export FSMATRIX_MOUNTS
 failed=""
 # interleave RUN_SUFFIX REPEATS [ONLY]: base and head in pairs (base r1, head r1, base r2, ...).
@@ -39,8 +55,8 @@ interleave() {
       [ "$side" = head ] && dir=$head
       echo "== $side$suffix, repeat $r of $count on the $backend backend${only:+ (cells $only)}"
       # --repeat r with resume: each pass adds one repeat per cell; a failed run is retried on the next pass.
-      if ! (cd "$dir" && fsmatrix_in . run "$matrix" --backend "$backend" --results "$results" --run-id "$side$suffix" \
-        --repeat "$r" ${only:+--only "$only"}); then
+      if ! (cd "$dir" && fsmatrix_in . run "$matrix" --backend "$backend" --results "$results" --run-id "$side$suffix" --repeat "$r" \
+        ${only:+--only "$only"} ${settings[$side]:+--settings "${settings[$side]}"}); then
         failed="$failed $side"
       fi
     done

@@ -177,7 +177,8 @@ def print_estimates(
         console.print(f"estimate {cell.id}: {found[cell.id].show()}", markup=False, highlight=False)
     if race is not None:
         whole = estimate.total(found, {c.id: race.max_repeats for c in cells})
-        console.print(f"at most {whole.show()} (a race may stop earlier)", markup=False, highlight=False)
+        upto = "at most " if whole.unknown_runs < whole.runs else ""
+        console.print(f"{upto}{whole.show()} (a race may stop earlier)", markup=False, highlight=False)
         return
     runs_left: dict[str, int] = {}
     for cell, _ in left:
@@ -193,7 +194,7 @@ def with_auto_timeout(cell: MatrixCell, found: dict[str, estimate.Estimate]) -> 
         return cell
     seconds, why = estimate.auto_timeout(found.get(cell.id) or estimate.Estimate(None, estimate.UNKNOWN))
     log.info("%s: timeout %d s (%s)", cell.id, seconds, why)
-    return MatrixCell(cell.id, dataclasses.replace(cell.spec, timeout=seconds, timeout_source=why))
+    return dataclasses.replace(cell, spec=dataclasses.replace(cell.spec, timeout=seconds, timeout_source=why))
 
 
 class EstimatedTime(ProgressColumn):
@@ -477,9 +478,10 @@ def matrix_record(
 ) -> dict[str, Any]:
     """What a run directory's ``matrix.json`` holds: the matrix's name, file and repeats, and each
     selected cell with its settings, its comparison group (``group``: the key, ``group_label``: for
-    people) and whether it is its group's ``baseline``; ``baseline_rule`` says how the baselines were
-    chosen (``named`` by the file's ``baseline``, or ``defaults``) and ``baselines`` maps every group
-    key of the whole matrix to its baseline's id (a selection may leave a baseline out). A race
+    people), whether it is its group's ``baseline``, and its ``runner`` labels when it names some;
+    ``baseline_rule`` says how the baselines were chosen (``named`` by the file's ``baseline``, or
+    ``defaults``) and ``baselines`` maps every group key of the whole matrix to its baseline's id (a
+    selection may leave a baseline out). A race
     adds its settings (``race``; ``repeat`` is then its maximum repeats)."""
     entries = []
     for c in cells:
@@ -491,6 +493,7 @@ def matrix_record(
                 "group": group.key,
                 "group_label": group.label,
                 "baseline": matrix.baselines.get(group.key) == c.id,
+                **({"runner": {"labels": list(c.runner)}} if c.runner else {}),
             }
         )
     record = {
@@ -543,6 +546,29 @@ def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path:
         handler.close()
     doc["run_id"] = run_id
     jsonfile.write_atomic(path, doc)
+    return doc
+
+
+def run_repeat(
+    matrix: Matrix, cell: MatrixCell, backend: Backend, *, results_root: Path, run_id: str, repeat: int
+) -> dict[str, Any]:
+    """Exactly repeat ``repeat`` of ``cell`` under ``run_id``, whatever the state of its other repeats
+    (``run_matrix`` would also retry the earlier ones that did not pass), stored and indexed like
+    any run: for a caller that interleaves runs itself and decides after each (``fsmatrix bisect``)."""
+    run_dir = results_root / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, [cell], repeat))
+    backend.preflight([cell])
+    path = results.result_path(run_dir, cell.id, repeat)
+    doc = _run_one(backend, with_auto_timeout(cell, cell_estimates(results_root, [cell])), repeat, run_id, path)
+    try:
+        index = results.Index(results_root)
+        try:
+            index.add(run_id, doc, path)
+        finally:
+            index.close()
+    except sqlite3.Error as exc:
+        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
     return doc
 
 

@@ -2,7 +2,10 @@
 
 `uses:` steps are what GitHub does for us (checkout, artifact upload/download) and are simulated
 with directories; every `run:` step that does fsmatrix's work is read from the workflow file and
-executed with bash on the host backend, with the environment the workflow gives it.
+executed with bash on the host backend, with the environment the workflow gives it. The workflows
+as a whole (job graph, expressions, artefacts, the reusable gate.yml) run with act in
+tests/ci/test_act.py (`make test-act`: marker `act`, out of `make test` for CI's time); these replays
+stay in `make test`.
 """
 
 from __future__ import annotations

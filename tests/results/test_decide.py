@@ -290,7 +290,7 @@ def test_race_retires_a_cell_far_behind_after_the_minimum() -> None:
     assert s.action("btrfs") == "retire" and s.retired == frozenset({"btrfs"})
     assert "significantly worse by more than 5%" in s.decisions[2].reason
     assert s.action("ext3") == "keep" and not s.finished  # 4 % apart at 3 runs: neither retired nor tied
-    assert s.look_alpha == pytest.approx(ALPHA / (3 * 6 * 3))
+    assert s.look_alpha == pytest.approx(decide.sequential_level(ALPHA / 9, (3, 4, 5, 6, 7, 8)))
 
 
 def test_race_ties_equivalent_cells_and_finishes() -> None:
@@ -407,7 +407,7 @@ def test_race_family_wise_false_retirements_under_the_null() -> None:
 
 
 def test_the_null_simulation_sees_an_uncorrected_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decide, "look_alpha", lambda alpha, cells, looks: alpha / 2)
+    monkeypatch.setattr(decide, "look_alpha", lambda alpha, cells, looks, first: alpha / 2)
     assert family_wise_rate({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, 0.001, 200, seed=13) > 0.15
 
 
@@ -416,3 +416,47 @@ def test_race_family_wise_error_on_the_boundary() -> None:
     worse by *more* than δ), and so is tying one (not within ±δ)."""
     centres = {"best": 1.0, "b": 1.05, "c": 1.05, "d": 1.05}
     assert family_wise_rate(centres, 0.05, RACES, seed=14) <= BOUND
+
+
+@pytest.mark.parametrize(("looks", "constant"), [(2, 2.178), (3, 2.289), (4, 2.361), (5, 2.413)])
+def test_sequential_level_is_pococks(looks: int, constant: float) -> None:
+    """Pocock's published constants for equally spaced looks at two-sided α = 0.05 (one-sided
+    0.025): the level is the normal tail beyond the constant, to the table's three decimals."""
+    level = decide.sequential_level(0.025, tuple(range(1, looks + 1)))
+    assert sps.norm.isf(level) == pytest.approx(constant, abs=0.0015)
+
+
+def test_sequential_level_lies_between_bonferroni_and_one_look() -> None:
+    sizes = tuple(range(3, 16))
+    level = decide.sequential_level(0.01, sizes)
+    assert 0.01 / len(sizes) < level < 0.01
+    assert decide.sequential_level(0.01, (5,)) == 0.01
+    # the crossing probability at that level's boundary is the budget, and grows with more looks
+    c = sps.norm.isf(level)
+    assert decide.crossing_probability(c, sizes) == pytest.approx(0.01, rel=1e-6)
+    assert decide.crossing_probability(c, sizes[:5]) < 0.01
+
+
+@pytest.mark.parametrize("sizes", [(), (3, 3), (4, 3), (0, 1)])
+def test_crossing_probability_refuses_sizes_that_are_not_looks(sizes: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="positive and increasing"):
+        decide.crossing_probability(2.0, sizes)
+
+
+@pytest.mark.system  # 2 x 600 races of up to 15 rounds: ~25 s, out of the fast tier
+def test_race_error_per_sequence_with_many_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two cells exactly δ apart, 3..15 rounds (13 looks, where Pocock's level is 2.5 times
+    Bonferroni's over the looks): retiring either is wrong, and the race's budget for the sequence of
+    the worse cell's retirement test is α/3 (K = 2: three sequences). The nominal-p approach keeps
+    the rate there; spending that budget at every look instead (no correction over looks) does not."""
+    budget = ALPHA / 3
+    bound = budget + 3 * math.sqrt(budget * (1 - budget) / RACES)
+
+    def wrong_retirements(seed: int) -> float:
+        rng = np.random.default_rng(seed)
+        races = (simulate_race(rng, {"best": 1.0, "b": 1.05}, 0.05, 0.05, rounds=15) for _ in range(RACES))
+        return sum(bool(steps[-1].retired) for steps in races) / RACES
+
+    assert wrong_retirements(21) <= bound
+    monkeypatch.setattr(decide, "look_alpha", lambda alpha, cells, looks, first: alpha / 3)
+    assert wrong_retirements(21) > bound

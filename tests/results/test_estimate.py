@@ -14,6 +14,7 @@ from rich.console import Console
 from fsmatrix import matrix, results, runs
 from fsmatrix.agent import job, jsonfile
 from fsmatrix.backends import hostinfo
+from fsmatrix.bench import estimates as bench_estimates
 from fsmatrix.cli import main
 from fsmatrix.matrix import MatrixCell
 from fsmatrix.results import estimate
@@ -115,6 +116,8 @@ def test_total_is_the_sum_times_the_runs_left() -> None:
     whole = estimate.total(found, {"a": 3, "b": 3, "c": 3})
     assert (whole.seconds, whole.runs, whole.unknown_runs) == (42.0, 9, 3)
     assert whole.show() == "estimated 42 s for 9 runs (3 of them unknown, not counted)"
+    nothing = estimate.total({"a": estimate.Estimate(None, estimate.UNKNOWN)}, {"a": 3})
+    assert nothing.show().startswith("no estimate for 3 runs")
     assert estimate.total(found, {"a": 1, "b": 2}).seconds == 18.0  # a resumed run: only what is left
     assert [estimate.duration(s) for s in (0.5, 42, 250, 7500)] == ["0.5 s", "42 s", "4 min 10 s", "2 h 05 min"]
 
@@ -256,3 +259,42 @@ def test_a_bad_timeout_is_refused_with_file_line_and_value(tmp_path: Path) -> No
     assert result.exit_code == 2
     assert f"{path}:5: timeout: 'soon' is not allowed; expected an integer >= 1 or 'auto'" in result.output
     assert "Traceback" not in result.output
+
+
+def test_accuracy_sets_each_cell_against_the_estimate_it_had_before_the_run(tmp_path: Path, capsys: Any) -> None:
+    """bench.estimates: the estimates come from every stored run but the one measured (run "next"),
+    the actual is the median of that run's passed runs, and within ±30 % counts cells; a cell with
+    no estimate is a miss."""
+    path, cells = cells_of(tmp_path)
+    root = tmp_path / "results"
+    store(root, "first", cells["ext4"], [10.0, 10.0, 12.0])  # estimate 10 s
+    store(root, "first", cells["xfs"], [20.0, 20.0, 20.0])  # estimate 20 s
+    store(root, "next", cells["ext4"], [12.0, 13.0, 14.0])  # 13 s: +30 %, in
+    store(root, "next", cells["xfs"], [27.0, 26.0, 28.0])  # 27 s: +35 %, out
+    store(root, "next", cells["btrfs"], [5.0, 5.0, 5.0])  # no estimate of its own: from ext4, 10 s: -50 %, out
+    m = matrix.load(path)
+    jsonfile.write_atomic(root / "next" / "matrix.json", runs.matrix_record(m, m.cells, 3, None))
+
+    rows, host = bench_estimates.load(root / "next", root)
+    assert host == HERE
+    by_fs = {a.cell_id: a for a in rows}
+    ext4, xfs, btrfs = (by_fs[cells[f].id] for f in ("ext4", "xfs", "btrfs"))
+    assert (ext4.estimate.seconds, ext4.actual_s, ext4.within()) == (10.0, 13.0, True)
+    assert xfs.error() == 0.35 and not xfs.within()
+    assert btrfs.estimate.source.startswith("from ext4") and not btrfs.within()
+    assert bench_estimates.main([str(root / "next")]) == 0
+    assert "1 of 3 cells within ±30% of their estimate (33%)" in capsys.readouterr().out
+    # nothing stored but the run itself: every cell unknown, every one a miss
+    lone = tmp_path / "lone"
+    store(lone, "next", cells["ext4"], [12.0])
+    jsonfile.write_atomic(lone / "next" / "matrix.json", runs.matrix_record(m, m.cells, 3, None))
+    rows, _ = bench_estimates.load(lone / "next", lone)
+    assert [a.error() for a in rows] == [None]
+
+
+def test_accuracy_refuses_what_is_not_a_run_directory(tmp_path: Path, capsys: Any) -> None:
+    assert bench_estimates.main([str(tmp_path / "missing")]) == 2
+    assert bench_estimates.main([str(tmp_path), "--margin", "1.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("bench.estimates: error: ") for line in err)
+    assert "no matrix.json" in err[0] and "--margin 1.5" in err[1]

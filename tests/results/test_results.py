@@ -52,6 +52,19 @@ def test_merge_shards_into_one_root(tmp_path: Path) -> None:
     assert out.exit_code == 0 and "merged 0" in out.output and "2 already there" in out.output
 
 
+def test_merge_unites_the_shards_matrix_json(tmp_path: Path) -> None:
+    """Each shard's matrix.json lists its own cells: the merged one lists every cell, for the answer's
+    baselines (a shard whose cells are all known adds nothing)."""
+    for shard, cell in (("a", "c1"), ("b", "c2"), ("c", "c2")):
+        put(tmp_path / shard, doc(cell, 1, 1.0))
+        record = {"name": "m", "baseline_rule": "defaults", "cells": [{"id": cell, "baseline": cell == "c2"}]}
+        jsonfile.write_atomic(tmp_path / shard / "r" / "matrix.json", record)
+    results.merge([tmp_path / "a", tmp_path / "b", tmp_path / "c"], tmp_path / "m")
+    merged = jsonfile.read(tmp_path / "m" / "r" / "matrix.json")
+    assert merged["cells"] == [{"id": "c1", "baseline": False}, {"id": "c2", "baseline": True}]
+    assert merged["baseline_rule"] == "defaults"
+
+
 def test_merge_never_replaces_a_different_measurement(tmp_path: Path) -> None:
     put(tmp_path / "a", doc("c1", 1, 1.0))
     put(tmp_path / "b", doc("c1", 1, 9.0))

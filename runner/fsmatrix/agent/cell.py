@@ -77,6 +77,20 @@ class Vm:
 
     cpus: int = setting(2, minimum=1, maximum=256, help="guest CPUs")
     memory: str = setting("2G", size=True, help="guest memory")
+    # Your own kernel (qemu backend; docs/backends.md): a path on the host, as written (relative to
+    # where `fsmatrix run` runs). Absent from the cell's JSON form while unset: other ids stay.
+    kernel: str = setting(
+        "",
+        omit_default=True,
+        help="boot this kernel instead of the image's: a Debian linux-image-*.deb or a bzImage (qemu backend)",
+    )
+    modules: str = setting(
+        "", omit_default=True, help="a bzImage's modules: a directory or tarball holding lib/modules/RELEASE"
+    )
+
+    def __post_init__(self) -> None:
+        if self.modules and not self.kernel:
+            raise Invalid("vm.modules", "vm.modules are a vm.kernel bzImage's modules: set vm.kernel too")
 
     @property
     def memory_mib(self) -> int:

@@ -49,6 +49,9 @@ class Setting:
     size: bool = False  # a str holding a size: 4096, 512M, 8G
     matrix: bool = True  # False: an internal knob, not a matrix setting (not in schema or to_dict)
     cli: bool = False  # an argument of the standalone `fsmatrix workload NAME` command
+    # Left out of to_dict (so of cell ids) while it has its default: a setting added to a block
+    # later (``vm.kernel``) keeps the ids of every cell that does not use it.
+    omit_default: bool = False
 
 
 def setting(default: Any = MISSING, **allowed: Any) -> Any:
@@ -170,8 +173,13 @@ def parse(cls: type[T], values: Mapping[str, Any] | None, where: str) -> T:
 
 
 def to_dict(value: Any) -> dict[str, Any]:
-    """The matrix settings of a declared instance as plain JSON values (internal knobs left out)."""
-    return {f.name: getattr(value, f.name) for f in fields(type(value)) if f.spec.matrix}
+    """The matrix settings of a declared instance as plain JSON values (internal knobs left out,
+    and ``omit_default`` settings while they have their default)."""
+    return {
+        f.name: getattr(value, f.name)
+        for f in fields(type(value))
+        if f.spec.matrix and not (f.spec.omit_default and getattr(value, f.name) == f.default)
+    }
 
 
 def defaults(cls: type) -> dict[str, Any]:

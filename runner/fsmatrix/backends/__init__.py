@@ -36,6 +36,7 @@ class BackendEntry:
     help: str
     takes_devices: bool  # whether --device (the user's own block devices) means anything to it
     make: Callable[[Path, list[str]], Backend]  # (workdir, devices) -> backend; imports lazily
+    uses_kvm: bool = False  # runs guests, under KVM where it works (Slurm asks for the kvm GRES: slurm.py)
 
 
 def _host(workdir: Path, devices: list[str]) -> Backend:
@@ -60,7 +61,7 @@ BACKENDS: dict[str, BackendEntry] = {
     e.name: e
     for e in (
         BackendEntry("host", "this machine's kernel, loop devices (root)", True, _host),
-        BackendEntry("qemu", "a QEMU guest from the built image, one per cell", True, _qemu),
-        BackendEntry("libvirt", "the same guest, run by libvirt", False, _libvirt),
+        BackendEntry("qemu", "a QEMU guest from the built image, one per cell", True, _qemu, uses_kvm=True),
+        BackendEntry("libvirt", "the same guest, run by libvirt", False, _libvirt, uses_kvm=True),
     )
 }

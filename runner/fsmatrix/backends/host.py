@@ -2,8 +2,9 @@
 
 It takes devices as they are: a cell's ``device`` settings (bus, cache, aio, iothread, block sizes)
 mean nothing here and are ignored, and a device profile other than ``native`` cannot be applied,
-so such a cell is recorded as ``skipped`` (run it on a VM backend). So is a cell that names a guest
-image other than the default: the host runs its own system, which is no image.
+so such a cell is recorded as ``skipped`` (run it on a VM backend), as is a cell with a
+``vm.kernel`` (the kernel is the host's). So is a cell that names a guest image other than the
+default: the host runs its own system, which is no image.
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ class HostBackend:
                 repeat,
                 f"image {cell.spec.image!r} is a guest image: run it on a VM backend (--backend qemu); "
                 "the host backend runs this machine's own system",
+            )
+        if cell.spec.vm.kernel:
+            return self._skipped(
+                cell,
+                repeat,
+                f"vm.kernel {cell.spec.vm.kernel!r} needs the qemu backend (--backend qemu): "
+                "the host backend runs the host's kernel",
             )
         # Locked while the run lives: a later fsmatrix reaps it (loop devices, mounts, files) if we die.
         name = f"{cell.id}-r{repeat}-{os.getpid()}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from typing import Any
 
 from fsmatrix import __version__, images
 from fsmatrix.agent import proc
-from fsmatrix.backends import hostinfo
+from fsmatrix.backends import cpio, hostinfo
 from fsmatrix.errors import UserError
 
 CACHE_ENV = "FSMATRIX_CACHE"
@@ -224,31 +223,13 @@ def sha256_file(path: Path) -> str:
 # accelerator probe
 
 
-def _cpio_newc(entries: Sequence[tuple[str, int, bytes, int]]) -> bytes:
-    """A newc cpio archive (the initramfs format) of (name, mode, data, rdev) entries."""
-    out = io.BytesIO()
-
-    def pad() -> None:
-        out.write(b"\0" * (-out.tell() % 4))
-
-    for ino, (name, mode, data, rdev) in enumerate([*entries, ("TRAILER!!!", 0, b"", 0)], start=1):
-        raw = name.encode() + b"\0"
-        fields = [ino, mode, 0, 0, 1, 0, len(data), 0, 0, os.major(rdev), os.minor(rdev), len(raw), 0]
-        out.write(b"070701" + b"".join(f"{f:08x}".encode() for f in fields))
-        out.write(raw)
-        pad()
-        out.write(data)
-        pad()
-    return out.getvalue()
-
-
 def probe_initramfs(dest: Path, busybox: Path = Path("/bin/busybox")) -> Path:
     """An initramfs whose /init prints PROBE_MARKER on the console and powers off."""
     if not busybox.is_file():
         raise UserError(f"{busybox} not found (install busybox-static): the accelerator probe needs it")
     init = f"#!/bin/busybox sh\n/bin/busybox echo {PROBE_MARKER}\n/bin/busybox poweroff -f\n".encode()
     dest.write_bytes(
-        _cpio_newc(
+        cpio.newc(
             [
                 ("bin", stat.S_IFDIR | 0o755, b"", 0),
                 ("dev", stat.S_IFDIR | 0o755, b"", 0),

@@ -225,6 +225,7 @@ def _start_event_loop(libvirt: Any) -> None:
 class LibvirtBackend(QemuBackend):
     name = "libvirt"
     crash_modes = ("kill",)  # power-cut and flush-points: the qemu backend's only, for now
+    own_kernel = False  # vm.kernel: the qemu backend's only, for now
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

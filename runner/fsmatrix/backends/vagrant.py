@@ -155,6 +155,8 @@ def spec(
     if matrix_file is None:
         raise UserError("a cell needs its matrix file (FSMATRIX_MATRIX / --matrix)")
     cell = find_cell(matrix_file, cell_id)
+    if cell.spec.vm.kernel:
+        raise UserError(f"cell {cell.id}: vm.kernel is booted by the qemu backend only; run it with --backend qemu")
     if image_name is None:  # the image the cell names (packer/images/NAME.yaml), for the current sources
         paths = image.image_paths(image=cell.spec.image)
         doc["box"] = box(paths)

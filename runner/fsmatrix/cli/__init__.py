@@ -1,6 +1,7 @@
 """The ``fsmatrix`` command line: the top group ``main`` and its command groups, one module each.
 
 run.py        run, cleanup
+bisect.py     bisect
 matrix.py     matrix expand / settings
 workload.py   workload NAME (generated from each workload's declaration)
 results.py    compare, report, calibrate, results merge / reindex
@@ -8,6 +9,7 @@ image.py      image build / path / list / prune / probe-accel
 container.py  container build / tag / prune
 libvirt.py    libvirt start / stop / status
 vagrant.py    vagrant spec
+slurm.py      slurm status / collect
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, NoReturn
 import click
 
 from fsmatrix import __version__
-from fsmatrix.cli import container, image, libvirt, matrix, results, run, vagrant, workload
+from fsmatrix.cli import bisect, container, image, libvirt, matrix, results, run, slurm, vagrant, workload
 from fsmatrix.errors import UserError
 
 
@@ -73,3 +75,5 @@ main.add_command(results.report_cmd, "report")
 main.add_command(results.compare_cmd, "compare")
 main.add_command(results.calibrate_cmd, "calibrate")
 main.add_command(vagrant.vagrant_group, "vagrant")
+main.add_command(bisect.bisect, "bisect")
+main.add_command(slurm.slurm_group, "slurm")

@@ -11,7 +11,7 @@ import click
 from fsmatrix import images
 from fsmatrix.agent import proc
 from fsmatrix.backends import image
-from fsmatrix.backends.qemu import snapshot
+from fsmatrix.backends.qemu import kernel_boot, snapshot
 from fsmatrix.cli._common import echo_err
 
 
@@ -71,16 +71,27 @@ def list_command() -> None:
 
 @image_group.command("prune")
 @click.option("--keep", type=click.IntRange(0), default=1, show_default=True, help="Older images to keep.")
-def prune_command(keep: int) -> None:
+@click.option(
+    "--kernel-days",
+    type=click.FloatRange(0),
+    default=14,
+    show_default=True,
+    help="Delete the vm.kernels prepared for direct boot that no run used for this many days.",
+)
+def prune_command(keep: int, kernel_days: float) -> None:
     """Delete old images from the cache: all but each definition's image for the current sources and
-    the --keep newest others."""
+    the --keep newest others; and prepared vm.kernels unused for --kernel-days. Their saved guests go
+    with them."""
     deleted = image.prune(keep)
     for paths in deleted:
         click.echo(f"deleted {paths.name}")
+    kernels = kernel_boot.prune(image.cache_root(), kernel_days)
+    for directory in kernels:
+        click.echo(f"deleted the prepared vm.kernel {directory} (unused for {kernel_days:g} days)")
     templates = snapshot.prune_orphans(image.cache_root())
     for directory in templates:
-        click.echo(f"deleted the saved guest {directory} (its image is gone)")
-    if not deleted and not templates:
+        click.echo(f"deleted the saved guest {directory} (its image or vm.kernel is gone)")
+    if not deleted and not templates and not kernels:
         echo_err("nothing to delete")
 
 

@@ -54,7 +54,13 @@ def expand(
     cells = m.select(list(only))
     if fmt == "json":
         entries = [
-            {"id": c.id, "group": matrix.comparison_group(c.spec).key, "baseline": m.is_baseline(c), **c.params}
+            {
+                "id": c.id,
+                "group": matrix.comparison_group(c.spec).key,
+                "baseline": m.is_baseline(c),
+                **c.params,
+                **({"runner": {"labels": list(c.runner)}} if c.runner else {}),
+            }
             for c in cells
         ]
         click.echo(json.dumps(entries, indent=1, ensure_ascii=False))
@@ -99,7 +105,8 @@ def expand(
         Console(width=None if sys.stdout.isatty() else 200).print(table)
         repeats_each = m.race.max_repeats if m.race is not None else m.repeat
         whole = estimate.total(found, {c.id: repeats_each for c in cells})
-        upto = "at most " if m.race is not None else ""  # a race may stop early
+        known = whole.unknown_runs < whole.runs
+        upto = "at most " if m.race is not None and known else ""  # a race may stop early
         shape = f"{len(cells)} cells × {repeats_each}"
         click.echo(f"{upto}{whole.show()} ({shape}), from the runs in {results_root} on this host")
         for effect in m.includes:
@@ -137,12 +144,18 @@ def include_warnings(m: matrix.Matrix) -> None:
 
 
 def github_matrix(cells: list[matrix.MatrixCell], shard_size: int | None = None) -> dict[str, Any]:
-    """``strategy.matrix`` for GitHub Actions: one entry per shard, at most 256 shards."""
-    size = shard_size or max(1, -(-len(cells) // matrix.MAX_JOBS_PER_MATRIX))
-    shards = [cells[i : i + size] for i in range(0, len(cells), size)]
+    """``strategy.matrix`` for GitHub Actions: one entry per shard, at most 256 shards; a shard whose
+    cells name runner labels (``runner.labels``) carries them as ``labels``, matrix.yml's ``runs-on``."""
+    shards = matrix.shards(cells, shard_size)
     if len(shards) > matrix.MAX_JOBS_PER_MATRIX:
         raise UserError(f"{len(shards)} shards exceed GitHub's {matrix.MAX_JOBS_PER_MATRIX} jobs; raise --shard-size")
-    return {"include": [{"shard": i, "cells": ",".join(c.id for c in shard)} for i, shard in enumerate(shards)]}
+    entries: list[dict[str, Any]] = []
+    for i, shard in enumerate(shards):
+        entry: dict[str, Any] = {"shard": i, "cells": ",".join(c.id for c in shard)}
+        if shard[0].runner:  # every cell of a shard needs the same labels (matrix.shards)
+            entry["labels"] = list(shard[0].runner)
+        entries.append(entry)
+    return {"include": entries}
 
 
 @matrix_group.command("settings")

@@ -69,11 +69,12 @@ def _out_console() -> Console:
 @click.option(
     "--across",
     "across",
-    default=None,
-    metavar="AXIS[=BASE_VALUE,HEAD_VALUE]",
-    help="Compare across an environment axis on purpose, e.g. --across image (each side on one image) or "
-    "--across image=debian12,debian13 (both in one run): cells matched by every other setting; only what "
-    "the axis brings (the image, its kernel) may differ.",
+    multiple=True,
+    metavar="NAME[=BASE_VALUE,HEAD_VALUE]",
+    help="Compare on purpose what differs, named in the output (repeatable): an environment axis, e.g. "
+    "--across image (each side on one image) or --across image=debian12,debian13 (both in one run), cells "
+    "matched by every other setting; or --across kernel, the same cells under a different vm.kernel file "
+    "(by sha256, as a bisect builds), refused otherwise. Only what it brings (the image, its kernel) may differ.",
 )
 @click.option(
     "--flagged-to",
@@ -92,7 +93,7 @@ def compare_cmd(
     fmt: str,
     paired: bool,
     confirm: tuple[str, str] | None,
-    across: str | None,
+    across: tuple[str, ...],
     flagged_to: Path | None,
 ) -> None:
     """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
@@ -101,7 +102,7 @@ def compare_cmd(
     both batches); 2 for bad input.
     """
     limit = compare.parse_threshold(threshold) if threshold is not None else None
-    crossing = compare.parse_across(across) if across is not None else None
+    crossing = [compare.parse_across(text) for text in across]
     if confirm and limit is None:
         raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
     b = compare.load_side(base, results_root)

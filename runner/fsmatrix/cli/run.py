@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from fsmatrix import matrix, workdirs
+from fsmatrix import matrix, slurm, workdirs
 from fsmatrix.backends import BACKENDS
 from fsmatrix.cli._common import writable_directory
 from fsmatrix.cli.matrix import include_warnings
@@ -41,6 +42,15 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     "--repeat", type=click.IntRange(1, matrix.MAX_REPEAT), default=None, help="Override the matrix's repeat count."
 )
 @click.option("--scale", default=None, help="Run at this one of the file's `scales` (e.g. small; matrix/README.md).")
+@click.option(
+    "--settings",
+    "settings_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Settings of the build under test (a YAML mapping, e.g. vm.kernel: /path/linux.deb, as a gate's prepare "
+    "command prints them), laid over every cell's defaults; the cells keep their ids, so two builds' runs "
+    "compare as the same cells (matrix/README.md, 'Settings of a build under test').",
+)
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
     "--order",
@@ -69,6 +79,36 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
 )
 @click.option("--yes", is_flag=True, help="Do not ask before formatting --device.")
 @workdir_option("Scratch space for a run: loop image files and mount points (host), overlays and disks (qemu).")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="local: run here; slurm: submit the shards as a Slurm job array (one task per shard on a whole node), "
+    "then merge and report here (docs/slurm.md).",
+)
+@click.option(
+    "--shared",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="slurm: a directory every node reads and writes at this same path (the tasks' results and logs).",
+)
+@click.option("--shard-size", type=click.IntRange(1), default=None, help="slurm: cells per array task (default: 1).")
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="slurm: submit and return; then `fsmatrix slurm status` and `fsmatrix slurm collect`.",
+)
+@click.option(
+    "--kvm-gres",
+    default=slurm.DEFAULT_KVM_GRES,
+    show_default=True,
+    help="slurm: the generic resource (gres.conf) for /dev/kvm the tasks ask for when the backend runs guests; "
+    f"'{slurm.NO_GRES}' asks for none.",
+)
+@click.option(
+    "--sbatch-arg", "sbatch_args", multiple=True, help="slurm: one more sbatch option (repeatable), e.g. --partition=x."
+)
 def run(
     file: Path,
     backend: str,
@@ -77,17 +117,31 @@ def run(
     run_id: str | None,
     repeat: int | None,
     scale: str | None,
+    settings_file: Path | None,
     force: bool,
     order: str,
     devices: tuple[str, ...],
     race: bool | None,
     yes: bool,
     workdir: Path,
+    executor: str,
+    shared: Path | None,
+    shard_size: int | None,
+    detach: bool,
+    kvm_gres: str,
+    sbatch_args: tuple[str, ...],
 ) -> None:
     """Run the cells of matrix FILE and store one result per repeat."""
     from fsmatrix import runs
 
-    m = matrix.load(file, scale)
+    slurm_only = {"--shared": shared is not None, "--shard-size": shard_size is not None, "--detach": detach}
+    slurm_only["--sbatch-arg"] = bool(sbatch_args)
+    if executor == "slurm":
+        _check_slurm(shared, devices, race, settings_file)
+    elif any(slurm_only.values()):
+        given = ", ".join(option for option, on in slurm_only.items() if on)
+        raise UserError(f"{given}: for --executor slurm only")
+    m = matrix.load(file, scale, matrix.read_settings(settings_file) if settings_file else None)
     racing = _race_settings(m, file, race, repeat)
     cells = m.select(list(only))
     if not cells:
@@ -96,6 +150,17 @@ def run(
         console.print(effect.describe(), markup=False, highlight=False)
     include_warnings(m)
     writable_directory(results_root, "--results")
+    if executor == "slurm" and shared is not None:
+        if racing is not None:
+            raise UserError("the matrix races (race:), deciding across every cell: give --no-race for --executor slurm")
+        args = ["--backend", backend, "--workdir", str(workdir.resolve()), "--repeat", str(repeat or m.repeat)]
+        args += ["--order", order, "--no-race"]
+        sys.exit(
+            _run_on_slurm(
+                m, cells, shared, run_id or m.name, backend, repeat or m.repeat, results_root, shard_size,
+                [*args, *(["--scale", scale] if scale else [])], force, detach, kvm_gres, sbatch_args,
+            )
+        )  # fmt: skip
     writable_directory(workdir, "--workdir")
     entry = BACKENDS[backend]
     if devices and not entry.takes_devices:
@@ -134,6 +199,55 @@ def run(
         click.echo(line)
     click.echo(f"report: {path.resolve()}")
     sys.exit(0 if summary.ok else 1)
+
+
+def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | None, settings_file: Path | None) -> None:
+    """What --executor slurm refuses before reading the matrix: no Slurm here, no usable --shared
+    directory, the options that need one machine (--device, --race), and --settings (the tasks do not
+    get it yet)."""
+    slurm.check_installed()
+    if shared is None:
+        raise UserError("--executor slurm needs --shared DIR: a directory every node reads and writes at that path")
+    writable_directory(shared, "--shared")
+    if devices:
+        raise UserError("--device names this machine's disks: not with --executor slurm (each task runs on a node)")
+    if race:
+        raise UserError("--race decides between rounds across every cell: not with --executor slurm")
+    if settings_file is not None:
+        raise UserError("--settings is not passed on to Slurm's tasks yet: not with --executor slurm")
+
+
+def _run_on_slurm(
+    m: matrix.Matrix,
+    cells: list[matrix.MatrixCell],
+    shared: Path,
+    run_id: str,
+    backend: str,
+    repeat: int,
+    results_root: Path,
+    shard_size: int | None,
+    task_args: list[str],
+    force: bool,
+    detach: bool,
+    kvm_gres: str,
+    sbatch_args: tuple[str, ...],
+) -> int:
+    """Submit the cells as a Slurm job array; unless ``detach``, wait, merge and report. The exit status."""
+    sub = slurm.prepare(
+        m, cells, shared=shared, run_id=run_id, backend=backend, repeat=repeat, results_root=results_root,
+        shard_size=shard_size, task_args=task_args, force=force,
+    )  # fmt: skip
+    extra = [word for arg in sbatch_args for word in shlex.split(arg)]
+    with slurm.cancelled_on_interrupt(sub, console):  # from the submission on: Ctrl-C leaves no job behind
+        job_id = slurm.submit(sub, slurm.gres_for(backend, kvm_gres), extra)
+        tasks = f"{len(sub.shards)} array tasks, {sub.total_runs} runs"
+        console.print(f"submitted Slurm job {job_id}: {tasks} ({sub.directory})", markup=False, highlight=False)
+        if detach:
+            click.echo(f"fsmatrix slurm status {sub.directory}")
+            click.echo(f"fsmatrix slurm collect {sub.directory}")
+            return 0
+        slurm.wait(sub, console)
+    return slurm.finish(slurm.collect(sub, results_root, console.print), click.echo)
 
 
 def _race_settings(m: matrix.Matrix, file: Path, race: bool | None, repeat: int | None) -> matrix.RaceSettings | None:

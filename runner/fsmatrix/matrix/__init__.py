@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,13 @@ TOP_LEVEL = (
     "race",
     "reproduces",
     "scales",
+    "runner",
 )
 # What a scale (``scales: {NAME: {...}}``, chosen by ``fsmatrix run --scale NAME``) may set: each
 # replaces the file's own key, except ``defaults``, which it layers over the file's defaults.
-SCALE_KEYS = ("description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces")
+SCALE_KEYS = (
+    "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner"
+)  # fmt: skip
 RACE_KEYS = ("min_repeats", "max_repeats", "delta", "budget")
 RACE_MIN_REPEATS = 3  # decide.race_step decides nothing before the third run (stats.MIN_SAMPLES)
 RACE_DELTA = 0.05
@@ -80,6 +83,9 @@ class MatrixCell:
 
     id: str
     spec: Cell
+    # The runner labels its CI job needs (``runner.labels``; schema.RUNNER); () when it names none.
+    # Not part of ``params``: the agent never sees where it is scheduled.
+    runner: tuple[str, ...] = ()
 
     @property
     def params(self) -> dict[str, Any]:
@@ -250,16 +256,56 @@ class Matrix:
 # loading
 
 
-def load(path: str | Path, scale: str | None = None) -> Matrix:
-    """Read, validate and expand a matrix file, at one of its ``scales`` when ``scale`` names one.
+def load(path: str | Path, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
+    """Read, validate and expand a matrix file, at one of its ``scales`` when ``scale`` names one,
+    with the ``settings`` of a build under test (``read_settings``) when given.
     Raises UserError (exit 2) on any bad input."""
+    return expand_document(_read_yaml(path, "a matrix file"), str(path), scale, settings)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """``fsmatrix run --settings FILE``: the settings of the build under test (what a gate's or a
+    bisect's prepare command printed: ``vm.kernel: /path/linux.deb``), laid over every cell's
+    defaults. The cells keep the ids they have without them, so the runs of two builds of one cell
+    are the same cell to ``compare``; each result records the settings it ran with."""
+
+    file: str
+    flat: Flat
+
+
+def read_settings(path: str | Path) -> BuildSettings:
+    """A settings file: a YAML mapping of settings, dotted or nested as in ``defaults`` (empty: none).
+    Raises UserError (exit 2) naming the file and line of an unknown setting or a bad value."""
+    name = str(path)
+
+    def fail(message: str, line: int | None) -> UserError:
+        return UserError(message, file=name, line=line)
+
+    doc = _read_yaml(path, "a settings file")
+    if doc is None:
+        return BuildSettings(name, {})
+    if not isinstance(doc, dict):
+        raise fail(
+            f"settings must be a mapping of setting -> value (e.g. gtm.global_buffers: 4000), got {_show(doc)}", 1
+        )
+    flat = _flatten_mapping(doc, "", fail)
+    for setting, leaf in flat.items():
+        errors = list(jsonschema.Draft202012Validator(schema.spec_at(setting) or {}).iter_errors(leaf.value))
+        if errors:
+            raise fail(_schema_message(errors[0], setting), leaf.line)
+    return BuildSettings(name, flat)
+
+
+def _read_yaml(path: str | Path, what: str) -> Any:
+    """A YAML file (``what``: a matrix file, a settings file), parsed with line numbers and within the size limits."""
     name = str(path)
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
-        raise UserError(f"cannot read matrix file: {exc.strerror}", file=name) from exc
+        raise UserError(f"cannot read {what}: {exc.strerror}", file=name) from exc
     if len(raw) > MAX_FILE_BYTES:
-        raise UserError(f"{len(raw)} bytes; a matrix file may have at most {MAX_FILE_BYTES}", file=name)
+        raise UserError(f"{len(raw)} bytes; {what} may have at most {MAX_FILE_BYTES}", file=name)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -267,15 +313,14 @@ def load(path: str | Path, scale: str | None = None) -> Matrix:
         message = f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
         raise UserError(message, file=name, line=bad_line) from exc
     try:
-        doc = yamlpos.load(text, max_nodes=yamlpos.MAX_NODES)
+        return yamlpos.load(text, max_nodes=yamlpos.MAX_NODES)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise UserError(f"not valid YAML: {exc.problem}", file=name, line=line) from exc
     except yaml.YAMLError as exc:
         raise UserError(f"not valid YAML: {exc}", file=name) from exc
     except RecursionError as exc:
-        raise UserError("not a usable matrix: nested too deeply", file=name) from exc
-    return expand_document(doc, name, scale)
+        raise UserError(f"not usable as {what}: nested too deeply", file=name) from exc
 
 
 def scale_names(doc: Any) -> list[str]:
@@ -315,7 +360,7 @@ def _at_scale(doc: dict[str, Any], scale: str, fail: Any) -> tuple[dict[str, Any
     return result, scale_defaults
 
 
-def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
+def expand_document(doc: Any, name: str, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
     def fail(message: str, line: int | None) -> UserError:
         return UserError(message, file=name, line=line)
 
@@ -401,6 +446,27 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
         raise fail("'defaults' must be a mapping of settings", yamlpos.line_of(doc, "defaults"))
     defaults = _flatten_mapping(defaults_doc, "", fail)
     defaults.update(_flatten_mapping(scale_defaults, "", fail))
+    if doc.get("runner") is not None:  # the top-level ``runner``: a default every cell may override
+        if any(p.startswith("runner.") for p in defaults):
+            raise fail(
+                "runner is set at the top level and in defaults; set it in one place", yamlpos.line_of(doc, "runner")
+            )
+        defaults.update(_flatten_value("runner", doc["runner"], yamlpos.line_of(doc, "runner"), fail))
+    built_defaults = defaults
+    if settings is not None:
+        for path, leaf in settings.flat.items():
+            if any(path in flat for flat in flats):
+                raise UserError(
+                    f"{path} is set by the matrix's axes or include ({name}); the settings of a build under test "
+                    "may only set what the matrix leaves to its defaults",
+                    file=settings.file,
+                    line=leaf.line,
+                )
+        built_defaults = {**defaults, **settings.flat}
+
+    def settings_fail(message: str, line: int | None) -> UserError:
+        # a cell valid without the settings and invalid with them: their file is to blame
+        return UserError(f"with these settings, a cell of {name}: {message}", file=settings.file if settings else name)
 
     race = None
     if "race" in doc:
@@ -419,13 +485,15 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
     flat_ids: list[str] = []
     for flat in flats:
         cell = _make_cell(_with_defaults(flat, defaults), fail)
+        if settings is not None:  # the build's settings, under the id the cell has without them
+            cell = replace(cell, spec=_make_cell(_with_defaults(flat, built_defaults), settings_fail).spec)
         flat_ids.append(cell.id)
         if cell.id not in seen:  # settings that do not apply to a workload can make cells identical
             seen.add(cell.id)
             matrix.cells.append(cell)
     axis_paths = {path for values in axis_values for value in values for path in value}
     for i, (entry, (fitted, made)) in enumerate(zip(include_entries, touched, strict=True)):
-        off = [p for p in entry if p not in axis_paths and not p.startswith("workload.")]
+        off = [p for p in entry if p not in axis_paths and not p.startswith(("workload.", "runner."))]
         example = ""
         if off:
             has_default, default = _default_value(off[0], defaults)
@@ -437,16 +505,39 @@ def expand_document(doc: Any, name: str, scale: str | None = None) -> Matrix:
                 line=yamlpos.line_of(include_doc_list, i),
                 added=flat_ids[made] if made is not None else None,
                 extended=tuple(dict.fromkeys(flat_ids[f] for f in fitted)),
-                off_axes=tuple(dict.fromkeys(_top_setting(p, axis_paths) for p in entry if p not in axis_paths)),
+                # Giving existing cells a runner class is what an include is for: no trap there.
+                off_axes=tuple(
+                    dict.fromkeys(
+                        _top_setting(p, axis_paths)
+                        for p in entry
+                        if p not in axis_paths and not p.startswith("runner.")
+                    )
+                ),
                 example=example,
             )
         )
     if baseline is None:
-        matrix.baselines, matrix.baseline_rule = _default_baselines(matrix.cells, defaults), DEFAULTS_RULE
+        matrix.baselines, matrix.baseline_rule = _default_baselines(matrix.cells, built_defaults), DEFAULTS_RULE
     else:
         matrix.baselines = _named_baselines(matrix.cells, baseline, yamlpos.line_of(doc, "baseline"), fail)
         matrix.baseline_rule = NAMED_RULE
     return matrix
+
+
+def shards(cells: list[MatrixCell], size: int | None = None) -> list[list[MatrixCell]]:
+    """The cells in shards (one CI job or Slurm array task each) of ``size`` cells; by default 1, or
+    the fewest that keep them within MAX_JOBS_PER_MATRIX. A shard runs on one runner, so cells that
+    need other runner labels are never in one shard: runner classes in the order of their first cell,
+    cells in expansion order within each."""
+    classes: dict[tuple[str, ...], list[MatrixCell]] = {}
+    for cell in cells:
+        classes.setdefault(cell.runner, []).append(cell)
+
+    def count(each: int) -> int:
+        return sum(-(-len(members) // each) for members in classes.values())
+
+    each = size or next(n for n in itertools.count(1) if count(n) <= MAX_JOBS_PER_MATRIX or n >= len(cells))
+    return [members[i : i + each] for members in classes.values() for i in range(0, len(members), each)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -614,7 +705,7 @@ def _flatten_value(path: str, value: Any, line: int | None, fail: Any) -> Flat:
     spec = schema.spec_at(path) or {}
     if isinstance(value, dict) and spec.get("type") == "object":
         return _flatten_mapping(value, path + ".", fail)
-    if isinstance(value, dict | list) and spec.get("type") != "object":
+    if isinstance(value, dict) or (isinstance(value, list) and spec.get("type") != "array"):
         raise fail(f"{path}: {_show(value)} is not allowed; expected {schema.describe(spec)}", line)
     return {path: Leaf(value, line)}
 
@@ -700,9 +791,10 @@ def _show(value: Any) -> str:
 
 
 def _line_for(flat: Flat, path: str) -> int | None:
-    """The line of the setting at ``path``, or of the nearest setting below it."""
-    if path in flat:
-        return flat[path].line
+    """The line of the setting at ``path``, or of the nearest setting above it (a list's item) or below it."""
+    for above in (path[:i] for i in range(len(path), 0, -1) if i == len(path) or path[i] == "."):
+        if above in flat:
+            return flat[above].line
     lines = [leaf.line for p, leaf in flat.items() if p.startswith(path + ".") or not path]
     return min((x for x in lines if x is not None), default=None)
 
@@ -715,13 +807,14 @@ def _make_cell(flat: Flat, fail: Any) -> MatrixCell:
         err = errors[0]
         path = ".".join(str(p) for p in err.absolute_path)
         raise fail(_schema_message(err, path), _line_for(flat, path))
+    runner = tuple(params.pop("runner", {}).get("labels", ()))  # the matrix's own: schema.RUNNER
     try:
         spec = Cell.from_dict(params)  # also the rules that span settings (declare.Invalid)
         fit.check(spec)  # its disks and memory hold what it writes (not for `fsmatrix workload --dir`)
     except Invalid as exc:
         # A setting left at its default has no line: the cell's own then (fit checks name vm.memory).
         raise fail(str(exc), _line_for(flat, exc.path) or _line_for(flat, "")) from exc
-    return MatrixCell(id=cell_id(spec), spec=spec)
+    return MatrixCell(id=cell_id(spec, runner), spec=spec, runner=runner)
 
 
 def _schema_message(err: jsonschema.ValidationError, path: str) -> str:
@@ -765,9 +858,12 @@ def comparison_group(spec: Cell) -> Group:
     return Group(key=group_key(spec.to_dict()), label=label)
 
 
-def cell_id(spec: Cell) -> str:
-    """Readable slug + hash of the canonical parameters: the same settings give the same id anywhere."""
-    params = spec.to_dict()
+def cell_id(spec: Cell, runner: tuple[str, ...] = ()) -> str:
+    """Readable slug + hash of the canonical parameters: the same settings give the same id anywhere.
+    ``runner``: the cell's runner labels, hashed only when it names some (ids without stay as they were)."""
+    params: dict[str, Any] = spec.to_dict()
+    if runner:
+        params["runner"] = {"labels": list(runner)}
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
     detail = spec.declaration.slug(spec.params)

@@ -50,8 +50,31 @@ def _cell_schema() -> dict[str, Any]:
             "timeout": _timeout_schema(options["timeout"]),
             # No default: a cell without a crash block is never crashed (and keeps its id).
             "crash": declare.json_schema(crash.Settings, with_default=False),
+            "runner": RUNNER,
         },
     }
+
+
+# ``runner: {labels: [...]}``: the hardware class a cell needs, as GitHub Actions runner labels (the
+# shard's `runs-on`). Where a cell runs, not what it is: the matrix layer keeps it (MatrixCell.runner)
+# and the agent never sees it. No default: a cell without one keeps its id (like ``crash``).
+RUNNER_LABEL = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+RUNNER_LABEL_WORDS = "a runner label: letters, digits, '.', '_' or '-', starting with a letter or digit"
+RUNNER: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["labels"],
+    "properties": {
+        "labels": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 20,
+            "uniqueItems": True,
+            "items": {"type": "string", "pattern": RUNNER_LABEL, "description": RUNNER_LABEL_WORDS},
+            "description": "runner labels the cell's CI job needs (its hardware class; GitHub's runs-on)",
+        }
+    },
+}
 
 
 def _timeout_schema(seconds: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +127,11 @@ def describe(spec: dict[str, Any]) -> str:
             bounds += f", a multiple of {spec['multipleOf']}"
         return bounds
     if kind == "string" and "pattern" in spec:
-        return "a size such as 512M or 8G"
+        return "a size such as 512M or 8G" if spec["pattern"] == declare.SIZE_PATTERN else spec["description"]
+    if kind == "array":
+        size = f"{spec.get('minItems', 0)} to {spec['maxItems']}" if "maxItems" in spec else "any number of"
+        unique = " different" if spec.get("uniqueItems") else ""
+        return f"a list of {size}{unique} values, each {describe(spec.get('items', {}))}"
     if kind == "object":
         return "a mapping with keys " + ", ".join(spec.get("properties", {}))
     return {"boolean": "true or false", "string": "a string", "number": "a number"}.get(kind, kind)

@@ -215,11 +215,29 @@ def merge(sources: list[Path], root: Path) -> tuple[int, int]:
                 copied += 1
             for matrix_json in source.rglob("matrix.json"):
                 run_dir = root / matrix_json.parent.name
-                if run_dir.is_dir() and not (run_dir / "matrix.json").exists():
-                    (run_dir / "matrix.json").write_bytes(matrix_json.read_bytes())
+                if run_dir.is_dir():
+                    _merge_matrix_json(run_dir / "matrix.json", matrix_json)
     finally:
         index.close()
     return copied, same
+
+
+def _merge_matrix_json(target: Path, source: Path) -> None:
+    """``target`` holds every cell of the run: each shard's ``matrix.json`` lists its own cells only
+    (and the whole matrix's baselines), so the cells of later shards are added to the first's."""
+    if not target.exists():
+        target.write_bytes(source.read_bytes())
+        return
+    try:
+        have, add = jsonfile.read(target), jsonfile.read(source)
+    except (OSError, ValueError):
+        return  # an unreadable record: the answer then falls back to cell ids (load_matrix_json)
+    if not (isinstance(have, dict) and isinstance(add, dict) and isinstance(have.get("cells"), list)):
+        return
+    known = {c.get("id") for c in have["cells"] if isinstance(c, dict)}
+    new = [c for c in add.get("cells") or [] if isinstance(c, dict) and c.get("id") not in known]
+    if new:
+        jsonfile.write_atomic(target, {**have, "cells": have["cells"] + new})
 
 
 def reindex(root: Path) -> int:

@@ -8,6 +8,9 @@ docs/answer.schema.json.
 - **Groups.** A comparison group is ``matrix.comparison_group``: the same workload with the same
   parameters and the same crash block. A *configuration* is one cell of the group, named by the
   settings that vary inside the group ("xfs", "ext4 data=writeback", "btrfs, gtm.journal=nobefore").
+  When the runs come from several hardware classes (``hardware.py``: a fleet's mixed machines), each
+  group is split by class and its label ends "on <class>": numbers from unlike machines are never
+  ranked together.
 - **Baseline.** The cell ``matrix.json`` marks ``"baseline": true`` (its ``baseline_rule`` says
   whether the matrix named it or it is the cell with every setting at its default); without one,
   the group's first cell in ``matrix.json``'s order; without ``matrix.json``, the first by cell id.
@@ -47,7 +50,7 @@ from fsmatrix import matrix
 from fsmatrix.agent import jsonfile, workloads
 from fsmatrix.agent.cell import Cell
 from fsmatrix.matrix import flatten
-from fsmatrix.results import compare, crashtable, decide, regime, stats
+from fsmatrix.results import compare, crashtable, decide, hardware, regime, stats
 
 DELTA = decide.DELTA
 MAX_WHY = 3  # secondary metrics named as the reason, at most
@@ -276,9 +279,11 @@ def _cells(docs: Sequence[dict[str, Any]], matrix_json: Mapping[str, Any] | None
         if isinstance(entry, Mapping) and isinstance(entry.get("id"), str):
             entries.setdefault(entry["id"], entry)
     order = [cid for cid in entries if cid in by_cell] + sorted(cid for cid in by_cell if cid not in entries)
+    # Runs from several hardware classes: each class's runs are compared among themselves only.
+    by_class = hardware.split({cid: by_cell[cid] for cid in order})
     cells = []
-    for cid in order:
-        ds = sorted(by_cell[cid], key=_repeat)
+    for cid, klass in ((cid, k) for k, members in by_class.items() for cid in order if cid in members):
+        ds = sorted(by_class[klass][cid], key=_repeat)
         params = ds[0].get("params") or {}
         key, label = _group_of(params, str(ds[0].get("workload")))
         section = next((d["crash"] for d in ds if isinstance(d.get("crash"), Mapping)), None)
@@ -290,6 +295,9 @@ def _cells(docs: Sequence[dict[str, Any]], matrix_json: Mapping[str, Any] | None
             key = entry["group"]
         if isinstance(entry.get("group_label"), str) and entry["group_label"]:
             label = entry["group_label"]
+        if len(by_class) > 1:
+            key += f"|hardware:{klass}"
+            label += f" on {klass}"
         flag = entry.get("baseline")
         cells.append(_Cell(cid, ds, flatten(params), key, label, flag if isinstance(flag, bool) else None))
     return cells

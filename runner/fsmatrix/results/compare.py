@@ -6,9 +6,11 @@ declare is compared, plus the noise-robust ones (CPU-seconds, device bytes and I
 that move far less than wall time on a shared machine. Runs from environments that change numbers
 (backend, accelerator, kernel, image, device profile, CPU, memory) are refused unless allowed.
 
-``--across image`` compares on purpose what differs in an environment axis (``ENV_AXES``: a cell's
-guest image, with the kernel and packages it brings): BASE's cells on one image with HEAD's on
-another, matched by every other setting; only the environment keys the axis explains may differ.
+``--across NAME`` compares on purpose what differs in one of ``ACROSS``: an environment axis
+(``ENV_AXES``: a cell's guest image, with the kernel and packages it brings), BASE's cells on one
+image with HEAD's on another, matched by every other setting; or what is under test at one cell id
+(a different vm.kernel file, by sha256), refused unless named. Only the environment keys they
+explain may differ.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import json
 import math
 import sqlite3
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +65,35 @@ ENV_KEYS = (
         )
     ),
 )
-# Settings of a cell that change the environment along with what is under test (a guest image brings
-# its own kernel, PostgreSQL and GT.M), each with the ENV_KEYS it explains. Results that differ in
-# those keys because their cells differ in the setting are compared on purpose (a report's columns,
-# ``compare --across``); any other difference is still refused.
-# An image's kernel also reserves its own share of the guest's memory: memory_kib (MemTotal) differs.
-ENV_AXES: dict[str, tuple[str, ...]] = {"image": ("image", "kernel", "memory_kib")}
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """What ``compare --across NAME`` compares on purpose, with the environment keys (ENV_KEYS) it
+    explains: results that differ in those keys because of it are compared; any other difference is
+    still refused.
+
+    Either a cell setting (``told_by`` None): BASE's cells at one value against HEAD's at another,
+    matched by every other setting (a report puts its values side by side as columns). Or what is
+    under test besides the cell's settings (``told_by``: the provenance key that tells the runs of
+    one cell id apart): refused unless named, since nothing in the id shows it."""
+
+    explains: tuple[str, ...]
+    told_by: str | None = None
+
+
+# Every name --across takes.
+ACROSS: dict[str, Crossing] = {
+    # A guest image brings its own kernel, PostgreSQL and GT.M; its kernel also reserves its own share
+    # of the guest's memory: memory_kib (MemTotal) differs.
+    "image": Crossing(("image", "kernel", "memory_kib")),
+    # A cell's id names its vm.kernel by path, not by what is there, so two runs of one cell may have
+    # booted different kernels (a bisect rebuilds at one path): the kernel file's sha256 tells them
+    # apart, and the guest's release moves with it.
+    "kernel": Crossing(("kernel",), told_by="kernel_source.sha256"),
+}
+# The cell settings among them (environment axes), each with the keys it explains.
+ENV_AXES: dict[str, tuple[str, ...]] = {name: c.explains for name, c in ACROSS.items() if c.told_by is None}
 # Gated next to the workload's own key metrics when a document has them (lower is better for all).
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
 
@@ -98,15 +124,13 @@ class Row:
 
 @dataclass(frozen=True)
 class Across:
-    """``--across AXIS[=BASE_VALUE,HEAD_VALUE]``: compare BASE's cells with AXIS at one value with
-    HEAD's at another (each side's only value when none are named)."""
+    """``--across NAME[=BASE_VALUE,HEAD_VALUE]`` (an ACROSS name): for an environment axis, BASE's
+    cells with it at one value against HEAD's at another (each side's only value when none are
+    named); for what is under test (a kernel), the sides' as they are."""
 
     axis: str
     base: str | None = None
     head: str | None = None
-
-    def describe(self) -> str:
-        return f"{self.axis}: {self.base} (base) → {self.head} (head)"
 
 
 @dataclass
@@ -116,9 +140,15 @@ class CompareResult:
     threshold: float | None
     rows: list[Row] = field(default_factory=list)
     env_diffs: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    # What differs and is compared on purpose (--across): (name, base's, head's).
+    across: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     only_base: list[str] = field(default_factory=list)
     only_head: list[str] = field(default_factory=list)
-    across: Across | None = None  # compared across an environment axis (its values filled in)
+
+    @property
+    def explained(self) -> set[str]:
+        """The environment keys the crossings compared on purpose explain."""
+        return {key for name, _, _ in self.across for key in ACROSS[name].explains}
 
     @property
     def regressions(self) -> list[Row]:
@@ -212,13 +242,18 @@ def without_axis(params: dict[str, Any], axis: str) -> str:
 
 
 def parse_across(text: str) -> Across:
-    """``image`` or ``image=debian12,debian13``."""
-    axis, _, values = text.partition("=")
+    """``image``, ``image=debian12,debian13`` or ``kernel``."""
+    axis, named, values = text.partition("=")
     axis = axis.strip()
-    if axis not in ENV_AXES:
-        raise UserError(f"--across {text!r}: compare across one of {', '.join(ENV_AXES)} (a cell setting)")
-    if not values:
+    if axis not in ACROSS:
+        raise UserError(
+            f"--across {text!r}: compare across one of {', '.join(ACROSS)} "
+            f"(a cell setting: {', '.join(ENV_AXES)}; or a different vm.kernel file at one cell: kernel)"
+        )
+    if not named:
         return Across(axis)
+    if ACROSS[axis].told_by is not None:
+        raise UserError(f"--across {text!r}: the runs tell their {axis}s apart themselves; name none: --across {axis}")
     parts = [v.strip() for v in values.split(",")]
     if len(parts) != 2 or not all(parts):
         raise UserError(f"--across {text!r}: name two values, BASE's then HEAD's, e.g. {axis}=A,B")
@@ -281,6 +316,40 @@ def with_environment_axes(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             node[last] = axis_value(doc, axis)
         out.append({**doc, "params": params})
     return out
+
+
+def under_test(docs: list[dict[str, Any]], name: str) -> list[str]:
+    """The distinct things under test ``name`` (an ACROSS key with ``told_by``) these documents ran, for people:
+    "RELEASE (sha256 PREFIX)" for a vm.kernel, "the image's kernel" without one."""
+    labels = set()
+    for doc in docs:
+        prov = doc.get("provenance") or {}
+        if name == "kernel":
+            source = prov.get("kernel_source")
+            if isinstance(source, dict) and source.get("sha256"):
+                labels.add(f"{source.get('release', '?')} (sha256 {str(source['sha256'])[:12]})")
+            else:
+                labels.add(f"the image's kernel ({prov.get('kernel', '?')})")
+        else:
+            labels.add(str(provenance_value(prov, ACROSS[name].told_by or "")))
+    return sorted(labels)
+
+
+def across_differences(
+    base: list[dict[str, Any]], head: list[dict[str, Any]]
+) -> list[tuple[str, list[str], list[str]]]:
+    """The things under test (ACROSS with ``told_by``) that differ between the sides: (name, base's,
+    head's)."""
+    found = []
+    for name, crossing in ACROSS.items():
+        key = crossing.told_by
+        if key is not None and environment_of(base, key) != environment_of(head, key):
+            found.append((name, under_test(base, name), under_test(head, name)))
+    return found
+
+
+def environment_of(docs: list[dict[str, Any]], key: str) -> set[str]:
+    return {str(provenance_value(doc.get("provenance") or {}, key)) for doc in docs}
 
 
 def env_hash(docs: list[dict[str, Any]]) -> str:
@@ -369,23 +438,38 @@ def compare(
     allow_env_diff: bool = False,
     noise_floors: dict[tuple[str, str], float] | None = None,
     paired: bool = False,
-    across: Across | None = None,
+    across: Sequence[Across] = (),
 ) -> CompareResult:
-    """Compare every cell present on both sides; UserError on incomparable environments. ``paired``:
+    """Compare every cell present on both sides; UserError on incomparable environments, and on
+    different things under test (ACROSS with ``told_by``) unless ``across`` names them. ``paired``:
     the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``).
-    ``across``: BASE's cells at one value of an environment axis against HEAD's at another
-    (``across_sides``); the environment keys the axis explains may differ, no other."""
-    if across is not None:
-        base, head, across = across_sides(base, head, across)
-    result = CompareResult(base.label, head.label, threshold, across=across)
+    ``across``: what is compared on purpose; for an environment axis, BASE's cells at one value
+    against HEAD's at another (``across_sides``). The environment keys they explain may differ, no other."""
+    names = [a.axis for a in across]
+    if len(set(names)) != len(names):
+        raise UserError(f"--across: each name once ({', '.join(names)})")
+    crossed: list[tuple[str, list[str], list[str]]] = []
+    for crossing in across:
+        if crossing.axis in ENV_AXES:
+            base, head, crossing = across_sides(base, head, crossing)
+            crossed.append((crossing.axis, [str(crossing.base)], [str(crossing.head)]))
+    result = CompareResult(base.label, head.label, threshold)
+    differing = across_differences(base.docs, head.docs)
+    refused_under_test = [diff for diff in differing if diff[0] not in names]
+    if refused_under_test:
+        listed = ", ".join(name for name, _, _ in refused_under_test)
+        raise UserError(
+            f"refusing to compare different {listed}s under test (use --across {refused_under_test[0][0]} to compare "
+            f"them on purpose):\n" + format_env_diffs(refused_under_test)
+        )
+    result.across = crossed + differing
     result.env_diffs = env_differences(base.docs, head.docs)
-    explained = ENV_AXES[across.axis] if across is not None else ()
-    refused = [diff for diff in result.env_diffs if diff[0] not in explained]
+    refused = [diff for diff in result.env_diffs if diff[0] not in result.explained]
     if refused and not allow_env_diff:
         hint = ""
         for axis, keys in ENV_AXES.items():
             axis_differs = {axis_value(d, axis) for d in base.docs} != {axis_value(d, axis) for d in head.docs}
-            if across is None and axis_differs and all(diff[0] in keys for diff in refused):
+            if axis not in names and axis_differs and all(diff[0] in keys for diff in refused):
                 hint = f"; to compare one {axis}'s cells with another's on purpose: --across {axis}"
         raise UserError(
             f"refusing to compare results from different environments (use --allow-env-diff to compare anyway{hint}):\n"
@@ -575,14 +659,14 @@ def rich_table(result: CompareResult) -> Table:
 
 def summary_lines(result: CompareResult) -> list[str]:
     lines = []
-    if result.across is not None:
-        lines.append(
-            f"compared across {result.across.describe()}: cells matched by every other setting (rows name "
-            f"BASE's cell); differing on purpose: {', '.join(k for k, _, _ in result.env_diffs) or 'nothing'}"
-        )
-    explained = ENV_AXES[result.across.axis] if result.across is not None else ()
-    if any(key not in explained for key, _, _ in result.env_diffs):
-        unexplained = [diff for diff in result.env_diffs if diff[0] not in explained]
+    for name, b, h in result.across:
+        matched = "; cells matched by every other setting (rows name BASE's cell)" if name in ENV_AXES else ""
+        lines.append(f"compared across {name}s (--across {name}): base {', '.join(b)} | head {', '.join(h)}{matched}")
+    if result.across:
+        on_purpose = [key for key, _, _ in result.env_diffs if key in result.explained]
+        lines.append(f"differing on purpose: {', '.join(on_purpose) or 'nothing'}")
+    unexplained = [diff for diff in result.env_diffs if diff[0] not in result.explained]
+    if unexplained:
         lines += ["environments differ (compared anyway, --allow-env-diff):", format_env_diffs(unexplained)]
     if result.only_base:
         lines.append(f"only in base (not compared): {', '.join(result.only_base)}")
@@ -629,8 +713,8 @@ def to_json(result: CompareResult) -> dict[str, Any]:
         "base": result.base,
         "head": result.head,
         "threshold": result.threshold,
-        "across": None if result.across is None else asdict(result.across),
         "env_diffs": [{"key": k, "base": b, "head": h} for k, b, h in result.env_diffs],
+        "across": [{"name": k, "base": b, "head": h} for k, b, h in result.across],
         "only_base": result.only_base,
         "only_head": result.only_head,
         "rows": [

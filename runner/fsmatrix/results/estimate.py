@@ -43,6 +43,7 @@ class StoredRun:
     filesystem: str
     sibling_key: str  # the workload and its parameters, without the filesystem settings
     duration_s: float
+    run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,9 @@ def stored_runs(
             own[cell_id] = own.get(cell_id, 0) + 1
         elif mine is not None:
             siblings += 1
-        found.append(StoredRun(cell_id, str(params.get("filesystem")), sibling_key(params), float(duration_s)))
+        found.append(
+            StoredRun(cell_id, str(params.get("filesystem")), sibling_key(params), float(duration_s), str(run_id))
+        )
     return found
 
 
@@ -167,6 +170,8 @@ class Total:
     unknown_runs: int  # of those, the ones without an estimate (not in ``seconds``)
 
     def show(self) -> str:
+        if self.runs and self.unknown_runs == self.runs:
+            return f"no estimate for {_runs(self.runs)} (no stored run of these cells or their workloads here)"
         text = f"estimated {duration(self.seconds)} for {_runs(self.runs)}"
         if self.unknown_runs:
             text += f" ({self.unknown_runs} of them unknown, not counted)"
@@ -184,6 +189,40 @@ def total(found: Mapping[str, Estimate], runs_left: Mapping[str, int]) -> Total:
         else:
             seconds += value * count
     return Total(seconds, sum(runs_left.values()), unknown)
+
+
+# How close an estimate must come to count as right: issue 27's "within ±30 %".
+MARGIN = 0.3
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """One cell of a run against the estimate it had before that run."""
+
+    cell_id: str
+    estimate: Estimate
+    actual_s: float  # the median duration of the cell's passed runs in that run
+
+    def error(self) -> float | None:
+        """(actual - estimate) / estimate; None without an estimate."""
+        if self.estimate.seconds is None or self.estimate.seconds <= 0:
+            return None
+        return (self.actual_s - self.estimate.seconds) / self.estimate.seconds
+
+    def within(self, margin: float = MARGIN) -> bool:
+        """Within ±``margin`` of its estimate (a cell without one is not)."""
+        e = self.error()
+        return e is not None and abs(e) <= margin
+
+
+def accuracy(found: Mapping[str, Estimate], actual: Mapping[str, list[float]]) -> list[Accuracy]:
+    """Each cell that has passed runs in ``actual`` (cell id -> their durations) against its estimate
+    in ``found`` (unknown when it had none)."""
+    return [
+        Accuracy(cell_id, found.get(cell_id, Estimate(None, UNKNOWN)), statistics.median(durations))
+        for cell_id, durations in actual.items()
+        if durations
+    ]
 
 
 def auto_timeout(found: Estimate) -> tuple[int, str]:

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
-from fsmatrix.results import answer, compare, crashtable, report, seedreport
+from fsmatrix.results import answer, compare, crashtable, hardware, report, seedreport
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
@@ -271,6 +271,9 @@ def html_report(
         parts.append(f"<h2>{html.escape(kind)}</h2>")
         if kind in workloads.WORKLOADS and workloads.get(kind).note:
             parts.append(f"<p>{html.escape(workloads.get(kind).note)}</p>")
+        found_classes = hardware.classes([d for ds in cells.values() for d in ds])
+        if len(found_classes) > 1:
+            parts.append(f'<p class="legend">{html.escape(hardware.why(found_classes))}</p>')
         for heading, group in report.workload_groups(kind, cells):
             if heading:
                 parts.append(f"<h3>{html.escape(heading)}</h3>")

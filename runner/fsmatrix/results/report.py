@@ -30,7 +30,7 @@ from typing import Any
 from fsmatrix import results
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
-from fsmatrix.results import answer, compare, crashtable, regime, seedreport, stats
+from fsmatrix.results import answer, compare, crashtable, decide, hardware, regime, seedreport
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -67,6 +67,7 @@ ENV_KEYS = (
     "host.kernel",
     "host.memory_kib",
 )
+HARDWARE = "hardware class"  # a table's heading names the class its runs ran on (hardware.py)
 
 
 def _row_label(kind: str, flat: dict[str, Any]) -> str:
@@ -124,21 +125,19 @@ class Ranked:
 
 
 def rank(entries: dict[str, list[float] | str], direction: str) -> dict[str, Ranked]:
-    """The entries that have values, each placed against the best median. An entry is the best only
-    when the test ``compare`` uses (stats.compare_samples) separates it from every other entry; the
-    ones it cannot separate from the best are "tied" with it, and so is the best then."""
+    """The entries that have values, each placed against the best median. The best, and which entries
+    are separated from it, are the answer's (decide.compare_group: Holm-adjusted across the entries'
+    comparisons with the best); an entry it does not call worse is "tied" with the best, and so is
+    the best then. With too few runs for any decision, the best median leads and everything ties."""
     values = {col: v for col, v in entries.items() if isinstance(v, list) and v}
     if not values:
         return {}
     medians = {col: statistics.median(v) for col, v in values.items()}
     pick = min if direction == "lower" else max
-    leader = pick(medians, key=lambda col: medians[col])
+    answer = decide.compare_group(values, direction)
+    leader = answer.best or pick(medians, key=lambda col: medians[col])
     best = medians[leader]
-    tied = {
-        col
-        for col in values
-        if col != leader and stats.compare_samples(values[leader], values[col], direction).verdict != "slower"
-    }
+    tied = {col for col in values if col != leader and col not in answer.worse}
     out = {}
     for col, vals in values.items():
         med = medians[col]
@@ -327,12 +326,15 @@ def workload_groups(
     kind: str, cells: dict[str, list[dict[str, Any]]]
 ) -> list[tuple[str, dict[str, list[dict[str, Any]]]]]:
     """Cells of one workload split into groups that differ only in row and column keys, each with a
-    heading naming what sets it apart from the other groups ("" when there is one group)."""
+    heading naming what sets it apart from the other groups ("" when there is one group). Runs from
+    different hardware classes (hardware.py) are never in one group: its heading names the class."""
     groups: dict[tuple[tuple[str, str], ...], dict[str, list[dict[str, Any]]]] = defaultdict(dict)
-    for cid, ds in cells.items():
-        flat = flatten(ds[0]["params"])
-        rest = tuple(sorted((k, str(v)) for k, v in flat.items() if k not in ROW_KEYS.get(kind, ()) + COLUMN_KEYS))
-        groups[rest][cid] = ds
+    for klass, members in hardware.split(cells).items():
+        for cid, ds in members.items():
+            flat = flatten(ds[0]["params"])
+            keys = ROW_KEYS.get(kind, ()) + COLUMN_KEYS
+            rest = tuple(sorted((k, str(v)) for k, v in flat.items() if k not in keys))
+            groups[((HARDWARE, klass), *rest)][cid] = ds
     varying = {k for k, _ in set().union(*groups)} if len(groups) > 1 else set()
     varying = {k for k in varying if len({dict(g).get(k) for g in groups}) > 1}
     return [(", ".join(f"{k}={v}" for k, v in rest if k in varying), group) for rest, group in groups.items()]
@@ -346,6 +348,9 @@ def _workload_section(
     shown = 0
     if kind in workloads.WORKLOADS and workloads.get(kind).note:
         lines += [f"> {workloads.get(kind).note}", ""]
+    found = hardware.classes([d for ds in cells.values() for d in ds])
+    if len(found) > 1:
+        lines += [f"> {hardware.why(found)}", ""]
     for heading, group in workload_groups(kind, cells):
         if heading:
             lines += [f"### {heading}", ""]
@@ -513,6 +518,13 @@ def relative_speed_tables(
     """Seed 000's "relative speed" tables: cells that differ only in database settings (the settings
     blocks the workload owns, e.g. gtm.*), the first metric's median and each one's speed relative
     to the first (default-most) setting."""
+    by_class = hardware.split(cells)
+    if len(by_class) > 1:  # one table per hardware class: speeds from different machines are not relative
+        return [
+            (f"{title} on {klass}", header, rows)
+            for klass, members in by_class.items()
+            for title, header, rows in relative_speed_tables(kind, members)
+        ]
     metric, title, direction = metric_tables(cells)[kind][0]
     blocks = {b.name for b in workloads.get(kind).settings} if kind in workloads.WORKLOADS else set()
 

@@ -49,7 +49,7 @@ from fsmatrix.agent import crash, fit, job, kernel, proc, provenance, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import cmdline, flush_points, power_cut, profiles, snapshot
+from fsmatrix.backends.qemu import cmdline, flush_points, kernel_boot, power_cut, profiles, snapshot
 from fsmatrix.backends.qemu.console import ConsoleWatcher, console_tail
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
@@ -132,6 +132,8 @@ class QemuBackend:
     name = "qemu"
     # Crash modes it runs: every one (power-cut and flush-points with host-side parts of their own).
     crash_modes: tuple[str, ...] = tuple(crash.MODES)
+    # Boots a cell's vm.kernel (backends/qemu/kernel_boot.py) instead of the image's.
+    own_kernel = True
 
     def __init__(
         self,
@@ -171,6 +173,8 @@ class QemuBackend:
         # never), and records when it did (seconds after the marker; None: the guest got there first).
         self.power_cut_after_s: float | None = None
         self.power_cut_fired_at_s: float | None = None
+        # vm.kernel (and vm.modules) as a cell says them -> that kernel, prepared for direct boot.
+        self._kernels: dict[tuple[str, str], kernel_boot.Prepared] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -190,6 +194,8 @@ class QemuBackend:
                     f"cell {cell.id}: crash.mode {mode!r} is not built yet on the {self.name} backend "
                     f"(modes it runs: {', '.join(self.crash_modes)})"
                 )
+        # Bad vm.kernel input fails here, before the image is built or any VM starts.
+        self._check_kernels([c for c in cells if c.spec.vm.kernel])
         if self.devices:
             self._check_devices(cells)
         for pid, name in running_vms():
@@ -201,7 +207,9 @@ class QemuBackend:
                 raise UserError(f"the {self.name} backend: {problem}")
         self._wanted = list(dict.fromkeys(c.spec.image for c in cells)) or [images.DEFAULT]
         self._prepare()
-        warning = kernel.report([c.spec for c in cells], [c.id for c in cells], self.lacking)
+        # The image's manifest describes the image's kernel: a vm.kernel cell is checked against its own.
+        own = [c for c in cells if not c.spec.vm.kernel]
+        warning = kernel.report([c.spec for c in own], [c.id for c in own], self.lacking)
         if warning:
             log.warning("%s", warning)
 
@@ -209,6 +217,41 @@ class QemuBackend:
         """What the kernel of the cell's image lacks for it (from the image's manifest), or None."""
         reason = kernel.lacking_in_manifest(spec, self._images[spec.image][2])
         return f"image {spec.image}: {reason}" if reason else None
+
+    def _check_kernels(self, cells: list[MatrixCell]) -> None:
+        """Prepare every vm.kernel of ``cells`` before any VM starts, and refuse (exit 2) one that is
+        missing, no kernel, or without a module a cell needs."""
+        if cells and not self.own_kernel:
+            raise UserError(
+                f"cell {cells[0].id}: vm.kernel is booted by the qemu backend only, not by {self.name}; "
+                "run it with --backend qemu"
+            )
+        for cell in cells:
+            try:
+                prepared = self.kernel_of(cell)
+            except UserError as exc:
+                raise UserError(f"cell {cell.id}: {exc}") from exc
+            assert prepared is not None
+            missing = prepared.lacking(cell.spec)
+            if missing:
+                raise UserError(
+                    f"cell {cell.id}: vm.kernel {cell.spec.vm.kernel!r} ({prepared.release}) has no module "
+                    f"{missing}, loadable or built in; the cell needs it (give a kernel that has it, "
+                    "or leave the cell out)"
+                )
+
+    def kernel_of(self, cell: MatrixCell) -> kernel_boot.Prepared | None:
+        """The cell's vm.kernel, prepared for direct boot (once per content; None: the image's kernel)."""
+        vm = cell.spec.vm
+        if not vm.kernel:
+            return None
+        key = (vm.kernel, vm.modules)
+        if key not in self._kernels:
+            try:
+                self._kernels[key] = kernel_boot.prepare(vm.kernel, vm.modules, image.cache_root(), self._echo)
+            except proc.CommandError as exc:
+                raise UserError(f"cannot prepare vm.kernel {vm.kernel!r}: {exc}") from exc
+        return self._kernels[key]
 
     def _check_devices(self, cells: list[MatrixCell]) -> None:
         """Passthrough: every device safe to format (as the host backend checks), one per data disk."""
@@ -286,15 +329,24 @@ class QemuBackend:
         """The QEMU command line of one run: the overlay as root disk, job disk, data disks; to
         restore, the template's devices and the disks' backends only (they are hot-plugged)."""
         name = f"fsmatrix-{launch.cell.id}-r{launch.repeat}"
+        prepared = self.kernel_of(launch.cell)
+        boot = prepared.boot() if prepared is not None else None
         if launch.template is None:
-            return self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, self.drives(launch))
-        cmd = self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, ())
+            return self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, self.drives(launch), boot)
+        cmd = self._vm_command(launch.cell, launch.overlay, launch.console, qmp, name, (), boot)
         for index, disk in enumerate(self.drives(launch)):
             cmd += cmdline.disk_backend(disk, index)
         return cmd + snapshot.restore_arguments(launch.template)
 
     def _vm_command(
-        self, cell: MatrixCell, overlay: Path, console: Path, qmp: Path, name: str, drives: Sequence[Disk]
+        self,
+        cell: MatrixCell,
+        overlay: Path,
+        console: Path,
+        qmp: Path,
+        name: str,
+        drives: Sequence[Disk],
+        boot: cmdline.DirectBoot | None = None,
     ) -> list[str]:
         vm = cell.spec.vm
         return cmdline.qemu_command(
@@ -307,6 +359,7 @@ class QemuBackend:
             drives=drives,
             snapshot=False,  # the overlay takes the writes; the golden image is its read-only backing file
             qmp_socket=qmp,
+            boot=boot,
         )
 
     def template(self, cell: MatrixCell) -> snapshot.Template | None:
@@ -316,14 +369,30 @@ class QemuBackend:
         if self.start != "restore":
             return None
 
+        prepared = self.kernel_of(cell)
+        boot = prepared.boot() if prepared is not None else None
+
         def command_for(overlay: Path, console: Path, qmp: Path) -> list[str]:
-            return self._vm_command(cell, overlay, console, qmp, "fsmatrix-template", ())
+            return self._vm_command(cell, overlay, console, qmp, "fsmatrix-template", (), boot)
 
         placeholder = Path("/template")
         qemu = str((self._host or {}).get("qemu_version") or "")  # read once, when the backend was prepared
-        key = snapshot.template_key(command_for(placeholder, placeholder, placeholder), self._sha256, qemu)
+        # A vm.kernel's files by content (its digests), not by path: the key's command has placeholders.
+        stand_in = None
+        if boot is not None:
+            stand_in = cmdline.DirectBoot(placeholder, placeholder, boot.append, boot.modules_disk and placeholder)
+        key_command = self._vm_command(cell, placeholder, placeholder, placeholder, "fsmatrix-template", (), stand_in)
+        digests = prepared.digests if prepared is not None else None
+        key = snapshot.template_key(key_command, self._sha256, qemu, digests)
         try:
-            return snapshot.ensure_template(image.cache_root(), key, self._image.qcow2, command_for, self._echo)
+            return snapshot.ensure_template(
+                image.cache_root(),
+                key,
+                self._image.qcow2,
+                command_for,
+                self._echo,
+                kernel=prepared.directory if prepared is not None else None,
+            )
         except (RuntimeError, OSError, proc.CommandError) as exc:
             log.warning("cannot save a booted guest to restore (%s): this run boots", exc)
             return None
@@ -414,10 +483,14 @@ class QemuBackend:
                     if code
                     else "the guest powered off without a result"
                 )
+                # A vm.kernel guest that never started says why in one line (its /init, or a panic).
+                said = kernel_boot.guest_error(console.read_text(encoding="utf-8", errors="replace"))
+                if said and cell.spec.vm.kernel:
+                    why = f"the guest did not start with vm.kernel {cell.spec.vm.kernel!r}: {said}"
                 return self._host_result(
                     cell, repeat, started, started_at, "error", f"{why}; console tail:\n{tail}", tail, vm_info
                 )
-            self._add_provenance(doc, vm_info)
+            self._add_provenance(doc, vm_info, cell)
             doc.setdefault("details", {})["vm_wall_s"] = round(wall, 1)
             if crash_phase:
                 doc["details"]["power_cut_vm_wall_s"] = crash_phase["wall_s"]
@@ -606,11 +679,14 @@ class QemuBackend:
             "sha256": self._sha256,
         }
 
-    def _add_provenance(self, doc: dict[str, Any], vm_info: dict[str, Any]) -> None:
+    def _add_provenance(self, doc: dict[str, Any], vm_info: dict[str, Any], cell: MatrixCell) -> None:
         prov = doc.setdefault("provenance", {})
         prov.update(backend=self.name, accel=self.accel, device_source=self.device_source, vm=vm_info)
         prov["host"] = self._host  # the host's own view; whatever the guest was told is replaced
         prov["image"] = self._image_provenance(prov.get("image"))
+        prepared = self._kernels.get((cell.spec.vm.kernel, cell.spec.vm.modules))
+        if prepared is not None:  # the kernel the guest booted: its file's sha256 and its release
+            prov["kernel_source"] = prepared.source
 
     def _host_result(
         self,
@@ -634,5 +710,5 @@ class QemuBackend:
             provenance={"fsmatrix_version": __version__, "git": provenance.git_source()},
         )
         doc.update(finished_at=_now(), duration_s=round(time.monotonic() - started, 3), details={"console_tail": tail})
-        self._add_provenance(doc, vm_info)
+        self._add_provenance(doc, vm_info, cell)
         return doc

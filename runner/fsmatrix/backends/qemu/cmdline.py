@@ -4,10 +4,33 @@ on the command line or hot-plugged)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fsmatrix.backends.disks import Disk
+
+
+@dataclass(frozen=True)
+class DirectBoot:
+    """Boot this kernel (``-kernel``/``-initrd``/``-append``) on the image's root disk instead of
+    the image's own (``vm.kernel``; made by backends/qemu/kernel_boot.py), with its modules on a
+    read-only disk of their own."""
+
+    kernel: Path
+    initrd: Path
+    append: str
+    modules_disk: Path | None = None
+    modules_serial: str = "fsmatrix-modules"
+
+    def arguments(self) -> list[str]:
+        cmd = ["-kernel", str(self.kernel), "-initrd", str(self.initrd), "-append", self.append]
+        if self.modules_disk is not None:
+            cmd += [
+                "-drive", f"file={self.modules_disk},if=none,id=modules,format=raw,readonly=on",
+                "-device", f"virtio-blk-pci,drive=modules,serial={self.modules_serial}",
+            ]  # fmt: skip
+        return cmd
 
 
 def qemu_command(
@@ -22,6 +45,7 @@ def qemu_command(
     drives: Sequence[Disk] = (),
     snapshot: bool = True,
     qmp_socket: Path | None = None,
+    boot: DirectBoot | None = None,
 ) -> list[str]:
     """The QEMU command line that boots ``image``.
 
@@ -29,7 +53,7 @@ def qemu_command(
     gets a user-mode NIC that reaches nothing outside (restrict=on) and 127.0.0.1:ssh_port
     forwards to its SSH; without it, no NIC at all. ``snapshot`` keeps the image unchanged.
     ``name`` should contain "fsmatrix" so leftover processes can be found.
-    ``qmp_socket``: a QMP server on that unix socket.
+    ``qmp_socket``: a QMP server on that unix socket. ``boot``: start this kernel, not the image's.
     """
     cmd = [
         "qemu-system-x86_64", "-name", name, "-accel", accel, "-cpu", "max", "-smp", str(cpus),
@@ -38,10 +62,13 @@ def qemu_command(
         # bootindex: SeaBIOS boots only the disk it ranks first, which must not be a data disk.
         "-drive", f"file={image},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap"
         + (",snapshot=on" if snapshot else ""),
-        "-device", "virtio-blk-pci,drive=root,bootindex=0",
+        # With -kernel, QEMU's own boot ROM starts the kernel: no disk may rank before it.
+        "-device", "virtio-blk-pci,drive=root" + (",bootindex=0" if boot is None else ""),
         # A new VM generation id at every start: a guest restored from a saved state reseeds its RNG.
         "-device", "vmgenid,guid=auto",
     ]  # fmt: skip
+    if boot is not None:
+        cmd += boot.arguments()
     if qmp_socket is not None:
         cmd += ["-qmp", f"unix:{qmp_socket},server=on,wait=off"]
     for index, disk in enumerate(drives):

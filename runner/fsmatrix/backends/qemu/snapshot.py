@@ -44,6 +44,7 @@ from typing import Any
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix.agent import proc
+from fsmatrix.backends.qemu import kernel_boot
 from fsmatrix.errors import UserError
 
 log = logging.getLogger("fsmatrix")
@@ -103,29 +104,39 @@ class Template:
 
 
 def prune_orphans(cache: Path) -> list[Path]:
-    """Delete the saved guests whose image is gone (``fsmatrix image prune`` deleted it, or a cache
-    was moved): nothing can restore them, and each holds its guest's memory (about 200 MiB).
-    A template being saved (``.building``, locked) is left alone. Returns the deleted directories."""
+    """Delete the saved guests whose image (or vm.kernel's prepared directory) is gone (``fsmatrix
+    image prune`` deleted it, or a cache was moved): nothing can restore them, and each holds its
+    guest's memory (about 200 MiB). A template being saved (``.building``, locked) is left alone.
+    Returns the deleted directories."""
     deleted = []
     for done in sorted((cache / SNAPSHOT_DIR).glob("*/template.json")):
         if done.parent.name.endswith(".building"):
             continue
         try:
-            image_qcow2 = Path(json.loads(done.read_text())["image"])
+            record = json.loads(done.read_text())
+            needed = [Path(record["image"])]
+            if record.get("kernel"):  # a vm.kernel's saved guest: its prepared kernel too
+                needed.append(Path(record["kernel"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # unreadable: not ours to judge
-        if not image_qcow2.exists():
+        if not all(path.exists() for path in needed):
             shutil.rmtree(done.parent, ignore_errors=True)
             done.parent.with_name(f"{done.parent.name}.lock").unlink(missing_ok=True)
             deleted.append(done.parent)
     return deleted
 
 
-def template_key(command: Sequence[str], image_sha256: str, qemu_version: str) -> str:
+def template_key(
+    command: Sequence[str], image_sha256: str, qemu_version: str, kernel: dict[str, str] | None = None
+) -> str:
     """What a saved state depends on: the image, QEMU's version and the VM's command line (machine,
-    CPU, memory, devices; made with fixed placeholder paths)."""
-    text = json.dumps({"format": FORMAT, "image": image_sha256, "qemu": qemu_version, "command": list(command)})
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    CPU, memory, devices; made with fixed placeholder paths), and with ``vm.kernel`` the sha256 of
+    each file the guest boots from (kernel, initramfs, modules disk): its content, not its path,
+    so a kernel rebuilt at the same path gets a guest of its own."""
+    doc: dict[str, Any] = {"format": FORMAT, "image": image_sha256, "qemu": qemu_version, "command": list(command)}
+    if kernel is not None:  # absent otherwise: the saved guests of the image's own kernel keep their keys
+        doc["kernel"] = dict(sorted(kernel.items()))
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
 
 
 def connect(qmp: Path, vm: subprocess.Popen[bytes], timeout: float = QMP_CONNECT_S) -> QEMUMonitorProtocol:
@@ -186,11 +197,14 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def ensure_template(cache: Path, key: str, image_qcow2: Path, command_for: Any, echo: Any = log.info) -> Template:
+def ensure_template(
+    cache: Path, key: str, image_qcow2: Path, command_for: Any, echo: Any = log.info, kernel: Path | None = None
+) -> Template:
     """The template for ``key``, booted and saved first if there is none.
 
     ``command_for(overlay, console, qmp)`` gives the QEMU command line of the template's VM (the
-    same devices every run restores into). Concurrent callers wait for one another (a lock file)."""
+    same devices every run restores into). Concurrent callers wait for one another (a lock file).
+    ``kernel``: the prepared vm.kernel's directory the guest boots from (recorded for pruning)."""
     root = cache / SNAPSHOT_DIR
     template = Template(root / key, key)
     with _locked(root / f"{key}.lock"):
@@ -203,7 +217,13 @@ def ensure_template(cache: Path, key: str, image_qcow2: Path, command_for: Any, 
             echo(f"saving a booted guest for restoring runs (once per image and VM size): {template.directory}")
             started = time.monotonic()
             _save(building, image_qcow2, command_for)
-            record = {"key": key, "image": str(image_qcow2), "boot_and_save_s": round(time.monotonic() - started, 1)}
+            record: dict[str, Any] = {
+                "key": key,
+                "image": str(image_qcow2),
+                "boot_and_save_s": round(time.monotonic() - started, 1),
+            }
+            if kernel is not None:
+                record["kernel"] = str(kernel)
             (building / "template.json").write_text(json.dumps(record) + "\n")
             shutil.rmtree(template.directory, ignore_errors=True)
             building.rename(template.directory)
@@ -221,7 +241,11 @@ def _save(directory: Path, image_qcow2: Path, command_for: Any) -> None:
     with (directory / "qemu.stderr").open("wb") as stderr:
         vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
-        _wait(lambda: console.exists() and READY_MARKER in console.read_bytes(), TEMPLATE_BOOT_S, "booting", vm)
+        try:
+            _wait(lambda: console.exists() and READY_MARKER in console.read_bytes(), TEMPLATE_BOOT_S, "booting", vm)
+        except RuntimeError as exc:  # a vm.kernel's guest says in one line why it did not start
+            why = kernel_boot.guest_error(console.read_text(errors="replace")) if console.exists() else None
+            raise RuntimeError(f"{exc}: {why}" if why else str(exc)) from exc
         time.sleep(SETTLE_S)
         monitor = connect(qmp, vm)
         try:

@@ -1,0 +1,84 @@
+"""How right were the estimates? ``python -m fsmatrix.bench.estimates RUN_DIR [--results ROOT]``
+
+RUN_DIR is a directory ``fsmatrix run`` wrote (``matrix.json`` and one ``<cell>/r<N>.json`` per run).
+For each of its cells, the estimate ``fsmatrix run`` prints (results/estimate.py: the median of the
+cell's passed runs stored under ROOT on the host RUN_DIR's runs were made on, else the same workload
+on another filesystem) is computed again from every stored run *except RUN_DIR's own* — what the
+estimate was before that run, when RUN_DIR is the latest run — and set against the median duration
+of the cell's passed runs in RUN_DIR. ROOT defaults to RUN_DIR's parent (a results root).
+
+Prints Markdown: a line per cell (estimate, its source, the actual median, the error) and how many
+cells finished within ±30 % of their estimate (issue 27: at least 80 % of them on a quiet machine,
+after ``make demo``; a cell without an estimate counts as missed). Runs nothing; needs no root.
+A directory that is not a run directory, or holds no passed run, stops it with one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from fsmatrix import results
+from fsmatrix.errors import UserError
+from fsmatrix.results import estimate
+
+
+def load(run_dir: Path, root: Path) -> tuple[list[estimate.Accuracy], str | None]:
+    """The cells of ``run_dir`` against their estimates from the other runs under ``root``, and the
+    host (machine id) the runs were made on."""
+    matrix_json = results.load_matrix_json(run_dir) if run_dir.is_dir() else None
+    if matrix_json is None or not (run_dir / "matrix.json").is_file():
+        raise UserError(f"{run_dir}: no matrix.json; expected a directory `fsmatrix run` wrote (RESULTS/RUN_ID)")
+    try:
+        cells: dict[str, dict[str, Any]] = {e["id"]: e["params"] for e in matrix_json["cells"]}
+    except (KeyError, TypeError) as exc:
+        raise UserError(f"{run_dir}/matrix.json: cannot read its cells ({exc})") from exc
+    passed = [d for d in results.load_results(run_dir) if d.get("status") == "passed" and d.get("cell_id") in cells]
+    if not passed:
+        raise UserError(f"{run_dir}: no passed run to set against an estimate")
+    actual: dict[str, list[float]] = {}
+    for doc in passed:
+        actual.setdefault(doc["cell_id"], []).append(float(doc["duration_s"]))
+    host = ((passed[0].get("provenance") or {}).get("host") or {}).get("machine_id")
+    stored = [r for r in estimate.stored_runs(root, host, None, list(cells)) if r.run_id != run_dir.name]
+    found = estimate.estimates(cells.items(), stored)
+    return estimate.accuracy(found, actual), host
+
+
+def markdown(run_dir: Path, rows: list[estimate.Accuracy], margin: float) -> str:
+    lines = [
+        f"Estimates before {run_dir} against its runs (±{margin:.0%}):",
+        "",
+        "| cell | estimate (source) | actual: median of its passed runs | error |",
+        "|---|---|---|---|",
+    ]
+    for a in rows:
+        e = a.error()
+        error = "no estimate" if e is None else f"{e:+.0%}" + ("" if a.within(margin) else " (outside)")
+        lines.append(f"| {a.cell_id} | {a.estimate.show()} | {estimate.duration(a.actual_s)} | {error} |")
+    hits = sum(a.within(margin) for a in rows)
+    lines += ["", f"{hits} of {len(rows)} cells within ±{margin:.0%} of their estimate ({hits / len(rows):.0%})"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a directory `fsmatrix run` wrote")
+    parser.add_argument("--results", type=Path, default=None, help="the results root (default: RUN_DIR's parent)")
+    parser.add_argument("--margin", type=float, default=estimate.MARGIN, help="within ±this share (0.3: 30 %%)")
+    args = parser.parse_args(argv)
+    try:
+        if not 0 < args.margin < 1:
+            raise UserError(f"--margin {args.margin}: must be in (0, 1)")
+        rows, _ = load(args.run_dir, args.results or args.run_dir.parent)
+    except UserError as exc:
+        print(f"bench.estimates: error: {exc}", file=sys.stderr)
+        return 2
+    print(markdown(args.run_dir, rows, args.margin))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Hardware classes: which results come from like machines, so a table never sets one beside another.
+
+A matrix fanned out over a fleet (GitHub runners, a Slurm cluster) runs each shard wherever it is
+scheduled. Every result records the machine under its run (``provenance.host``,
+backends/hostinfo.py); its *hardware class* is what of that changes the numbers and is the same on
+two identical machines: the CPU model and count, the memory (whole GiB: identical machines report a
+few MiB apart) and the disk under the work directory (its model, rotational or not). The machine id
+and the kernel are left out: two machines of one class are alike, and ``compare`` and the report's
+environment section still name every difference.
+
+The report (report.py, htmlreport.py) and the answer (answer.py) split cells by class when the
+results hold more than one: each table and each comparison holds one class's runs, and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+UNKNOWN = "unknown host"  # results without provenance.host (old ones, or a failure before it was known)
+
+
+def _host(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    host = (doc.get("provenance") or {}).get("host")
+    return host if isinstance(host, Mapping) else {}
+
+
+def of(doc: Mapping[str, Any]) -> str:
+    """The hardware class of one result, in words: "Intel Xeon E-2288G, 16 CPUs, 64 GiB, disk SAMSUNG
+    MZ7L3 (SSD)"; ``UNKNOWN`` when the result does not describe its host."""
+    host = _host(doc)
+    if not host.get("cpu_model") and not host.get("cpu_count"):
+        return UNKNOWN
+    parts = [str(host.get("cpu_model") or "unknown CPU")]
+    if host.get("cpu_count"):
+        parts.append(f"{host['cpu_count']} CPUs")
+    memory = host.get("memory_kib")
+    if isinstance(memory, int | float) and memory > 0:
+        parts.append(f"{round(memory / 2**20)} GiB")
+    disk = (host.get("workdir") or {}).get("disk") if isinstance(host.get("workdir"), Mapping) else None
+    if isinstance(disk, Mapping) and (disk.get("model") or disk.get("rotational") is not None):
+        rotational = disk.get("rotational")
+        kind = " (rotational)" if rotational is True else " (SSD)" if rotational is False else ""
+        parts.append(f"disk {disk.get('model') or 'unknown model'}{kind}")
+    return ", ".join(parts)
+
+
+def classes(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The classes of these results, sorted (a report names them in the same order however its
+    documents were read)."""
+    return sorted({of(d) for d in docs})
+
+
+def split(cells: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Cells (id -> its runs) by hardware class, in order of first appearance: class -> id -> the runs
+    of that cell on that class (a cell whose runs came from two classes is in both)."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for cell_id, docs in cells.items():
+        for doc in docs:
+            out.setdefault(of(doc), {}).setdefault(cell_id, []).append(doc)
+    return out
+
+
+def why(found: Sequence[str]) -> str:
+    """The sentence a report prints where it splits by class."""
+    listed = "; ".join(f"{i}. {name}" for i, name in enumerate(found, 1))
+    return (
+        f"These runs come from {len(found)} hardware classes ({listed}): numbers measured on different "
+        "hardware are not comparable, so each table and each comparison holds one class's runs "
+        "(docs/ci.md, 'Runner classes')."
+    )
