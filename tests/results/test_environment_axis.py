@@ -91,12 +91,13 @@ def test_compare_across_image_on_purpose(tmp_path: Path) -> None:
     done = invoke("compare", str(old), str(new), "--across", "image", "--format", "json")
     assert done.exit_code == 0, done.output
     doc = json.loads(done.output)
-    assert doc["across"] == {"axis": "image", "base": "debian12", "head": "debian13"}
+    assert doc["across"] == [{"name": "image", "base": ["debian12"], "head": ["debian13"]}]
     assert {d["key"] for d in doc["env_diffs"]} == {"image", "kernel"}
     elapsed = next(r for r in doc["rows"] if r["metric"] == "elapsed_s")
     assert elapsed["cell_id"] == "ext4-threen1-1-1000-w4-00000000" and elapsed["verdict"] == "slower"
     text = invoke("compare", str(old), str(new), "--across", "image")
-    assert "compared across image: debian12 (base) → debian13 (head)" in text.output
+    assert "compared across images (--across image): base debian12 | head debian13;" in text.output
+    assert "differing on purpose: kernel, image" in text.output  # ENV_KEYS order
     # Both images in one run: name which is which.
     both = _write(tmp_path, "both", _docs("debian12", "ext4", samples(10.0)) + _docs("debian13", "ext4", samples(12.0)))
     ambiguous = invoke("compare", str(both), str(both), "--across", "image")
@@ -116,12 +117,27 @@ def test_compare_across_still_refuses_any_other_difference(tmp_path: Path) -> No
         ("image=debian12", "name two values, BASE's then HEAD's"),
         ("image=debian12,debian12", "both sides are image debian12"),
         ("image=debian12,debian14", "HEAD"),
+        ("kernel=a,b", "name none: --across kernel"),
     ):
         refused = invoke("compare", str(old), str(old if "14" not in bad else elsewhere), "--across", bad)
         assert refused.exit_code == 2 and message in refused.output, (bad, refused.output)
+    twice = invoke("compare", str(old), str(elsewhere), "--across", "image", "--across", "image")
+    assert twice.exit_code == 2 and "--across: each name once (image, image)" in twice.output
 
 
 def test_axis_values_fill_the_default() -> None:
     plain, other = _docs("debian12", "ext4", [1.0])[0], _docs("debian13", "ext4", [1.0])[0]
     assert compare.axis_value(plain, "image") == "debian12" and compare.axis_value(other, "image") == "debian13"
     assert compare.without_axis(plain["params"], "image") == compare.without_axis(other["params"], "image")
+
+
+def test_compare_across_image_and_kernel_together(tmp_path: Path) -> None:
+    """One --across for both kinds: a cell setting (image) and a vm.kernel file at one path (kernel)."""
+    own = {"path": "bzImage", "format": "bzImage", "sha256": "c" * 64, "release": "6.13-own"}
+    old = _write(tmp_path, "on12", _docs("debian12", "ext4", samples(10.0, seed=1)))
+    new = _write(tmp_path, "own13", _docs("debian13", "ext4", samples(10.0, seed=2), kernel_source=own))
+    only_image = invoke("compare", str(old), str(new), "--across", "image")
+    assert only_image.exit_code == 2 and "different kernels under test" in only_image.output
+    done = invoke("compare", str(old), str(new), "--across", "image", "--across", "kernel", "--format", "json")
+    assert done.exit_code == 0, done.output
+    assert [c["name"] for c in json.loads(done.output)["across"]] == ["image", "kernel"]

@@ -30,7 +30,7 @@ from typing import Any
 from fsmatrix import results
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
-from fsmatrix.results import answer, compare, crashtable, decide, hardware, regime, seedreport
+from fsmatrix.results import answer, compare, crashtable, decide, hardware, regime, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
