@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from fsmatrix import results
 from fsmatrix.errors import UserError

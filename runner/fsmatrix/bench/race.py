@@ -247,9 +247,8 @@ def load_run_dir(path: Path) -> RunDir:
     commits = tuple(sorted({str((p.get("git") or {}).get("sha") or "?")[:10] for p in prov}))
     times = sorted(str(t) for d in passed for t in (d.get("started_at"), d.get("finished_at")) if t)
     started = f"{times[0]} .. {times[-1]}" if times else "?"
-    return RunDir(
-        path, groups, len(passed), (min(counts), max(counts)), hosts, commits, started, str(matrix_json.get("file"))
-    )
+    file = str((results.load_matrix_json(path) or {}).get("file"))
+    return RunDir(path, groups, len(passed), (min(counts), max(counts)), hosts, commits, started, file)
 
 
 # ----------------------------------------------------------------------------------- the report
