@@ -8,7 +8,7 @@
 # the slow tests (pytest's default -m "not slow", from pyproject.toml): the system tests and the VM
 # tests too, building the guest image first when it is not cached. `make test-slow`: -m slow. The
 # markers are listed in pyproject.toml; PYTEST_ARGS adds arguments to check's and test's pytest.
-# `make test-act`: the workflows run end to end by nektos/act (tests/ci/test_act.py, marker act; ~12 min,
+# `make test-act`: the workflows run end to end by nektos/act (tests/ci/test_act.py, marker act; ~6 min,
 # out of `make test` for CI's time), building act first (`make act`).
 
 SHELL := /bin/bash

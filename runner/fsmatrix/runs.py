@@ -177,8 +177,7 @@ def print_estimates(
         console.print(f"estimate {cell.id}: {found[cell.id].show()}", markup=False, highlight=False)
     if race is not None:
         whole = estimate.total(found, {c.id: race.max_repeats for c in cells})
-        upto = "at most " if whole.unknown_runs < whole.runs else ""
-        console.print(f"{upto}{whole.show()} (a race may stop earlier)", markup=False, highlight=False)
+        console.print(f"{whole.show(at_most=True)} (a race may stop earlier)", markup=False, highlight=False)
         return
     runs_left: dict[str, int] = {}
     for cell, _ in left:

@@ -166,9 +166,11 @@ def prepare(
     shard_size: int | None,
     task_args: Sequence[str],
     force: bool,
+    settings_file: Path | None = None,
 ) -> Submission:
     """The submission directory for this run, written (not submitted yet). A run id submitted
-    before is resumed when its shards are the same; refused while its job is still queued."""
+    before is resumed when its shards are the same; refused while its job is still queued. A
+    ``settings_file`` (``run --settings``) is copied beside the matrix and given to every task."""
     directory = (shared / run_id).resolve()
     split = [[c.id for c in shard] for shard in shards(cells, shard_size)]
     held = [c.id for c in cells if any(results.iter_result_files(results_root / run_id / c.id))]
@@ -196,6 +198,9 @@ def prepare(
     (directory / "logs").mkdir(parents=True, exist_ok=True)
     if Path(m.path).resolve() != directory / "matrix.yaml":
         shutil.copyfile(m.path, directory / "matrix.yaml")
+    if settings_file is not None:
+        shutil.copyfile(settings_file, directory / "settings.yaml")
+        task_args = [*task_args, "--settings", str(directory / "settings.yaml")]
     jsonfile.write_atomic(directory / "matrix.json", runs.matrix_record(m, cells, repeat))
     sub = Submission(
         directory=directory,

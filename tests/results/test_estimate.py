@@ -294,7 +294,8 @@ def test_accuracy_sets_each_cell_against_the_estimate_it_had_before_the_run(tmp_
 
 def test_accuracy_refuses_what_is_not_a_run_directory(tmp_path: Path, capsys: Any) -> None:
     assert bench_estimates.main([str(tmp_path / "missing")]) == 2
+    assert bench_estimates.main([str(tmp_path)]) == 2
     assert bench_estimates.main([str(tmp_path), "--margin", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(line.startswith("bench.estimates: error: ") for line in err)
-    assert "no matrix.json" in err[0] and "--margin 1.5" in err[1]
+    assert len(err) == 3 and all(line.startswith("bench.estimates: error: ") for line in err)
+    assert "no such run directory" in err[0] and "no matrix.json" in err[1] and "--margin 1.5" in err[2]

@@ -72,7 +72,6 @@ def test_a_shared_directory_that_is_not_writable(two: Path, tmp_path: Path, fake
         (["--executor", "slurm", "--shared", "{tmp}/s", "--race"], "--race decides between rounds"),
         (["--executor", "slurm", "--shared", "{tmp}/s", "--device", "/dev/null"], "--device names this machine's"),
         (["--shared", "{tmp}/s", "--detach"], "--shared, --detach: for --executor slurm only"),
-        (["--executor", "slurm", "--shared", "{tmp}/s", "--settings", "{tmp}/b.yaml"], "--settings is not passed on"),
     ],
 )
 def test_options_slurm_refuses(
@@ -118,6 +117,27 @@ def test_the_batch_script_runs_each_tasks_shard(tmp_path: Path, two: Path) -> No
         assert args[args.index("--results") + 1] == str(sub.shard_dir(task))
         assert slurm.task_exit(sub, task) == 1  # what collect reads
     assert "fsmatrix" in (sub.directory / "job.sh").read_text()
+
+
+def test_a_settings_file_is_copied_beside_the_matrix_and_given_to_every_task(tmp_path: Path, two: Path) -> None:
+    """``run --settings`` with --executor slurm: the tasks load the same settings the cells were
+    expanded with (a copy in the shared directory: the file given may be on this machine only)."""
+    given = tmp_path / "build.yaml"
+    given.write_text("gtm.global_buffers: 2000\n")
+    m = matrix.load(two, None, matrix.read_settings(given))
+    sub = slurm.prepare(
+        m, m.cells, shared=tmp_path / "shared", run_id="two", backend="host", repeat=1,
+        results_root=tmp_path / "results", shard_size=None, task_args=["--backend", "host"], force=False,
+        settings_file=given,
+    )  # fmt: skip
+    copy = sub.directory / "settings.yaml"
+    assert copy.read_text() == given.read_text()
+    assert f"--settings {copy}" in (sub.directory / "job.sh").read_text()
+    tasks = matrix.load(sub.directory / "matrix.yaml", None, matrix.read_settings(copy))
+    assert [c.id for c in tasks.cells] == [c.id for c in m.cells]
+    assert all(c.params["gtm"]["global_buffers"] == 2000 for c in tasks.cells)
+    # without --settings, no copy and no option
+    assert "--settings" not in slurm.batch_script(_submission(tmp_path / "plain", two, "host"), ["--backend", "host"])
 
 
 def test_task_ids_as_squeue_prints_them() -> None:

@@ -25,6 +25,13 @@ from conftest import FSMATRIX, IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
 from fsmatrix.backends import image
 from fsmatrix.backends.qemu import kernel_boot, snapshot
 
+# Out of `make test` (marker slow: `make test-slow`) until the 6.12 kernel boots reliably under TCG
+# here: in the full suite of 2026-11-26 (398cf32 + 1 commit) it panicked in an early initcall
+# ("Fatal exception in interrupt", update_rq_clock) in one of five boots, and an IO-APIC timer panic
+# was seen once before (no_timer_check since). The package is the mirror's current bookworm-backports
+# 6.12 (6.12.95 that day), not a pinned version.
+pytestmark = pytest.mark.slow
+
 MIRROR = os.environ.get("FSMATRIX_MIRROR", "http://deb.debian.org/debian")
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 

@@ -14,6 +14,7 @@ package list, suite or base script reruns debootstrap too (from its package cach
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -22,7 +23,7 @@ import shutil
 import stat
 import tarfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -209,6 +210,16 @@ def write_agent_tarball(dest: Path, repo: Path = REPO) -> Path:
             with path.open("rb") as fh:
                 tar.addfile(info, fh)
     return dest
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on the file ``path`` (created with its directory) for the ``with`` block:
+    one process at a time builds what the lock guards; the others then find it built."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def sha256_file(path: Path) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from fsmatrix import results
 from fsmatrix.errors import UserError
@@ -28,13 +27,7 @@ from fsmatrix.results import estimate
 def load(run_dir: Path, root: Path) -> tuple[list[estimate.Accuracy], str | None]:
     """The cells of ``run_dir`` against their estimates from the other runs under ``root``, and the
     host (machine id) the runs were made on."""
-    matrix_json = results.load_matrix_json(run_dir) if run_dir.is_dir() else None
-    if matrix_json is None or not (run_dir / "matrix.json").is_file():
-        raise UserError(f"{run_dir}: no matrix.json; expected a directory `fsmatrix run` wrote (RESULTS/RUN_ID)")
-    try:
-        cells: dict[str, dict[str, Any]] = {e["id"]: e["params"] for e in matrix_json["cells"]}
-    except (KeyError, TypeError) as exc:
-        raise UserError(f"{run_dir}/matrix.json: cannot read its cells ({exc})") from exc
+    cells = results.run_cells(run_dir)
     passed = [d for d in results.load_results(run_dir) if d.get("status") == "passed" and d.get("cell_id") in cells]
     if not passed:
         raise UserError(f"{run_dir}: no passed run to set against an estimate")

@@ -105,10 +105,8 @@ def expand(
         Console(width=None if sys.stdout.isatty() else 200).print(table)
         repeats_each = m.race.max_repeats if m.race is not None else m.repeat
         whole = estimate.total(found, {c.id: repeats_each for c in cells})
-        known = whole.unknown_runs < whole.runs
-        upto = "at most " if m.race is not None and known else ""  # a race may stop early
         shape = f"{len(cells)} cells × {repeats_each}"
-        click.echo(f"{upto}{whole.show()} ({shape}), from the runs in {results_root} on this host")
+        click.echo(f"{whole.show(at_most=m.race is not None)} ({shape}), from the runs in {results_root} on this host")
         for effect in m.includes:
             click.echo(effect.describe())
     include_warnings(m)

@@ -137,7 +137,7 @@ def run(
     slurm_only = {"--shared": shared is not None, "--shard-size": shard_size is not None, "--detach": detach}
     slurm_only["--sbatch-arg"] = bool(sbatch_args)
     if executor == "slurm":
-        _check_slurm(shared, devices, race, settings_file)
+        _check_slurm(shared, devices, race)
     elif any(slurm_only.values()):
         given = ", ".join(option for option, on in slurm_only.items() if on)
         raise UserError(f"{given}: for --executor slurm only")
@@ -158,7 +158,7 @@ def run(
         sys.exit(
             _run_on_slurm(
                 m, cells, shared, run_id or m.name, backend, repeat or m.repeat, results_root, shard_size,
-                [*args, *(["--scale", scale] if scale else [])], force, detach, kvm_gres, sbatch_args,
+                [*args, *(["--scale", scale] if scale else [])], force, detach, kvm_gres, sbatch_args, settings_file,
             )
         )  # fmt: skip
     writable_directory(workdir, "--workdir")
@@ -201,10 +201,9 @@ def run(
     sys.exit(0 if summary.ok else 1)
 
 
-def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | None, settings_file: Path | None) -> None:
+def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | None) -> None:
     """What --executor slurm refuses before reading the matrix: no Slurm here, no usable --shared
-    directory, the options that need one machine (--device, --race), and --settings (the tasks do not
-    get it yet)."""
+    directory, and the options that need one machine (--device, --race)."""
     slurm.check_installed()
     if shared is None:
         raise UserError("--executor slurm needs --shared DIR: a directory every node reads and writes at that path")
@@ -213,8 +212,6 @@ def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | Non
         raise UserError("--device names this machine's disks: not with --executor slurm (each task runs on a node)")
     if race:
         raise UserError("--race decides between rounds across every cell: not with --executor slurm")
-    if settings_file is not None:
-        raise UserError("--settings is not passed on to Slurm's tasks yet: not with --executor slurm")
 
 
 def _run_on_slurm(
@@ -231,11 +228,12 @@ def _run_on_slurm(
     detach: bool,
     kvm_gres: str,
     sbatch_args: tuple[str, ...],
+    settings_file: Path | None,
 ) -> int:
     """Submit the cells as a Slurm job array; unless ``detach``, wait, merge and report. The exit status."""
     sub = slurm.prepare(
         m, cells, shared=shared, run_id=run_id, backend=backend, repeat=repeat, results_root=results_root,
-        shard_size=shard_size, task_args=task_args, force=force,
+        shard_size=shard_size, task_args=task_args, force=force, settings_file=settings_file,
     )  # fmt: skip
     extra = [word for arg in sbatch_args for word in shlex.split(arg)]
     with slurm.cancelled_on_interrupt(sub, console):  # from the submission on: Ctrl-C leaves no job behind

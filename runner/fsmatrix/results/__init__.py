@@ -135,6 +135,20 @@ def load_matrix_json(directory: Path) -> dict[str, Any] | None:
     return merged
 
 
+def run_cells(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The cells of one stored run (``RUN_DIR/matrix.json``), their params by cell id, in the
+    matrix's order. UserError when ``run_dir`` is not a directory `fsmatrix run` wrote."""
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: no such run directory")
+    matrix_json = load_matrix_json(run_dir) if (run_dir / "matrix.json").is_file() else None
+    if matrix_json is None:
+        raise UserError(f"{run_dir}: no matrix.json; expected a directory `fsmatrix run` wrote (RESULTS/RUN_ID)")
+    try:
+        return {e["id"]: e["params"] for e in matrix_json["cells"]}
+    except (KeyError, TypeError) as exc:
+        raise UserError(f"{run_dir}/matrix.json: cannot read its cells ({exc})") from exc
+
+
 class Index:
     """SQLite index of runs: what ran, where its document is, and its metrics (for quick queries)."""
 

@@ -169,10 +169,11 @@ class Total:
     runs: int  # the runs left
     unknown_runs: int  # of those, the ones without an estimate (not in ``seconds``)
 
-    def show(self) -> str:
+    def show(self, at_most: bool = False) -> str:
+        """``at_most``: the runs are a maximum (a race may stop earlier)."""
         if self.runs and self.unknown_runs == self.runs:
             return f"no estimate for {_runs(self.runs)} (no stored run of these cells or their workloads here)"
-        text = f"estimated {duration(self.seconds)} for {_runs(self.runs)}"
+        text = f"{'at most ' if at_most else ''}estimated {duration(self.seconds)} for {_runs(self.runs)}"
         if self.unknown_runs:
             text += f" ({self.unknown_runs} of them unknown, not counted)"
         return text

@@ -25,8 +25,6 @@ are sha256s of the files, never the path, so a kernel rebuilt at the same path i
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import gzip
 import hashlib
 import json
@@ -38,7 +36,7 @@ import stat
 import subprocess
 import tarfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 from fsmatrix.agent import kernel as needs
 from fsmatrix.agent import proc
 from fsmatrix.agent.storage import filesystems
-from fsmatrix.backends import cpio
+from fsmatrix.backends import cpio, image
+from fsmatrix.backends.image import sha256_file
 from fsmatrix.backends.qemu.cmdline import DirectBoot
 from fsmatrix.errors import UserError
 
@@ -148,14 +147,6 @@ def cache_dir(cache: Path) -> Path:
 # what a file is
 
 
-def sha256_file(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
 def sha256_tree(root: Path) -> str:
     """A directory's content: every path under it, its kind, and a file's bytes or a link's target."""
     sha = hashlib.sha256()
@@ -241,7 +232,7 @@ def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] 
     key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     directory = cache_dir(cache) / key
     done = directory / "kernel.json"
-    with _locked(cache_dir(cache) / f"{key}.lock"):
+    with image.locked(cache_dir(cache) / f"{key}.lock"):
         if done.exists():
             os.utime(done)  # the last use: what pruning goes by
             return _loaded(directory, kernel, modules)
@@ -273,14 +264,6 @@ def _loaded(directory: Path, kernel: str, modules: str) -> Prepared:
     if modules and isinstance(record["source"].get("modules"), dict):
         record["source"]["modules"]["path"] = modules
     return Prepared(directory, record)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
 
 
 def _build(out: Path, path: Path, kind: str, modules_path: Path | None, source: dict[str, Any]) -> dict[str, Any]:

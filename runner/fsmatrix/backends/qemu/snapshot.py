@@ -25,7 +25,6 @@ the job (it stopped when the template was saved). Results say how their guest st
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import itertools
 import json
@@ -36,7 +35,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from typing import Any
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from fsmatrix.agent import proc
+from fsmatrix.backends import image
 from fsmatrix.backends.qemu import kernel_boot
 from fsmatrix.errors import UserError
 
@@ -189,14 +189,6 @@ def _wait(predicate: Any, timeout: float, what: str, vm: subprocess.Popen[bytes]
         time.sleep(POLL_S)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
-
-
 def ensure_template(
     cache: Path, key: str, image_qcow2: Path, command_for: Any, echo: Any = log.info, kernel: Path | None = None
 ) -> Template:
@@ -207,7 +199,7 @@ def ensure_template(
     ``kernel``: the prepared vm.kernel's directory the guest boots from (recorded for pruning)."""
     root = cache / SNAPSHOT_DIR
     template = Template(root / key, key)
-    with _locked(root / f"{key}.lock"):
+    with image.locked(root / f"{key}.lock"):
         if template.complete():
             return template
         building = root / f"{key}.building"
