@@ -67,6 +67,8 @@ class InjectedLab:
 def make_repo(where: Path, commits: int) -> None:
     """A repository of a good commit and ``commits`` after it, all with the same (empty) settings."""
     env = {**os.environ, **GIT_ENV, "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+    # Fixed dates: the same shas every time, so that a re-run finds its stored runs and resumes.
+    env |= {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
     subprocess.run(["git", "init", "-q", "-b", "main", str(where)], check=True, env=env)
     (where / SETTINGS).write_text("{}\n")
     for i in range(commits + 1):
