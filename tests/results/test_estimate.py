@@ -296,6 +296,11 @@ def test_accuracy_refuses_what_is_not_a_run_directory(tmp_path: Path, capsys: An
     assert bench_estimates.main([str(tmp_path / "missing")]) == 2
     assert bench_estimates.main([str(tmp_path)]) == 2
     assert bench_estimates.main([str(tmp_path), "--margin", "1.5"]) == 2
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "matrix.json").write_text('{"cells": [{"id": "ext4"}]}')
+    assert bench_estimates.main([str(broken)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("bench.estimates: error: ") for line in err)
+    assert len(err) == 4 and all(line.startswith("bench.estimates: error: ") for line in err)
     assert "no such run directory" in err[0] and "no matrix.json" in err[1] and "--margin 1.5" in err[2]
+    assert "matrix.json: cannot read its cells (one without an id and params: {'id': 'ext4'})" in err[3]

@@ -67,6 +67,8 @@ class InjectedLab:
 def make_repo(where: Path, commits: int) -> None:
     """A repository of a good commit and ``commits`` after it, all with the same (empty) settings."""
     env = {**os.environ, **GIT_ENV, "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+    # Fixed dates: the same shas every time, so that a re-run finds its stored runs and resumes.
+    env |= {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
     subprocess.run(["git", "init", "-q", "-b", "main", str(where)], check=True, env=env)
     (where / SETTINGS).write_text("{}\n")
     for i in range(commits + 1):
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     backend = BACKENDS[args.backend].make(args.workdir, [])
-    outcomes: list[tuple[int, dict[str, Any]]] = []
+    outcomes: list[tuple[str, dict[str, Any]]] = []  # the drawn culprit's sha, the bisect's report
     loads = [os.getloadavg()[0]]
     started = time.monotonic()
     try:
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     lab.close()
                 loads.append(os.getloadavg()[0])
-                outcomes.append((culprit, report))
+                outcomes.append((commits[culprit].sha, report))
                 named = (report["culprit"] or {}).get("index")
                 print(f"bisect {b}: regression at {culprit}, named {named}: {report['first_line']}", file=sys.stderr)
     finally:
@@ -132,15 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def table(args: Any, outcomes: list[tuple[int, dict[str, Any]]], loads: list[float], seconds: float) -> str:
+def table(args: Any, outcomes: list[tuple[str, dict[str, Any]]], loads: list[float], seconds: float) -> str:
     n = len(outcomes)
-    named = [(culprit, (r["culprit"] or {}).get("index")) for culprit, r in outcomes]
+    named = [(culprit, (r["culprit"] or {}).get("sha")) for culprit, r in outcomes]
     found = sum(c == x for c, x in named)
     wrong = sum(x is not None and c != x for c, x in named)
     confirmed = sum(
         c == x and bool((r["confirmation"] or {}).get("confirmed"))
         for (c, x), (_, r) in zip(named, outcomes, strict=True)
     )
+    # Skipped steps end in a range of candidates (as git bisect's "one of these"): holding the culprit or not.
+    ranges = [(c, r["candidates"]) for c, r in outcomes if r.get("finding") == "range"]
+    held = [len(candidates) for c, candidates in ranges if c in candidates]
     runs = [r["runs"]["total"] for _, r in outcomes]
     minutes = [r["runs"]["seconds"] / 60 for _, r in outcomes]
 
@@ -148,6 +153,7 @@ def table(args: Any, outcomes: list[tuple[int, dict[str, Any]]], loads: list[flo
         low, high = stats.clopper_pearson(hits, n)
         return f"{hits}/{n} ({hits / n:.0%}, 95 % CI {low:.0%}-{high:.0%})"
 
+    sizes = f", of {min(held)}..{max(held)} commits" if held else ""
     prov = provenance.collect()
     return "\n".join(
         [
@@ -157,10 +163,10 @@ def table(args: Any, outcomes: list[tuple[int, dict[str, Any]]], loads: list[flo
             f"git {prov['git']['sha'][:10]}; 1-min load average {min(loads):.2f}..{max(loads):.2f}; "
             f"{seconds / 60:.1f} min in all",
             "",
-            "| bisects | culprit named | and confirmed | wrong commit named | runs per bisect, median (min..max) | "
-            "minutes of runs per bisect, median (min..max) |",
-            "|---|---|---|---|---|---|",
-            f"| {n} | {rate(found)} | {rate(confirmed)} | {rate(wrong)} | "
+            "| bisects | culprit named | and confirmed | wrong commit named | a range holding it (skips) | "
+            "runs per bisect, median (min..max) | minutes of runs per bisect, median (min..max) |",
+            "|---|---|---|---|---|---|---|",
+            f"| {n} | {rate(found)} | {rate(confirmed)} | {rate(wrong)} | {len(held)} of {len(ranges)}{sizes} | "
             f"{statistics.median(runs):g} ({min(runs)}..{max(runs)}) | "
             f"{statistics.median(minutes):.1f} ({min(minutes):.1f}..{max(minutes):.1f}) |",
             "",

@@ -27,7 +27,7 @@ from fsmatrix.results import estimate
 def load(run_dir: Path, root: Path) -> tuple[list[estimate.Accuracy], str | None]:
     """The cells of ``run_dir`` against their estimates from the other runs under ``root``, and the
     host (machine id) the runs were made on."""
-    cells = results.run_cells(run_dir)
+    cells = {e["id"]: e["params"] for e in results.run_matrix(run_dir)["cells"]}
     passed = [d for d in results.load_results(run_dir) if d.get("status") == "passed" and d.get("cell_id") in cells]
     if not passed:
         raise UserError(f"{run_dir}: no passed run to set against an estimate")

@@ -220,8 +220,9 @@ class RunDir:
 def load_run_dir(path: Path) -> RunDir:
     """The raced comparison groups of a stored run (``matrix.json`` and its result documents), each
     cell's passed values of the primary metric in repeat order. UserError when it is not one."""
+    matrix_json = results.run_matrix(path)
     try:
-        cells = [MatrixCell.from_params(cell_id, params) for cell_id, params in results.run_cells(path).items()]
+        cells = [MatrixCell.from_params(e["id"], e["params"]) for e in matrix_json["cells"]]
     except ValueError as exc:
         raise UserError(f"{path}/matrix.json: cannot read its cells ({exc})") from exc
     docs = results.load_results(path)
@@ -247,7 +248,7 @@ def load_run_dir(path: Path) -> RunDir:
     commits = tuple(sorted({str((p.get("git") or {}).get("sha") or "?")[:10] for p in prov}))
     times = sorted(str(t) for d in passed for t in (d.get("started_at"), d.get("finished_at")) if t)
     started = f"{times[0]} .. {times[-1]}" if times else "?"
-    file = str((results.load_matrix_json(path) or {}).get("file"))
+    file = str(matrix_json.get("file"))
     return RunDir(path, groups, len(passed), (min(counts), max(counts)), hosts, commits, started, file)
 
 

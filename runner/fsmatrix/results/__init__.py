@@ -135,18 +135,18 @@ def load_matrix_json(directory: Path) -> dict[str, Any] | None:
     return merged
 
 
-def run_cells(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """The cells of one stored run (``RUN_DIR/matrix.json``), their params by cell id, in the
-    matrix's order. UserError when ``run_dir`` is not a directory `fsmatrix run` wrote."""
+def run_matrix(run_dir: Path) -> dict[str, Any]:
+    """The expanded matrix of one stored run (``RUN_DIR/matrix.json``), each of its ``cells`` checked
+    to have an ``id`` and ``params``. UserError when ``run_dir`` is not a directory `fsmatrix run` wrote."""
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     matrix_json = load_matrix_json(run_dir) if (run_dir / "matrix.json").is_file() else None
     if matrix_json is None:
         raise UserError(f"{run_dir}: no matrix.json; expected a directory `fsmatrix run` wrote (RESULTS/RUN_ID)")
-    try:
-        return {e["id"]: e["params"] for e in matrix_json["cells"]}
-    except (KeyError, TypeError) as exc:
-        raise UserError(f"{run_dir}/matrix.json: cannot read its cells ({exc})") from exc
+    bad = [c for c in matrix_json["cells"] if not (isinstance(c, dict) and "id" in c and "params" in c)]
+    if bad:
+        raise UserError(f"{run_dir}/matrix.json: cannot read its cells (one without an id and params: {bad[0]!r:.80})")
+    return matrix_json
 
 
 class Index:

@@ -45,7 +45,6 @@ from fsmatrix.agent import kernel as needs
 from fsmatrix.agent import proc
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import cpio, image
-from fsmatrix.backends.image import sha256_file
 from fsmatrix.backends.qemu.cmdline import DirectBoot
 from fsmatrix.errors import UserError
 
@@ -221,11 +220,11 @@ def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] 
         raise UserError(f"vm.modules {modules!r}: a Debian package carries its own modules; leave vm.modules out")
     if modules_path is not None and not modules_path.exists():
         raise UserError(f"vm.modules {modules!r}: no such file or directory")
-    kernel_sha = sha256_file(path)
+    kernel_sha = image.sha256_file(path)
     modules_sha = None
     if modules_path is not None:
-        modules_sha = sha256_tree(modules_path) if modules_path.is_dir() else sha256_file(modules_path)
-    busybox_sha = sha256_file(BUSYBOX) if BUSYBOX.is_file() else "none"
+        modules_sha = sha256_tree(modules_path) if modules_path.is_dir() else image.sha256_file(modules_path)
+    busybox_sha = image.sha256_file(BUSYBOX) if BUSYBOX.is_file() else "none"
     # What the prepared files are made of: the kernel, its modules, busybox, /init and the root modules.
     made_of = {"kernel": kernel_sha, "modules": modules_sha, "busybox": busybox_sha, "init": init_script()}
     key_text = json.dumps({"format": FORMAT, **made_of, "root_modules": ROOT_MODULES})
@@ -294,9 +293,8 @@ def _build(out: Path, path: Path, kind: str, modules_path: Path | None, source: 
         _modules_disk(tree.parent, out / "modules.img")
     (out / "initrd.img").write_bytes(initramfs(root_modules, modules_disk=tree is not None))
     shutil.rmtree(work, ignore_errors=True)
-    record["sha256"] = {
-        name: sha256_file(out / name) for name in ("vmlinuz", "initrd.img", "modules.img") if (out / name).exists()
-    }
+    made = [name for name in ("vmlinuz", "initrd.img", "modules.img") if (out / name).exists()]
+    record["sha256"] = {name: image.sha256_file(out / name) for name in made}
     return record
 
 
