@@ -178,9 +178,15 @@ def names(repo: Path = REPO) -> list[str]:
     return sorted(p.stem for p in (repo / DEFINITIONS).glob("*.yaml")) or [DEFAULT]
 
 
+def defined(name: str, repo: Path = REPO) -> bool:
+    """Whether image ``name`` has a definition here (fsmatrix running without its source tree has none)."""
+    return bool(NAME.fullmatch(name)) and (repo / DEFINITIONS / f"{name}.yaml").is_file()
+
+
 def get(name: str, repo: Path = REPO) -> Definition:
     """The definition of image ``name``; UserError naming the known images when there is none."""
-    path = repo / DEFINITIONS / f"{name}.yaml"
-    if not NAME.fullmatch(name) or not path.is_file():
+    if not (repo / DEFINITIONS).is_dir():
+        raise UserError(f"no image definitions in {repo / DEFINITIONS}: images are built from fsmatrix's source tree")
+    if not defined(name, repo):
         raise UserError(f"unknown image {name!r}; the images known: {', '.join(names(repo))} ({repo / DEFINITIONS})")
-    return load(path)
+    return load(repo / DEFINITIONS / f"{name}.yaml")

@@ -189,3 +189,7 @@ def test_without_the_source_tree_only_the_default_image_is_known(tmp_path: Path)
     """A copy of runner/ alone (the workflow tests' regressed head, an installed package): matrices
     that name no image still load; the schema allows the default image only."""
     assert images.names(tmp_path) == ["debian12"]
+    # ... and building one says why it cannot, not "unknown image 'debian12'; the images known: debian12".
+    with pytest.raises(UserError, match=r"no image definitions in .*packer/images: images are built from"):
+        images.get("debian12", tmp_path)
+    assert not images.defined("debian12", tmp_path)

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import matrix, runs
+from fsmatrix import images, matrix, runs
 from fsmatrix.agent import kernel
 from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import image
@@ -119,6 +119,8 @@ def capability_warnings(cells: list[matrix.MatrixCell]) -> None:
     manifests of the images built for the current sources (an image not built yet says nothing)."""
     manifests = {}
     for name in dict.fromkeys(c.spec.image for c in cells):
+        if not images.defined(name):
+            continue  # fsmatrix without its source tree builds no image (it runs on the host backend)
         paths = image.image_paths(image=name)
         if paths.complete():
             manifests[name] = json.loads(paths.manifest.read_text())
