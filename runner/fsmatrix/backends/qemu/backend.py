@@ -214,8 +214,10 @@ class QemuBackend:
             log.warning("%s", warning)
 
     def lacking(self, spec: Cell) -> str | None:
-        """What the kernel of the cell's image lacks for it (from the image's manifest), or None."""
-        reason = kernel.lacking_in_manifest(spec, self._images[spec.image][2])
+        """What the kernel of the cell's image lacks for it (from the image's manifest), or None (also
+        for an image not prepared: nothing known of it yet)."""
+        prepared = self._images.get(spec.image)
+        reason = kernel.lacking_in_manifest(spec, prepared[2]) if prepared else None
         return f"image {spec.image}: {reason}" if reason else None
 
     def _check_kernels(self, cells: list[MatrixCell]) -> None:
