@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
+from typing import NoReturn
+
 
 class UserError(Exception):
     """Bad input: a matrix file, an option, a device. ``str()`` is the whole message."""
@@ -16,3 +20,13 @@ class UserError(Exception):
         if file is not None:
             where = f"{file}:{line}: " if line is not None else f"{file}: "
         super().__init__(where + message)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM (``kill``, ``timeout``, a CI job cancelled) take Ctrl-C's path, so every context manager
+    on the way out unmounts, detaches and stops what it started. For every entry point that runs cells."""
+    signal.signal(signal.SIGTERM, _interrupt)

@@ -33,7 +33,7 @@ from fsmatrix.backends import BACKENDS
 from fsmatrix.bisect import driver
 from fsmatrix.bisect import git as bisect_git
 from fsmatrix.bisect.lab import GitLab, one_cell
-from fsmatrix.errors import UserError
+from fsmatrix.errors import UserError, interrupt_on_sigterm
 from fsmatrix.results import compare, stats
 
 SETTINGS = "bisect-settings.yaml"
@@ -78,6 +78,7 @@ def make_repo(where: Path, commits: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--bisects", type=int, default=10)
     parser.add_argument("--commits", type=int, default=16, help="commits after the good one")

@@ -52,7 +52,7 @@ from rich.console import Console
 from fsmatrix import matrix, results, runs
 from fsmatrix.agent import jsonfile, provenance
 from fsmatrix.backends import BACKENDS, Backend
-from fsmatrix.errors import UserError
+from fsmatrix.errors import UserError, interrupt_on_sigterm
 from fsmatrix.results import compare, stats
 
 SIDES = ("a", "b", "v")
@@ -277,6 +277,7 @@ def load_round(results_root: Path, number: int, pairs: tuple[int, int] | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
+    interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=40, help="rounds (each: an A/A pair and every detection)")
     parser.add_argument("--repeats", type=int, default=8, help="pairs in the first batch (pr-gate.yml's REPEATS)")

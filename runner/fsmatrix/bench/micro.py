@@ -20,6 +20,7 @@ from fsmatrix import matrix, runs
 from fsmatrix.agent import provenance
 from fsmatrix.agent.workloads.threen1.memory import run_in_memory
 from fsmatrix.backends.host import HostBackend
+from fsmatrix.errors import interrupt_on_sigterm
 
 REPEATS = 3
 
@@ -29,6 +30,7 @@ def _spread(values: list[float], fmt: str) -> str:
 
 
 def main() -> int:
+    interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
     bench = Path(__file__).resolve().parents[3] / "matrix" / "bench.yaml"
     m = matrix.load(bench)
     console = Console(stderr=True)

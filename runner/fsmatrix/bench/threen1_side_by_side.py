@@ -31,6 +31,7 @@ from pathlib import Path
 from fsmatrix.agent import proc, provenance
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.workloads.threen1 import run as threen1_run
+from fsmatrix.errors import interrupt_on_sigterm
 
 PCT = 0.05  # reads, updates, read-only transactions, bytes
 READ_WRITE_SLACK = 5  # read-write transactions, after the departure's own
@@ -181,6 +182,7 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
     parser = argparse.ArgumentParser(
         prog="python -m fsmatrix.bench.threen1_side_by_side", description=__doc__.split("\n\n")[0]
     )

@@ -45,7 +45,7 @@ from fsmatrix.agent import proc, storage
 from fsmatrix.agent.workloads import fio
 from fsmatrix.backends.qemu import snapshot
 from fsmatrix.backends.qemu.backend import DEFAULT_WORKDIR, QemuBackend
-from fsmatrix.errors import UserError
+from fsmatrix.errors import UserError, interrupt_on_sigterm
 from fsmatrix.matrix import MatrixCell, expand_document
 
 log = logging.getLogger("fsmatrix")
@@ -224,6 +224,7 @@ def table(doc: dict[str, Any]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
+    interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
     parser = argparse.ArgumentParser(prog="python -m fsmatrix.bench.vm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="repetitions (each starts a guest twice) (%(default)s)")
     parser.add_argument("--start", choices=snapshot.STARTS, default=None, help="boot or restore (default: restore)")

@@ -15,21 +15,14 @@ slurm.py      slurm status / collect
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from fsmatrix import __version__
 from fsmatrix.cli import bisect, container, image, libvirt, matrix, results, run, slurm, vagrant, workload
-from fsmatrix.errors import UserError
-
-
-def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
-    # SIGTERM takes the same path as Ctrl-C, so every context manager unmounts and detaches.
-    raise KeyboardInterrupt(f"signal {signum}")
+from fsmatrix.errors import UserError, interrupt_on_sigterm
 
 
 class _Group(click.Group):
@@ -60,7 +53,7 @@ def main(verbose: bool) -> None:
     handler = logging.StreamHandler()
     handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(message)s", handlers=[handler])
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupt_on_sigterm()
 
 
 main.add_command(matrix.matrix_group, "matrix")

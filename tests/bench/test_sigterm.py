@@ -1,0 +1,101 @@
+"""A benchmark stopped by SIGTERM (a timeout, a cancelled job) cleans up as Ctrl-C does.
+
+Session 11's bisect benchmark, killed by ``timeout``, left a mounted loop device behind: Python's default
+SIGTERM ends the process without running a single ``finally``.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsmatrix import matrix
+from fsmatrix.bench import bisect, gate, micro, threen1_side_by_side, vm
+from fsmatrix.errors import interrupt_on_sigterm
+
+RUNNER = Path(__file__).resolve().parents[2] / "runner"
+
+# Holds "a mount" (a file it removes on the way out), says so, and waits to be stopped.
+HOLDER = """
+import sys, time
+from pathlib import Path
+from fsmatrix.errors import interrupt_on_sigterm
+if sys.argv[2] == "handled":
+    interrupt_on_sigterm()
+held = Path(sys.argv[1])
+held.write_text("mounted")
+try:
+    print("ready", flush=True)
+    time.sleep(60)
+finally:
+    held.unlink()
+"""
+
+
+def stopped_holder(tmp_path: Path, mode: str) -> tuple[int, bool]:
+    held = tmp_path / "held"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={"PYTHONPATH": str(RUNNER)},
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=60), held.exists()
+
+
+def test_sigterm_runs_the_cleanup_on_the_way_out(tmp_path: Path) -> None:
+    status, left = stopped_holder(tmp_path, "handled")
+    assert not left
+    assert status != 0
+
+
+def test_without_it_sigterm_leaves_what_was_held(tmp_path: Path) -> None:
+    # The failure the handler exists for: the default action skips every finally.
+    status, left = stopped_holder(tmp_path, "default")
+    assert left
+    assert status == -signal.SIGTERM
+
+
+@pytest.fixture
+def sigterm_restored() -> Iterator[None]:
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def installed() -> bool:
+    # The handler interrupt_on_sigterm() installs, compared by identity.
+    previous = signal.getsignal(signal.SIGTERM)
+    interrupt_on_sigterm()
+    ours = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, previous)
+    return previous is ours
+
+
+@pytest.mark.usefixtures("sigterm_restored")
+@pytest.mark.parametrize("bench", [bisect, gate, vm, threen1_side_by_side], ids=lambda m: m.__name__)
+def test_every_benchmark_that_runs_cells_installs_it(bench: object) -> None:
+    assert not installed()
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])  # type: ignore[attr-defined]
+    assert installed()
+
+
+@pytest.mark.usefixtures("sigterm_restored")
+def test_the_micro_benchmark_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    def stop(path: Path) -> None:
+        raise RuntimeError("stopped before running")
+
+    monkeypatch.setattr(matrix, "load", stop)
+    with pytest.raises(RuntimeError):
+        micro.main()
+    assert installed()
