@@ -142,10 +142,11 @@ bench-vm: deps
 demo-host: deps
 	$(BIN)/fsmatrix run matrix/quick.yaml --backend host --results $(RESULTS) --run-id quick-host
 
-# The guest image (debootstrap base + Packer) in $${FSMATRIX_CACHE:-/var/cache/fsmatrix}/images;
-# reused when its inputs are unchanged.
+# A guest image (debootstrap base + Packer) in $${FSMATRIX_CACHE:-/var/cache/fsmatrix}/images;
+# reused when its inputs are unchanged. IMAGE: a definition in packer/images/ (make image IMAGE=debian13).
+IMAGE ?= debian12
 image: deps
-	$(BIN)/fsmatrix image build
+	$(BIN)/fsmatrix image build --image $(IMAGE)
 
 # The runner as a container image (fsmatrix:<version>-<inputs hash>), built offline; reused when
 # its inputs are unchanged. The last line is the image's name.

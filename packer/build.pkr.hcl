@@ -5,7 +5,7 @@ build {
   sources = ["source.qemu.guest"]
 
   provisioner "file" {
-    sources     = [var.agent_tarball, "${path.root}/packages.txt", "${path.root}/scripts/manifest.py", "${path.root}/scripts/fsmatrix-job.service", "${path.root}/scripts/90-fsmatrix-job.rules"]
+    sources     = [var.agent_tarball, var.packages_file, var.definition_file, "${path.root}/scripts/manifest.py", "${path.root}/scripts/fsmatrix-job.service", "${path.root}/scripts/90-fsmatrix-job.rules"]
     destination = "/tmp/"
   }
 

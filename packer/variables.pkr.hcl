@@ -42,6 +42,18 @@ variable "agent_tarball" {
   default     = "agent.tar"
 }
 
+variable "packages_file" {
+  type        = string
+  description = "The image's whole package list (packages.txt + its definition's), named packages.txt."
+  default     = "packages.txt"
+}
+
+variable "definition_file" {
+  type        = string
+  description = "The image's definition as the manifest records it (name, suite, tools), named image-definition.json."
+  default     = "image-definition.json"
+}
+
 variable "manifest_out" {
   type        = string
   description = "Where the image manifest is copied to on the host."

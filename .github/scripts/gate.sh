@@ -5,7 +5,7 @@
 # Writes verdict=pass|fail to GITHUB_OUTPUT; exits as pr-gate.sh does (1: a confirmed regression or
 # failed head runs; a prepare command that fails fails the gate).
 # Usage: gate.sh FSMATRIX_DIR BASE_DIR HEAD_DIR RESULTS
-# (env: MATRIX_FILE, a path in BASE_DIR; PREPARE, may be empty; REPEATS, CONFIRM_REPEATS, THRESHOLD; BACKEND)
+# (env: MATRIX_FILE, a path in BASE_DIR; PREPARE, may be empty; REPEATS, CONFIRM_REPEATS, THRESHOLD; FSMATRIX_GATE_BACKEND, which pr-gate.sh reads)
 set -euo pipefail
 fsmatrix=$(realpath "$1") base=$(realpath "$2") head=$(realpath "$3")
 mkdir -p "$4"

@@ -6,6 +6,8 @@
 # CONFIRM_REPEATS pairs, and only a regression that holds in both batches fails (docs/statistics-and-gate.md).
 # Usage: pr-gate.sh BASE_DIR HEAD_DIR MATRIX REPEATS THRESHOLD RESULTS [CONFIRM_REPEATS]
 # (MATRIX: the base's matrix/pr.yaml; CONFIRM_REPEATS defaults to REPEATS)
+# FSMATRIX_GATE_BACKEND: where the runs are measured, host (default here), qemu or libvirt: a VM
+# backend boots each side's own guest image, so a PR that changes the image is measured as it will run.
 # With FSMATRIX_IN_CONTAINER=1, each side runs in its own checkout's container image (container.sh:
 # BASE_DIR/.fsmatrix-image and HEAD_DIR/.fsmatrix-image), and the comparison in the base's: the
 # judge is not the judged.
@@ -13,13 +15,17 @@
 # (`fsmatrix run --settings`; gate.yml writes them from its prepare command), the cells keeping their
 # ids; BASE_DIR and HEAD_DIR may then be one checkout of fsmatrix. FSMATRIX_MOUNTS (optional):
 # more paths the container needs (colon-separated), e.g. what the prepare command built.
-# BACKEND (optional): the backend the runs use (default host).
 set -euo pipefail
 # fsmatrix runs losetup, mkfs and mount: become root (GitHub-hosted runners have sudo; a root runner need not).
 if [ "$(id -u)" -ne 0 ]; then
-  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE,FSMATRIX_MOUNTS,BASE_SETTINGS,HEAD_SETTINGS,BACKEND \
+  exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE,FSMATRIX_GATE_BACKEND,FSMATRIX_MOUNTS,BASE_SETTINGS,HEAD_SETTINGS \
     bash "$0" "$@"
 fi
+backend=${FSMATRIX_GATE_BACKEND:-host}
+case "$backend" in
+  host | qemu | libvirt) ;;
+  *) echo "FSMATRIX_GATE_BACKEND=$backend: use host, qemu or libvirt" >&2; exit 2 ;;
+esac
 base=$(realpath "$1") head=$(realpath "$2") matrix=$(realpath "$3")
 repeats=$4 threshold=$5 confirm_repeats=${7:-$4}
 mkdir -p "$6"
@@ -47,9 +53,9 @@ interleave() {
     for side in base head; do
       dir=$base
       [ "$side" = head ] && dir=$head
-      echo "== $side$suffix, repeat $r of $count${only:+ (cells $only)}"
+      echo "== $side$suffix, repeat $r of $count on the $backend backend${only:+ (cells $only)}"
       # --repeat r with resume: each pass adds one repeat per cell; a failed run is retried on the next pass.
-      if ! (cd "$dir" && fsmatrix_in . run "$matrix" --backend "${BACKEND:-host}" --results "$results" --run-id "$side$suffix" --repeat "$r" \
+      if ! (cd "$dir" && fsmatrix_in . run "$matrix" --backend "$backend" --results "$results" --run-id "$side$suffix" --repeat "$r" \
         ${only:+--only "$only"} ${settings[$side]:+--settings "${settings[$side]}"}); then
         failed="$failed $side"
       fi

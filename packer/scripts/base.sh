@@ -1,14 +1,14 @@
 #!/bin/bash
-# Base stage of the guest image, run on the host as root: debootstrap Debian 12 with the package
-# list, configure it for headless serial-console use, and write a bootable qcow2 without mounting
+# Base stage of a guest image, run on the host as root: debootstrap the image's Debian suite with
+# its package list (both from packer/images/NAME.yaml, resolved by fsmatrix.backends.image), configure it for headless serial-console use, and write a bootable qcow2 without mounting
 # anything (the filesystem is filled with `mke2fs -d`; GRUB goes in with grub-mkimage + dd, as
 # grub-install needs a mounted target). The only step of the image build that uses the mirror.
 #
-# usage: base.sh PACKAGES_FILE DEB_CACHE_DIR WORK_DIR SSH_PUBKEY OUT_QCOW2 OUT_KERNEL DISK_MIB
+# usage: base.sh PACKAGES_FILE DEB_CACHE_DIR WORK_DIR SSH_PUBKEY OUT_QCOW2 OUT_KERNEL DISK_MIB SUITE
 set -euo pipefail
 
-if [ "$#" -ne 7 ]; then
-	echo "usage: $0 PACKAGES_FILE DEB_CACHE_DIR WORK_DIR SSH_PUBKEY OUT_QCOW2 OUT_KERNEL DISK_MIB" >&2
+if [ "$#" -ne 8 ]; then
+	echo "usage: $0 PACKAGES_FILE DEB_CACHE_DIR WORK_DIR SSH_PUBKEY OUT_QCOW2 OUT_KERNEL DISK_MIB SUITE" >&2
 	exit 2
 fi
 packages_file=$1
@@ -18,9 +18,9 @@ pubkey=$4
 out_qcow2=$5
 out_kernel=$6
 disk_mib=$7
+suite=$8
 
 mirror=${FSMATRIX_MIRROR:-http://deb.debian.org/debian}
-suite=bookworm
 root="$work/rootfs"
 grub_dir=/usr/lib/grub/i386-pc
 
@@ -81,7 +81,10 @@ DHCP=ipv4
 LinkLocalAddressing=no
 IPv6AcceptRA=no
 EOF
-systemctl --root="$root" enable systemd-networkd.service >/dev/null 2>&1
+if ! systemctl --root="$root" enable systemd-networkd.service >/dev/null 2>&1; then
+	echo "no systemd-networkd.service in $suite's root: add the package that has it to the image's definition" >&2
+	exit 1
+fi
 # Nothing here waits for the network; a guest without a NIC would otherwise wait 2 min at boot.
 # e2scrub_reap costs ~10 s per boot.
 systemctl --root="$root" mask systemd-networkd-wait-online.service e2scrub_reap.service \

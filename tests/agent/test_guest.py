@@ -28,7 +28,8 @@ from fsmatrix.agent.storage import data_disks
 from fsmatrix.backends import jobdisk
 
 DATA = TEST_DATA / "proc_net_route"
-BY_ID_CAPTURE = TEST_DATA / "guest_by_id" / "debian12-qemu72.txt"
+# /dev/disk/by-id as each guest image's udev makes it (Debian 12: udev 252, Debian 13: udev 257).
+BY_ID_CAPTURES = sorted((TEST_DATA / "guest_by_id").glob("*.txt"))
 
 
 def _job(**overrides: Any) -> dict[str, Any]:
@@ -125,14 +126,14 @@ def test_parse_job_reads_buses_and_stays_compatible() -> None:
             guest.parse_job(bad)
 
 
-def _guest_by_id(root: Path) -> Path:
-    """The captured guest /dev/disk/by-id, rebuilt under ``root``: links into ``root``/dev, where each
+def _guest_by_id(root: Path, capture: Path) -> Path:
+    """A captured guest /dev/disk/by-id, rebuilt under ``root``: links into ``root``/dev, where each
     target is a block device node (this host's first loop device's numbers under the guest's name)."""
     by_id, dev = root / "disk" / "by-id", root / "dev"
     by_id.mkdir(parents=True)
     dev.mkdir()
     rdev = os.stat("/dev/loop0").st_rdev
-    for line in BY_ID_CAPTURE.read_text().splitlines():
+    for line in capture.read_text().splitlines():
         if line.startswith("#"):
             continue
         name, _, target = line.split()
@@ -144,8 +145,10 @@ def _guest_by_id(root: Path) -> Path:
 
 
 @pytest.mark.root(reason="needs root: mknod")
-def test_data_disks_resolve_by_bus_on_captured_guest_links(tmp_path: Path) -> None:
-    by_id = _guest_by_id(tmp_path)
+@pytest.mark.parametrize("capture", BY_ID_CAPTURES, ids=lambda p: p.stem)
+def test_data_disks_resolve_by_bus_on_captured_guest_links(tmp_path: Path, capture: Path) -> None:
+    assert {p.stem for p in BY_ID_CAPTURES} >= {"debian12-qemu72", "debian13-qemu72"}
+    by_id = _guest_by_id(tmp_path, capture)
     found = data_disks.resolve_data_disks(
         ["fsm-data0", "fsm-data1", "fsm-data2"], by_id=by_id, wait_s=0, buses=["virtio-blk", "virtio-scsi", "nvme"]
     )

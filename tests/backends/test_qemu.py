@@ -274,7 +274,8 @@ def test_passthrough_rechecked_and_held_before_every_run(tmp_path: Path) -> None
         backend = QemuBackend(workdir=tmp_path / "w", devices=[device])
         backend._check_devices([_cell()])  # preflight's device part (the rest builds the image)
         fake = tmp_path / "img"
-        backend._image = image.ImagePaths("fsmatrix-test", fake, fake, fake, fake, fake)  # never booted here
+        # What preflight would find for the cell's image: never booted here.
+        backend._images["debian12"] = (image.ImagePaths("fsmatrix-test", fake, fake, fake, fake, fake), "0" * 64, {})
         point = tmp_path / "mnt"
         point.mkdir()
         with contextlib.ExitStack() as claims:
@@ -297,7 +298,7 @@ def test_qemu_img_failure_is_a_failed_run(tmp_path: Path) -> None:
     error with qemu-img's own words, nothing is left in the work directory, and no VM starts."""
     backend = QemuBackend(workdir=tmp_path / "w")
     gone = tmp_path / "gone.qcow2"
-    backend._image = image.ImagePaths("fsmatrix-gone", gone, gone, gone, gone, gone)
+    backend._images["debian12"] = (image.ImagePaths("fsmatrix-gone", gone, gone, gone, gone, gone), "0" * 64, {})
     doc = backend.run(_cell(), 1)
     assert doc["status"] == "error", doc
     assert doc["reason"].startswith("host side of the run failed: CommandError: qemu-img create")

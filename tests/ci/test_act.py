@@ -30,6 +30,8 @@ from conftest import REPO, needs_root
 from fsmatrix import matrix
 from test_workflows import SMALL, SMALL_GATE, _regressed_runner
 
+GATE_BACKEND = "FSMATRIX_GATE_BACKEND"  # pr-gate.yml's backend: the repository variable of that name, else qemu
+
 pytestmark = [needs_root, pytest.mark.system, pytest.mark.act]
 
 ACT = REPO / "tests" / "ci" / "act"
@@ -105,7 +107,9 @@ def throwaway_repository(where: Path) -> Path:
     (where / "matrix" / "act.yaml").write_text(SMALL)
     (where / "matrix" / "pr.yaml").write_text(TINY_GATE)
     # the verdict judges at the gate's threshold (a verdict at another one would judge another gate)
-    for name, keys in (("pr-gate.yml", list(SMALL_GATE)), ("pr-verdict.yml", ["THRESHOLD"])):
+    # (the gate's backend is a repository variable, not a literal: the gate's runs pass it with --var)
+    literals = [key for key in SMALL_GATE if key != GATE_BACKEND]
+    for name, keys in (("pr-gate.yml", literals), ("pr-verdict.yml", ["THRESHOLD"])):
         workflow = where / ".github" / "workflows" / name
         text = workflow.read_text()
         for key in keys:
@@ -289,7 +293,7 @@ def test_pr_gate_and_verdict_workflows_on_a_synthetic_pull_request(act: Act, hea
         ".github/workflows/pr-gate.yml",
         "pull_request",
         event,
-        variables={"FSMATRIX_IN_CONTAINER": "0"},
+        variables={"FSMATRIX_IN_CONTAINER": "0", GATE_BACKEND: SMALL_GATE[GATE_BACKEND]},
         run_id=21,
     )
     results = act.artifact(21, "pr-gate-results")

@@ -38,10 +38,15 @@ def test_another_release_is_no_environment_difference_across_kernels(tmp_path: P
     base = write_run(tmp_path, "base", samples(10.0, seed=1), kernel_source=kernel("a", "6.12.0"), kernel="6.12.0")
     head = write_run(tmp_path, "head", samples(10.0, seed=2), kernel_source=kernel("b", "6.13.0"), kernel="6.13.0")
     result = compare.compare(
-        compare.load_side(str(base), tmp_path), compare.load_side(str(head), tmp_path), across=("kernel",)
+        compare.load_side(str(base), tmp_path),
+        compare.load_side(str(head), tmp_path),
+        across=(compare.Across("kernel"),),
     )
-    assert result.env_diffs == []  # the guest's release moved with the kernel
+    # the guest's release moved with the kernel: listed, explained, not refused
+    assert [key for key, _, _ in result.env_diffs] == ["kernel"] and result.explained == {"kernel"}
     assert result.across == [("kernel", ["6.12.0 (sha256 aaaaaaaaaaaa)"], ["6.13.0 (sha256 bbbbbbbbbbbb)"])]
+    text = "\n".join(compare.summary_lines(result))
+    assert "differing on purpose: kernel" in text and "environments differ" not in text
 
 
 def test_the_same_kernel_compares_as_before(tmp_path: Path) -> None:

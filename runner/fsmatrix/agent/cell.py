@@ -31,7 +31,21 @@ NATIVE = "native"
 DEVICE_PROFILES = (NATIVE, "ssd", "hdd")
 DEFAULT_BUS = "virtio-blk"
 DEVICE_BUSES = (DEFAULT_BUS, "virtio-scsi", "nvme")
-CELL_KEYS = ("filesystem", "mkfs_options", "mount_options", "storage", "device", "vm", "workload", "timeout", "crash")
+# The guest image a cell runs on when it names none: the one every cell ran on before images were
+# a setting. Left out of the cell's JSON form (and so of its id) when it is this one.
+DEFAULT_IMAGE = "debian12"
+CELL_KEYS = (
+    "filesystem",
+    "mkfs_options",
+    "mount_options",
+    "image",
+    "storage",
+    "device",
+    "vm",
+    "workload",
+    "timeout",
+    "crash",
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,8 @@ class Options:
     mkfs_options: str = setting("", help="added to the filesystem's mkfs defaults")
     mount_options: str = setting("", help="added to the filesystem's mount defaults")
     timeout: int = setting(3600, minimum=1, help="seconds one run may take")
+    # The names a matrix may give are the definitions in packer/images/ (the matrix schema lists them).
+    image: str = setting(DEFAULT_IMAGE, help="the guest image (VM backends): packer/images/NAME.yaml")
 
 
 BLOCKS: dict[str, type] = {"storage": Storage, "device": Device, "vm": Vm}
@@ -108,6 +124,7 @@ class Cell:
     params: Any  # an instance of the workload's ``params`` dataclass
     mkfs_options: str = ""
     mount_options: str = ""
+    image: str = DEFAULT_IMAGE  # the guest image (VM backends); the host backend skips any other
     storage: Storage = field(default_factory=Storage)
     device: Device = field(default_factory=Device)
     vm: Vm = field(default_factory=Vm)
@@ -151,7 +168,7 @@ class Cell:
         unknown = sorted(set(doc) - set(CELL_KEYS) - set(settings_blocks()))
         if unknown:
             raise Invalid(unknown[0], f"unknown setting(s) {', '.join(unknown)}")
-        scalars = {k: doc[k] for k in ("filesystem", "mkfs_options", "mount_options", "timeout") if k in doc}
+        scalars = {k: doc[k] for k in ("filesystem", "mkfs_options", "mount_options", "timeout", "image") if k in doc}
         auto = scalars.get("timeout") == TIMEOUT_AUTO
         if auto:
             del scalars["timeout"]  # the default until the host side derives the limit
@@ -169,6 +186,7 @@ class Cell:
             params=workload.parse_params(values),
             mkfs_options=options.mkfs_options,
             mount_options=options.mount_options,
+            image=options.image,
             storage=declare.parse(Storage, doc.get("storage"), "storage"),
             device=declare.parse(Device, doc.get("device"), "device"),
             vm=declare.parse(Vm, doc.get("vm"), "vm"),
@@ -205,6 +223,8 @@ class Cell:
         doc["timeout"] = TIMEOUT_AUTO if self.timeout_auto else self.timeout
         if self.crash is not None:  # absent, not null: a cell without a crash keeps its id
             doc["crash"] = declare.to_dict(self.crash)
+        if self.image != DEFAULT_IMAGE:  # absent when the default: a cell that names no image keeps its id
+            doc["image"] = self.image
         return doc
 
     def check(self) -> None:

@@ -125,7 +125,10 @@ class Workload(Generic[P]):
     settings: tuple[SettingsBlock, ...] = ()  # the database settings blocks it owns
     # What layout "split-journal" puts on the second device ("the GT.M journal"); None: not supported.
     journal: str | None = None
-    guest_packages: tuple[str, ...] = ()  # Debian packages the guest image needs
+    guest_packages: tuple[str, ...] = ()  # Debian packages every guest image needs (packer/packages.txt)
+    # Tools it finds where the guest image declares them (the image manifest's ``tools``, from
+    # packer/images/NAME.yaml, which also names each one's package): what differs between images.
+    guest_tools: tuple[str, ...] = ()
     host_packages: tuple[str, ...] = ()  # Debian packages the host backend needs (usually the same)
     # The key metrics for given parameters (a direction a mode never does is left out); default all.
     key_metrics_for: Callable[[P], tuple[str, ...]] | None = None

@@ -203,7 +203,12 @@ def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str
             raise JobError(str(exc)) from exc
         log.info("job %s repeat %d on %s", job["cell_id"], job["repeat"], ", ".join(devices) or "no disks")
         from fsmatrix.agent import job as jobs  # imported late: a broken agent still writes a result
+        from fsmatrix.agent.cell import DEFAULT_IMAGE
         from fsmatrix.agent.crash import CrashEvent
+
+        built = manifest.get("image", DEFAULT_IMAGE)  # images built before definitions were Debian 12
+        if job["cell"].image != built:
+            raise JobError(f"the cell is for image {job['cell'].image!r}, but this guest is image {built!r}")
 
         environment = {
             **job["environment"],

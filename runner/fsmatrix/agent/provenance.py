@@ -58,6 +58,29 @@ def image_manifest() -> dict[str, Any] | None:
         return None
 
 
+def image_summary(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The manifest as a result's ``provenance.image`` holds it: without the kernel's module list
+    (thousands of names, the same for every run of an image; the image's manifest keeps it)."""
+    return None if manifest is None else {k: v for k, v in manifest.items() if k != "modules"}
+
+
+def image_tool_env(name: str) -> dict[str, str]:
+    """The environment this guest image declares for tool ``name``'s processes (its manifest's
+    ``tool_env``); empty outside a guest image or when it declares none."""
+    declared = (image_manifest() or {}).get("tool_env")
+    env = declared.get(name) if isinstance(declared, dict) else None
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
+def image_tool(name: str) -> Path | None:
+    """Where this guest image declares tool ``name`` (its manifest's ``tools``, written from
+    packer/images/NAME.yaml at build time); None outside a guest image, or in one built before
+    images declared their tools."""
+    tools = (image_manifest() or {}).get("tools")
+    path = tools.get(name) if isinstance(tools, dict) else None
+    return Path(path) if isinstance(path, str) and path else None
+
+
 def collect() -> dict[str, Any]:
     """Everything about this machine and this fsmatrix that can change a number."""
     uname = platform.uname()
@@ -74,5 +97,5 @@ def collect() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "memory_kib": int(memory.split()[0]) if memory != "unknown" else None,
         "python": platform.python_version(),
-        "image": image_manifest(),
+        "image": image_summary(image_manifest()),
     }

@@ -3,7 +3,8 @@
 It takes devices as they are: a cell's ``device`` settings (bus, cache, aio, iothread, block sizes)
 mean nothing here and are ignored, and a device profile other than ``native`` cannot be applied,
 so such a cell is recorded as ``skipped`` (run it on a VM backend), as is a cell with a
-``vm.kernel`` (the kernel is the host's).
+``vm.kernel`` (the kernel is the host's). So is a cell that names a guest image other than the
+default: the host runs its own system, which is no image.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from fsmatrix import workdirs
 from fsmatrix.agent import crash, fit, job, kernel, provenance, storage
-from fsmatrix.agent.cell import NATIVE
+from fsmatrix.agent.cell import DEFAULT_IMAGE, NATIVE
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
@@ -99,6 +100,13 @@ class HostBackend:
                 repeat,
                 f"device profile {profile!r} needs a VM backend (--backend qemu): "
                 "the host backend cannot shape a device",
+            )
+        if cell.spec.image != DEFAULT_IMAGE:
+            return self._skipped(
+                cell,
+                repeat,
+                f"image {cell.spec.image!r} is a guest image: run it on a VM backend (--backend qemu); "
+                "the host backend runs this machine's own system",
             )
         if cell.spec.vm.kernel:
             return self._skipped(

@@ -1,12 +1,14 @@
-"""The guest image: build it (debootstrap base, then Packer), find it, boot it under QEMU.
+"""The guest images: build one (debootstrap base, then Packer), find it, boot it under QEMU.
 
-Images live outside the repository (``$FSMATRIX_CACHE``, default /var/cache/fsmatrix), named by
-a hash of their inputs: the package list, packer/*.pkr.hcl, packer/scripts/* and the guest agent's
+Each image is built from its definition (packer/images/NAME.yaml, ``fsmatrix.images``): debian12,
+the default, and the others a cell may name (``image:``). Built images live outside the repository
+(``$FSMATRIX_CACHE``, default /var/cache/fsmatrix), named by a hash of their inputs: the shared
+package list, the image's definition, packer/*.pkr.hcl, packer/scripts/* and the guest agent's
 source. Unchanged inputs reuse the image; a changed agent reruns only the Packer stage; a changed
-package list or base script reruns debootstrap too (from its package cache).
+package list, suite or base script reruns debootstrap too (from its package cache).
 
-    fsmatrix image build          # or: make image
-    fsmatrix image path
+    fsmatrix image build [--image NAME]   # or: make image
+    fsmatrix image path [--image NAME]
     fsmatrix image probe-accel
 """
 
@@ -25,8 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from fsmatrix import __version__
+from fsmatrix import __version__, images
 from fsmatrix.agent import proc
 from fsmatrix.backends import cpio, hostinfo
 from fsmatrix.errors import UserError
@@ -53,10 +56,12 @@ def cache_root() -> Path:
 # inputs and names
 
 
-def input_files(repo: Path = REPO) -> list[Path]:
-    """Every file whose content goes into the image, relative to ``repo``, sorted."""
+def input_files(repo: Path = REPO, image: str = images.DEFAULT) -> list[Path]:
+    """Every file whose content goes into image ``image``, relative to ``repo``, sorted: another
+    image's definition is not one of them."""
     packer = repo / "packer"
     files = [packer / PACKAGES_FILE, *packer.glob("*.pkr.hcl"), *(packer / "scripts").glob("*")]
+    files += [repo / images.DEFINITIONS / f"{image}.yaml"]
     files += [repo / "runner" / "fsmatrix" / "__init__.py", *agent_files(repo)]
     return sorted(p.relative_to(repo) for p in files if p.is_file())
 
@@ -78,18 +83,22 @@ def _digest(items: Iterable[tuple[str, bytes]]) -> str:
     return sha.hexdigest()[:16]
 
 
-def inputs_hash(repo: Path = REPO) -> str:
-    """The hash that names the image: changes whenever anything that goes into it changes."""
-    return _digest((str(rel), (repo / rel).read_bytes()) for rel in input_files(repo))
+def inputs_hash(repo: Path = REPO, image: str = images.DEFAULT) -> str:
+    """The hash that names an image: changes whenever anything that goes into it changes."""
+    images.get(image, repo)  # an unknown name is refused, not hashed into an image of nothing
+    return _digest((str(rel), (repo / rel).read_bytes()) for rel in input_files(repo, image))
 
 
-def base_hash(pubkey: bytes, repo: Path = REPO) -> str:
-    """The hash that names the base (debootstrap) stage: package list, base script, build key, size."""
-    packer = repo / "packer"
+def base_hash(pubkey: bytes, repo: Path = REPO, image: str = images.DEFAULT) -> str:
+    """The hash that names an image's base (debootstrap) stage: its suite and whole package list,
+    the base script, the build key, the disk size (not the tools' paths: Packer's stage checks them)."""
+    definition = images.get(image, repo)
+    packages = definition.package_list(images.common_packages(repo))
     return _digest(
         [
-            (PACKAGES_FILE, (packer / PACKAGES_FILE).read_bytes()),
-            ("base.sh", (packer / "scripts" / "base.sh").read_bytes()),
+            ("suite", definition.suite.encode()),
+            (PACKAGES_FILE, "\n".join(packages).encode()),
+            ("base.sh", (repo / "packer" / "scripts" / "base.sh").read_bytes()),
             ("pubkey", pubkey),
             ("disk_mib", str(DISK_MIB).encode()),
         ]
@@ -115,34 +124,52 @@ class ImagePaths:
         return all(p.is_file() for p in self.files)
 
 
-def image_paths(digest: str | None = None, cache: Path | None = None) -> ImagePaths:
-    name = f"fsmatrix-{digest or inputs_hash()}"
-    images = (cache or cache_root()) / "images"
+def image_paths(digest: str | None = None, cache: Path | None = None, image: str = images.DEFAULT) -> ImagePaths:
+    """The files of the image with hash ``digest``, or of image ``image`` built from the current sources."""
+    name = f"fsmatrix-{digest or inputs_hash(image=image)}"
+    folder = (cache or cache_root()) / "images"
     return ImagePaths(
         name=name,
-        qcow2=images / f"{name}.qcow2",
-        sha256=images / f"{name}.qcow2.sha256",
-        box=images / f"{name}.box",
-        catalog=images / f"{name}.catalog.json",
-        manifest=images / f"{name}.json",
+        qcow2=folder / f"{name}.qcow2",
+        sha256=folder / f"{name}.qcow2.sha256",
+        box=folder / f"{name}.box",
+        catalog=folder / f"{name}.catalog.json",
+        manifest=folder / f"{name}.json",
     )
 
 
 def built_images(cache: Path | None = None) -> list[ImagePaths]:
     """Every image in the cache (complete or not), newest first."""
-    images = (cache or cache_root()) / "images"
-    qcow2s = sorted(images.glob("fsmatrix-*.qcow2"), key=lambda p: p.stat().st_mtime, reverse=True)
+    folder = (cache or cache_root()) / "images"
+    qcow2s = sorted(folder.glob("fsmatrix-*.qcow2"), key=lambda p: p.stat().st_mtime, reverse=True)
     return [image_paths(q.name.removeprefix("fsmatrix-").removesuffix(".qcow2"), cache) for q in qcow2s]
 
 
-def prune(keep: int, cache: Path | None = None) -> list[ImagePaths]:
-    """Delete all images but the current sources' one and the ``keep`` newest others; return the deleted.
+def definition_of(paths: ImagePaths) -> str | None:
+    """The definition a built image was made from (its manifest's ``image``); None when its manifest
+    is missing or does not say (images built before definitions, all of them Debian 12)."""
+    try:
+        name = json.loads(paths.manifest.read_text()).get("image")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
 
-    Every agent change builds a new image (~0.6 GB with its box), and results name the image they
-    ran on, so old ones stay until pruned. Running VMs keep their open backing file until they exit.
+
+def current_images(cache: Path | None = None) -> dict[str, ImagePaths]:
+    """Image name -> its files for the current sources (built or not), for every definition."""
+    return {name: image_paths(cache=cache, image=name) for name in images.names()}
+
+
+def prune(keep: int, cache: Path | None = None) -> list[ImagePaths]:
+    """Delete all images but the current sources' one of every definition and the ``keep`` newest
+    others; return the deleted.
+
+    Every agent change builds a new image of each definition (~0.6 GB with its box), and results
+    name the image they ran on, so old ones stay until pruned. Running VMs keep their open backing
+    file until they exit.
     """
-    current = image_paths(cache=cache).name
-    older = [paths for paths in built_images(cache) if paths.name != current]
+    current = {paths.name for paths in current_images(cache).values()}
+    older = [paths for paths in built_images(cache) if paths.name not in current]
     for paths in older[keep:]:
         for path in [*paths.files, *(paths.qcow2.parent / f"{paths.name}.{log}.log" for log in ("packer", "serial"))]:
             path.unlink(missing_ok=True)
@@ -296,9 +323,19 @@ def _log_run(
         raise proc.CommandError(cmd, done.returncode, done.stdout + done.stderr)
 
 
-def build_base(cache: Path, key: Path, echo: Echo = print) -> tuple[Path, Path]:
-    """The base stage (debootstrap): (qcow2, kernel), reused when its inputs are unchanged."""
-    digest = base_hash(key.with_suffix(".pub").read_bytes())
+def write_package_list(dest: Path, definition: images.Definition) -> Path:
+    """The image's whole package list (the shared one, its kernel, its tools', its own), one a line."""
+    packages = definition.package_list(images.common_packages(REPO))
+    dest.write_text(f"# the packages of image {definition.name}\n" + "".join(f"{p}\n" for p in packages))
+    return dest
+
+
+def build_base(
+    cache: Path, key: Path, echo: Echo = print, definition: images.Definition | None = None
+) -> tuple[Path, Path]:
+    """The base stage (debootstrap) of an image: (qcow2, kernel), reused when its inputs are unchanged."""
+    definition = definition or images.get(images.DEFAULT)
+    digest = base_hash(key.with_suffix(".pub").read_bytes(), image=definition.name)
     base_dir = cache / "base"
     qcow2, kernel = base_dir / f"base-{digest}.qcow2", base_dir / f"base-{digest}.vmlinuz"
     if qcow2.exists() and kernel.exists():
@@ -307,17 +344,26 @@ def build_base(cache: Path, key: Path, echo: Echo = print) -> tuple[Path, Path]:
     work = base_dir / f"work-{digest}"
     base_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    echo(f"base: debootstrap into {work} (log: {work}.log)")
+    echo(f"base: debootstrap {definition.name} ({definition.suite}) into {work} (log: {work}.log)")
+    package_list = write_package_list(base_dir / f"packages-{digest}.txt", definition)
+    # One package cache for every suite: a .deb's file name carries its version, and debootstrap
+    # checks each cached file against the suite's checksums before it uses it.
     cmd = [
-        "bash", str(PACKER_DIR / "scripts" / "base.sh"), str(PACKER_DIR / PACKAGES_FILE),
-        str(cache / "debootstrap"), str(work), str(key.with_suffix(".pub")), str(qcow2), str(kernel), str(DISK_MIB),
+        "bash", str(PACKER_DIR / "scripts" / "base.sh"), str(package_list), str(cache / "debootstrap"), str(work),
+        str(key.with_suffix(".pub")), str(qcow2), str(kernel), str(DISK_MIB), definition.suite,
     ]  # fmt: skip
     try:
         _log_run(cmd, Path(f"{work}.log"), BASE_TIMEOUT)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the unpacked root (~1 GB); the .debs stay cached
+        package_list.unlink(missing_ok=True)
     echo(f"base: done in {time.monotonic() - started:.0f} s")
     return qcow2, kernel
+
+
+def _write_json(dest: Path, doc: dict[str, Any]) -> Path:
+    dest.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return dest
 
 
 def _catalog(paths: ImagePaths, version: str, box_sha: str) -> dict[str, object]:
@@ -340,10 +386,13 @@ def _catalog(paths: ImagePaths, version: str, box_sha: str) -> dict[str, object]
     }
 
 
-def build(force: bool = False, echo: Echo = print, cache: Path | None = None) -> ImagePaths:
-    """Build the image for the current inputs, or reuse it when it exists (unless ``force``)."""
+def build(
+    force: bool = False, echo: Echo = print, cache: Path | None = None, image: str = images.DEFAULT
+) -> ImagePaths:
+    """Build image ``image`` for the current inputs, or reuse it when it exists (unless ``force``)."""
     cache = cache or cache_root()
-    paths = image_paths(cache=cache)
+    definition = images.get(image)
+    paths = image_paths(cache=cache, image=image)
     if paths.complete() and not force:
         echo(f"image: reusing {paths.qcow2}")
         return paths
@@ -355,17 +404,17 @@ def build(force: bool = False, echo: Echo = print, cache: Path | None = None) ->
         if paths.complete() and not force:
             echo(f"image: reusing {paths.qcow2} (built meanwhile)")
             return paths
-        return _build(paths, cache, echo)
+        return _build(paths, cache, echo, definition)
 
 
-def _build(paths: ImagePaths, cache: Path, echo: Echo) -> ImagePaths:
+def _build(paths: ImagePaths, cache: Path, echo: Echo, definition: images.Definition) -> ImagePaths:
     for tool in ("debootstrap", "packer", "qemu-system-x86_64", "qemu-img", "grub-mkimage", "mke2fs", "sfdisk"):
         if not proc.have(tool):
             raise UserError(
                 f"{tool} not found: run `make image` (it installs the Debian packages) or apt-get install it"
             )
     key = ssh_key(cache)
-    base, kernel = build_base(cache, key, echo)
+    base, kernel = build_base(cache, key, echo, definition)
     accel = probe_accel(kernel, cache=cache)
     echo(f"image: accelerator {accel}")
 
@@ -385,6 +434,9 @@ def _build(paths: ImagePaths, cache: Path, echo: Echo) -> ImagePaths:
             "vm_name": paths.qcow2.name,
             "ssh_private_key_file": str(key),
             "agent_tarball": str(write_agent_tarball(build_dir / "fsmatrix-agent.tar")),
+            # Fixed names: the guest finds them in /tmp/ (scripts/provision.sh).
+            "packages_file": str(write_package_list(build_dir / "packages.txt", definition)),
+            "definition_file": str(_write_json(build_dir / "image-definition.json", definition.manifest_fields())),
             "manifest_out": str(build_dir / paths.manifest.name),
             "box_out": str(build_dir / paths.box.name),
             "serial_log": str(serial_log),
@@ -404,7 +456,7 @@ def _build(paths: ImagePaths, cache: Path, echo: Echo) -> ImagePaths:
         }
         started = time.monotonic()
         log_file = paths.qcow2.parent / f"{paths.name}.packer.log"
-        echo(f"packer: building {paths.name} (log: {log_file}, guest console: {serial_log})")
+        echo(f"packer: building {paths.name}, image {definition.name} (log: {log_file}, guest console: {serial_log})")
         _log_run([*cmd, "."], log_file, PACKER_TIMEOUT, env=env, cwd=PACKER_DIR)
         echo(f"packer: done in {time.monotonic() - started:.0f} s")
 

@@ -157,6 +157,9 @@ def spec(
     cell = find_cell(matrix_file, cell_id)
     if cell.spec.vm.kernel:
         raise UserError(f"cell {cell.id}: vm.kernel is booted by the qemu backend only; run it with --backend qemu")
+    if image_name is None:  # the image the cell names (packer/images/NAME.yaml), for the current sources
+        paths = image.image_paths(image=cell.spec.image)
+        doc["box"] = box(paths)
     cpus, memory_mib = cell.spec.vm.cpus, cell.spec.vm.memory_mib
     disks, deviations = data_disks(cell.spec)
     sha256 = paths.sha256.read_text().split()[0]

@@ -1,53 +1,72 @@
-"""``fsmatrix image``: build, find, list and prune the guest image; probe the accelerator."""
+"""``fsmatrix image``: build, find, list and prune the guest images; probe the accelerator."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
+from fsmatrix import images
 from fsmatrix.agent import proc
 from fsmatrix.backends import image
 from fsmatrix.backends.qemu import kernel_boot, snapshot
 from fsmatrix.cli._common import echo_err
-from fsmatrix.errors import UserError
+
+
+def _image_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--image", "name", default=images.DEFAULT, show_default=True, metavar="NAME", help=help)
 
 
 @click.group("image")
 def image_group() -> None:
-    """The guest image (Debian 12 + GT.M, sysbench, fio, filesystem tools, the fsmatrix agent)."""
+    """The guest images (packer/images/NAME.yaml: Debian + GT.M, PostgreSQL, sysbench, fio, filesystem
+    tools, the fsmatrix agent)."""
 
 
 @image_group.command("build")
+@_image_option("The image to build: a definition in packer/images/ (`fsmatrix image list`).")
 @click.option("--force", is_flag=True, help="Rebuild even when an image for these inputs exists.")
-def build_command(force: bool) -> None:
-    """Build the image (debootstrap base, then Packer), or reuse it; print the qcow2's path."""
+def build_command(name: str, force: bool) -> None:
+    """Build an image (debootstrap base, then Packer), or reuse it; print the qcow2's path."""
+    images.get(name)  # an unknown name: one line and exit status 2, before anything is built
     try:
-        paths = image.build(force=force, echo=echo_err)
-    except (proc.CommandError, UserError) as exc:
+        paths = image.build(force=force, echo=echo_err, image=name)
+    except proc.CommandError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(str(paths.qcow2))
 
 
 @image_group.command("path")
-def path_command() -> None:
-    """Print the image path for the current inputs; exit status 1 when it is not built yet."""
-    paths = image.image_paths()
+@_image_option("The image whose path to print.")
+def path_command(name: str) -> None:
+    """Print an image's path for the current inputs; exit status 1 when it is not built yet."""
+    paths = image.image_paths(image=name)
     click.echo(str(paths.qcow2))
     if not paths.complete():
-        echo_err("not built yet: run `make image`")
+        echo_err(f"not built yet: run `fsmatrix image build --image {name}`")
         sys.exit(1)
 
 
 @image_group.command("list")
 def list_command() -> None:
-    """List the images in the cache, newest first; * marks the current sources' image."""
-    current = image.image_paths().name
-    for paths in image.built_images():
+    """The images a cell may name (their definitions), then the built ones in the cache, newest
+    first; * marks each definition's image for the current sources."""
+    current = image.current_images()
+    for name, definition in images.definitions().items():
+        state = "built" if current[name].complete() else "not built"
+        default = ", the default" if name == images.DEFAULT else ""
+        click.echo(f"{name}: {definition.description} ({current[name].name}: {state}{default})")
+    names = {paths.name: name for name, paths in current.items()}
+    built = image.built_images()
+    if built:
+        click.echo("in the cache:")
+    for paths in built:
         size = sum(p.stat().st_size for p in paths.files if p.is_file())
         state = "" if paths.complete() else " (incomplete)"
-        mark = "*" if paths.name == current else " "
-        click.echo(f"{mark} {paths.name}  {size / 2**30:.2f} GiB{state}")
+        mark = "*" if paths.name in names else " "
+        click.echo(f"{mark} {paths.name}  {image.definition_of(paths) or '?'}  {size / 2**30:.2f} GiB{state}")
 
 
 @image_group.command("prune")
@@ -60,8 +79,9 @@ def list_command() -> None:
     help="Delete the vm.kernels prepared for direct boot that no run used for this many days.",
 )
 def prune_command(keep: int, kernel_days: float) -> None:
-    """Delete old images from the cache: all but the current sources' one and the --keep newest
-    others; and prepared vm.kernels unused for --kernel-days. Their saved guests go with them."""
+    """Delete old images from the cache: all but each definition's image for the current sources and
+    the --keep newest others; and prepared vm.kernels unused for --kernel-days. Their saved guests go
+    with them."""
     deleted = image.prune(keep)
     for paths in deleted:
         click.echo(f"deleted {paths.name}")

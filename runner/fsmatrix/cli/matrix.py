@@ -11,7 +11,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import matrix, runs
+from fsmatrix import images, matrix, runs
+from fsmatrix.agent import kernel
+from fsmatrix.agent.cell import Cell
+from fsmatrix.backends import image
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema
 from fsmatrix.results import estimate
@@ -76,7 +79,8 @@ def expand(
             caption=f"* the baseline of its comparison group ({rule})",
         )
         found = runs.cell_estimates(results_root, cells)
-        for header in ("id", "baseline", "filesystem", "mount", "layout", "device", "workload", "database", "estimate"):
+        headers = ["id", "baseline", "image", "filesystem", "mount", "layout", "device", "workload", "database"]
+        for header in [*headers, "estimate"]:
             table.add_column(header)
         for c in cells:
             spec = c.spec
@@ -89,6 +93,7 @@ def expand(
             table.add_row(
                 c.id,
                 mark,
+                spec.image,
                 spec.filesystem,
                 spec.mount_options,
                 layout,
@@ -105,6 +110,28 @@ def expand(
         for effect in m.includes:
             click.echo(effect.describe())
     include_warnings(m)
+    capability_warnings(cells)
+
+
+def capability_warnings(cells: list[matrix.MatrixCell]) -> None:
+    """One line on stderr for the cells the kernel of their image cannot run (a filesystem, a layout's
+    driver, a crash mode's target it lacks: a VM backend would record them as skipped), from the
+    manifests of the images built for the current sources (an image not built yet says nothing)."""
+    manifests = {}
+    for name in dict.fromkeys(c.spec.image for c in cells):
+        if not images.defined(name):
+            continue  # fsmatrix without its source tree builds no image (it runs on the host backend)
+        paths = image.image_paths(image=name)
+        if paths.complete():
+            manifests[name] = json.loads(paths.manifest.read_text())
+
+    def lacking(spec: Cell) -> str | None:
+        reason = kernel.lacking_in_manifest(spec, manifests[spec.image]) if spec.image in manifests else None
+        return f"image {spec.image}: {reason}" if reason else None
+
+    warning = kernel.report([c.spec for c in cells], [c.id for c in cells], lacking)
+    if warning:
+        click.echo(f"fsmatrix: warning: on a VM backend, {warning}", err=True)
 
 
 def include_warnings(m: matrix.Matrix) -> None:

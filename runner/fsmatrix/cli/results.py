@@ -48,13 +48,6 @@ def _out_console() -> Console:
 )
 @click.option("--allow-env-diff", is_flag=True, help="Compare even when the environments differ (always listed).")
 @click.option(
-    "--across",
-    type=click.Choice(list(compare.ACROSS)),
-    multiple=True,
-    help="Compare runs of the same cells under a different thing under test on purpose (kernel: a different "
-    "vm.kernel file, by sha256, as a bisect builds); refused otherwise. Named in the output.",
-)
-@click.option(
     "--calibration",
     default="auto",
     show_default=True,
@@ -74,6 +67,16 @@ def _out_console() -> Console:
     help="A second, independent batch: a regression fails the gate only when it holds there too.",
 )
 @click.option(
+    "--across",
+    "across",
+    multiple=True,
+    metavar="NAME[=BASE_VALUE,HEAD_VALUE]",
+    help="Compare on purpose what differs, named in the output (repeatable): an environment axis, e.g. "
+    "--across image (each side on one image) or --across image=debian12,debian13 (both in one run), cells "
+    "matched by every other setting; or --across kernel, the same cells under a different vm.kernel file "
+    "(by sha256, as a bisect builds), refused otherwise. Only what it brings (the image, its kernel) may differ.",
+)
+@click.option(
     "--flagged-to",
     type=click.Path(path_type=Path),
     default=None,
@@ -86,11 +89,11 @@ def compare_cmd(
     threshold: str | None,
     alpha: float,
     allow_env_diff: bool,
-    across: tuple[str, ...],
     calibration: str,
     fmt: str,
     paired: bool,
     confirm: tuple[str, str] | None,
+    across: tuple[str, ...],
     flagged_to: Path | None,
 ) -> None:
     """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
@@ -99,6 +102,7 @@ def compare_cmd(
     both batches); 2 for bad input.
     """
     limit = compare.parse_threshold(threshold) if threshold is not None else None
+    crossing = [compare.parse_across(text) for text in across]
     if confirm and limit is None:
         raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
     b = compare.load_side(base, results_root)
@@ -120,7 +124,7 @@ def compare_cmd(
             allow_env_diff=allow_env_diff,
             noise_floors=floors,
             paired=paired,
-            across=across,
+            across=crossing,
         )
 
     result = judge(b, h)

@@ -870,6 +870,8 @@ def cell_id(spec: Cell, runner: tuple[str, ...] = ()) -> str:
     # What is not the default about the storage shows in the id too: cells that differ only there
     # would otherwise be told apart by their hash alone.
     stack = [spec.filesystem]
+    if spec.image != cells.DEFAULT_IMAGE:  # the guest image: what an upgrade changes
+        stack.append(spec.image)
     if spec.storage.layout != SINGLE:
         stack.append(spec.storage.layout)
     stack += [

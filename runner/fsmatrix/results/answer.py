@@ -383,7 +383,7 @@ def build(
     and of the equivalence test; ``draws``: the repeat advice's simulated draws per n."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), not {delta}")
-    cells = _cells(docs, matrix_json)
+    cells = _cells(compare.with_environment_axes(list(docs)), matrix_json)  # an image axis names every image
     grouped: dict[str, list[_Cell]] = {}
     for c in cells:
         grouped.setdefault(c.group_key, []).append(c)

@@ -5,6 +5,12 @@ the SQLite index of a results root. Cells are matched by id; every key metric th
 declare is compared, plus the noise-robust ones (CPU-seconds, device bytes and IOs per operation)
 that move far less than wall time on a shared machine. Runs from environments that change numbers
 (backend, accelerator, kernel, image, device profile, CPU, memory) are refused unless allowed.
+
+``--across NAME`` compares on purpose what differs in one of ``ACROSS``: an environment axis
+(``ENV_AXES``: a cell's guest image, with the kernel and packages it brings), BASE's cells on one
+image with HEAD's on another, matched by every other setting; or what is under test at one cell id
+(a different vm.kernel file, by sha256), refused unless named. Only the environment keys they
+explain may differ.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import math
 import sqlite3
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,7 @@ from rich.table import Table
 
 from fsmatrix.agent import workloads
 from fsmatrix.errors import UserError
+from fsmatrix.matrix import schema
 from fsmatrix.results import load_document, load_results, stats
 
 # Provenance that changes the numbers: runs that differ in any of these are not comparable.
@@ -57,13 +65,35 @@ ENV_KEYS = (
         )
     ),
 )
-# What is under test besides the cell's settings, compared only when asked for by name (--across):
-# a cell's id names its vm.kernel by path, not by what is there, so two runs of one cell may have
-# booted different kernels (a bisect rebuilds at one path). The first key tells them apart (the
-# kernel file's sha256); the others move with it and are then no environment difference.
-ACROSS: dict[str, tuple[str, ...]] = {
-    "kernel": ("kernel_source.sha256", "kernel"),
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """What ``compare --across NAME`` compares on purpose, with the environment keys (ENV_KEYS) it
+    explains: results that differ in those keys because of it are compared; any other difference is
+    still refused.
+
+    Either a cell setting (``told_by`` None): BASE's cells at one value against HEAD's at another,
+    matched by every other setting (a report puts its values side by side as columns). Or what is
+    under test besides the cell's settings (``told_by``: the provenance key that tells the runs of
+    one cell id apart): refused unless named, since nothing in the id shows it."""
+
+    explains: tuple[str, ...]
+    told_by: str | None = None
+
+
+# Every name --across takes.
+ACROSS: dict[str, Crossing] = {
+    # A guest image brings its own kernel, PostgreSQL and GT.M; its kernel also reserves its own share
+    # of the guest's memory: memory_kib (MemTotal) differs.
+    "image": Crossing(("image", "kernel", "memory_kib")),
+    # A cell's id names its vm.kernel by path, not by what is there, so two runs of one cell may have
+    # booted different kernels (a bisect rebuilds at one path): the kernel file's sha256 tells them
+    # apart, and the guest's release moves with it.
+    "kernel": Crossing(("kernel",), told_by="kernel_source.sha256"),
 }
+# The cell settings among them (environment axes), each with the keys it explains.
+ENV_AXES: dict[str, tuple[str, ...]] = {name: c.explains for name, c in ACROSS.items() if c.told_by is None}
 # Gated next to the workload's own key metrics when a document has them (lower is better for all).
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
 
@@ -92,6 +122,17 @@ class Row:
     p_holm: float = math.nan  # the gated rows' p-values adjusted together (Holm)
 
 
+@dataclass(frozen=True)
+class Across:
+    """``--across NAME[=BASE_VALUE,HEAD_VALUE]`` (an ACROSS name): for an environment axis, BASE's
+    cells with it at one value against HEAD's at another (each side's only value when none are
+    named); for what is under test (a kernel), the sides' as they are."""
+
+    axis: str
+    base: str | None = None
+    head: str | None = None
+
+
 @dataclass
 class CompareResult:
     base: str
@@ -99,10 +140,15 @@ class CompareResult:
     threshold: float | None
     rows: list[Row] = field(default_factory=list)
     env_diffs: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
-    # What is under test and differs, compared on purpose (--across): (name, base's, head's).
+    # What differs and is compared on purpose (--across): (name, base's, head's).
     across: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     only_base: list[str] = field(default_factory=list)
     only_head: list[str] = field(default_factory=list)
+
+    @property
+    def explained(self) -> set[str]:
+        """The environment keys the crossings compared on purpose explain."""
+        return {key for name, _, _ in self.across for key in ACROSS[name].explains}
 
     @property
     def regressions(self) -> list[Row]:
@@ -164,8 +210,116 @@ def env_differences(base: list[dict[str, Any]], head: list[dict[str, Any]]) -> l
     return [(key, eb[key], eh[key]) for key in ENV_KEYS if eb[key] != eh[key]]
 
 
+def axis_value(doc: dict[str, Any], axis: str) -> str:
+    """The value of environment axis ``axis`` (a dotted setting) in a result's cell: the setting's
+    default when the cell does not name it (a cell at the default leaves it out of its JSON form)."""
+    value: Any = doc.get("params") or {}
+    for part in axis.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+        value = (schema.spec_at(axis) or {}).get("default")
+    return str(value)
+
+
+def axis_values(docs: list[dict[str, Any]], axis: str) -> list[str]:
+    """The values of environment axis ``axis`` these results hold: the setting's default first (the
+    baseline an upgrade is measured against), then the others by name."""
+    default = str((schema.spec_at(axis) or {}).get("default"))
+    return sorted({axis_value(d, axis) for d in docs}, key=lambda value: (value != default, value))
+
+
+def without_axis(params: dict[str, Any], axis: str) -> str:
+    """A cell's JSON form without the axis setting, canonical: what the cell's twins on the axis's
+    other values share."""
+    copy = json.loads(json.dumps(params))
+    *parents, last = axis.split(".")
+    node = copy
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
+    return json.dumps(copy, sort_keys=True, separators=(",", ":"))
+
+
+def parse_across(text: str) -> Across:
+    """``image``, ``image=debian12,debian13`` or ``kernel``."""
+    axis, named, values = text.partition("=")
+    axis = axis.strip()
+    if axis not in ACROSS:
+        raise UserError(
+            f"--across {text!r}: compare across one of {', '.join(ACROSS)} "
+            f"(a cell setting: {', '.join(ENV_AXES)}; or a different vm.kernel file at one cell: kernel)"
+        )
+    if not named:
+        return Across(axis)
+    if ACROSS[axis].told_by is not None:
+        raise UserError(f"--across {text!r}: the runs tell their {axis}s apart themselves; name none: --across {axis}")
+    parts = [v.strip() for v in values.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise UserError(f"--across {text!r}: name two values, BASE's then HEAD's, e.g. {axis}=A,B")
+    return Across(axis, parts[0], parts[1])
+
+
+def _side_value(side: Side, axis: str, named: str | None, which: str) -> tuple[str, list[dict[str, Any]]]:
+    """The axis value a side is compared at, and its documents at that value."""
+    values = sorted({axis_value(d, axis) for d in side.docs})
+    if named is None:
+        if len(values) != 1:
+            raise UserError(
+                f"--across {axis}: {which} {side.label} holds {axis} {', '.join(values)}; "
+                f"name the two to compare: --across {axis}=BASE_VALUE,HEAD_VALUE"
+            )
+        named = values[0]
+    docs = [d for d in side.docs if axis_value(d, axis) == named]
+    if not docs:
+        raise UserError(
+            f"--across {axis}: {which} {side.label} has no results with {axis} {named} (it has {', '.join(values)})"
+        )
+    return named, docs
+
+
+def across_sides(base: Side, head: Side, across: Across) -> tuple[Side, Side, Across]:
+    """BASE's documents at the axis's base value and HEAD's at its head value; HEAD's cells renamed
+    to the id of their twin in BASE (the cell with every other setting equal), so rows pair them."""
+    bv, base_docs = _side_value(base, across.axis, across.base, "BASE")
+    hv, head_docs = _side_value(head, across.axis, across.head, "HEAD")
+    if bv == hv:
+        raise UserError(f"--across {across.axis}: both sides are {across.axis} {bv}; compare them without --across")
+    twin = {without_axis(d.get("params") or {}, across.axis): d["cell_id"] for d in base_docs}
+    renamed = []
+    for doc in head_docs:
+        match = twin.get(without_axis(doc.get("params") or {}, across.axis))
+        renamed.append({**doc, "cell_id": match, "head_cell_id": doc["cell_id"]} if match else doc)
+    return Side(base.label, base_docs), Side(head.label, renamed), Across(across.axis, bv, hv)
+
+
+def varying_axes(docs: list[dict[str, Any]]) -> list[str]:
+    """The environment axes (``ENV_AXES``) whose value differs among these results' cells."""
+    return [axis for axis in ENV_AXES if len({axis_value(d, axis) for d in docs}) > 1]
+
+
+def with_environment_axes(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The documents with each environment axis that varies among them written into their ``params``
+    (a cell at the axis's default leaves it out of its JSON form): every table then shows the value
+    in its columns, and no cell stands apart for lacking it."""
+    axes = varying_axes(docs)
+    if not axes:
+        return docs
+    out = []
+    for doc in docs:
+        params = json.loads(json.dumps(doc.get("params") or {}))
+        for axis in axes:
+            *parents, last = axis.split(".")
+            node = params
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = axis_value(doc, axis)
+        out.append({**doc, "params": params})
+    return out
+
+
 def under_test(docs: list[dict[str, Any]], name: str) -> list[str]:
-    """The distinct things under test ``name`` (an ACROSS key) these documents ran, for people:
+    """The distinct things under test ``name`` (an ACROSS key with ``told_by``) these documents ran, for people:
     "RELEASE (sha256 PREFIX)" for a vm.kernel, "the image's kernel" without one."""
     labels = set()
     for doc in docs:
@@ -177,17 +331,19 @@ def under_test(docs: list[dict[str, Any]], name: str) -> list[str]:
             else:
                 labels.add(f"the image's kernel ({prov.get('kernel', '?')})")
         else:
-            labels.add(str(provenance_value(prov, ACROSS[name][0])))
+            labels.add(str(provenance_value(prov, ACROSS[name].told_by or "")))
     return sorted(labels)
 
 
 def across_differences(
     base: list[dict[str, Any]], head: list[dict[str, Any]]
 ) -> list[tuple[str, list[str], list[str]]]:
-    """The things under test (ACROSS) that differ between the sides: (name, base's, head's)."""
+    """The things under test (ACROSS with ``told_by``) that differ between the sides: (name, base's,
+    head's)."""
     found = []
-    for name, (key, *_) in ACROSS.items():
-        if environment_of(base, key) != environment_of(head, key):
+    for name, crossing in ACROSS.items():
+        key = crossing.told_by
+        if key is not None and environment_of(base, key) != environment_of(head, key):
             found.append((name, under_test(base, name), under_test(head, name)))
     return found
 
@@ -282,26 +438,42 @@ def compare(
     allow_env_diff: bool = False,
     noise_floors: dict[tuple[str, str], float] | None = None,
     paired: bool = False,
-    across: tuple[str, ...] = (),
+    across: Sequence[Across] = (),
 ) -> CompareResult:
     """Compare every cell present on both sides; UserError on incomparable environments, and on
-    different things under test (ACROSS) unless ``across`` names them. ``paired``: the sides ran in
-    pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``)."""
+    different things under test (ACROSS with ``told_by``) unless ``across`` names them. ``paired``:
+    the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``).
+    ``across``: what is compared on purpose; for an environment axis, BASE's cells at one value
+    against HEAD's at another (``across_sides``). The environment keys they explain may differ, no other."""
+    names = [a.axis for a in across]
+    if len(set(names)) != len(names):
+        raise UserError(f"--across: each name once ({', '.join(names)})")
+    crossed: list[tuple[str, list[str], list[str]]] = []
+    for crossing in across:
+        if crossing.axis in ENV_AXES:
+            base, head, crossing = across_sides(base, head, crossing)
+            crossed.append((crossing.axis, [str(crossing.base)], [str(crossing.head)]))
     result = CompareResult(base.label, head.label, threshold)
-    result.across = across_differences(base.docs, head.docs)
-    refused = [diff for diff in result.across if diff[0] not in across]
-    if refused:
-        names = ", ".join(name for name, _, _ in refused)
+    differing = across_differences(base.docs, head.docs)
+    refused_under_test = [diff for diff in differing if diff[0] not in names]
+    if refused_under_test:
+        listed = ", ".join(name for name, _, _ in refused_under_test)
         raise UserError(
-            f"refusing to compare different {names}s under test (use --across {refused[0][0]} to compare "
-            f"them on purpose):\n" + format_env_diffs(refused)
+            f"refusing to compare different {listed}s under test (use --across {refused_under_test[0][0]} to compare "
+            f"them on purpose):\n" + format_env_diffs(refused_under_test)
         )
-    moved = {key for name, _, _ in result.across for key in ACROSS[name][1:]}
-    result.env_diffs = [diff for diff in env_differences(base.docs, head.docs) if diff[0] not in moved]
-    if result.env_diffs and not allow_env_diff:
+    result.across = crossed + differing
+    result.env_diffs = env_differences(base.docs, head.docs)
+    refused = [diff for diff in result.env_diffs if diff[0] not in result.explained]
+    if refused and not allow_env_diff:
+        hint = ""
+        for axis, keys in ENV_AXES.items():
+            axis_differs = {axis_value(d, axis) for d in base.docs} != {axis_value(d, axis) for d in head.docs}
+            if axis not in names and axis_differs and all(diff[0] in keys for diff in refused):
+                hint = f"; to compare one {axis}'s cells with another's on purpose: --across {axis}"
         raise UserError(
-            "refusing to compare results from different environments (use --allow-env-diff to compare anyway):\n"
-            + format_env_diffs(result.env_diffs)
+            f"refusing to compare results from different environments (use --allow-env-diff to compare anyway{hint}):\n"
+            + format_env_diffs(refused)
         )
     bc, hc = base.by_cell(), head.by_cell()
     common = sorted(set(bc) & set(hc))
@@ -488,9 +660,14 @@ def rich_table(result: CompareResult) -> Table:
 def summary_lines(result: CompareResult) -> list[str]:
     lines = []
     for name, b, h in result.across:
-        lines.append(f"compared across {name}s (--across {name}): base {', '.join(b)} | head {', '.join(h)}")
-    if result.env_diffs:
-        lines += ["environments differ (compared anyway, --allow-env-diff):", format_env_diffs(result.env_diffs)]
+        matched = "; cells matched by every other setting (rows name BASE's cell)" if name in ENV_AXES else ""
+        lines.append(f"compared across {name}s (--across {name}): base {', '.join(b)} | head {', '.join(h)}{matched}")
+    if result.across:
+        on_purpose = [key for key, _, _ in result.env_diffs if key in result.explained]
+        lines.append(f"differing on purpose: {', '.join(on_purpose) or 'nothing'}")
+    unexplained = [diff for diff in result.env_diffs if diff[0] not in result.explained]
+    if unexplained:
+        lines += ["environments differ (compared anyway, --allow-env-diff):", format_env_diffs(unexplained)]
     if result.only_base:
         lines.append(f"only in base (not compared): {', '.join(result.only_base)}")
     if result.only_head:

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
-from fsmatrix.results import answer, crashtable, hardware, report, seedreport
+from fsmatrix.results import answer, compare, crashtable, hardware, report, seedreport
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
@@ -248,6 +248,7 @@ def html_report(
     the forest plots, then the details collapsed."""
     if found is None:
         found = answer.build(docs, matrix_json)
+    docs = compare.with_environment_axes(docs)  # an image axis: side by side in the tables
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -294,7 +295,10 @@ def html_report(
                 parts.append(f"<h4>{html.escape(mtitle)} ({html.escape(note)})</h4>")
                 parts.append(_grid_table(columns, rows, direction, report.regime_grid(kind, group)))
                 parts.append(_figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))
-        for rtitle, header, rows_ in report.relative_speed_tables(kind, cells):
+        for rtitle, header, rows_ in [
+            *report.environment_axis_tables(kind, cells),
+            *report.relative_speed_tables(kind, cells),
+        ]:
             parts += [f"<h4>{html.escape(rtitle)}</h4>", _plain_table(header, rows_)]
     parts += seedreport.html_parts(docs)  # a seed matrix's results beside the seed's published tables
     parts.append("<h2>Per-run time series</h2>")
@@ -330,7 +334,7 @@ def _environment(docs: list[dict[str, Any]]) -> list[str]:
     envs = report.environments(docs)
     items = "".join(f"<li>{html.escape(k)}: {html.escape(', '.join(sorted(v)))}</li>" for k, v in envs.items())
     out = ["<h2>Environment</h2>", f"<ul>{items}</ul>"]
-    mixed = [k for k, v in envs.items() if len(v) > 1]
+    mixed = report.mixed_environments(docs)
     if mixed:
         out.append(
             f'<p class="warn">These results come from different environments ({html.escape(", ".join(mixed))}); '

@@ -10,6 +10,12 @@ values the test cannot tell from the best are marked "tied". The others show "n�
 many times worse than the best: for a time value/best, for a rate best/value; the test separates
 them). Cells that differ in any other
 setting go in separate tables, headed by what differs.
+
+An environment axis of the cells (``compare.ENV_AXES``: the guest image) is part of the columns: a
+matrix that crosses images shows each storage stack on each image side by side ("ext4 · debian13"),
+followed by a table of each image's ratio to the first one (the answer's ratio of medians and its
+interval, and whether the test separates them), and its environment section names the kernels each
+image brought instead of warning about mixed environments.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 from fsmatrix import results
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
-from fsmatrix.results import answer, compare, crashtable, decide, hardware, regime, seedreport
+from fsmatrix.results import answer, compare, crashtable, decide, hardware, regime, seedreport, stats
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -45,7 +51,9 @@ COLUMN_KEYS = (
     "storage.stripe_disks",
     "storage.stripe_size",
     "device.profile",
+    *compare.ENV_AXES,
 )
+AXIS_SEPARATOR = " · "  # between a column's storage stack and its environment axis values
 # The environment a report names (kernel/CPU/memory of where the workload ran: the guest under a VM
 # backend; host.*: the machine under it). Results that differ in any of these are flagged.
 ENV_KEYS = (
@@ -83,6 +91,12 @@ def metric_tables(by_cell: dict[str, list[dict[str, Any]]]) -> dict[str, list[tu
 
 
 def _column_label(flat: dict[str, Any]) -> str:
+    """The storage stack, then the environment axis values a cell names ("ext4 · debian13")."""
+    axes = [str(flat[axis]) for axis in compare.ENV_AXES if axis in flat]
+    return AXIS_SEPARATOR.join([_storage_label(flat), *axes])
+
+
+def _storage_label(flat: dict[str, Any]) -> str:
     extra = [f"{k}={flat[k]}" for k in ("mkfs_options", "mount_options") if flat.get(k)]
     layout = flat.get("storage.layout", "single")
     if layout in ("md-raid0", "lvm-stripe"):
@@ -188,6 +202,7 @@ def markdown(
     race.json), then the environment and the tables."""
     if found is None:
         found = answer.build(docs, matrix_json)
+    docs = compare.with_environment_axes(docs)
     lines = [f"# fsmatrix report: {title}", "", *answer.markdown_lines(found)]
     if race is not None:
         lines += race_section(race)
@@ -242,6 +257,30 @@ def race_section(race: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def explained_by_axes(docs: list[dict[str, Any]]) -> dict[str, dict[str, set[str]]]:
+    """ENV_KEYS entry -> {axis value -> the entry's values}, for the entries that differ among these
+    results only because an environment axis of their cells does (each image's own kernel)."""
+    explained: dict[str, dict[str, set[str]]] = {}
+    for axis in compare.varying_axes(docs):
+        by_value: dict[str, list[dict[str, Any]]] = {value: [] for value in compare.axis_values(docs, axis)}
+        for doc in docs:
+            by_value[compare.axis_value(doc, axis)].append(doc)
+        for key in ENV_KEYS:
+            if key not in compare.ENV_AXES[axis]:
+                continue
+            per_value = {value: environments(group)[key] for value, group in by_value.items()}
+            if all(len(values) == 1 for values in per_value.values()):
+                explained[key] = per_value
+    return explained
+
+
+def mixed_environments(docs: list[dict[str, Any]]) -> list[str]:
+    """The ENV_KEYS entries whose values differ among these results with no environment axis of
+    their cells to explain it: numbers across them are not comparable."""
+    explained = explained_by_axes(docs)
+    return [k for k, v in environments(docs).items() if len(v) > 1 and k not in explained]
+
+
 def environments(docs: list[dict[str, Any]]) -> dict[str, set[str]]:
     """Each ENV_KEYS entry → the values the documents hold for it."""
     envs: dict[str, set[str]] = {k: set() for k in ENV_KEYS}
@@ -258,14 +297,22 @@ def _environment_section(docs: list[dict[str, Any]]) -> list[str]:
     # VM results: the agent's commit is the image's; the host side that drove the guest has its own.
     host_shas = {str(((doc.get("provenance") or {}).get("host") or {}).get("fsmatrix_git", ""))[:12] for doc in docs}
     host_shas.discard("")
+    explained = explained_by_axes(docs)
     lines = ["## Environment", ""]
+    for axis in compare.varying_axes(docs):
+        named = ", ".join(compare.axis_values(docs, axis))
+        lines.append(f"- {axis}: {named} (a setting of the cells: side by side in the tables)")
     for key, values in envs.items():
-        lines.append(f"- {key}: {', '.join(sorted(values))}")
+        if key in explained:
+            per = ", ".join(f"{', '.join(sorted(v))} ({axis_value})" for axis_value, v in explained[key].items())
+            lines.append(f"- {key}: {per}")
+        else:
+            lines.append(f"- {key}: {', '.join(sorted(values))}")
     if host_shas:
         lines.append(f"- fsmatrix commit: guest agent {', '.join(sorted(shas))}; host {', '.join(sorted(host_shas))}")
     else:
         lines.append(f"- fsmatrix commit: {', '.join(sorted(shas))}")
-    mixed = [k for k, v in envs.items() if len(v) > 1]
+    mixed = mixed_environments(docs)
     if mixed:
         lines += [
             "",
@@ -318,11 +365,56 @@ def _workload_section(
                 repeats = repeats_note(metric_grid(kind, group, metric)[1])
                 lines += [f"**{title}** ({direction} is better; {repeats})", "", *table, ""]
                 shown += 1
-    for title, header, rows in relative_speed_tables(kind, cells):
+    for title, header, rows in [*environment_axis_tables(kind, cells), *relative_speed_tables(kind, cells)]:
         lines += [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         lines.append("")
     return lines, shown
+
+
+def environment_axis_tables(
+    kind: str, cells: dict[str, list[dict[str, Any]]]
+) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per environment axis that varies among the cells (documents from ``with_environment_axes``):
+    each storage stack's primary-metric median on each value, and each value's ratio to the first
+    one with its 95 % bootstrap interval: the answer's ratio of medians (``stats.compare_samples``,
+    as the answer and ``compare`` compute it), and whether the test separates them ("no change":
+    inside the noise)."""
+    metric, title, direction = metric_tables(cells)[kind][0]
+    docs = [d for ds in cells.values() for d in ds]
+    out = []
+    for axis in compare.varying_axes(docs):
+        values = compare.axis_values(docs, axis)
+        first = values[0]
+        samples: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(dict)
+        for heading, group in workload_groups(kind, cells):
+            for ds in group.values():
+                flat = flatten(ds[0]["params"])
+                row = _row_label(kind, flat) + (f" ({heading})" if heading else "")
+                passed = [float(d["metrics"][metric]) for d in ds if d["status"] == "passed" and metric in d["metrics"]]
+                samples[(row, _storage_label(flat))][compare.axis_value(ds[0], axis)] = passed
+        header = ["input", "storage", *values, *(f"{v} / {first}" for v in values[1:])]
+        rows = []
+        for (row, stack), by_value in samples.items():
+            medians = [_fmt(stats.median(by_value[v])) if by_value.get(v) else "-" for v in values]
+            ratios = []
+            for v in values[1:]:
+                if not by_value.get(first) or not by_value.get(v):
+                    ratios.append("-")
+                    continue
+                c = stats.compare_samples(by_value[first], by_value[v], direction)
+                if c.verdict == "not enough data":
+                    ratios.append(f"{c.ratio:.2f}× (not enough data)")
+                    continue
+                verdict = {"faster": "better", "slower": "worse", "no change": "inside the noise"}[c.verdict]
+                ratios.append(f"{c.ratio:.2f}× [{c.ci_low:.2f}, {c.ci_high:.2f}], {verdict}")
+            rows.append([row, stack, *medians, *ratios])
+        if rows:
+            note = (
+                f"{direction} is better; ratio of medians [95 % interval], separated or not by the test `compare` uses"
+            )
+            out.append((f"{title} by {axis} ({note})", header, rows))
+    return out
 
 
 Grid = tuple[list[str], list[tuple[str, dict[str, list[float] | str]]]]
@@ -342,6 +434,17 @@ def metric_grid(kind: str, group: dict[str, list[dict[str, Any]]], metric: str) 
         rows[row][col] = values if values else sorted({d["status"] for d in ds})[0]
     if not any(isinstance(v, list) for r in rows.values() for v in r.values()):
         return [], []
+    # Each storage stack's environment values side by side: the stacks in the order they came, the
+    # values of an axis (the images) with its default first.
+    stacks = list(dict.fromkeys(c.split(AXIS_SEPARATOR)[0] for c in columns))
+    docs = [d for ds in group.values() for d in ds]
+    order = [compare.axis_values(docs, axis) for axis in compare.ENV_AXES]
+
+    def place(column: str) -> tuple[int, list[int]]:
+        stack, *values = column.split(AXIS_SEPARATOR)
+        return stacks.index(stack), [order[i].index(v) if v in order[i] else 0 for i, v in enumerate(values)]
+
+    columns.sort(key=place)
     return columns, list(rows.items())
 
 

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import declare, proc
+from fsmatrix.agent import declare, proc, provenance
 from fsmatrix.agent.contract import SettingsBlock
 from fsmatrix.agent.declare import Invalid, setting
 
 log = logging.getLogger("fsmatrix")
 
 DIST_GLOB = "/usr/lib/x86_64-linux-gnu/fis-gtm/*/mumps"
+TOOL = "gtm_dist"  # the guest image declares GT.M's installation directory under this name
 REGION = "DEFAULT"
 # GT.M's own defaults (gdedefaults), which the published runs used: the file grows 10,000 blocks at
 # a time, so its size is comparable with the seeds' figures.
@@ -109,14 +110,21 @@ def _version_key(path: str) -> list[tuple[int, int, str]]:
     return [(1, int(p), "") if p.isdigit() else (0, 0, p) for p in re.split(r"(\d+)", path) if p]
 
 
-def locate_dist(environ: Mapping[str, str] | None = None) -> Path:
-    """The GT.M installation directory: ``$gtm_dist`` when set, else the newest Debian fis-gtm."""
+def locate_dist(environ: Mapping[str, str] | None = None, declared: Path | None = None) -> Path:
+    """The GT.M installation directory: ``$gtm_dist`` when set; in a guest image, the one its
+    definition declares (``declared``, default the image manifest's ``tools.gtm_dist``); else, on a
+    host, the newest Debian fis-gtm."""
     env = os.environ if environ is None else environ
     override = env.get("gtm_dist", "")
     if override:
         if not (Path(override) / "mumps").is_file():
             raise FileNotFoundError(f"$gtm_dist={override} holds no mumps executable")
         return Path(override)
+    declared = declared or provenance.image_tool(TOOL)
+    if declared is not None:
+        if not (declared / "mumps").is_file():
+            raise FileNotFoundError(f"the guest image declares GT.M in {declared} (tools.{TOOL}): no mumps there")
+        return declared
     found = sorted(glob.glob(DIST_GLOB), key=_version_key)
     if not found:
         raise FileNotFoundError(f"GT.M not found: nothing matches {DIST_GLOB} and $gtm_dist is not set")
@@ -155,6 +163,7 @@ class Database:
         )
         if self.settings.full_block_writes:
             env["gtm_fullblockwrites"] = "1"
+        env.update(provenance.image_tool_env(TOOL))  # what this guest image's GT.M needs (packer/images/)
         env.update(extra or {})
         return env
 

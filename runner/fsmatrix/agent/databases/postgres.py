@@ -35,13 +35,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import declare, proc
+from fsmatrix.agent import declare, proc, provenance
 from fsmatrix.agent.contract import SettingsBlock
 from fsmatrix.agent.declare import Invalid, parse_size, setting
 
 log = logging.getLogger("fsmatrix")
 
 BIN_GLOB = "/usr/lib/postgresql/*/bin/postgres"
+TOOL = "postgres_bin"  # the guest image declares PostgreSQL's bin directory under this name
 OWNER = "postgres"  # the system user the server runs as when fsmatrix runs as root
 PORT = 5432  # only names the socket file (.s.PGSQL.5432): no TCP port is opened
 SUPERUSER = "postgres"
@@ -182,14 +183,23 @@ def differences(expected: Mapping[str, Any], got: Mapping[str, Any]) -> list[str
 # ------------------------------------------------------------------ finding PostgreSQL
 
 
-def locate_bin(environ: Mapping[str, str] | None = None) -> Path:
-    """PostgreSQL's bin directory: ``$FSMATRIX_PG_BIN`` when set, else the newest Debian install."""
+def locate_bin(environ: Mapping[str, str] | None = None, declared: Path | None = None) -> Path:
+    """PostgreSQL's bin directory: ``$FSMATRIX_PG_BIN`` when set; in a guest image, the one its
+    definition declares (``declared``, default the image manifest's ``tools.postgres_bin``); else,
+    on a host, the newest Debian install."""
     env = os.environ if environ is None else environ
     override = env.get("FSMATRIX_PG_BIN", "")
     if override:
         if not (Path(override) / "postgres").is_file():
             raise FileNotFoundError(f"$FSMATRIX_PG_BIN={override} holds no postgres executable")
         return Path(override)
+    declared = declared or provenance.image_tool(TOOL)
+    if declared is not None:
+        if not (declared / "postgres").is_file():
+            raise FileNotFoundError(
+                f"the guest image declares PostgreSQL in {declared} (tools.{TOOL}): no postgres there"
+            )
+        return declared
     found = sorted(glob.glob(BIN_GLOB), key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
     if not found:
         raise FileNotFoundError(f"PostgreSQL not found: nothing matches {BIN_GLOB} (Debian package postgresql-15)")

@@ -44,8 +44,9 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from fsmatrix import __version__, workdirs
+from fsmatrix import __version__, images, workdirs
 from fsmatrix.agent import crash, fit, job, kernel, proc, provenance, storage
+from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, flush_points, kernel_boot, power_cut, profiles, snapshot
@@ -154,6 +155,10 @@ class QemuBackend:
                 raise UserError(f"{ALLOWANCE_ENV} must be a number of seconds") from exc
         self._allowance = boot_allowance  # None: by accelerator, known after preflight
         self._echo = echo
+        # Every image the cells name (``image:``), built or found once: its files, sha256 and manifest.
+        self._wanted: list[str] = [images.DEFAULT]
+        self._images: dict[str, tuple[image.ImagePaths, str, dict[str, Any]]] = {}
+        # The image of the cell being run (environment() and provenance describe it).
         self._image: image.ImagePaths | None = None
         self._sha256 = ""
         self._host: dict[str, Any] | None = None  # provenance.host, once the backend is prepared
@@ -200,15 +205,20 @@ class QemuBackend:
             problem = fit.check_workdir_space([c.spec for c in cells], shutil.disk_usage(self.workdir).free, True)
             if problem is not None:
                 raise UserError(f"the {self.name} backend: {problem}")
+        self._wanted = list(dict.fromkeys(c.spec.image for c in cells)) or [images.DEFAULT]
         self._prepare()
-        manifest = self._manifest
         # The image's manifest describes the image's kernel: a vm.kernel cell is checked against its own.
         own = [c for c in cells if not c.spec.vm.kernel]
-        warning = kernel.report(
-            [c.spec for c in own], [c.id for c in own], lambda s: kernel.lacking_in_manifest(s, manifest)
-        )
+        warning = kernel.report([c.spec for c in own], [c.id for c in own], self.lacking)
         if warning:
             log.warning("%s", warning)
+
+    def lacking(self, spec: Cell) -> str | None:
+        """What the kernel of the cell's image lacks for it (from the image's manifest), or None (also
+        for an image not prepared: nothing known of it yet)."""
+        prepared = self._images.get(spec.image)
+        reason = kernel.lacking_in_manifest(spec, prepared[2]) if prepared else None
+        return f"image {spec.image}: {reason}" if reason else None
 
     def _check_kernels(self, cells: list[MatrixCell]) -> None:
         """Prepare every vm.kernel of ``cells`` before any VM starts, and refuse (exit 2) one that is
@@ -267,18 +277,25 @@ class QemuBackend:
             )
 
     def _prepare(self) -> None:
-        try:
-            paths = image.build(echo=self._echo)  # reuses the cached image in well under a second
-        except proc.CommandError as exc:
-            raise UserError(f"cannot build the guest image: {exc}") from exc
-        self._sha256 = paths.sha256.read_text().split()[0]
-        self._manifest = json.loads(paths.manifest.read_text())
+        """Build (or find) every image in ``_wanted``; the host's view (accelerator, aio) once."""
+        for name in self._wanted:
+            if name in self._images:
+                continue
+            try:
+                paths = image.build(echo=self._echo, image=name)  # reuses a cached image in well under a second
+            except proc.CommandError as exc:
+                raise UserError(f"cannot build the guest image {name}: {exc}") from exc
+            self._images[name] = (paths, paths.sha256.read_text().split()[0], json.loads(paths.manifest.read_text()))
+        self._select(self._wanted[0])
         self.accel = image.host_accel()
         self.aio = "io_uring" if qemu_supports_io_uring(self.workdir) else "threads"
         if self.aio != "io_uring":
             log.warning("this QEMU cannot use aio=io_uring: data disks use aio=threads")
-        self._image = paths
         self._host = hostinfo.describe(self.workdir, **self.host_software())
+
+    def _select(self, name: str) -> None:
+        """Make image ``name`` (prepared) the one runs boot and results describe."""
+        self._image, self._sha256, self._manifest = self._images[name]
 
     @property
     def device_source(self) -> str:
@@ -383,8 +400,10 @@ class QemuBackend:
             return None
 
     def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
-        if self._image is None:
+        if cell.spec.image not in self._images:  # run() without preflight, or a cell it did not see
+            self._wanted = [*self._wanted, cell.spec.image]
             self._prepare()
+        self._select(cell.spec.image)
         assert self._image is not None
         run_dir = self.workdir / f"vm-{cell.id}-r{repeat}-{os.getpid()}"
         started, started_at = time.monotonic(), _now()
@@ -656,7 +675,11 @@ class QemuBackend:
 
     def _image_provenance(self, guest: dict[str, Any] | None) -> dict[str, Any]:
         assert self._image is not None
-        return {**(guest or self._manifest), "name": self._image.name, "sha256": self._sha256}
+        return {
+            **(guest or provenance.image_summary(self._manifest) or {}),
+            "name": self._image.name,
+            "sha256": self._sha256,
+        }
 
     def _add_provenance(self, doc: dict[str, Any], vm_info: dict[str, Any], cell: MatrixCell) -> None:
         prov = doc.setdefault("provenance", {})

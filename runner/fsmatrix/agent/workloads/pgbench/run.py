@@ -51,11 +51,20 @@ def memory_bytes() -> int:
     return 0
 
 
+# The checkpoint counters: PostgreSQL 17 moved them from pg_stat_bgwriter (checkpoints_timed,
+# checkpoints_req) to pg_stat_checkpointer (num_timed, num_requested).
+CHECKPOINTER_SINCE = 170000  # server_version_num
+CHECKPOINTS_QUERY = {
+    False: "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter",
+    True: "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, num_timed, num_requested FROM pg_stat_checkpointer",
+}
+
+
 def _stats(cluster: postgres.Cluster) -> dict[str, int]:
-    """The WAL position (bytes since the start) and the checkpoint counters."""
-    (row,) = cluster.query(
-        "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
-    )
+    """The WAL position (bytes since the start) and the checkpoint counters, from the view this
+    server's version keeps them in (asked of the server, not guessed from a path)."""
+    number = int(cluster.value("SHOW server_version_num"))
+    (row,) = cluster.query(CHECKPOINTS_QUERY[number >= CHECKPOINTER_SINCE])
     return {"wal_lsn": int(float(row[0])), "checkpoints": int(row[1]) + int(row[2])}
 
 
