@@ -370,3 +370,17 @@ def test_io_uring_probe_answers(tmp_path: Path) -> None:
     # Debian 12's QEMU has io_uring; the answer must be a real one either way, and leave nothing.
     assert isinstance(qemu_supports_io_uring(tmp_path), bool)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_template_boots_on_one_tcg_thread_and_runs_restore_on_many(tmp_path: Path) -> None:
+    # A template's boot is where a kernel patches its own code while the other vCPU runs it
+    # (docs/measurements.md, "A 6.12 kernel's boots under multi-threaded TCG").
+    def command(accel: str) -> list[str]:
+        return cmdline.qemu_command(tmp_path / "i.qcow2", accel=accel, name="fsmatrix-t", serial_log=tmp_path / "c")
+
+    tcg = command("tcg")
+    booted = snapshot.single_threaded(tcg)
+    assert booted[booted.index("-accel") + 1] == "tcg,thread=single"
+    assert [a for a in booted if a != "tcg,thread=single"] == [a for a in tcg if a != "tcg"]
+    assert tcg[tcg.index("-accel") + 1] == "tcg"  # the runs' command line (and the template's key) as it was
+    assert snapshot.single_threaded(command("kvm")) == command("kvm")
