@@ -64,8 +64,8 @@ def test_cells_run_and_verify_on_debian13(tmp_path: Path, workdir: Path) -> None
     pgbench = next(d for d in docs.values() if d["workload"] == "pgbench")
     assert "PostgreSQL) 17." in json.dumps(pgbench["provenance"]["tools"])
     assert pgbench["metrics"]["checkpoints"] >= 0 and pgbench["metrics"]["wal_bytes"] > 0  # pg_stat_checkpointer
-    # The data disk found by its serial on each bus under Debian 13's udev (a restored guest's disks
-    # are hot-plugged after its job disk, so on virtio-blk it is not the first free name, vdb).
+    # The data disk found by its serial on each bus under Debian 13's udev (not by its name: a restored
+    # guest finds its hot-plugged disks when it resumes, in PCI slot order, the job disk's first: vdb).
     buses = {d["params"]["device"]["bus"]: d["provenance"]["guest"]["data_disks"]["fsm-data0"] for d in docs.values()}
     assert set(buses) == {"virtio-blk", "virtio-scsi", "nvme"}
     assert re.fullmatch(r"/dev/vd[b-z]", buses["virtio-blk"]) and re.fullmatch(r"/dev/sd[a-z]", buses["virtio-scsi"])
