@@ -198,6 +198,7 @@ def test_load_refuses_old_and_foreign_calibrations(tmp_path: Path) -> None:
 
 
 @needs_root
+@pytest.mark.system  # real host-backend runs (16 s): out of make check
 def test_calibrate_runs_separate_batches(tmp_path: Path, write_matrix) -> None:  # type: ignore[no-untyped-def]
     matrix_file = write_matrix(
         """
