@@ -40,6 +40,14 @@ def test_the_manifest_lists_decide_when_present() -> None:
     assert lacking == "the image's kernel has no filesystem btrfs, module raid0"
 
 
+def test_each_cell_is_checked_against_its_own_image_manifest() -> None:
+    manifests = {"debian12": {"filesystems": ["ext4", "btrfs"]}, "debian13": {"filesystems": ["ext4"]}}
+    assert kernel.lacking_in_image(_cell(filesystem="btrfs"), manifests) is None  # debian12, the default
+    on13 = _cell(filesystem="btrfs", image="debian13")
+    assert kernel.lacking_in_image(on13, manifests) == "image debian13: the image's kernel has no filesystem btrfs"
+    assert kernel.lacking_in_image(on13, {"debian12": manifests["debian12"]}) is None  # its image not prepared
+
+
 def test_one_warning_names_the_reasons_and_cells() -> None:
     cells = [_cell(), _cell(filesystem="xfs"), _cell(filesystem="jfs")]
     text = kernel.report(cells, ["a", "b", "c"], lambda c: "no xfs" if c.filesystem == "xfs" else None)

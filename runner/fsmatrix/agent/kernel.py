@@ -44,6 +44,14 @@ def lacking_in_manifest(cell: Cell, manifest: Mapping[str, Any]) -> str | None:
     return f"the image's kernel has no {', '.join(missing)}" if missing else None
 
 
+def lacking_in_image(cell: Cell, manifests: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """What the kernel of the cell's image lacks for it, from ``manifests`` (image name -> its
+    manifest), named by image; None when it lacks nothing or its image's manifest is not there."""
+    manifest = manifests.get(cell.image)
+    reason = lacking_in_manifest(cell, manifest) if manifest is not None else None
+    return f"image {cell.image}: {reason}" if reason else None
+
+
 def lacking_here(cell: Cell, cache: dict[str, str | None]) -> str | None:
     """What the running kernel (or its tools) lacks for ``cell``: the checks ``storage.prepare``
     makes (modprobe included), each asked once per ``cache``."""

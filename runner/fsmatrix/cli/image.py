@@ -30,8 +30,7 @@ def image_group() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when an image for these inputs exists.")
 def build_command(name: str, force: bool) -> None:
     """Build an image (debootstrap base, then Packer), or reuse it; print the qcow2's path."""
-    images.get(name)  # an unknown name: one line and exit status 2, before anything is built
-    try:
+    try:  # an unknown name: image.build refuses it first (one line, exit status 2)
         paths = image.build(force=force, echo=echo_err, image=name)
     except proc.CommandError as exc:
         raise click.ClickException(str(exc)) from exc

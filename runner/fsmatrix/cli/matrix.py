@@ -13,7 +13,6 @@ from rich.table import Table
 
 from fsmatrix import images, matrix, runs
 from fsmatrix.agent import kernel
-from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import image
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema
@@ -124,12 +123,8 @@ def capability_warnings(cells: list[matrix.MatrixCell]) -> None:
         paths = image.image_paths(image=name)
         if paths.complete():
             manifests[name] = json.loads(paths.manifest.read_text())
-
-    def lacking(spec: Cell) -> str | None:
-        reason = kernel.lacking_in_manifest(spec, manifests[spec.image]) if spec.image in manifests else None
-        return f"image {spec.image}: {reason}" if reason else None
-
-    warning = kernel.report([c.spec for c in cells], [c.id for c in cells], lacking)
+    specs = [c.spec for c in cells]
+    warning = kernel.report(specs, [c.id for c in cells], lambda spec: kernel.lacking_in_image(spec, manifests))
     if warning:
         click.echo(f"fsmatrix: warning: on a VM backend, {warning}", err=True)
 

@@ -216,9 +216,7 @@ class QemuBackend:
     def lacking(self, spec: Cell) -> str | None:
         """What the kernel of the cell's image lacks for it (from the image's manifest), or None (also
         for an image not prepared: nothing known of it yet)."""
-        prepared = self._images.get(spec.image)
-        reason = kernel.lacking_in_manifest(spec, prepared[2]) if prepared else None
-        return f"image {spec.image}: {reason}" if reason else None
+        return kernel.lacking_in_image(spec, {name: prepared[2] for name, prepared in self._images.items()})
 
     def _check_kernels(self, cells: list[MatrixCell]) -> None:
         """Prepare every vm.kernel of ``cells`` before any VM starts, and refuse (exit 2) one that is
