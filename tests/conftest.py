@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import pytest
 
 from fsmatrix.agent.storage.devices import read_mounts
 from fsmatrix.backends.qemu.backend import running_vms
+from fsmatrix.results.store import Result
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -28,6 +29,12 @@ TEST_DATA = Path(__file__).resolve().parent / "data"  # captured tool output and
 # keeps an inherited SIG_IGN, so put the default back for this process and so for every child.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def typed(docs: Iterable[Mapping[str, Any] | Result]) -> list[Result]:
+    """Result documents a test made in memory, typed as the store types every document it reads (a
+    result already typed, e.g. read back from disk, as it is)."""
+    return [doc if isinstance(doc, Result) else Result.read(doc) for doc in docs]
 
 
 def attached_under(directory: Path) -> list[str]:

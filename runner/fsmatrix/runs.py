@@ -28,13 +28,14 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from fsmatrix import results
 from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend, hostinfo
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell, RaceSettings, comparison_group
 from fsmatrix.matrix import groups as matrix_groups
-from fsmatrix.results import compare, decide, estimate, stats
+from fsmatrix.results import store
+from fsmatrix.results.store import past_runs
+from fsmatrix.results.verdict import estimate, metrics, race, stats
 
 log = logging.getLogger("fsmatrix")
 
@@ -44,12 +45,12 @@ class RunSummary:
     run_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
     reused: int = 0
-    docs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    docs: dict[str, list[store.Result]] = field(default_factory=dict)
     race: dict[str, Any] | None = None  # the stored race (race.json) when the run raced
 
     @property
     def ok(self) -> bool:
-        return all(status in results.COMPLETE for status in self.counts if self.counts[status])
+        return all(status in store.COMPLETE for status in self.counts if self.counts[status])
 
 
 def run_matrix(
@@ -75,7 +76,7 @@ def run_matrix(
     )
     backend.preflight(cells)
     try:
-        index = results.Index(results_root)
+        index = store.Index(results_root)
     except sqlite3.Error as exc:
         raise UserError(f"--results {results_root}: cannot open its index.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
@@ -91,7 +92,7 @@ def run_matrix(
         todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
         total = len(todo)
     found = cell_estimates(results_root, cells)
-    left = [(c, r) for c, r in todo if force or not results.is_complete(results.result_path(run_dir, c.id, r))]
+    left = [(c, r) for c, r in todo if force or not store.is_complete(store.result_path(run_dir, c.id, r))]
     eta = EstimatedTime(found, [c.id for c, _ in left]) if race is None else None
     print_estimates(console, cells, found, left, race)
     columns = (
@@ -106,37 +107,38 @@ def run_matrix(
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("starting", total=total)
 
-            def one(cell: MatrixCell, r: int, stored: bool = False) -> dict[str, Any]:
+            def one(cell: MatrixCell, r: int, stored: bool = False) -> store.Result:
                 """Run ``cell``'s repeat ``r``, or reuse it when it completed (``stored``: whatever
                 its status, as long as its result is there: a race's completed round)."""
-                path = results.result_path(run_dir, cell.id, r)
-                if (stored and path.exists()) or (not force and results.is_complete(path)):
-                    doc: dict[str, Any] = jsonfile.read(path)
+                path = store.result_path(run_dir, cell.id, r)
+                if (stored and path.exists()) or (not force and store.is_complete(path)):
+                    doc = store.load_document(path)
                     summary.reused += 1
                 else:
                     progress.update(task, description=f"{cell.id} r{r}")
                     if eta is not None:
                         eta.start(cell.id)
-                    doc = _run_one(backend, with_auto_timeout(cell, found), r, run_id, path)
+                    written = _run_one(backend, with_auto_timeout(cell, found), r, run_id, path)
                     if eta is not None:
                         eta.finish(cell.id)
                     try:
-                        index.add(run_id, doc, path)
+                        index.add(run_id, written, path)
                     except sqlite3.Error as exc:
                         # The result file is written; `fsmatrix results reindex` rebuilds the index later.
                         log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
-                summary.counts[doc["status"]] = summary.counts.get(doc["status"], 0) + 1
+                    doc = store.Result.read(written, path)
+                summary.counts[doc.status] = summary.counts.get(doc.status, 0) + 1
                 summary.docs.setdefault(cell.id, []).append(doc)
-                if doc["status"] not in results.COMPLETE:
-                    progress.console.print(f"[red]{cell.id} r{r}: {doc['status']}[/red]: {doc.get('reason')}")
-                elif doc["status"] == "skipped" and r == 1:
-                    progress.console.print(f"[yellow]{cell.id}: skipped[/yellow]: {doc.get('reason')}")
+                if doc.status not in store.COMPLETE:
+                    progress.console.print(f"[red]{cell.id} r{r}: {doc.status}[/red]: {doc.reason}")
+                elif doc.status == "skipped" and r == 1:
+                    progress.console.print(f"[yellow]{cell.id}: skipped[/yellow]: {doc.reason}")
                 progress.advance(task)
                 if not console.is_terminal:  # a log file gets one line per run instead of a live bar
                     done = int(progress.tasks[0].completed)
                     progress.console.print(
-                        f"[{done}/{int(progress.tasks[0].total or 0)}] {cell.id} r{r}: {doc['status']}"
-                        f" ({doc.get('duration_s') or 0:.1f} s)"
+                        f"[{done}/{int(progress.tasks[0].total or 0)}] {cell.id} r{r}: {doc.status}"
+                        f" ({doc.duration_s or 0:.1f} s)"
                     )
                 return doc
 
@@ -160,7 +162,7 @@ def run_matrix(
 def cell_estimates(results_root: Path, cells: list[MatrixCell]) -> dict[str, estimate.Estimate]:
     """Each cell's estimated duration from the passed runs stored under ``results_root`` on this host."""
     here, _ = hostinfo.machine_id()
-    stored = estimate.stored_runs(results_root, here, {c.workload_kind for c in cells}, [c.id for c in cells])
+    stored = past_runs.stored_runs(results_root, here, {c.workload_kind for c in cells}, [c.id for c in cells])
     return estimate.estimates(((c.id, c.params) for c in cells), stored)
 
 
@@ -197,7 +199,7 @@ def with_auto_timeout(cell: MatrixCell, found: dict[str, estimate.Estimate]) -> 
 
 
 class EstimatedTime(ProgressColumn):
-    """The time left from the cells' estimates (results/estimate.py) rather than linear in runs: a
+    """The time left from the cells' estimates (results/verdict/estimate.py) rather than linear in runs: a
     matrix of one slow cell and many quick ones would otherwise be off by the ratio. Runs without an
     estimate count as the mean of the estimated ones; with none at all, rich's own (linear) ETA."""
 
@@ -238,7 +240,7 @@ class EstimatedTime(ProgressColumn):
 # racing
 
 
-RACE_FILE = "race.json"
+RACE_FILE = store.RACE_FILE
 RACE_FORMAT = 1
 
 
@@ -265,9 +267,9 @@ def race_groups(cells: list[MatrixCell]) -> list[RaceGroup]:
     return raced
 
 
-def race_values(docs: list[dict[str, Any]], metric: str) -> list[float | None]:
+def race_values(docs: list[store.Result], metric: str) -> list[float | None]:
     """The primary metric of each run: a failed run (or a passed one without the metric) is None."""
-    return [compare.metric_value(d, metric) if d.get("status") == "passed" else None for d in docs]
+    return [metrics.metric_value(d, metric) if d.status == "passed" else None for d in docs]
 
 
 def _new_race(cells: list[MatrixCell], groups: list[RaceGroup], settings: RaceSettings) -> dict[str, Any]:
@@ -317,8 +319,8 @@ def race_look(
     r: int,
     settings: RaceSettings,
     alpha: float,
-) -> tuple[decide.RaceStep, dict[str, dict[str, Any]], bool]:
-    """One comparison group's look after round ``r`` of a race: ``decide.race_step`` on the group's
+) -> tuple[race.RaceStep, dict[str, dict[str, Any]], bool]:
+    """One comparison group's look after round ``r`` of a race: ``race.race_step`` on the group's
     ``samples`` (every member's primary-metric values so far, in the group's order), with the cells
     ``left`` records as retired or skipped passed as retired. Returns the step, the cells that leave
     now (or change how they left: a tied cell retired later) as ``left`` entries, and whether the
@@ -327,7 +329,7 @@ def race_look(
     ``fsmatrix run --race`` and the replay benchmark (``fsmatrix.bench.race``) both decide with it."""
     members = list(samples)
     out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
-    step = decide.race_step(
+    step = race.race_step(
         samples,
         direction,
         after_round=r,
@@ -371,12 +373,12 @@ def _race(
     cells: list[MatrixCell],
     settings: RaceSettings,
     force: bool,
-    one: Callable[[MatrixCell, int, bool], dict[str, Any]],
+    one: Callable[[MatrixCell, int, bool], store.Result],
     remaining: Callable[[int], None],
     console: Console,
 ) -> dict[str, Any]:
     """Rounds of every live cell once, in the matrix's order; after each round from ``min_repeats``
-    on, ``decide.race_step`` per comparison group on the primary metric, and the cells it retires
+    on, ``race.race_step`` per comparison group on the primary metric, and the cells it retires
     or ties leave. The race is stored in ``run_dir``/race.json after every round, decisions
     included: the same command again continues it (completed rounds are read back, not rerun or
     decided again). Returns the stored race."""
@@ -386,7 +388,7 @@ def _race(
     if path.exists() and not force:
         state = _load_race(path, state)
     by_id = {c.id: c for c in cells}
-    docs: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cells}
+    docs: dict[str, list[store.Result]] = {c.id: [] for c in cells}
     for done in state["rounds"]:  # completed rounds: their runs read back, never run or decided again
         for cell_id in done["ran"]:
             docs[cell_id].append(one(by_id[cell_id], done["round"], True))
@@ -405,9 +407,9 @@ def _race(
             if all(m in left for m in members):
                 continue
             for m in members:
-                skipped = next((d for d in docs[m] if d.get("status") == "skipped"), None)
+                skipped = next((d for d in docs[m] if d.status == "skipped"), None)
                 if m not in left and skipped is not None:
-                    left[m] = {"round": r, "action": "skipped", "reason": f"skipped: {skipped.get('reason')}"}
+                    left[m] = {"round": r, "action": "skipped", "reason": f"skipped: {skipped.reason}"}
             if g.metric is None:  # a crash group: its runs measure recoveries; every round, nothing decided
                 if r >= settings.max_repeats:
                     for m in members:
@@ -426,7 +428,7 @@ def _race(
             left.update(gone)
             open_groups += still_open
         state["runs_used"] += len(live)
-        spent = sum(float(d.get("duration_s") or 0) for ds in docs.values() for d in ds)
+        spent = sum(float(d.duration_s or 0) for ds in docs.values() for d in ds)
         record["runs_s"] = round(spent, 3)
         state["rounds"].append(record)
         if not open_groups:
@@ -550,7 +552,7 @@ def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path:
 
 def run_repeat(
     matrix: Matrix, cell: MatrixCell, backend: Backend, *, results_root: Path, run_id: str, repeat: int
-) -> dict[str, Any]:
+) -> store.Result:
     """Exactly repeat ``repeat`` of ``cell`` under ``run_id``, whatever the state of its other repeats
     (``run_matrix`` would also retry the earlier ones that did not pass), stored and indexed like
     any run: for a caller that interleaves runs itself and decides after each (``fsmatrix bisect``)."""
@@ -558,17 +560,17 @@ def run_repeat(
     run_dir.mkdir(parents=True, exist_ok=True)
     jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, [cell], repeat))
     backend.preflight([cell])
-    path = results.result_path(run_dir, cell.id, repeat)
+    path = store.result_path(run_dir, cell.id, repeat)
     doc = _run_one(backend, with_auto_timeout(cell, cell_estimates(results_root, [cell])), repeat, run_id, path)
     try:
-        index = results.Index(results_root)
+        index = store.Index(results_root)
         try:
             index.add(run_id, doc, path)
         finally:
             index.close()
     except sqlite3.Error as exc:
         log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
-    return doc
+    return store.Result.read(doc, path)
 
 
 def summary_table(summary: RunSummary, cells: list[MatrixCell]) -> Table:
@@ -589,12 +591,12 @@ def summary_table(summary: RunSummary, cells: list[MatrixCell]) -> Table:
         table.add_column(header, no_wrap=header in ("cell", "min..max"))
     for cell in cells:
         docs = summary.docs.get(cell.id, [])
-        statuses = sorted({d["status"] for d in docs})
-        metric = next(iter(docs[0]["key_metrics"]), "") if docs else ""
-        values = [d["metrics"][metric] for d in docs if metric in d.get("metrics", {})]
+        statuses = sorted({d.status for d in docs})
+        metric = next(iter(docs[0].key_metrics), "") if docs else ""
+        values = [v for d in docs if (v := d.metrics.get(metric)) is not None]
         median = f"{statistics.median(values):.4g}" if values else "-"
         spread = f"{min(values):.4g}..{max(values):.4g}" if len(values) > 1 else "-"
-        colour = "green" if statuses and set(statuses) <= set(results.COMPLETE) else "red"
+        colour = "green" if statuses and set(statuses) <= set(store.COMPLETE) else "red"
         status = f"[{colour}]{','.join(statuses)}[/{colour}]"
         mount = (cell.spec.mount_options,) if mounts else ()
         table.add_row(cell.id, *mount, cell.summary(), str(len(docs)), status, metric, median, spread)

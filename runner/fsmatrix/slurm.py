@@ -14,8 +14,8 @@ KVM (``--kvm-gres``; a cluster without that GRES gives ``--kvm-gres none``). Eac
     DIR/<run-id>/shard-<N>/          task N's results root, and its exit-status when it finished
     DIR/<run-id>/logs/shard-<N>.out  task N's output
 
-When every task has left the queue, the shards are merged into the results root (``results.merge``,
-as the GitHub workflow's merge job does) and the report is written (``report.write_report``). The
+When every task has left the queue, the shards are merged into the results root (``store.merge``,
+as the GitHub workflow's merge job does) and the report is written (``markdown.write_report``). The
 submitting command waits with a progress bar (runs done / total), or returns at once with
 ``--detach``: ``fsmatrix slurm status DIR/<run-id>`` and ``fsmatrix slurm collect DIR/<run-id>``
 then. Submitting the same run id again resumes: each task's ``fsmatrix run`` keeps what completed.
@@ -39,12 +39,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fsmatrix import results, runs
+from fsmatrix import runs
 from fsmatrix.agent import jsonfile
 from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell, shards
-from fsmatrix.results import answer, report
+from fsmatrix.results import store
+from fsmatrix.results.render import answer_text, markdown
+from fsmatrix.results.verdict import answer
 
 COMMANDS = ("sbatch", "squeue", "scancel")  # what submitting, waiting and cancelling take
 SUBMISSION = "submission.json"
@@ -173,7 +175,7 @@ def prepare(
     ``settings_file`` (``run --settings``) is copied beside the matrix and given to every task."""
     directory = (shared / run_id).resolve()
     split = [[c.id for c in shard] for shard in shards(cells, shard_size)]
-    held = [c.id for c in cells if any(results.iter_result_files(results_root / run_id / c.id))]
+    held = [c.id for c in cells if any(store.iter_result_files(results_root / run_id / c.id))]
     if held and not force and not (directory / SUBMISSION).exists():
         # Runs made elsewhere (a local run): merging the new ones beside them would refuse at the end.
         raise UserError(
@@ -269,7 +271,7 @@ def runs_done(sub: Submission) -> int:
     for index, cell_ids in enumerate(sub.shards):
         run_dir = sub.shard_dir(index) / sub.run_id
         for cell_id in cell_ids:
-            count += sum(results.result_path(run_dir, cell_id, r).exists() for r in range(1, sub.repeat + 1))
+            count += sum(store.result_path(run_dir, cell_id, r).exists() for r in range(1, sub.repeat + 1))
     return count
 
 
@@ -372,9 +374,9 @@ def collect(sub: Submission, results_root: Path | None = None, echo: Callable[[s
     if sub.replace:  # --force: what the results root held of these cells gives way, as a local --force overwrites
         for cell_id in {c for shard in sub.shards for c in shard}:
             shutil.rmtree(run_dir / cell_id, ignore_errors=True)
-    copied, same = results.merge(sources, root)
+    copied, same = store.merge(sources, root)
     echo(f"merged {copied} result documents into {root} ({same} already there)")
-    path, found = report.write_report(run_dir, sub.title)
+    path, found = markdown.write_report(run_dir, sub.title)
     return Collected(run_dir=run_dir, report=path, found=found, failed=failed)
 
 
@@ -383,7 +385,7 @@ def finish(done: Collected, echo: Callable[[str], None]) -> int:
     first lines, the report's path last; the exit status (0 only when every task ended with 0)."""
     for line in done.failed:
         echo(f"slurm: {line}")
-    for line in answer.summary_lines(done.found):
+    for line in answer_text.summary_lines(done.found):
         echo(line)
     echo(f"report: {done.report.resolve()}")
     return 0 if done.ok else 1

@@ -10,22 +10,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import typed
 from fsmatrix.agent import jsonfile
 from fsmatrix.bench import gate as bench_gate
-from fsmatrix.results import compare
+from fsmatrix.results.store import sides
 from test_compare import make_doc
 
 CELL = make_doc("x", 1, 1.0)["cell_id"]
 
 
-def _side(label: str, values: list[float]) -> compare.Side:
-    return compare.Side(label, [make_doc(label, i, v, cpu=v) for i, v in enumerate(values, 1)])
+def _side(label: str, values: list[float]) -> sides.Side:
+    return sides.Side(label, typed(make_doc(label, i, v, cpu=v) for i, v in enumerate(values, 1)))
 
 
 def _round(number: int, rng: np.random.Generator, stand_in: float, n: int = 5) -> bench_gate.Round:
     """Pairs drifting together by ±20 % between pairs, ±1 % within: the interleaved design's noise."""
 
-    def batch(tag: str) -> dict[str, compare.Side]:
+    def batch(tag: str) -> dict[str, sides.Side]:
         drift = 10 * np.exp(rng.normal(0, 0.2, n))
         noisy = {side: drift * np.exp(rng.normal(0, 0.01, n)) for side in "abv"}
         noisy["v"] = noisy["v"] * (1 + stand_in)
@@ -53,7 +54,7 @@ def test_the_tally_counts_false_alarms_and_detections_per_form_of_the_gate() -> 
 def test_confirmation_clears_a_first_batch_regression_that_does_not_hold() -> None:
     rng = np.random.default_rng(4)
     rnd = _round(1, rng, stand_in=0.0)
-    rnd.first["v"] = _side("v", [d["metrics"]["elapsed_s"] * 1.3 for d in rnd.first["a"].docs])
+    rnd.first["v"] = _side("v", [(d.metrics["elapsed_s"] or 0) * 1.3 for d in rnd.first["a"].docs])
     for form in bench_gate.FORMS:
         fails = bench_gate.gate_fails((rnd.first["a"], rnd.first["v"]), (rnd.second["a"], rnd.second["v"]), 0.05, form)
         assert fails == (form.paired and not form.confirm), form  # unpaired: 5 pairs drifting 20 % hide it
@@ -64,7 +65,7 @@ def _store(root: Path, rnd: bench_gate.Round) -> None:
         for side, s in batch.items():
             for doc in s.docs:
                 jsonfile.write_atomic(
-                    root / f"gate-r{rnd.number}-{side}{suffix}" / CELL / f"r{doc['repeat']}.json", doc
+                    root / f"gate-r{rnd.number}-{side}{suffix}" / CELL / f"r{doc.repeat}.json", doc.document
                 )
     info = {"cell_id": CELL, "load_before": rnd.loads[0], "load_after": rnd.loads[1]}
     (root / f"gate-r{rnd.number}.json").write_text(json.dumps(info))

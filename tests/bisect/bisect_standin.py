@@ -8,11 +8,11 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from fsmatrix.bisect.driver import Commit, Prepared
+from fsmatrix.results.store import Result
 
 METRIC = "value_s"  # the stand-in workload's one key metric (lower is better)
 
@@ -31,7 +31,7 @@ class StandInLab:
     unprepared: set[int] = field(default_factory=set)  # commits whose --prepare fails
     failing: set[int] = field(default_factory=set)  # commits whose runs fail
     interrupt_after: int | None = None  # raise KeyboardInterrupt when this many new runs were made
-    stored: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    stored: dict[tuple[str, int], Result] = field(default_factory=dict)
     made: int = 0
     released: list[str] = field(default_factory=list)
     on_run: Callable[[str, int], None] | None = None
@@ -41,7 +41,7 @@ class StandInLab:
             return Prepared(commit, {}, "make: *** [vmlinux] Error 2")
         return Prepared(commit, {"standin.commit": commit.index})
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> dict[str, Any]:
+    def run(self, prepared: Prepared, run_id: str, repeat: int) -> Result:
         key = (run_id, repeat)
         if key in self.stored:
             return self.stored[key]
@@ -63,11 +63,11 @@ class StandInLab:
             "duration_s": value,
             "provenance": {"bisect": {"commit": prepared.commit.sha}},
         }
-        self.stored[key] = doc
+        self.stored[key] = result = Result.read(doc)
         self.made += 1
         if self.on_run:
             self.on_run(run_id, repeat)
-        return doc
+        return result
 
     def release(self, commit: Commit) -> None:
         self.released.append(commit.sha)

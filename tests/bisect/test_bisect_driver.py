@@ -10,7 +10,7 @@ import pytest
 from bisect_standin import METRIC, StandInLab, commits, step_change
 from fsmatrix.bisect import driver
 from fsmatrix.errors import UserError
-from fsmatrix.results import stats
+from fsmatrix.results.verdict import stats
 
 N = 16  # commits after the good end
 PLAN = driver.Plan(threshold=0.05)

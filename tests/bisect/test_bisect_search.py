@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fsmatrix.bisect import search
-from fsmatrix.results import decide
+from fsmatrix.results.verdict import race
 
 
 def lognormal(median: float, sigma: float, n: int, seed: int) -> list[float]:
@@ -111,7 +111,7 @@ def test_each_race_of_a_step_runs_at_half_the_steps_alpha_at_the_races_level() -
     good, bad = lognormal(1.0, 0.02, 5, 1), lognormal(1.3, 0.02, 5, 2)
     j = search.judge_step(good, bad, lognormal(1.3, 0.02, 5, 3), "lower", after_round=5, **KW)
     looks = KW["max_rounds"] - 3 + 1
-    assert j.look_alpha == pytest.approx(decide.look_alpha(KW["alpha"] / 2, 2, looks))
+    assert j.look_alpha == pytest.approx(race.look_alpha(KW["alpha"] / 2, 2, looks))
 
 
 def test_the_ends_regression_improvement_and_no_change() -> None:

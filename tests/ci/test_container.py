@@ -24,7 +24,7 @@ import pytest
 from conftest import FSMATRIX, REPO, attached_under, mounted_under, needs_root
 from fsmatrix import container
 from fsmatrix.backends import hostinfo
-from fsmatrix.results import iter_result_files, load_document
+from fsmatrix.results.store import iter_result_files, load_document
 
 pytestmark = [
     needs_root,

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from conftest import FSMATRIX, REPO
-from fsmatrix import matrix, results
+from fsmatrix import matrix
 from fsmatrix.agent import job, options
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell
+from fsmatrix.results import store
 
 OK_CELL = "defaults: {workload.threen1: {start: 1, end: 100}}\n"
 
@@ -288,7 +289,7 @@ def test_host_side_failure_is_recorded_and_the_matrix_goes_on(tmp_path: Path) ->
         m, m.cells, FailingBackend(), results_root=tmp_path, run_id="r", repeat=1, force=False, console=Console()
     )
     assert summary.counts == {"error": 1, "passed": 1}
-    first = json.loads(results.result_path(summary.run_dir, m.cells[0].id, 1).read_text())
+    first = json.loads(store.result_path(summary.run_dir, m.cells[0].id, 1).read_text())
     assert first["status"] == "error"
     assert first["reason"] == (
         "host side of the run failed: OSError: [Errno 28] No space left on device: '/var/tmp/fsmatrix/x.img'"

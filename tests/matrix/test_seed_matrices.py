@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -16,7 +15,8 @@ from fsmatrix import matrix
 from fsmatrix.agent import workloads
 from fsmatrix.cli import main
 from fsmatrix.errors import UserError
-from fsmatrix.results import published, seedreport
+from fsmatrix.results.store import Result, published
+from fsmatrix.results.verdict import claims
 
 SEED_MATRICES = sorted((REPO / "matrix" / "seeds").glob("*.yaml"))
 
@@ -34,22 +34,20 @@ def test_every_seed_has_its_matrix_files() -> None:
     }
 
 
-def fake_docs(cells: list[matrix.MatrixCell], run_dir: Path) -> list[dict[str, Any]]:
+def fake_docs(cells: list[matrix.MatrixCell], run_dir: Path) -> list[Result]:
     """One passed run per cell with every metric of its workload set to 1."""
     docs = []
     for c in cells:
         metrics = {m.name: 1.0 for m in workloads.get(c.workload_kind).metrics}
-        docs.append(
-            {
-                "cell_id": c.id,
-                "repeat": 1,
-                "status": "passed",
-                "workload": c.workload_kind,
-                "params": c.params,
-                "metrics": metrics,
-                "_path": str(run_dir / c.id / "r1.json"),
-            }
-        )
+        doc = {
+            "cell_id": c.id,
+            "repeat": 1,
+            "status": "passed",
+            "workload": c.workload_kind,
+            "params": c.params,
+            "metrics": metrics,
+        }
+        docs.append(Result.read(doc, run_dir / c.id / "r1.json"))
     return docs
 
 
@@ -73,7 +71,7 @@ def test_seed_matrix_expands_at_both_scales_and_fills_its_tables(path: Path) -> 
     for m in (full, small):
         docs = fake_docs(m.cells, Path("/nonexistent"))
         for entry in m.reproduces:
-            tv = seedreport.view(data.tables[entry["table"]], entry["stand_in"], docs)
+            tv = claims.view(data.tables[entry["table"]], entry["stand_in"], docs)
             filled = [k for k, v in tv.samples.items() if v]
             assert len(filled) >= 2, f"{m.name}: {entry['table']} gets {filled}"
             assert not tv.notes, tv.notes

@@ -17,13 +17,15 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO
-from fsmatrix import results
+from conftest import REPO, typed
 from fsmatrix.agent import jsonfile
 from fsmatrix.backends import BackendEntry
 from fsmatrix.cli import main
 from fsmatrix.matrix import MatrixCell, expand_document
-from fsmatrix.results import answer, htmlreport, report
+from fsmatrix.results import store
+from fsmatrix.results.render import answer_text, markdown, tables
+from fsmatrix.results.render import page as html_page
+from fsmatrix.results.verdict import answer, answering, crash
 
 SCHEMA = json.loads((REPO / "docs" / "answer.schema.json").read_text(encoding="utf-8"))
 DRAWS = 400  # the repeat advice's simulated draws per n: enough to exercise it, quick
@@ -150,7 +152,7 @@ def crash_docs() -> tuple[dict[str, MatrixCell], list[dict[str, Any]]]:
 def put(root: Path, docs: list[dict[str, Any]], matrix_json: dict[str, Any] | None = None) -> Path:
     run_dir = root / "t"
     for doc in docs:
-        jsonfile.write_atomic(results.result_path(run_dir, doc["cell_id"], doc["repeat"]), doc)
+        jsonfile.write_atomic(store.result_path(run_dir, doc["cell_id"], doc["repeat"]), doc)
     if matrix_json is not None:
         jsonfile.write_atomic(run_dir / "matrix.json", matrix_json)
     return run_dir
@@ -161,7 +163,7 @@ def put(root: Path, docs: list[dict[str, Any]], matrix_json: dict[str, Any] | No
 
 def test_a_tie_is_stated_and_neither_is_called_fastest() -> None:
     (ext4, xfs, jfs), docs = demo()
-    found = answer.build(docs, draws=DRAWS)
+    found = answering.build(typed(docs), draws=DRAWS)
     (g,) = found.groups
     assert (g.verdict, g.fastest, g.tied, g.worse) == ("tie", None, ("ext4", "xfs"), ("jfs",))
     text = " ".join(g.sentences)
@@ -184,7 +186,7 @@ def test_a_tie_is_stated_and_neither_is_called_fastest() -> None:
 
 def test_a_clear_winner_is_named_with_a_ratio_whose_interval_excludes_1() -> None:
     made, docs = winner()
-    (g,) = answer.build(docs, in_order(*made), draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), in_order(*made), draws=DRAWS).groups
     assert (g.verdict, g.fastest, g.baseline) == ("fastest", "ext4 data=writeback", "ext4")
     assert g.headline.startswith("ext4 data=writeback is fastest: takes 0.80× ext4's elapsed time [")
     assert g.headline.endswith(", 5 runs each.")
@@ -202,7 +204,7 @@ def test_a_clear_winner_is_named_with_a_ratio_whose_interval_excludes_1() -> Non
 
 def test_a_higher_is_better_metric_reads_as_a_rate() -> None:
     made, docs = winner("tps")
-    (g,) = answer.build(docs, in_order(*made), draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), in_order(*made), draws=DRAWS).groups
     assert g.metric == "tps" and g.direction == "higher"
     assert g.headline.startswith("ext4 data=writeback is fastest: 1.25× ext4's TPS [")
     _, low, _ = (float(x) for x in RATIO.search(g.headline).groups())  # type: ignore[union-attr]
@@ -215,7 +217,7 @@ def test_configurations_are_named_by_the_settings_that_vary() -> None:
         "defaults": {"workload": THREEN1},
     }
     docs = [d for c in cells(spec) for d in runs(c, [1.0, 1.0, 1.0])]
-    (g,) = answer.build(docs, draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), draws=DRAWS).groups
     assert sorted(c.name for c in g.configurations) == [
         "btrfs, gtm.journal=before",
         "btrfs, gtm.journal=nobefore",
@@ -227,12 +229,12 @@ def test_configurations_are_named_by_the_settings_that_vary() -> None:
 
 def test_the_baseline_is_the_matrix_s_and_the_answer_says_which_rule_chose_it() -> None:
     (ext4, writeback, btrfs), docs = winner()
-    (g,) = answer.build(docs, draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), draws=DRAWS).groups
     assert (g.baseline, g.baseline_rule) == ("btrfs", "first-id")  # no matrix.json: the first by cell id
     assert "Baseline chosen: btrfs (first by cell id; no matrix.json)." in g.details
-    (g,) = answer.build(docs, in_order(writeback, btrfs, ext4), draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), in_order(writeback, btrfs, ext4), draws=DRAWS).groups
     assert (g.baseline, g.baseline_rule) == ("ext4 data=writeback", "first-cell")
-    (g,) = answer.build(docs, in_order(btrfs, ext4, writeback), draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), in_order(btrfs, ext4, writeback), draws=DRAWS).groups
     assert (g.baseline, g.baseline_rule) == ("btrfs", "first-cell")
     assert "Baseline chosen: btrfs (first cell; the matrix names none)." in g.details
     assert [c.name for c in g.configurations] == ["btrfs", "ext4", "ext4 data=writeback"]  # matrix.json's order
@@ -243,23 +245,23 @@ def test_the_baseline_is_the_matrix_s_and_the_answer_says_which_rule_chose_it() 
             for c in (ext4, writeback, btrfs)
         ],
     }
-    (g,) = answer.build(docs, named, draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), named, draws=DRAWS).groups
     assert (g.label, g.baseline, g.baseline_rule) == ("3n+1 by hand", "ext4 data=writeback", "named")
     assert "Baseline: ext4 data=writeback (named in the matrix)." in g.details
     assert g.headline.startswith("ext4 data=writeback (the baseline) is fastest")
     defaults = {**named, "baseline_rule": "defaults"}
     defaults["cells"] = [{**e, "baseline": e["id"] == ext4.id} for e in named["cells"]]
-    (g,) = answer.build(docs, defaults, draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), defaults, draws=DRAWS).groups
     assert "Baseline chosen: ext4 (every setting at its default)." in g.details
     # the matrix's baseline was not run (fsmatrix run --only): the first cell, and the answer says why
     absent = {**named, "cells": [{**e, "baseline": False} for e in named["cells"]]}
-    (g,) = answer.build(docs, absent, draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), absent, draws=DRAWS).groups
     assert "Baseline chosen: ext4 (first cell; the matrix's baseline has no results here)." in g.details
 
 
 def test_crash_losses_are_unsafe_by_design_or_not_and_infrastructure_failures_are_no_verdict() -> None:
     by, docs = crash_docs()
-    found = answer.build(docs, draws=DRAWS)
+    found = answering.build(typed(docs), draws=DRAWS)
     crash = next(g for g in found.groups if g.verdict == "crash")
     verdicts = {v.configuration: v for v in crash.crash}
     on = verdicts["ext4, postgres.synchronous_commit=on"]
@@ -288,7 +290,7 @@ def test_crash_losses_are_unsafe_by_design_or_not_and_infrastructure_failures_ar
     assert {n for _, n in found.unsafe} >= {"ext4, postgres.synchronous_commit=off"}
     # infrastructure alone: no verdict, never "safe"
     only_error = [d for d in docs if d["cell_id"] == by["xfs-on"].id and d["status"] == "error"]
-    (g,) = answer.build(only_error).groups
+    (g,) = answering.build(typed(only_error)).groups
     assert g.crash[0].verdict == "no verdict" and "infrastructure failure" in g.crash[0].text
 
 
@@ -297,26 +299,26 @@ def test_a_database_that_does_not_come_back_is_unsafe() -> None:
     doc = next(d for d in docs if d["cell_id"] == by["xfs-on"].id and d["status"] == "passed")
     doc.update(status="failed", reason="recovery failed: start: PANIC: could not locate a valid checkpoint record")
     doc["crash"]["steps"] = [{"name": "start", "status": "failed"}]
-    v = answer.crash_verdict("xfs", [doc], {"postgres.fsync": True})
+    v = crash.crash_verdict("xfs", typed([doc]), {"postgres.fsync": True})
     assert v.verdict == "unsafe" and v.not_recovered == 1 and "PANIC" in v.text
-    assert answer.crash_verdict("xfs", [doc], {"postgres.fsync": False}).verdict == "unsafe by design"
+    assert crash.crash_verdict("xfs", typed([doc]), {"postgres.fsync": False}).verdict == "unsafe by design"
     # synchronous_commit off allows losing the last commits, not a damaged database
-    assert answer.crash_verdict("xfs", [doc], {"postgres.synchronous_commit": "off"}).verdict == "unsafe"
+    assert crash.crash_verdict("xfs", typed([doc]), {"postgres.synchronous_commit": "off"}).verdict == "unsafe"
 
 
 def test_not_enough_data_and_a_single_configuration() -> None:
     (ext4, xfs, _), docs = demo()
     failing = [d for d in docs if d["cell_id"] == xfs.id]
     failing[0]["status"] = "failed"
-    found = answer.build(docs, draws=DRAWS).groups[0]
+    found = answering.build(typed(docs), draws=DRAWS).groups[0]
     assert "xfs" in found.not_enough_data and any("xfs (1 of 3 runs failed" in s for s in found.details)
-    (g,) = answer.build([d for d in docs if d["cell_id"] == ext4.id]).groups
+    (g,) = answering.build(typed([d for d in docs if d["cell_id"] == ext4.id])).groups
     assert g.verdict == "single" and g.headline.startswith("Only one configuration (ext4): nothing to compare")
-    (g,) = answer.build(runs(ext4, [1.0, 1.1])).groups
+    (g,) = answering.build(typed(runs(ext4, [1.0, 1.1]))).groups
     assert g.verdict == "not enough data" and g.fastest is None
     # the others failing: nothing to compare the one left with, and it is not called fastest
     broken = [dict(d, status="failed") for d in docs if d["cell_id"] != ext4.id]
-    (g,) = answer.build([d for d in docs if d["cell_id"] == ext4.id] + broken).groups
+    (g,) = answering.build(typed([d for d in docs if d["cell_id"] == ext4.id] + broken)).groups
     assert (g.verdict, g.fastest) == ("single", None)
     assert g.headline.startswith("Only ext4 has enough data: nothing to compare it with")
 
@@ -326,19 +328,21 @@ def test_an_equivalent_pair_says_so() -> None:
     docs = runs(ext4, [10.0, 10.01, 9.99, 10.005, 9.995, 10.0]) + runs(
         xfs, [10.0, 10.012, 9.988, 10.004, 9.996, 10.001]
     )
-    (g,) = answer.build(docs, draws=DRAWS).groups
+    (g,) = answering.build(typed(docs), draws=DRAWS).groups
     (pair,) = g.still_open
     assert pair.equivalent and pair.repeats_needed is None and pair.advice.startswith("equivalent within ±5 %")
-    (g,) = answer.build(docs, delta=0.0002, draws=DRAWS).groups  # δ settable: ±0.02 % is not shown
+    (g,) = answering.build(typed(docs), delta=0.0002, draws=DRAWS).groups  # δ settable: ±0.02 % is not shown
     assert not g.still_open[0].equivalent
 
 
 def test_summary_lines_are_each_group_s_headline() -> None:
     _, docs = demo()
-    found = answer.build(docs, draws=DRAWS)
-    assert answer.summary_lines(found) == [f"answer: threen1 1..100000 w2 b5000 spelled: {found.groups[0].headline}"]
+    found = answering.build(typed(docs), draws=DRAWS)
+    assert answer_text.summary_lines(found) == [
+        f"answer: threen1 1..100000 w2 b5000 spelled: {found.groups[0].headline}"
+    ]
     many = answer.Answer(0.05, 0.05, 0.95, found.groups * 10)
-    lines = answer.summary_lines(many, limit=4)
+    lines = answer_text.summary_lines(many, limit=4)
     assert len(lines) == 4 and lines[-1] == "answer: ... and 7 more groups: see the report"
 
 
@@ -348,13 +352,13 @@ def test_summary_lines_are_each_group_s_headline() -> None:
 def test_the_markdown_report_opens_with_the_answer_and_prints_the_legend_once() -> None:
     made, docs = demo()
     more_made, more = winner("tps")
-    text = report.markdown(docs + more, "t", matrix_json=in_order(*made, *more_made))
+    text = markdown.markdown(typed(docs + more), "t", matrix_json=in_order(*made, *more_made))
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0] == "## The answer" and headings[1] == "## Environment"
     answer_part = text.split("## Environment")[0]
     assert "No single fastest: ext4 and xfs are tied" in answer_part and "is fastest: 1.25× ext4's TPS" in answer_part
-    assert text.count(report.TABLE_LEGEND) == 1
-    assert text.index(report.TABLE_LEGEND) < text.index("| input |")
+    assert text.count(tables.TABLE_LEGEND) == 1
+    assert text.index(tables.TABLE_LEGEND) < text.index("| input |")
     assert text.count("| input |") >= 2  # more tables than legends; the tables keep their marks
     assert "(tied)" in text and "**" in text.split("\n## threen1\n")[1]
 
@@ -384,7 +388,7 @@ def test_the_cli_prints_the_answer_first_and_json_that_matches_the_schema(tmp_pa
 
 def test_the_schema_rejects_what_the_answer_never_writes() -> None:
     _, docs = winner()
-    doc = {"title": "t", "answer": answer.to_json(answer.build(docs, draws=DRAWS))}
+    doc = {"title": "t", "answer": answer_text.to_json(answering.build(typed(docs), draws=DRAWS))}
     validator = jsonschema.Draft202012Validator(SCHEMA)
     validator.validate(doc)
     doc["answer"]["groups"][0]["verdict"] = "winner"
@@ -422,7 +426,7 @@ class _Outline(html.parser.HTMLParser):
 def test_the_html_page_opens_with_the_answer_then_forest_plots_then_the_details() -> None:
     _, docs = demo()
     _, more = winner("tps")
-    page = htmlreport.html_report(docs + more, "t")
+    page = html_page.html_report(typed(docs + more), "t")
     outline = _Outline()
     outline.feed(page)
     events = outline.events
@@ -433,7 +437,7 @@ def test_the_html_page_opens_with_the_answer_then_forest_plots_then_the_details(
     assert len(forest) == 2  # one per group
     details = events.index(("details", "details"))
     assert events.index(("h2", "Environment")) > details > max(events.index(("figcaption", f)) for f in forest)
-    assert page.count(html_escape(report.TABLE_LEGEND.replace("**bold**", "bold"))) == 1
+    assert page.count(html_escape(tables.TABLE_LEGEND.replace("**bold**", "bold"))) == 1
     assert "No single fastest: ext4 and xfs are tied" in page.split("<h2>Ratio to the baseline</h2>")[0]
 
 
@@ -451,7 +455,7 @@ def test_the_html_page_in_chromium(tmp_path: Path) -> None:
     _, docs = demo()
     _, more = winner("tps")
     by, crashed = crash_docs()
-    page = htmlreport.write_html(docs + more + crashed, "t", tmp_path)
+    page = html_page.write_html(typed(docs + more + crashed), "t", tmp_path)
     shot = tmp_path / "answer.png"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={tmp_path / 'p'}"]
     subprocess.run(

@@ -12,10 +12,12 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats as sps
 
-from conftest import needs_root
+from conftest import needs_root, typed
 from fsmatrix.cli import main
 from fsmatrix.errors import UserError
-from fsmatrix.results import calibrate, stats
+from fsmatrix.results.render import calibration_report
+from fsmatrix.results.store import Result, calibrations
+from fsmatrix.results.verdict import calibrate, stats
 from test_compare import CELL, make_doc, samples, write_run
 
 # How batch medians of one cell wander on a busy machine (each batch ×): later batches both slower
@@ -23,11 +25,11 @@ from test_compare import CELL, make_doc, samples, write_run
 DRIFT = (1.00, 1.08, 0.95, 1.05, 0.97, 1.10)
 
 
-def docs(run_id: str, values: list[float], **prov: Any) -> list[dict[str, Any]]:
-    return [make_doc(run_id, i, v, **prov) for i, v in enumerate(values, 1)]
+def docs(run_id: str, values: list[float], **prov: Any) -> list[Result]:
+    return typed(make_doc(run_id, i, v, **prov) for i, v in enumerate(values, 1))
 
 
-def batches(drift: tuple[float, ...], *, n: int = 5, cv: float = 0.01, seed: int = 10) -> list[list[dict[str, Any]]]:
+def batches(drift: tuple[float, ...], *, n: int = 5, cv: float = 0.01, seed: int = 10) -> list[list[Result]]:
     """One batch of N documents of CELL per drift factor, its elapsed_s scattered by ``cv`` around 10 × factor."""
     return [
         docs(f"b{k}", [v * factor for v in samples(10.0, n, seed=seed + k, cv=cv)]) for k, factor in enumerate(drift)
@@ -97,7 +99,7 @@ def test_false_positive_rate_counts_real_pairs_of_batches_with_an_interval() -> 
     assert cal["gate"]["without_floors"]["hits"] == 2 and cal["gate"]["with_floors"]["hits"] == 0
     assert cal["gate"]["with_floors"]["pairs"] == 6
     assert cal["batches"] == 4 and cal["batch_runs"] == ["a", "b", "c", "d"]
-    text = calibrate.markdown(cal)
+    text = calibration_report.markdown(cal)
     assert f"| {CELL} | elapsed_s | 20 |" in text
     assert "2/6 (33%, 95% CI 4.3%-77.7%) false alarms without noise floors" in text
 
@@ -130,7 +132,7 @@ def test_a_drifting_metric_passes_the_gate_without_the_floor_and_is_stopped_with
     slow = write_run(tmp_path, "slow", [v * 1.4 for v in samples(10.0, seed=3, cv=0.005)])
     args = ["compare", str(base), str(head), "--results", str(tmp_path), "--fail-on-regression", "2%"]
     assert CliRunner().invoke(main, args).exit_code == 1  # no calibration: 8 % is a regression
-    path = calibrate.save(cal, tmp_path)
+    path = calibrations.save(cal, tmp_path)
     assert path.parent == tmp_path / "calibration" and path.name.startswith("m-")
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
@@ -230,7 +232,7 @@ defaults:
     assert result.exit_code == 0, result.output
     stored = list((results_root / "calibration").glob("tiny-*.json"))
     assert len(stored) == 1
-    cal = calibrate.load(stored[0])
+    cal = calibrations.load(stored[0])
     assert cal["batches"] == 3 and cal["runs_per_batch"] == 3
     assert cal["batch_runs"] == ["calibrate-tiny-a", "calibrate-tiny-b", "calibrate-tiny-c"]
     for run_id in cal["batch_runs"]:  # each batch is its own run, as BASE and HEAD are

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fsmatrix import results
 from fsmatrix.agent.job import SCHEMA_VERSION
 from fsmatrix.cli import main
-from fsmatrix.results import compare
+from fsmatrix.results import store
+from fsmatrix.results.store import Result
+from fsmatrix.results.verdict import metrics
 
 PROVENANCE = {
     "backend": "host",
@@ -69,7 +70,7 @@ def make_doc(
 
 def write_run(root: Path, run_id: str, values: list[float], **kwargs: Any) -> Path:
     """Write one document per value as RUN_ID/<cell>/rN.json, indexed; return the run directory."""
-    index = results.Index(root)
+    index = store.Index(root)
     try:
         for i, value in enumerate(values, 1):
             doc = make_doc(run_id, i, value, **kwargs)
@@ -207,9 +208,9 @@ def test_cells_on_one_side_only_are_listed(tmp_path: Path) -> None:
 def test_ios_per_op_is_derived_from_bytes_per_op() -> None:
     doc = make_doc("r", 1, 10.0)
     # 1,000,000 bytes / 10 bytes per op = 100,000 ops; 100 IOs over them
-    assert compare.metric_value(doc, "device_ios_per_op") == pytest.approx(0.001)
+    assert metrics.metric_value(Result.read(doc), "device_ios_per_op") == pytest.approx(0.001)
     doc["metrics"]["device_write_bytes"] = 0
-    assert compare.metric_value(doc, "device_ios_per_op") is None
+    assert metrics.metric_value(Result.read(doc), "device_ios_per_op") is None
 
 
 HOST = {"machine_id": "0123456789abcdef", "cpu_model": "Test CPU A", "cpu_count": 2, "kernel": "6.1.0-test"}
@@ -235,7 +236,7 @@ def test_compare_refuses_results_from_two_hosts(tmp_path: Path) -> None:
 def test_only_the_declared_metrics_fail_the_gate(tmp_path: Path) -> None:
     """3n+1 gates elapsed_s and cpu_busy_s: more device bytes per update alone are reported, never gated."""
     base = write_run(tmp_path, "base", samples(10.0, seed=1))
-    index = results.Index(tmp_path)
+    index = store.Index(tmp_path)
     try:
         for i, value in enumerate(samples(10.0, seed=2), 1):
             doc = make_doc("head", i, value)

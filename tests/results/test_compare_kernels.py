@@ -10,7 +10,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from fsmatrix.cli import main
-from fsmatrix.results import compare
+from fsmatrix.results.render import comparison
+from fsmatrix.results.store import sides
+from fsmatrix.results.verdict import environment, gate
 from test_compare import samples, write_run
 
 
@@ -37,15 +39,15 @@ def test_a_different_kernel_at_the_same_path_is_refused_unless_asked(tmp_path: P
 def test_another_release_is_no_environment_difference_across_kernels(tmp_path: Path) -> None:
     base = write_run(tmp_path, "base", samples(10.0, seed=1), kernel_source=kernel("a", "6.12.0"), kernel="6.12.0")
     head = write_run(tmp_path, "head", samples(10.0, seed=2), kernel_source=kernel("b", "6.13.0"), kernel="6.13.0")
-    result = compare.compare(
-        compare.load_side(str(base), tmp_path),
-        compare.load_side(str(head), tmp_path),
-        across=(compare.Across("kernel"),),
+    result = gate.compare(
+        sides.load_side(str(base), tmp_path),
+        sides.load_side(str(head), tmp_path),
+        across=(environment.Across("kernel"),),
     )
     # the guest's release moved with the kernel: listed, explained, not refused
     assert [key for key, _, _ in result.env_diffs] == ["kernel"] and result.explained == {"kernel"}
     assert result.across == [("kernel", ["6.12.0 (sha256 aaaaaaaaaaaa)"], ["6.13.0 (sha256 bbbbbbbbbbbb)"])]
-    text = "\n".join(compare.summary_lines(result))
+    text = "\n".join(comparison.summary_lines(result))
     assert "differing on purpose: kernel" in text and "environments differ" not in text
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from fsmatrix.results import compare, stats
+from conftest import typed
+from fsmatrix.results.verdict import metrics, stats
 from test_compare import invoke, make_doc, samples, write_run
 
 
@@ -52,7 +53,7 @@ def test_pairs_are_matched_by_repeat_and_skip_failed_runs() -> None:
     base = [make_doc("b", r, 10.0 + r) for r in (1, 2, 3, 4)]
     head = [make_doc("h", r, 20.0 + r) for r in (2, 3, 4, 5)]
     head[1]["status"] = "failed"  # repeat 3
-    assert compare.metric_pairs(base, head, "elapsed_s") == [(12.0, 22.0), (14.0, 24.0)]
+    assert metrics.metric_pairs(typed(base), typed(head), "elapsed_s") == [(12.0, 22.0), (14.0, 24.0)]
 
 
 def _batch(root: Path, name: str, effect: float, seed: int) -> tuple[Path, Path]:

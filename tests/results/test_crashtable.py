@@ -11,8 +11,11 @@ import copy
 import html.parser
 from typing import Any
 
+from conftest import typed
 from fsmatrix.matrix import expand_document
-from fsmatrix.results import crashtable, htmlreport, report
+from fsmatrix.results.render import crashtable, markdown
+from fsmatrix.results.render import page as html_page
+from fsmatrix.results.verdict import crash
 
 PG_ON = "ext4-crash-power-cut-pgbench-tpcb-like-s1-c2-ee858ca7"
 PG_FSYNC_OFF = "ext4-crash-power-cut-pgbench-tpcb-like-s1-c2-5af15a88"
@@ -107,7 +110,7 @@ def _docs() -> list[dict[str, Any]]:
 
 
 def test_rows_say_recovered_lost_commits_mount_recovery_and_reuse() -> None:
-    rows = {r.cell: r for r in crashtable.crash_rows(_docs()[:2])}
+    rows = {r.cell: r for r in crashtable.crash_rows(typed(_docs()[:2]))}
     assert sorted(rows) == sorted([PG_ON, PG_FSYNC_OFF])
     on = rows[PG_ON]
     assert on.cells() == [PG_ON, "postgres.fsync=True", "r1", "power-cut at 5.01 s", "yes", "0 of 203", "0.321",
@@ -115,14 +118,14 @@ def test_rows_say_recovered_lost_commits_mount_recovery_and_reuse() -> None:
     off = rows[PG_FSYNC_OFF]
     assert (off.settings, off.recovered, off.lost, off.status) == (
         "postgres.fsync=False", "no: durability failed", "277 of 277", "failed")  # fmt: skip
-    assert crashtable.varying_settings(_docs()[1:2]) == {PG_ON: ""}  # one cell: nothing sets it apart
+    assert crashtable.varying_settings(typed(_docs()[1:2])) == {PG_ON: ""}  # one cell: nothing sets it apart
     # Compared within a workload: 3n+1 has no postgres.fsync, which does not set it apart.
     other = _doc("ext4-crash-power-cut-threen1-1-1000-w2-11111111", "threen1", "passed", _threen1_section())
     other["params"] = _params("threen1", gtm={"journal": "nobefore"})
-    assert crashtable.varying_settings(_docs()[:3] + [other]) == {
+    assert crashtable.varying_settings(typed(_docs()[:3] + [other])) == {
         PG_FSYNC_OFF: "postgres.fsync=False", PG_ON: "postgres.fsync=True",
         THREEN1: "gtm.journal=before", other["cell_id"]: "gtm.journal=nobefore"}  # fmt: skip
-    rows = {r.cell: r for r in crashtable.crash_rows(_docs())}
+    rows = {r.cell: r for r in crashtable.crash_rows(typed(_docs()))}
     assert sorted(rows) == sorted([PG_ON, PG_FSYNC_OFF, THREEN1])  # the uncrashed run has none
     gtm = rows[THREEN1]
     assert (gtm.lost, gtm.mount_s, gtm.reused) == ("–", "0.149", "48,925 of 300,000 starting numbers")
@@ -131,27 +134,27 @@ def test_rows_say_recovered_lost_commits_mount_recovery_and_reuse() -> None:
 def test_recovered_names_a_failed_step_a_crash_that_never_fired_and_a_missing_recovery() -> None:
     started = _section()
     started["steps"][2] = {"name": "start", "seconds": 2.0, "status": "failed", "detail": "PANIC: ..."}
-    assert crashtable.recovered(started) == "no: start failed"
-    assert crashtable.recovered({"mode": "power-cut", "after_s": 900, "fired": False}) == "no: not crashed"
-    assert crashtable.recovered(_section(steps=[], checks=[])) == "no: no recovery recorded"
+    assert crash.recovery_status(started) == "no: start failed"
+    assert crash.recovery_status({"mode": "power-cut", "after_s": 900, "fired": False}) == "no: not crashed"
+    assert crash.recovery_status(_section(steps=[], checks=[])) == "no: no recovery recorded"
     not_fired = _doc(PG_ON, "pgbench", "failed", {"mode": "power-cut", "after_s": 900, "fired": False}, "x")
-    row = crashtable.crash_rows([not_fired])[0]
+    row = crashtable.crash_rows(typed([not_fired]))[0]
     assert row.crash == "power-cut: not fired (after_s 900)" and row.mount_s == row.lost == "–"
 
 
 def test_findings_name_every_run_that_did_not_pass_with_its_reason() -> None:
     docs = _docs()
     docs.append(_doc(PG_ON, "pgbench", "timeout", _section(steps=[], checks=[]), None, repeat=2))
-    assert crashtable.findings(docs) == [
+    assert crashtable.findings(typed(docs)) == [
         f"{PG_FSYNC_OFF} r1 failed: {LOSS}",
         f"{PG_ON} r2 timeout: no: no recovery recorded",  # no reason given: the table's verdict
     ]
     passed = [d for d in _docs() if d["status"] == "passed"]
-    assert crashtable.findings(passed) == []
+    assert crashtable.findings(typed(passed)) == []
 
 
 def test_markdown_section() -> None:
-    lines = crashtable.markdown_section(_docs())
+    lines = crashtable.markdown_section(typed(_docs()))
     text = "\n".join(lines)
     assert lines[0] == "## Crash recovery"
     assert "| " + " | ".join(crashtable.HEADER) + " |" in lines
@@ -163,17 +166,17 @@ def test_markdown_section() -> None:
     # A '|' in a reason must not split the Markdown row.
     piped = _docs()[:1]
     piped[0]["reason"] = "a | b"
-    assert "- " + PG_FSYNC_OFF + " r1 failed: a \\| b" in crashtable.markdown_section(piped)
+    assert "- " + PG_FSYNC_OFF + " r1 failed: a \\| b" in crashtable.markdown_section(typed(piped))
     # Only passed runs: no findings list; no crash results: no section at all.
-    assert "**Findings**" not in crashtable.markdown_section(_docs()[1:])
-    assert crashtable.markdown_section(_docs()[3:]) == []
+    assert "**Findings**" not in crashtable.markdown_section(typed(_docs()[1:]))
+    assert crashtable.markdown_section(typed(_docs()[3:])) == []
 
 
 def test_the_markdown_report_has_the_section_only_with_crash_results() -> None:
-    text = report.markdown(_docs(), "t")
+    text = markdown.markdown(typed(_docs()), "t")
     assert "## Crash recovery" in text and "277 of 277" in text
     assert text.index("## Crash recovery") < text.index("## Runs and verification")
-    assert "## Crash recovery" not in report.markdown(_docs()[3:], "t")
+    assert "## Crash recovery" not in markdown.markdown(typed(_docs()[3:]), "t")
 
 
 class _Tables(html.parser.HTMLParser):
@@ -208,7 +211,7 @@ def test_html_section_parses_marks_failed_rows_and_escapes() -> None:
     docs = copy.deepcopy(_docs())
     docs[0]["reason"] = "durability: <lost> & gone"
     parser = _Tables()
-    parser.feed("".join(crashtable.html_section(docs)))
+    parser.feed("".join(crashtable.html_section(typed(docs))))
     header, *rows = parser.rows
     assert header[1] == list(crashtable.HEADER)
     by_cell = {cells[0]: (css, cells) for css, cells in rows}
@@ -218,11 +221,11 @@ def test_html_section_parses_marks_failed_rows_and_escapes() -> None:
                          "failed"]  # fmt: skip
     assert by_cell[PG_ON][0] == "" and by_cell[THREEN1][1][8] == "48,925 of 300,000 starting numbers"
     assert parser.items == [f"{PG_FSYNC_OFF} r1 failed: durability: <lost> & gone"]  # escaped, read back whole
-    assert crashtable.html_section(_docs()[3:]) == []
+    assert crashtable.html_section(typed(_docs()[3:])) == []
 
 
 def test_the_html_report_has_the_section_only_with_crash_results() -> None:
-    page = htmlreport.html_report(_docs(), "t")
+    page = html_page.html_report(typed(_docs()), "t")
     assert "<h2>Crash recovery</h2>" in page and "277 of 277" in page
     assert page.index("<h2>Crash recovery</h2>") < page.index("<h2>Runs and verification</h2>")
-    assert "Crash recovery" not in htmlreport.html_report(_docs()[3:], "t")
+    assert "Crash recovery" not in html_page.html_report(typed(_docs()[3:]), "t")

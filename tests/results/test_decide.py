@@ -1,5 +1,6 @@
-"""The decisions over a comparison group (fsmatrix.results.decide): best / tied / worse, TOST, the repeat
-advice n* and its power, and the racing rule with its error control, on seeded synthetic samples."""
+"""The decisions over a comparison group (fsmatrix.results.verdict: groups, equivalence, power, race):
+best / tied / worse, TOST, the repeat advice n* and its power, and the racing rule with its error
+control, on seeded synthetic samples."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from fsmatrix.results import decide, stats
+from fsmatrix.results.verdict import equivalence, groups, power, race, stats
 
 ALPHA = stats.ALPHA
 
@@ -28,7 +29,7 @@ def test_a_clear_winner_is_named_and_the_others_are_worse_with_intervals_excludi
         "xfs": lognormal(rng, 5, 10.0, 0.02),
         "btrfs": lognormal(rng, 5, 15.0, 0.02),
     }
-    answer = decide.compare_group(group, "lower", baseline="ext4")
+    answer = groups.compare_group(group, "lower", baseline="ext4")
     assert answer.best == "xfs"
     assert answer.worse == ("ext4", "btrfs") and answer.tied == ()
     assert answer.comparisons == 2 and answer.test_alpha == pytest.approx(ALPHA / 2)
@@ -43,13 +44,13 @@ def test_a_clear_winner_is_named_and_the_others_are_worse_with_intervals_excludi
     assert xfs is not None and xfs.baseline == "ext4"
     assert xfs.ratio == pytest.approx(stats.median(group["xfs"]) / stats.median(group["ext4"]))
     assert xfs.ci_high < 1.0 < answer.standing("btrfs").to_baseline.ci_low  # type: ignore[union-attr]
-    assert answer.standing("ext4").to_baseline == decide.BaselineRatio("ext4", 1.0, 1.0, 1.0, 0.95)
+    assert answer.standing("ext4").to_baseline == groups.BaselineRatio("ext4", 1.0, 1.0, 1.0, 0.95)
 
 
 def test_a_rate_metric_picks_the_highest_median() -> None:
     rng = np.random.default_rng(2)
     group = {"a": lognormal(rng, 5, 200.0, 0.02), "b": lognormal(rng, 5, 260.0, 0.02)}
-    answer = decide.compare_group(group, "higher")
+    answer = groups.compare_group(group, "higher")
     assert answer.best == "b" and answer.worse == ("a",)
 
 
@@ -60,7 +61,7 @@ def test_two_configurations_from_the_same_distribution_are_tied_not_ranked() -> 
         "xfs": lognormal(rng, 5, 8.2, 0.05),
         "jfs": lognormal(rng, 5, 9.9, 0.02),
     }
-    answer = decide.compare_group(group, "lower")
+    answer = groups.compare_group(group, "lower")
     assert answer.best in ("ext4", "xfs")
     other = "xfs" if answer.best == "ext4" else "ext4"
     assert answer.standing(other).status == "tied"
@@ -74,11 +75,11 @@ def test_not_enough_data_is_never_best() -> None:
         "fast but a failed run": [1.0, 1.01, None, 0.99],
         "slow": [2.0, 2.02, 1.98],
     }
-    answer = decide.compare_group(group, "lower")
+    answer = groups.compare_group(group, "lower")
     assert answer.best == "slow"
     assert answer.with_status("not enough data") == ("fast but two runs", "fast but a failed run")
     assert "1 of 4 runs failed" in answer.standing("fast but a failed run").reason
-    assert decide.compare_group({"x": [1.0, math.nan, 1.0, 1.0]}, "lower").best is None
+    assert groups.compare_group({"x": [1.0, math.nan, 1.0, 1.0]}, "lower").best is None
 
 
 def test_the_test_choice_follows_the_adjusted_alpha() -> None:
@@ -87,7 +88,7 @@ def test_the_test_choice_follows_the_adjusted_alpha() -> None:
     chosen from α/8, Welch on logs runs and every one is worse."""
     rng = np.random.default_rng(4)
     group = {f"c{i}": lognormal(rng, 5, 10.0 * 1.3**i, 0.02) for i in range(9)}
-    answer = decide.compare_group(group, "lower")
+    answer = groups.compare_group(group, "lower")
     assert answer.best == "c0" and len(answer.worse) == 8
     assert {answer.standing(n).against_best.test for n in answer.worse} == {"welch-log"}  # type: ignore[union-attr]
     unadjusted = [stats.compare_samples(group["c0"], group[n], "lower") for n in answer.worse]
@@ -97,9 +98,9 @@ def test_the_test_choice_follows_the_adjusted_alpha() -> None:
 
 def test_bad_input() -> None:
     with pytest.raises(ValueError, match="baseline"):
-        decide.compare_group({"a": [1.0, 1.0, 1.0]}, "lower", baseline="b")
+        groups.compare_group({"a": [1.0, 1.0, 1.0]}, "lower", baseline="b")
     with pytest.raises(ValueError, match="direction"):
-        decide.compare_group({"a": [1.0, 1.0, 1.0]}, "faster")
+        groups.compare_group({"a": [1.0, 1.0, 1.0]}, "faster")
 
 
 # ----------------------------------------------------------------------------------- TOST
@@ -110,34 +111,34 @@ def test_tost_equivalent_within_five_percent_and_not_ten_percent_apart() -> None
     base = lognormal(rng, 8, 100.0, 0.01)
     same = lognormal(rng, 8, 100.0, 0.01)
     apart = lognormal(rng, 8, 110.0, 0.01)
-    eq = decide.tost(base, same, 0.05)
+    eq = equivalence.tost(base, same, 0.05)
     assert eq.equivalent and eq.p_value < 1e-4 and eq.bound == pytest.approx(math.log(1.05))
-    far = decide.tost(base, apart, 0.05)
+    far = equivalence.tost(base, apart, 0.05)
     assert not far.equivalent and far.p_value > 0.5 and far.ratio == pytest.approx(1.10, abs=0.02)
     # symmetric in which side is BASE, and in the metric's direction (inverted values)
-    assert decide.tost(same, base, 0.05).p_value == pytest.approx(eq.p_value)
-    inverted = decide.tost([1 / v for v in base], [1 / v for v in same], 0.05)
+    assert equivalence.tost(same, base, 0.05).p_value == pytest.approx(eq.p_value)
+    inverted = equivalence.tost([1 / v for v in base], [1 / v for v in same], 0.05)
     assert inverted.p_value == pytest.approx(eq.p_value)
     # the group's correction: decided at α/m
     near = lognormal(rng, 8, 103.0, 0.01)
-    alone = decide.tost(base, near, 0.05)
+    alone = equivalence.tost(base, near, 0.05)
     m = math.ceil(ALPHA / alone.p_value) + 1
     assert alone.equivalent and m > 1
-    corrected = decide.tost(base, near, 0.05, comparisons=m)
+    corrected = equivalence.tost(base, near, 0.05, comparisons=m)
     assert corrected.alpha == pytest.approx(ALPHA / m) and not corrected.equivalent
 
 
 def test_tost_one_sided_p_values_are_welch_tests_against_the_shifted_bounds() -> None:
     rng = np.random.default_rng(6)
     base, head = lognormal(rng, 5, 10.0, 0.03), lognormal(rng, 6, 10.3, 0.05)
-    eq = decide.tost(base, head, 0.05)
+    eq = equivalence.tost(base, head, 0.05)
     lb, lh, bound = np.log(base), np.log(head), math.log(1.05)
     lower = sps.ttest_ind(lh + bound, lb, equal_var=False, alternative="greater").pvalue
     upper = sps.ttest_ind(lh - bound, lb, equal_var=False, alternative="less").pvalue
     assert eq.p_lower == pytest.approx(lower, rel=1e-9) and eq.p_upper == pytest.approx(upper, rel=1e-9)
     assert eq.p_value == max(eq.p_lower, eq.p_upper)
     with pytest.raises(ValueError, match="positive"):
-        decide.tost([1.0, 0.0, 1.0], [1.0, 1.0, 1.0])
+        equivalence.tost([1.0, 0.0, 1.0], [1.0, 1.0, 1.0])
 
 
 # ----------------------------------------------------------------------------------- n*
@@ -146,8 +147,8 @@ def test_tost_one_sided_p_values_are_welch_tests_against_the_shifted_bounds() ->
 def test_pooled_log_sd() -> None:
     a, b = [1.0, math.e, math.e**2], [math.e, math.e**3]
     # sums of squares of the logs about their means: 2 and 2, over 3 + 2 - 2 degrees of freedom
-    assert decide.pooled_log_sd(a, b) == pytest.approx(math.sqrt(4 / 3))
-    assert decide.pooled_log_sd([5.0, 5.0, 5.0], [7.0, 7.0]) == 0.0
+    assert equivalence.pooled_log_sd(a, b) == pytest.approx(math.sqrt(4 / 3))
+    assert equivalence.pooled_log_sd([5.0, 5.0, 5.0], [7.0, 7.0]) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -167,7 +168,7 @@ def test_the_simulation_gives_compare_samples_verdict_on_every_draw(
     shift = math.log1p(delta) * (1 if direction == "lower" else -1)
     base = np.sort(np.exp(rng.normal(0.0, sigma, (250, n))), axis=1)
     head = np.sort(np.exp(rng.normal(shift, sigma, (250, n))), axis=1)
-    fast = decide.slower_verdicts(base, head, direction, comparisons=comparisons)
+    fast = power.slower_verdicts(base, head, direction, comparisons=comparisons)
     test = stats.choose_test(n, n, ALPHA / comparisons)
     slow = []
     for b, h in zip(base, head, strict=True):
@@ -179,8 +180,8 @@ def test_the_simulation_gives_compare_samples_verdict_on_every_draw(
 
 def test_power_at_the_issues_scale() -> None:
     """Issue 24: at σ = 8 % and δ = 12 % the power is about 0.17 at n = 3 and 0.68 at n = 8."""
-    assert decide.power(3, 0.08, 0.12) == pytest.approx(0.17, abs=0.05)
-    assert decide.power(8, 0.08, 0.12) == pytest.approx(0.68, abs=0.05)
+    assert power.power(3, 0.08, 0.12) == pytest.approx(0.17, abs=0.05)
+    assert power.power(8, 0.08, 0.12) == pytest.approx(0.68, abs=0.05)
 
 
 def welch_log_power(n: int, sigma: float, delta: float, alpha: float, quantiles: int = 4000) -> float:
@@ -207,7 +208,7 @@ def test_where_welch_is_chosen_the_simulated_power_is_the_noncentral_t_power(
     n: int, sigma: float, delta: float, comparisons: int
 ) -> None:
     assert stats.choose_test(n, n, ALPHA / comparisons) == "welch-log"
-    simulated = decide.power(n, sigma, delta, comparisons)
+    simulated = power.power(n, sigma, delta, comparisons)
     analytic = welch_log_power(n, sigma, delta, ALPHA / comparisons)
     assert 0.1 < analytic < 0.9
     assert simulated == pytest.approx(analytic, abs=0.03)
@@ -215,15 +216,15 @@ def test_where_welch_is_chosen_the_simulated_power_is_the_noncentral_t_power(
 
 def test_n_star_pinned() -> None:
     """Pinned with the default seed and 4,000 draws; and each is the first n whose power reaches 80 %."""
-    assert decide.repeats_needed(0.08, 0.12) == 12
-    assert decide.repeats_needed(0.03, 0.05, 3) == 11
-    assert decide.power(11, 0.08, 0.12) < 0.8 <= decide.power(12, 0.08, 0.12)
-    assert decide.power(10, 0.03, 0.05, 3) < 0.8 <= decide.power(11, 0.03, 0.05, 3)
-    assert decide.repeats_needed(0.10, 0.05) is None  # more than 30
+    assert power.repeats_needed(0.08, 0.12) == 12
+    assert power.repeats_needed(0.03, 0.05, 3) == 11
+    assert power.power(11, 0.08, 0.12) < 0.8 <= power.power(12, 0.08, 0.12)
+    assert power.power(10, 0.03, 0.05, 3) < 0.8 <= power.power(11, 0.03, 0.05, 3)
+    assert power.repeats_needed(0.10, 0.05) is None  # more than 30
 
 
 def n_star(sigma: float, delta: float, comparisons: int = 1) -> int:
-    found = decide.repeats_needed(sigma, delta, comparisons)
+    found = power.repeats_needed(sigma, delta, comparisons)
     return 31 if found is None else found
 
 
@@ -238,9 +239,9 @@ def test_n_star_rises_with_noise_and_comparisons_and_falls_with_the_effect() -> 
 
 @pytest.mark.parametrize(("n", "comparisons"), [(3, 1), (5, 1), (8, 5), (12, 3)])
 def test_without_an_effect_slower_is_said_at_most_alpha_over_m(n: int, comparisons: int) -> None:
-    rate = decide.power(n, 0.05, 0.0, comparisons)
+    rate = power.power(n, 0.05, 0.0, comparisons)
     level = ALPHA / comparisons
-    assert rate <= level + 3 * math.sqrt(level * (1 - level) / decide.DRAWS), rate
+    assert rate <= level + 3 * math.sqrt(level * (1 - level) / power.DRAWS), rate
 
 
 def test_still_open_says_equivalent_or_how_many_runs() -> None:
@@ -251,9 +252,9 @@ def test_still_open_says_equivalent_or_how_many_runs() -> None:
         "c": [10.2, 9.8, 10.7],  # 3 runs, 4 % noise
         "d": lognormal(rng, 5, 14.0, 0.01),
     }
-    answer = decide.compare_group(group, "lower")
+    answer = groups.compare_group(group, "lower")
     assert answer.best in ("a", "b", "c") and answer.worse == ("d",)
-    pairs = {p.config: p for p in decide.still_open(answer, group, draws=1000)}
+    pairs = {p.config: p for p in power.still_open(answer, group, draws=1000)}
     assert set(pairs) == set(answer.tied)
     settled = [p for p in pairs.values() if p.equivalence.equivalent]
     assert [p.config for p in settled] in (["a"], ["b"])  # a and b: 8 runs each, 1 % noise
@@ -267,8 +268,8 @@ def test_still_open_says_equivalent_or_how_many_runs() -> None:
 # ----------------------------------------------------------------------------------- racing
 
 
-def step(samples: dict[str, list[float | None]], after_round: int, **kw: object) -> decide.RaceStep:
-    return decide.race_step(samples, "lower", after_round=after_round, max_rounds=kw.pop("max_rounds", 8), **kw)  # type: ignore[arg-type]
+def step(samples: dict[str, list[float | None]], after_round: int, **kw: object) -> race.RaceStep:
+    return race.race_step(samples, "lower", after_round=after_round, max_rounds=kw.pop("max_rounds", 8), **kw)  # type: ignore[arg-type]
 
 
 def test_race_nothing_before_the_minimum() -> None:
@@ -290,7 +291,7 @@ def test_race_retires_a_cell_far_behind_after_the_minimum() -> None:
     assert s.action("btrfs") == "retire" and s.retired == frozenset({"btrfs"})
     assert "significantly worse by more than 5%" in s.decisions[2].reason
     assert s.action("ext3") == "keep" and not s.finished  # 4 % apart at 3 runs: neither retired nor tied
-    assert s.look_alpha == pytest.approx(decide.sequential_level(ALPHA / 9, (3, 4, 5, 6, 7, 8)))
+    assert s.look_alpha == pytest.approx(race.sequential_level(ALPHA / 9, (3, 4, 5, 6, 7, 8)))
 
 
 def test_race_ties_equivalent_cells_and_finishes() -> None:
@@ -353,7 +354,7 @@ def simulate_race(
     *,
     min_repeats: int = 3,
     rounds: int = 8,
-) -> list[decide.RaceStep]:
+) -> list[race.RaceStep]:
     """One race, its steps: every cell neither retired nor tied runs once per round."""
     samples: dict[str, list[float | None]] = {c: [] for c in centres}
     actions = dict.fromkeys(centres, "keep")
@@ -363,7 +364,7 @@ def simulate_race(
         for cell, centre in centres.items():
             if actions[cell] == "keep":
                 samples[cell].append(float(centre * math.exp(rng.normal(0.0, sigma))))
-        s = decide.race_step(
+        s = race.race_step(
             samples, "lower", after_round=r, max_rounds=rounds, retired=retired, delta=delta, min_repeats=min_repeats
         )
         steps.append(s)
@@ -407,7 +408,7 @@ def test_race_family_wise_false_retirements_under_the_null() -> None:
 
 
 def test_the_null_simulation_sees_an_uncorrected_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decide, "look_alpha", lambda alpha, cells, looks, first: alpha / 2)
+    monkeypatch.setattr(race, "look_alpha", lambda alpha, cells, looks, first: alpha / 2)
     assert family_wise_rate({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, 0.001, 200, seed=13) > 0.15
 
 
@@ -422,25 +423,25 @@ def test_race_family_wise_error_on_the_boundary() -> None:
 def test_sequential_level_is_pococks(looks: int, constant: float) -> None:
     """Pocock's published constants for equally spaced looks at two-sided α = 0.05 (one-sided
     0.025): the level is the normal tail beyond the constant, to the table's three decimals."""
-    level = decide.sequential_level(0.025, tuple(range(1, looks + 1)))
+    level = race.sequential_level(0.025, tuple(range(1, looks + 1)))
     assert sps.norm.isf(level) == pytest.approx(constant, abs=0.0015)
 
 
 def test_sequential_level_lies_between_bonferroni_and_one_look() -> None:
     sizes = tuple(range(3, 16))
-    level = decide.sequential_level(0.01, sizes)
+    level = race.sequential_level(0.01, sizes)
     assert 0.01 / len(sizes) < level < 0.01
-    assert decide.sequential_level(0.01, (5,)) == 0.01
+    assert race.sequential_level(0.01, (5,)) == 0.01
     # the crossing probability at that level's boundary is the budget, and grows with more looks
     c = sps.norm.isf(level)
-    assert decide.crossing_probability(c, sizes) == pytest.approx(0.01, rel=1e-6)
-    assert decide.crossing_probability(c, sizes[:5]) < 0.01
+    assert race.crossing_probability(c, sizes) == pytest.approx(0.01, rel=1e-6)
+    assert race.crossing_probability(c, sizes[:5]) < 0.01
 
 
 @pytest.mark.parametrize("sizes", [(), (3, 3), (4, 3), (0, 1)])
 def test_crossing_probability_refuses_sizes_that_are_not_looks(sizes: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match="positive and increasing"):
-        decide.crossing_probability(2.0, sizes)
+        race.crossing_probability(2.0, sizes)
 
 
 @pytest.mark.system  # 2 x 600 races of up to 15 rounds: ~25 s, out of the fast tier
@@ -458,5 +459,5 @@ def test_race_error_per_sequence_with_many_looks(monkeypatch: pytest.MonkeyPatch
         return sum(bool(steps[-1].retired) for steps in races) / RACES
 
     assert wrong_retirements(21) <= bound
-    monkeypatch.setattr(decide, "look_alpha", lambda alpha, cells, looks, first: alpha / 3)
+    monkeypatch.setattr(race, "look_alpha", lambda alpha, cells, looks, first: alpha / 3)
     assert wrong_retirements(21) > bound

@@ -9,7 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.results import answer, compare, report
+from conftest import typed
+from fsmatrix.results.render import markdown
+from fsmatrix.results.store import Result
+from fsmatrix.results.verdict import answering, environment
 from test_compare import invoke, make_doc, samples
 
 KERNELS = {"debian12": "6.1.0-40-amd64", "debian13": "6.12.57+deb13-amd64"}
@@ -42,7 +45,7 @@ def _upgrade_docs() -> list[dict[str, Any]]:
 
 
 def test_a_report_puts_the_images_side_by_side() -> None:
-    text = report.markdown(_upgrade_docs(), "upgrade")
+    text = markdown.markdown(typed(_upgrade_docs()), "upgrade")
     assert "WARNING" not in text  # the kernels differ because the images do: no mixing
     assert "- image: debian12, debian13 (a setting of the cells: side by side in the tables)" in text
     assert f"- kernel: {KERNELS['debian12']} (debian12), {KERNELS['debian13']} (debian13)" in text
@@ -59,7 +62,7 @@ def test_a_report_puts_the_images_side_by_side() -> None:
     ids = dict.fromkeys(d["cell_id"] for d in _upgrade_docs())
     matrix_json = {"baseline_rule": "defaults", "cells": [{"id": i, "baseline": "debian13" not in i} for i in ids]}
     matrix_json["cells"][2]["baseline"] = False  # xfs on Debian 12: one baseline per group
-    found = answer.build(_upgrade_docs(), matrix_json)
+    found = answering.build(typed(_upgrade_docs()), matrix_json)
     assert found.groups[0].baseline == "ext4, image=debian12"
     ratio = next(c.to_baseline for c in found.groups[0].configurations if c.name == "ext4, image=debian13")
     assert ratio is not None and f"{ratio.value:.2f}× [{ratio.ci_low:.2f}, {ratio.ci_high:.2f}]" in ext4
@@ -67,10 +70,10 @@ def test_a_report_puts_the_images_side_by_side() -> None:
 
 def test_a_report_still_warns_about_a_difference_no_axis_explains() -> None:
     docs = _docs("debian12", "ext4", samples(10.0, seed=1)) + _docs("debian12", "xfs", samples(10.0), kernel="6.9")
-    assert "WARNING: these results come from different environments (kernel)" in report.markdown(docs, "t")
+    assert "WARNING: these results come from different environments (kernel)" in markdown.markdown(typed(docs), "t")
     # An image axis explains its own kernel only: a second kernel on one image is still a mix.
     mixed = _upgrade_docs() + _docs("debian13", "btrfs", samples(10.0), kernel="6.13-own")
-    assert "different environments (kernel)" in report.markdown(mixed, "t")
+    assert "different environments (kernel)" in markdown.markdown(typed(mixed), "t")
 
 
 def _write(root: Path, run_id: str, docs: list[dict[str, Any]]) -> Path:
@@ -127,8 +130,10 @@ def test_compare_across_still_refuses_any_other_difference(tmp_path: Path) -> No
 
 def test_axis_values_fill_the_default() -> None:
     plain, other = _docs("debian12", "ext4", [1.0])[0], _docs("debian13", "ext4", [1.0])[0]
-    assert compare.axis_value(plain, "image") == "debian12" and compare.axis_value(other, "image") == "debian13"
-    assert compare.without_axis(plain["params"], "image") == compare.without_axis(other["params"], "image")
+    typed_plain, typed_other = Result.read(plain), Result.read(other)
+    assert environment.axis_value(typed_plain, "image") == "debian12"
+    assert environment.axis_value(typed_other, "image") == "debian13"
+    assert environment.without_axis(plain["params"], "image") == environment.without_axis(other["params"], "image")
 
 
 def test_compare_across_image_and_kernel_together(tmp_path: Path) -> None:

@@ -11,13 +11,15 @@ from typing import Any
 from click.testing import CliRunner
 from rich.console import Console
 
-from fsmatrix import matrix, results, runs
+from fsmatrix import matrix, runs
 from fsmatrix.agent import job, jsonfile
 from fsmatrix.backends import hostinfo
 from fsmatrix.bench import estimates as bench_estimates
 from fsmatrix.cli import main
 from fsmatrix.matrix import MatrixCell
-from fsmatrix.results import estimate
+from fsmatrix.results import store
+from fsmatrix.results.store import past_runs
+from fsmatrix.results.verdict import estimate
 
 HERE = hostinfo.machine_id()[0]
 FIO = "{fio: {pattern: randread, record_size: 4K, file_size: 256M, runtime: 10}}"
@@ -49,14 +51,14 @@ def doc_for(cell: MatrixCell, repeat: int, seconds: float, status: str = "passed
     return doc
 
 
-def store(root: Path, run_id: str, cell: MatrixCell, durations: list[float], **kwargs: Any) -> None:
+def write_indexed(root: Path, run_id: str, cell: MatrixCell, durations: list[float], **kwargs: Any) -> None:
     """Result documents as ``fsmatrix run`` leaves them, indexed (results/test_compare.py's write_run)."""
-    index = results.Index(root)
+    index = store.Index(root)
     try:
         for repeat, seconds in enumerate(durations, 1):
             doc = doc_for(cell, repeat, seconds, **kwargs)
             doc["run_id"] = run_id
-            path = results.result_path(root / run_id, cell.id, repeat)
+            path = store.result_path(root / run_id, cell.id, repeat)
             jsonfile.write_atomic(path, doc)
             index.add(run_id, doc, path)
     finally:
@@ -66,11 +68,11 @@ def store(root: Path, run_id: str, cell: MatrixCell, durations: list[float], **k
 def test_median_of_own_runs_here_else_another_filesystem_else_unknown(tmp_path: Path) -> None:
     _, cells = cells_of(tmp_path)
     root = tmp_path / "results"
-    store(root, "a", cells["ext4"], [10.0, 30.0, 12.0])
-    store(root, "b", cells["ext4"], [14.0])  # another run id, the same cell: counted
-    store(root, "c", cells["ext4"], [500.0], status="failed")  # not passed: not counted
-    store(root, "d", cells["ext4"], [900.0], host="another-machine")  # another host: not counted
-    store(root, "e", cells["xfs"], [99.0], host="another-machine")
+    write_indexed(root, "a", cells["ext4"], [10.0, 30.0, 12.0])
+    write_indexed(root, "b", cells["ext4"], [14.0])  # another run id, the same cell: counted
+    write_indexed(root, "c", cells["ext4"], [500.0], status="failed")  # not passed: not counted
+    write_indexed(root, "d", cells["ext4"], [900.0], host="another-machine")  # another host: not counted
+    write_indexed(root, "e", cells["xfs"], [99.0], host="another-machine")
     found = runs.cell_estimates(root, list(cells.values()))
     ext4, xfs, btrfs = found[cells["ext4"].id], found[cells["xfs"].id], found[cells["btrfs"].id]
     assert (ext4.seconds, ext4.runs, ext4.source, ext4.slowest_own_s) == (13.0, 4, "median of 4 runs", 30.0)
@@ -83,14 +85,14 @@ def test_median_of_own_runs_here_else_another_filesystem_else_unknown(tmp_path: 
 
 def test_only_the_newest_runs_are_read(tmp_path: Path, monkeypatch: Any) -> None:
     """However many runs a root holds, `run` reads a bounded number of documents: the newest."""
-    monkeypatch.setattr(estimate, "RECENT_PER_CELL", 2)
-    monkeypatch.setattr(estimate, "RECENT_SIBLINGS", 1)
+    monkeypatch.setattr(past_runs, "RECENT_PER_CELL", 2)
+    monkeypatch.setattr(past_runs, "RECENT_SIBLINGS", 1)
     _, cells = cells_of(tmp_path)
     root = tmp_path / "results"
-    store(root, "old", cells["ext4"], [100.0, 100.0, 100.0])
-    store(root, "new", cells["ext4"], [10.0, 20.0])
-    store(root, "xfs-old", cells["xfs"], [7.0])
-    store(root, "xfs-new", cells["xfs"], [9.0])
+    write_indexed(root, "old", cells["ext4"], [100.0, 100.0, 100.0])
+    write_indexed(root, "new", cells["ext4"], [10.0, 20.0])
+    write_indexed(root, "xfs-old", cells["xfs"], [7.0])
+    write_indexed(root, "xfs-new", cells["xfs"], [9.0])
     ext4 = runs.cell_estimates(root, [cells["ext4"]])[cells["ext4"].id]
     assert (ext4.seconds, ext4.runs) == (15.0, 2)
     btrfs = runs.cell_estimates(root, [cells["btrfs"]])[cells["btrfs"].id]  # one sibling read: the newest
@@ -101,7 +103,7 @@ def test_other_parameters_are_not_a_fallback(tmp_path: Path) -> None:
     _, cells = cells_of(tmp_path)
     _, other = cells_of(tmp_path, TEXT.replace("runtime: 10", "runtime: 20"))
     root = tmp_path / "results"
-    store(root, "a", other["ext4"], [25.0])
+    write_indexed(root, "a", other["ext4"], [25.0])
     found = runs.cell_estimates(root, list(cells.values()))
     assert all(e.seconds is None and e.source == "unknown" for e in found.values())
     assert runs.cell_estimates(tmp_path / "nothing-here", list(cells.values()))[cells["ext4"].id].seconds is None
@@ -125,7 +127,7 @@ def test_total_is_the_sum_times_the_runs_left() -> None:
 def test_expand_shows_each_cells_estimate_and_the_total(tmp_path: Path) -> None:
     path, cells = cells_of(tmp_path)
     root = tmp_path / "results"
-    store(root, "a", cells["ext4"], [10.0, 20.0])
+    write_indexed(root, "a", cells["ext4"], [10.0, 20.0])
     result = CliRunner().invoke(main, ["matrix", "expand", str(path), "--results", str(root)])
     assert result.exit_code == 0, result.output
     assert "15 s (median of 2 runs)" in result.stdout and "15 s (from ext4, 2 runs)" in result.stdout
@@ -154,7 +156,7 @@ class Instant:
 def test_a_resumed_run_estimates_only_what_is_left(tmp_path: Path) -> None:
     path, cells = cells_of(tmp_path)
     root = tmp_path / "results"
-    store(root, "est", cells["ext4"], [8.0, 8.0])  # this run's own first two ext4 repeats are done
+    write_indexed(root, "est", cells["ext4"], [8.0, 8.0])  # this run's own first two ext4 repeats are done
     m = matrix.load(path)
     out = io.StringIO()
     console = Console(file=out, width=200)
@@ -203,7 +205,7 @@ def run_auto(tmp_path: Path, history: list[float]) -> tuple[list[MatrixCell], di
     ext4 = next(c for c in m.cells if c.spec.filesystem == "ext4")
     root = tmp_path / "results"
     if history:
-        store(root, "earlier", ext4, history)
+        write_indexed(root, "earlier", ext4, history)
     backend = Recording()
     runs.run_matrix(
         m,
@@ -215,7 +217,7 @@ def run_auto(tmp_path: Path, history: list[float]) -> tuple[list[MatrixCell], di
         force=False,
         console=Console(file=io.StringIO()),  # type: ignore[arg-type]
     )
-    return backend.given, jsonfile.read(results.result_path(root / "now", ext4.id, 1))
+    return backend.given, jsonfile.read(store.result_path(root / "now", ext4.id, 1))
 
 
 def test_auto_timeout_is_three_times_the_slowest_stored_run(tmp_path: Path) -> None:
@@ -267,11 +269,11 @@ def test_accuracy_sets_each_cell_against_the_estimate_it_had_before_the_run(tmp_
     no estimate is a miss."""
     path, cells = cells_of(tmp_path)
     root = tmp_path / "results"
-    store(root, "first", cells["ext4"], [10.0, 10.0, 12.0])  # estimate 10 s
-    store(root, "first", cells["xfs"], [20.0, 20.0, 20.0])  # estimate 20 s
-    store(root, "next", cells["ext4"], [12.0, 13.0, 14.0])  # 13 s: +30 %, in
-    store(root, "next", cells["xfs"], [27.0, 26.0, 28.0])  # 27 s: +35 %, out
-    store(root, "next", cells["btrfs"], [5.0, 5.0, 5.0])  # no estimate of its own: from ext4, 10 s: -50 %, out
+    write_indexed(root, "first", cells["ext4"], [10.0, 10.0, 12.0])  # estimate 10 s
+    write_indexed(root, "first", cells["xfs"], [20.0, 20.0, 20.0])  # estimate 20 s
+    write_indexed(root, "next", cells["ext4"], [12.0, 13.0, 14.0])  # 13 s: +30 %, in
+    write_indexed(root, "next", cells["xfs"], [27.0, 26.0, 28.0])  # 27 s: +35 %, out
+    write_indexed(root, "next", cells["btrfs"], [5.0, 5.0, 5.0])  # no estimate of its own: from ext4, 10 s: -50 %, out
     m = matrix.load(path)
     jsonfile.write_atomic(root / "next" / "matrix.json", runs.matrix_record(m, m.cells, 3, None))
 
@@ -286,7 +288,7 @@ def test_accuracy_sets_each_cell_against_the_estimate_it_had_before_the_run(tmp_
     assert "1 of 3 cells within ±30% of their estimate (33%)" in capsys.readouterr().out
     # nothing stored but the run itself: every cell unknown, every one a miss
     lone = tmp_path / "lone"
-    store(lone, "next", cells["ext4"], [12.0])
+    write_indexed(lone, "next", cells["ext4"], [12.0])
     jsonfile.write_atomic(lone / "next" / "matrix.json", runs.matrix_record(m, m.cells, 3, None))
     rows, _ = bench_estimates.load(lone / "next", lone)
     assert [a.error() for a in rows] == [None]

@@ -145,13 +145,13 @@ def _without_charts(page: str) -> str:
 
 
 def _run_report(case: str, tmp_dir: Path) -> str:
-    """The report ``fsmatrix run`` writes at its end (``report.write_report``), made again in a copy of
+    """The report ``fsmatrix run`` writes at its end (``markdown.write_report``), made again in a copy of
     the stored run directory (the cwd stays the repository's root: a seed matrix's file is found)."""
-    from fsmatrix.results import report  # the one import of the results code: the layout may change
+    from fsmatrix.results.render import markdown  # the one import of the results code: the layout may change
 
     copy = tmp_dir / f"run-{case}"
     shutil.copytree(GOLDENS / REPORTS[case].run_dir, copy)
-    path, _ = report.write_report(copy, REPORTS[case].run_title)
+    path, _ = markdown.write_report(copy, REPORTS[case].run_title)
     text = path.read_bytes().decode("utf-8")
     assert str(tmp_dir) not in text, "the report names the directory it was made in"
     return text

@@ -11,10 +11,14 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from fsmatrix import matrix, results
+from conftest import typed
+from fsmatrix import matrix
 from fsmatrix.agent import jsonfile
 from fsmatrix.cli import main
-from fsmatrix.results import answer, hardware, report
+from fsmatrix.results import store
+from fsmatrix.results.render import tables
+from fsmatrix.results.store import Result
+from fsmatrix.results.verdict import answer, answering, hardware
 
 MATRIX = """\
 name: fleet
@@ -58,7 +62,7 @@ def shard(root: Path, cells: list[matrix.MatrixCell], host: dict[str, Any], run_
                 "key_metrics": {"elapsed_s": "lower"},
                 "provenance": {"backend": "host", "kernel": "6.1", "host": copy.deepcopy(host)},
             }
-            jsonfile.write_atomic(results.result_path(root / run_id, cell.id, r), doc)
+            jsonfile.write_atomic(store.result_path(root / run_id, cell.id, r), doc)
     return root
 
 
@@ -73,10 +77,10 @@ def merged_report(tmp_path: Path, hosts: tuple[dict[str, Any], dict[str, Any]]) 
     assert out.exit_code == 0, out.output
     out = CliRunner().invoke(main, ["report", str(merged / "fleet"), "--html", str(tmp_path / "html")])
     assert out.exit_code == 0, out.output
-    return out.output, answer.build(results.load_results(merged / "fleet"))
+    return out.output, answering.build(typed(store.load_results(merged / "fleet")))
 
 
-def tables(text: str) -> list[str]:
+def table_sections(text: str) -> list[str]:
     """The report's threen1 section cut at each table heading (### ...)."""
     section = text.split("\n## threen1\n")[1].split("\n## Runs")[0]
     return section.split("\n### ")
@@ -84,12 +88,12 @@ def tables(text: str) -> list[str]:
 
 def test_shards_from_two_hardware_classes_are_split_and_the_report_says_why(tmp_path: Path) -> None:
     text, found = merged_report(tmp_path, (HOST_A, HOST_B))
-    parts = tables(text)
+    parts = table_sections(text)
     assert hardware.why([CLASS_A, CLASS_B]) in parts[0]  # said once, before the tables
     by_class = {p.split("\n")[0]: p for p in parts[1:]}
-    assert sorted(by_class) == sorted(f"{report.HARDWARE}={c}" for c in (CLASS_A, CLASS_B))
+    assert sorted(by_class) == sorted(f"{tables.HARDWARE}={c}" for c in (CLASS_A, CLASS_B))
     # Each table holds one class's cells only: ext4 and xfs ran on A, btrfs and jfs on B.
-    a, b = by_class[f"{report.HARDWARE}={CLASS_A}"], by_class[f"{report.HARDWARE}={CLASS_B}"]
+    a, b = by_class[f"{tables.HARDWARE}={CLASS_A}"], by_class[f"{tables.HARDWARE}={CLASS_B}"]
     assert "ext4" in a and "xfs" in a and "btrfs" not in a and "jfs" not in a
     assert "btrfs" in b and "jfs" in b and "ext4" not in b and "xfs" not in b
     # The answer compares within a class too, and its groups name the class.
@@ -100,21 +104,24 @@ def test_shards_from_two_hardware_classes_are_split_and_the_report_says_why(tmp_
     assert "WARNING: these results come from different environments" in text
     page = (tmp_path / "html" / "report.html").read_text()
     assert f"These runs come from 2 hardware classes (1. {CLASS_A}; 2. {CLASS_B})" in page
-    assert page.count(f"<h3>{report.HARDWARE}=") == 2
+    assert page.count(f"<h3>{tables.HARDWARE}=") == 2
 
 
 def test_one_hardware_class_is_one_table_and_no_note(tmp_path: Path) -> None:
     # Two machines of one class (other machine ids, memory a few MiB apart) are alike.
     twin = {**HOST_A, "machine_id": "cccc", "memory_kib": 32 * 2**20 - 2048}
     text, found = merged_report(tmp_path, (HOST_A, twin))
-    parts = tables(text)
+    parts = table_sections(text)
     assert len(parts) == 1 and "hardware classes" not in text
     assert len(found.groups) == 1 and " on " not in found.groups[0].label
     assert {c.name for c in found.groups[0].configurations} == {"ext4", "xfs", "btrfs", "jfs"}
 
 
 def test_a_cell_whose_runs_came_from_two_classes_is_in_both_tables() -> None:
-    cells = {"c1": [{"provenance": {"host": HOST_A}}, {"provenance": {"host": HOST_B}}], "c2": [{"provenance": {}}]}
+    def on(host: dict[str, Any] | None) -> Result:
+        return Result.read({"cell_id": "c", "repeat": 1, "status": "passed", "provenance": {"host": host}})
+
+    cells = {"c1": [on(HOST_A), on(HOST_B)], "c2": [on(None)]}
     split = hardware.split(cells)
     assert list(split) == [CLASS_A, CLASS_B, hardware.UNKNOWN]
     assert [len(v["c1"]) for k, v in split.items() if "c1" in v] == [1, 1]

@@ -17,11 +17,13 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from conftest import needs_root
-from fsmatrix import matrix, results, runs
+from fsmatrix import matrix, runs
 from fsmatrix.agent import proc
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.cli import main
-from fsmatrix.results import htmlreport
+from fsmatrix.results import store
+from fsmatrix.results.render import exports
+from fsmatrix.results.render import page as html_page
 
 pytestmark = pytest.mark.system  # real host-backend runs, then headless Chromium
 
@@ -105,8 +107,8 @@ EXTERNAL_REFERENCE = re.compile(
 
 @needs_root
 def test_html_report_renders_with_charts_and_loads_nothing(run_dir: Path, tmp_path: Path) -> None:
-    docs = results.load_results(run_dir)
-    page = htmlreport.write_html(docs, "htmltest", tmp_path / "out")
+    docs = store.load_results(run_dir)
+    page = html_page.write_html(docs, "htmltest", tmp_path / "out")
     source = page.read_text(encoding="utf-8")
     dom, requested = render(page, tmp_path)
     assert requested == []
@@ -190,7 +192,7 @@ def test_otava_csv_orders_runs_by_time_with_medians() -> None:
         doc("early", 2, "2026-01-01T00:01:00+00:00", 2.0),
         doc("early", 3, "2026-01-01T00:02:00+00:00", 9.0),
     ]
-    text = htmlreport.otava_csv(docs)
+    text = exports.otava_csv(docs)
     assert text.splitlines() == [
         "time,commit,run_id,c.elapsed_s",
         "2026-01-01 00:00:00 +0000,earlyearlyearlyearly,early,2.0",

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import SHARED
 from fsmatrix.errors import UserError
-from fsmatrix.results import published
+from fsmatrix.results.store import published
 
 SEEDS = SHARED / "seeds"
 SEED_FILES = {

@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fsmatrix import results
+from conftest import typed
 from fsmatrix.agent import jsonfile
 from fsmatrix.cli import main
 from fsmatrix.errors import UserError
+from fsmatrix.results import store
+from fsmatrix.results.render import markdown, tables
+from fsmatrix.results.verdict import groups
 
 
 def doc(cell: str, repeat: int, elapsed: float, run_id: str = "r") -> dict:  # type: ignore[type-arg]
@@ -31,7 +34,7 @@ def doc(cell: str, repeat: int, elapsed: float, run_id: str = "r") -> dict:  # t
 
 
 def put(root: Path, d: dict) -> Path:  # type: ignore[type-arg]
-    path = results.result_path(root / d["run_id"], d["cell_id"], d["repeat"])
+    path = store.result_path(root / d["run_id"], d["cell_id"], d["repeat"])
     jsonfile.write_atomic(path, d)
     return path
 
@@ -44,7 +47,7 @@ def test_merge_shards_into_one_root(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["results", "merge", str(shard_a), str(shard_b), "--into", str(merged)])
     assert out.exit_code == 0 and "merged 3" in out.output
     assert (merged / "r" / "c1" / "r2.log").read_text() == "log a"
-    assert len(results.load_results(merged / "r")) == 3
+    assert len(store.load_results(merged / "r")) == 3
     db = sqlite3.connect(merged / "index.sqlite")
     assert db.execute("select count(*) from runs").fetchone()[0] == 3
     # merging the same artifacts again changes nothing
@@ -59,7 +62,7 @@ def test_merge_unites_the_shards_matrix_json(tmp_path: Path) -> None:
         put(tmp_path / shard, doc(cell, 1, 1.0))
         record = {"name": "m", "baseline_rule": "defaults", "cells": [{"id": cell, "baseline": cell == "c2"}]}
         jsonfile.write_atomic(tmp_path / shard / "r" / "matrix.json", record)
-    results.merge([tmp_path / "a", tmp_path / "b", tmp_path / "c"], tmp_path / "m")
+    store.merge([tmp_path / "a", tmp_path / "b", tmp_path / "c"], tmp_path / "m")
     merged = jsonfile.read(tmp_path / "m" / "r" / "matrix.json")
     assert merged["cells"] == [{"id": "c1", "baseline": False}, {"id": "c2", "baseline": True}]
     assert merged["baseline_rule"] == "defaults"
@@ -68,7 +71,7 @@ def test_merge_unites_the_shards_matrix_json(tmp_path: Path) -> None:
 def test_merge_never_replaces_a_different_measurement(tmp_path: Path) -> None:
     put(tmp_path / "a", doc("c1", 1, 1.0))
     put(tmp_path / "b", doc("c1", 1, 9.0))
-    results.merge([tmp_path / "a"], tmp_path / "m")
+    store.merge([tmp_path / "a"], tmp_path / "m")
     out = CliRunner().invoke(main, ["results", "merge", str(tmp_path / "b"), "--into", str(tmp_path / "m")])
     assert out.exit_code == 2 and "already holds a different result" in out.output
     assert jsonfile.read(tmp_path / "m" / "r" / "c1" / "r1.json")["metrics"]["elapsed_s"] == 1.0
@@ -78,32 +81,30 @@ def test_reindex_rebuilds_from_documents(tmp_path: Path) -> None:
     for i in range(1, 4):
         put(tmp_path, doc("c", i, float(i)))
     (tmp_path / "index.sqlite").write_text("garbage")
-    assert results.reindex(tmp_path) == 3
+    assert store.reindex(tmp_path) == 3
     rows = sqlite3.connect(tmp_path / "index.sqlite").execute("select metrics from runs order by repeat").fetchall()
     assert [json.loads(r[0])["elapsed_s"] for r in rows] == [1.0, 2.0, 3.0]
 
 
 def test_loading_bad_results_gives_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="does not exist"):
-        results.load_results(tmp_path / "missing")
+        store.load_results(tmp_path / "missing")
     with pytest.raises(UserError, match="no result documents"):
-        results.load_results(tmp_path)
+        store.load_results(tmp_path)
     put(tmp_path, {**doc("c", 1, 1.0), "schema_version": 99})
     with pytest.raises(UserError, match="schema version 99; this fsmatrix reads version 1"):
-        results.load_results(tmp_path)
+        store.load_results(tmp_path)
     (tmp_path / "r" / "c" / "r1.json").write_text("{not json")
     with pytest.raises(UserError, match="not a readable result document"):
-        results.load_results(tmp_path)
+        store.load_results(tmp_path)
 
 
 def test_report_columns_name_the_layout_and_device_profile() -> None:
-    from fsmatrix.results import report
-
     base = {"filesystem": "xfs", "mount_options": "", "mkfs_options": "", "storage.layout": "single"}
-    assert report._column_label({**base, "device.profile": "native"}) == "xfs"
+    assert tables._column_label({**base, "device.profile": "native"}) == "xfs"
     striped = {**base, "storage.layout": "md-raid0", "storage.stripe_disks": 4, "storage.stripe_size": "64K"}
-    assert report._column_label({**striped, "device.profile": "hdd"}) == "xfs (md-raid0 4×64K, hdd profile)"
-    assert report._column_label({**base, "mount_options": "noatime"}) == "xfs (mount_options=noatime)"
+    assert tables._column_label({**striped, "device.profile": "hdd"}) == "xfs (md-raid0 4×64K, hdd profile)"
+    assert tables._column_label({**base, "mount_options": "noatime"}) == "xfs (mount_options=noatime)"
 
 
 def _fs_docs(filesystem: str, values: list[float], bound: str = "io") -> list[dict[str, Any]]:
@@ -132,48 +133,40 @@ def _fs_docs(filesystem: str, values: list[float], bound: str = "io") -> list[di
 
 
 def test_report_bolds_a_winner_only_when_the_test_separates_it() -> None:
-    from fsmatrix.results import report
-
     # make demo's case: jfs 5.03 against ext4 5.19 ±11 %, three runs each: no test separates them.
-    tied = report.markdown(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu"), "t")
+    tied = markdown.markdown(typed(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu")), "t")
     tables = tied.split("\n## threen1\n")[1].split("## Runs")[0]
     assert "**" not in tables.replace("**Elapsed time (s)**", "")
     assert "5.03 ±3% (tied) [io]" in tied and "5.19 ±11% (1.03×, tied) [cpu]" in tied
     assert "**Elapsed time (s)** (lower is better; 3 repeats per entry)" in tied
     # Clearly apart: the best is bold, the other "× the best", not tied.
-    apart = report.markdown(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9]), "t")
+    apart = markdown.markdown(typed(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9])), "t")
     tables = apart.split("\n## threen1\n")[1]
     assert "**5** ±1% [io]" in tables and "10 ±1% (2.00× worse) [io]" in tables and "tied" not in tables
     # One column has nothing to beat.
-    alone = report.rank({"xfs": [1.0, 1.1, 1.2]}, "lower")
+    alone = groups.rank({"xfs": [1.0, 1.1, 1.2]}, "lower")
     assert alone["xfs"].mark == ""
 
 
 def test_rank_ties_every_entry_the_test_cannot_tell_from_the_best() -> None:
-    from fsmatrix.results import report
-
-    ranked = report.rank(
+    ranked = groups.rank(
         {"a": [10.0, 10.1, 9.9], "b": [10.2, 9.8, 10.3], "c": [20.0, 20.2, 19.8], "d": "failed"}, "lower"
     )
     assert (ranked["a"].mark, ranked["b"].mark, ranked["c"].mark) == ("tied", "tied", "")
     assert "d" not in ranked and ranked["c"].ratio == 2.0
     # Two runs are too few for any test: never a winner.
-    assert report.rank({"a": [1.0, 1.0], "b": [5.0, 5.0]}, "lower")["a"].mark == "tied"
+    assert groups.rank({"a": [1.0, 1.0], "b": [5.0, 5.0]}, "lower")["a"].mark == "tied"
 
 
 def test_rank_copes_with_zeros() -> None:
-    from fsmatrix.results import report
-
-    ranked = report.rank({"a": [0.0, 0.0, 0.0], "b": [1.0, 1.1, 0.9]}, "lower")
+    ranked = groups.rank({"a": [0.0, 0.0, 0.0], "b": [1.0, 1.1, 0.9]}, "lower")
     assert ranked["a"].ratio == 1.0 and ranked["b"].ratio == float("inf")
-    assert report.rank({"a": [0.0, 0.0, 0.0], "b": [2.0, 2.0, 2.1]}, "higher")["a"].ratio == float("inf")
+    assert groups.rank({"a": [0.0, 0.0, 0.0], "b": [2.0, 2.0, 2.1]}, "higher")["a"].ratio == float("inf")
 
 
 def test_report_names_the_guest_agents_commit_and_the_host_sides() -> None:
-    from fsmatrix.results import report
-
     docs = _fs_docs("xfs", [1.0, 1.1])
-    assert "- fsmatrix commit: unknown" in report.markdown(docs, "t")
+    assert "- fsmatrix commit: unknown" in markdown.markdown(typed(docs), "t")
     for d in docs:
         d["provenance"] = {"git": {"sha": "a" * 40}, "host": {"fsmatrix_git": "b" * 40}}
-    assert f"- fsmatrix commit: guest agent {'a' * 12}; host {'b' * 12}" in report.markdown(docs, "t")
+    assert f"- fsmatrix commit: guest agent {'a' * 12}; host {'b' * 12}" in markdown.markdown(typed(docs), "t")

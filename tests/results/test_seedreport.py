@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, typed
 from fsmatrix import matrix
 from fsmatrix.agent import workloads
-from fsmatrix.results import htmlreport, published, report, seedreport
+from fsmatrix.results.render import markdown, seed
+from fsmatrix.results.render import page as html_page
+from fsmatrix.results.store import Result, published
+from fsmatrix.results.verdict import claims
 
 SEEDS = REPO / "matrix" / "seeds"
 
@@ -28,7 +31,7 @@ def run_dir_for(tmp_path: Path, matrix_file: Path) -> Path:
 
 def docs_for(
     run_dir: Path, cells: list[matrix.MatrixCell], values: dict[str, list[float]], metric: str
-) -> list[dict[str, Any]]:
+) -> list[Result]:
     """Passed runs of the cells whose id starts with a key of ``values``, ``metric`` set per repeat."""
     docs = []
     for c in cells:
@@ -39,25 +42,23 @@ def docs_for(
         for i, v in enumerate(values[key], start=1):
             metrics = {m.name: 1.0 for m in workloads.get(kind).metrics}
             metrics[metric] = v
-            docs.append(
-                {
-                    "cell_id": c.id,
-                    "repeat": i,
-                    "status": "passed",
-                    "workload": kind,
-                    "params": c.params,
-                    "metrics": metrics,
-                    "key_metrics": {m.name: m.better for m in workloads.get(kind).metrics},
-                    "_path": str(run_dir / c.id / f"r{i}.json"),
-                }
-            )
+            doc = {
+                "cell_id": c.id,
+                "repeat": i,
+                "status": "passed",
+                "workload": kind,
+                "params": c.params,
+                "metrics": metrics,
+                "key_metrics": {m.name: m.better for m in workloads.get(kind).metrics},
+            }
+            docs.append(Result.read(doc, run_dir / c.id / f"r{i}.json"))  # where the report finds its matrix
     return docs
 
 
 def verdicts(docs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """claim id -> (verdict, evidence) from the section's claims table."""
     out = {}
-    table = next(c for k, c in seedreport.blocks(docs) if k == "table" and c[0][0] == "claim")
+    table = next(c for k, c in seed.blocks(typed(docs)) if k == "table" and c[0][0] == "claim")
     for row in table[1]:
         out[row[0]] = (row[3], row[4])
     return out
@@ -87,7 +88,7 @@ def test_claims_that_hold_with_the_published_ranking(small_000: tuple[Path, list
         assert found[claim][0] == "holds", found[claim]
     assert found["000-middle-order"][0] == "holds"
     assert "p = " in found["000-ext2-beats-btrfs"][1] and "3 vs 3 runs" in found["000-ext2-beats-btrfs"][1]
-    text = "\n".join(seedreport.markdown(docs))
+    text = "\n".join(seed.markdown(typed(docs)))
     # the published row the small input stands in for, both sides as "x the best"
     assert "| ext2 | 1,680 | 1.00x | 101 (3) | 1.00x |" in text
     assert "| btrfs | 28,667 | 17.06x | 305 (3) | 3.02x |" in text
@@ -103,7 +104,7 @@ def test_a_claim_that_does_not_hold(small_000: tuple[Path, list[matrix.MatrixCel
     assert found["000-ext2-fastest"][0] == "does not hold"
     assert found["000-btrfs-slowest"][0] == "does not hold"
     assert found["000-ext4-beats-ext3"][0] == "holds"
-    tau_line = [x for x in seedreport.markdown(docs_for(run_dir, cells, values, "elapsed_s")) if "Kendall" in x]
+    tau_line = [x for x in seed.markdown(typed(docs_for(run_dir, cells, values, "elapsed_s"))) if "Kendall" in x]
     assert tau_line and "1.00" not in tau_line[0]
 
 
@@ -163,7 +164,7 @@ def test_relative_speed_and_higher_is_better(tmp_path: Path) -> None:
     docs = docs_for(run_dir, cells, values, "write_mib_s")
     found = verdicts(docs)
     assert found["001-more-processes"][0] == "holds"
-    text = "\n".join(seedreport.markdown(docs))
+    text = "\n".join(seed.markdown(typed(docs)))
     # relative to 1 process: published 203,742 / 93,932 = 217 %; ours 20.5 / 10.5 = 195 %
     assert "| 4 | 203,742 | 217% | 20.5 (3) | 195% |" in text
 
@@ -171,10 +172,10 @@ def test_relative_speed_and_higher_is_better(tmp_path: Path) -> None:
 def test_section_in_markdown_and_html_reports(small_000: tuple[Path, list[matrix.MatrixCell]]) -> None:
     run_dir, cells = small_000
     docs = docs_for(run_dir, cells, SEPARATED, "elapsed_s")
-    text = report.markdown(docs, "t")
+    text = markdown.markdown(typed(docs), "t")
     assert text.index("## Against the published results") < text.index("## Runs and verification")
     assert "| ours (elapsed_s: median, runs) |" in text  # our unit, which need not be the seed's
-    page = htmlreport.html_report(docs, "t")
+    page = html_page.html_report(typed(docs), "t")
     assert "<h2>Against the published results</h2>" in page
     assert '<td class="holds">holds</td>' in page
     assert page.index("Against the published results") < page.index("Runs and verification")
@@ -184,8 +185,8 @@ def test_no_section_without_a_seed_matrix(tmp_path: Path) -> None:
     path = REPO / "matrix" / "quick.yaml"
     run_dir = run_dir_for(tmp_path, path)
     docs = docs_for(run_dir, matrix.load(path).cells, {"ext4-": [1.0, 2.0, 3.0]}, "elapsed_s")
-    assert seedreport.blocks(docs) == []
-    assert "Against the published results" not in report.markdown(docs, "t")
+    assert seed.blocks(typed(docs)) == []
+    assert "Against the published results" not in markdown.markdown(typed(docs), "t")
 
 
 def test_unreadable_published_data_is_said_not_raised(
@@ -193,17 +194,17 @@ def test_unreadable_published_data_is_said_not_raised(
 ) -> None:
     run_dir, cells = small_000
     docs = docs_for(run_dir, cells, SEPARATED, "elapsed_s")
-    text = "\n".join(seedreport.markdown(docs, tmp_path / "nowhere"))
+    text = "\n".join(seed.markdown(typed(docs), tmp_path / "nowhere"))
     assert "The published data could not be read" in text
 
 
 def test_normalise_and_kendall() -> None:
-    assert seedreport.normalise({"a": 10.0, "b": 20.0}, "lower", "times_best", None) == {"a": 1.0, "b": 2.0}
-    assert seedreport.normalise({"a": 10.0, "b": 20.0}, "higher", "times_best", None) == {"a": 2.0, "b": 1.0}
-    assert seedreport.normalise({"a": 10.0, "b": 20.0}, "lower", "relative_to", "b") == {"a": 2.0, "b": 1.0}
-    assert seedreport.normalise({"a": 10.0}, "lower", "relative_to", "b") == {}
-    assert seedreport.kendall({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 3, "c": 2})[0] == pytest.approx(1 / 3)
-    tau, n = seedreport.kendall({"a": 1.0}, {"a": 1.0})
+    assert claims.normalise({"a": 10.0, "b": 20.0}, "lower", "times_best", None) == {"a": 1.0, "b": 2.0}
+    assert claims.normalise({"a": 10.0, "b": 20.0}, "higher", "times_best", None) == {"a": 2.0, "b": 1.0}
+    assert claims.normalise({"a": 10.0, "b": 20.0}, "lower", "relative_to", "b") == {"a": 2.0, "b": 1.0}
+    assert claims.normalise({"a": 10.0}, "lower", "relative_to", "b") == {}
+    assert claims.kendall({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 3, "c": 2})[0] == pytest.approx(1 / 3)
+    tau, n = claims.kendall({"a": 1.0}, {"a": 1.0})
     assert math.isnan(tau) and n == 1
 
 
@@ -219,4 +220,4 @@ def test_every_claim_gets_a_verdict_for_every_seed_matrix(tmp_path: Path) -> Non
         expected = {c.id for c in data.claims if c.table in tables}
         found = verdicts(docs) if expected else {}
         assert set(found) == expected
-        assert all(v in seedreport.VERDICTS for v, _ in found.values())
+        assert all(v in claims.VERDICTS for v, _ in found.values())

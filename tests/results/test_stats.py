@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from fsmatrix.results import stats
+from conftest import typed
+from fsmatrix.results.store import sides
+from fsmatrix.results.verdict import stats
 
 
 def noisy(rng: np.random.Generator, n: int, centre: float, cv: float = 0.02, outlier: float = 0.1) -> list[float]:
@@ -146,15 +148,16 @@ def test_bootstrap_interval_coverage_is_what_the_docs_say() -> None:
 def test_bench_gate_scaling_and_rates() -> None:
     """The gate benchmark's injected slowdown touches only the gated metrics, in their worse direction."""
     from fsmatrix.bench import gate as bench_gate
-    from fsmatrix.results import compare
 
     doc = {
+        **{"cell_id": "c", "repeat": 1, "status": "passed"},
         "workload": "threen1",
         "metrics": {"elapsed_s": 10.0, "cpu_busy_s": 2.0, "updates_per_s": 5.0},
         "key_metrics": {"elapsed_s": "lower", "cpu_busy_s": "lower"},
     }
-    slower = bench_gate.scaled(compare.Side("b", [doc]), 0.2).docs[0]["metrics"]
+    slower = bench_gate.scaled(sides.Side("b", typed([doc])), 0.2).docs[0].metrics
     assert slower == {"elapsed_s": pytest.approx(12.0), "cpu_busy_s": pytest.approx(2.4), "updates_per_s": 5.0}
-    fio = {"workload": "fio", "metrics": {"iops": 100.0}, "key_metrics": {"iops": "higher"}}
-    assert bench_gate.scaled(compare.Side("b", [fio]), 0.25).docs[0]["metrics"]["iops"] == pytest.approx(80.0)
+    fio = {"cell_id": "f", "repeat": 1, "status": "passed", "workload": "fio", "metrics": {"iops": 100.0}}
+    fio["key_metrics"] = {"iops": "higher"}
+    assert bench_gate.scaled(sides.Side("b", typed([fio])), 0.25).docs[0].metrics["iops"] == pytest.approx(80.0)
     assert bench_gate.rate([True] + [False] * 19) == "1/20 (5%, 95 % CI 0%-25%)"

@@ -25,12 +25,13 @@ import pytest
 from rich.console import Console
 
 from conftest import FSMATRIX, needs_root
-from fsmatrix import matrix, results, runs
+from fsmatrix import matrix, runs
 from fsmatrix.agent import job
 from fsmatrix.cli import run as cli_run
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, RaceSettings
-from fsmatrix.results import report
+from fsmatrix.results import store
+from fsmatrix.results.render import markdown
 from test_bad_input import expand_refuses, refused
 
 # elapsed_s (threen1's primary metric, lower is better) per filesystem: (median, sd of its log).
@@ -296,7 +297,7 @@ def test_a_stored_race_with_other_settings_is_refused(tmp_path: Path) -> None:
 
 def test_report_has_a_race_section(tmp_path: Path) -> None:
     race(tmp_path, Drawn({"ext4": FAST, "xfs": SLOW}), ["ext4", "xfs"], RaceSettings(3, 8))
-    text = report.write_report(tmp_path / "r", "t")[0].read_text()
+    text = markdown.write_report(tmp_path / "r", "t")[0].read_text()
     section = text.split("## Race\n", 1)[1].split("\n## ", 1)[0]
     assert "6 runs of the fixed design's 16 (10 saved)" in section
     assert "| cell | left after round | why |" in section
@@ -397,4 +398,4 @@ def test_a_real_race_on_the_host(tmp_path: Path) -> None:
     assert set(stored["left"]) == set(stored["cells"])
     assert "race: " in done.stdout and "runs of the fixed design's 8" in done.stdout
     assert "## Race" in (tmp_path / "res" / "race" / "report.md").read_text()
-    assert len(results.load_results(tmp_path / "res" / "race")) == stored["runs_used"]
+    assert len(store.load_results(tmp_path / "res" / "race")) == stored["runs_used"]

@@ -23,7 +23,8 @@ from types import TracebackType
 import pytest
 
 from conftest import FSMATRIX
-from fsmatrix import results, slurm
+from fsmatrix import slurm
+from fsmatrix.results import store
 
 pytestmark = [pytest.mark.root(reason="needs root: slurmd, munged and the host backend"), pytest.mark.system]
 
@@ -312,5 +313,5 @@ def test_a_matrix_through_sbatch_equals_a_local_run(tmp_path: Path) -> None:
     assert len(expected) == 2
     assert _report_cells(report) == expected
     assert _report_cells(tmp_path / "detached" / "later" / "report.md") == expected
-    merged = results.load_results(tmp_path / "slurm" / "tiny")
+    merged = store.load_results(tmp_path / "slurm" / "tiny")
     assert {d["cell_id"] for d in merged} == expected and {d["status"] for d in merged} == {"passed"}

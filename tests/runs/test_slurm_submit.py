@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fsmatrix import matrix, results, slurm
+from fsmatrix import matrix, slurm
 from fsmatrix.agent import jsonfile
 from fsmatrix.cli import main
 from fsmatrix.errors import UserError
+from fsmatrix.results import store
 from test_bad_input import OK_CELL, refused
 
 TWO = f"name: two\naxes:\n  filesystem: [tmpfs]\n  workload.threen1.end: [100, 200]\n{OK_CELL}"
@@ -195,12 +196,12 @@ def test_collect_merges_the_shards_names_a_task_that_did_not_end_and_replaces_wi
     done = slurm.collect(sub, echo=lambda line: None)
     assert not done.ok and len(done.failed) == 1 and done.failed[0].startswith("shard 1 (")
     assert "ended without an exit status" in done.failed[0]
-    assert {d["cell_id"] for d in results.load_results(done.run_dir)} == {c.id for c in m.cells}
+    assert {d.cell_id for d in store.load_results(done.run_dir)} == {c.id for c in m.cells}
     assert (done.run_dir / "report.md").exists()
     # Other runs of the same cells arrive: refused at the merge, unless the submission replaces.
-    doc = jsonfile.read(results.result_path(sub.shard_dir(0) / "two", m.cells[0].id, 1))
+    doc = jsonfile.read(store.result_path(sub.shard_dir(0) / "two", m.cells[0].id, 1))
     jsonfile.write_atomic(
-        results.result_path(sub.shard_dir(0) / "two", m.cells[0].id, 1), {**doc, "repeat": 1, "duration_s": 9}
+        store.result_path(sub.shard_dir(0) / "two", m.cells[0].id, 1), {**doc, "repeat": 1, "duration_s": 9}
     )
     with pytest.raises(UserError, match="already holds a different result"):
         slurm.collect(sub, echo=lambda line: None)

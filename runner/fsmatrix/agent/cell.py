@@ -133,7 +133,7 @@ class Cell:
     # Crash the run on purpose and recover (fsmatrix.agent.crash); None, the default, never crashes.
     crash: crashes.Settings | None = None
     # ``timeout: auto``: the limit comes from the cell's stored runs (the host side sets ``timeout``
-    # before the run, results/estimate.py); the cell's JSON form (and so its id) says "auto".
+    # before the run, results/verdict/estimate.py); the cell's JSON form (and so its id) says "auto".
     timeout_auto: bool = False
     timeout_source: str | None = None  # why ``timeout`` is what it is (the result's timeout_source)
 

@@ -4,7 +4,7 @@ A guest's own provenance describes the guest (its kernel, "QEMU TCG CPU", its me
 same on every host; what makes two VM results comparable or not is the host under the guest: its
 CPU, kernel, memory, QEMU, the storage under the work directory (where the data disks' image files
 live) and the CPU frequency governor. ``compare`` refuses results from different hosts and
-calibrations are keyed by them (results/compare.py, ``HOST_KEYS``).
+calibrations are keyed by them (results/verdict/environment.py, ``ENV_KEYS``).
 
 The machine id is a hash, never the raw id. It comes from the hardware's DMI product UUID when that
 is readable (the same inside a container as outside), else from ``/etc/machine-id`` (which in a

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ from fsmatrix.bisect import driver
 from fsmatrix.bisect import git as bisect_git
 from fsmatrix.bisect.lab import GitLab, one_cell
 from fsmatrix.errors import UserError, interrupt_on_sigterm
-from fsmatrix.results import compare, stats
+from fsmatrix.results import store
+from fsmatrix.results.verdict import gate, stats
+from fsmatrix.results.verdict.metrics import gate_metrics
 
 SETTINGS = "bisect-settings.yaml"
 GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost"}
@@ -49,16 +52,17 @@ class InjectedLab:
     def prepare(self, commit: driver.Commit) -> driver.Prepared:
         return self.inner.prepare(commit)
 
-    def run(self, prepared: driver.Prepared, run_id: str, repeat: int) -> dict[str, Any]:
+    def run(self, prepared: driver.Prepared, run_id: str, repeat: int) -> store.Result:
         doc = self.inner.run(prepared, run_id, repeat)
-        if prepared.commit.index < self.culprit or doc.get("status") != "passed":
+        if prepared.commit.index < self.culprit or doc.status != "passed":
             return doc
-        metrics = dict(doc.get("metrics") or {})
-        for metric in compare.gate_metrics([doc]):
-            if isinstance(metrics.get(metric), int | float):
-                better = (doc.get("key_metrics") or {}).get(metric, "lower")
-                metrics[metric] *= 1 + self.effect if better == "lower" else 1 / (1 + self.effect)
-        return {**doc, "metrics": metrics}
+        metrics = dict(doc.metrics)
+        for metric in gate_metrics([doc]):
+            value = metrics.get(metric)
+            if value is not None:
+                better = doc.key_metrics.get(metric, "lower")
+                metrics[metric] = value * (1 + self.effect if better == "lower" else 1 / (1 + self.effect))
+        return replace(doc, metrics=metrics)  # a stand-in: the stored document is unchanged
 
     def release(self, commit: driver.Commit) -> None:
         self.inner.release(commit)
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.bisects < 1 or args.commits < 1 or not 0 < args.effect < 10:
             raise UserError("--bisects and --commits must be at least 1, --effect in (0, 10)")
-        plan = driver.Plan(threshold=compare.parse_threshold(args.threshold))
+        plan = driver.Plan(threshold=gate.parse_threshold(args.threshold))
         base = one_cell(args.matrix, args.only)
     except UserError as exc:
         print(exc, file=sys.stderr)

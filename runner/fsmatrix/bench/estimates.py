@@ -1,7 +1,7 @@
 """How right were the estimates? ``python -m fsmatrix.bench.estimates RUN_DIR [--results ROOT]``
 
 RUN_DIR is a directory ``fsmatrix run`` wrote (``matrix.json`` and one ``<cell>/r<N>.json`` per run).
-For each of its cells, the estimate ``fsmatrix run`` prints (results/estimate.py: the median of the
+For each of its cells, the estimate ``fsmatrix run`` prints (results/verdict/estimate.py: the median of the
 cell's passed runs stored under ROOT on the host RUN_DIR's runs were made on, else the same workload
 on another filesystem) is computed again from every stored run *except RUN_DIR's own* — what the
 estimate was before that run, when RUN_DIR is the latest run — and set against the median duration
@@ -19,23 +19,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from fsmatrix import results
 from fsmatrix.errors import UserError
-from fsmatrix.results import estimate
+from fsmatrix.results import store
+from fsmatrix.results.store import past_runs
+from fsmatrix.results.verdict import estimate
 
 
 def load(run_dir: Path, root: Path) -> tuple[list[estimate.Accuracy], str | None]:
     """The cells of ``run_dir`` against their estimates from the other runs under ``root``, and the
     host (machine id) the runs were made on."""
-    cells = {e["id"]: e["params"] for e in results.run_matrix(run_dir)["cells"]}
-    passed = [d for d in results.load_results(run_dir) if d.get("status") == "passed" and d.get("cell_id") in cells]
+    cells = {e["id"]: e["params"] for e in store.run_matrix(run_dir)["cells"]}
+    passed = [d for d in store.load_results(run_dir) if d.status == "passed" and d.cell_id in cells]
     if not passed:
         raise UserError(f"{run_dir}: no passed run to set against an estimate")
     actual: dict[str, list[float]] = {}
     for doc in passed:
-        actual.setdefault(doc["cell_id"], []).append(float(doc["duration_s"]))
-    host = ((passed[0].get("provenance") or {}).get("host") or {}).get("machine_id")
-    stored = [r for r in estimate.stored_runs(root, host, None, list(cells)) if r.run_id != run_dir.name]
+        actual.setdefault(doc.cell_id, []).append(float(doc.duration_s or 0))
+    host = passed[0].provenance.host.machine_id
+    stored = [r for r in past_runs.stored_runs(root, host, None, list(cells)) if r.run_id != run_dir.name]
     found = estimate.estimates(cells.items(), stored)
     return estimate.accuracy(found, actual), host
 

@@ -14,7 +14,7 @@ way ``.github/scripts/pr-gate.sh`` makes them. Each **round** runs
 
 Per round, each kind of comparison is judged by the gate as pr-gate.sh applies it — paired test
 (``compare --paired``), Holm across the cell's gated metrics, ``--fail-on-regression THRESHOLD``,
-and a regression failing only when the confirmation batch shows it again (``compare.Confirmed``):
+and a regression failing only when the confirmation batch shows it again (``gate.Confirmed``):
 
 - A vs B: a failure is a **false alarm**;
 - A vs V: a failure is a **detection** of the stand-in regression;
@@ -41,7 +41,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,11 +49,14 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from fsmatrix import matrix, results, runs
+from fsmatrix import matrix, runs
 from fsmatrix.agent import jsonfile, provenance
 from fsmatrix.backends import BACKENDS, Backend
 from fsmatrix.errors import UserError, interrupt_on_sigterm
-from fsmatrix.results import compare, stats
+from fsmatrix.results import store
+from fsmatrix.results.store import sides
+from fsmatrix.results.verdict import gate, metrics, stats
+from fsmatrix.results.verdict.metrics import gate_metrics
 
 SIDES = ("a", "b", "v")
 DEFAULT_ONLY = "ext4-threen1-*"
@@ -77,34 +80,35 @@ FORMS = (
 )
 
 
-def scaled(side: compare.Side, slowdown: float) -> compare.Side:
+def scaled(side: sides.Side, slowdown: float) -> sides.Side:
     """``side`` with each metric the gate decides on made ``slowdown`` worse (0.2: 20 % slower), as
     a program doing 20 % more work would be: its time and its CPU-seconds alike."""
     docs = []
     for doc in side.docs:
-        metrics = dict(doc.get("metrics") or {})
-        for metric in compare.gate_metrics([doc]):
-            if metric in metrics:
-                better = (doc.get("key_metrics") or {}).get(metric, "lower")
+        metrics = dict(doc.metrics)
+        for metric in gate_metrics([doc]):
+            value = metrics.get(metric)
+            if value is not None:
+                better = doc.key_metrics.get(metric, "lower")
                 factor = 1 + slowdown if better == "lower" else 1 / (1 + slowdown)
-                metrics[metric] = metrics[metric] * factor
-        docs.append({**doc, "metrics": metrics})
-    return compare.Side(f"{side.label}+{slowdown:.0%}", docs)
+                metrics[metric] = value * factor
+        docs.append(replace(doc, metrics=metrics))  # a stand-in: the stored document is unchanged
+    return sides.Side(f"{side.label}+{slowdown:.0%}", docs)
 
 
 def judge(
-    first: tuple[compare.Side, compare.Side],
-    second: tuple[compare.Side, compare.Side],
+    first: tuple[sides.Side, sides.Side],
+    second: tuple[sides.Side, sides.Side],
     threshold: float,
     paired: bool,
-) -> tuple[compare.CompareResult, dict[GateForm, bool]]:
+) -> tuple[gate.CompareResult, dict[GateForm, bool]]:
     """The first batch's comparison, and whether each form of the gate with this ``paired`` fails on
     base/head ``first`` (confirmed on ``second`` by the forms that confirm; the second batch is
     compared only when the first found a regression)."""
-    result = compare.compare(*first, threshold=threshold, paired=paired)
-    again = compare.compare(*second, threshold=threshold, paired=paired) if result.regressions else None
+    result = gate.compare(*first, threshold=threshold, paired=paired)
+    again = gate.compare(*second, threshold=threshold, paired=paired) if result.regressions else None
     fails = {
-        form: (compare.Confirmed(result, again).exit_status() if form.confirm and again else result.exit_status()) == 1
+        form: (gate.Confirmed(result, again).exit_status() if form.confirm and again else result.exit_status()) == 1
         for form in FORMS
         if form.paired == paired
     }
@@ -112,8 +116,8 @@ def judge(
 
 
 def gate_fails(
-    first: tuple[compare.Side, compare.Side],
-    second: tuple[compare.Side, compare.Side],
+    first: tuple[sides.Side, sides.Side],
+    second: tuple[sides.Side, sides.Side],
     threshold: float,
     form: GateForm,
 ) -> bool:
@@ -126,8 +130,8 @@ class Round:
     """One round's batches: ``first[side]`` and ``second[side]`` for side in a, b, v."""
 
     number: int
-    first: dict[str, compare.Side]
-    second: dict[str, compare.Side]
+    first: dict[str, sides.Side]
+    second: dict[str, sides.Side]
     loads: tuple[float, float]  # 1-minute load average before and after the round
 
 
@@ -145,7 +149,7 @@ class Tally:
     def add(self, rnd: Round) -> None:
         self.loads.append(rnd.loads)
 
-        def heads(batch: dict[str, compare.Side]) -> list[compare.Side]:
+        def heads(batch: dict[str, sides.Side]) -> list[sides.Side]:
             return [batch["b"], batch["v"], *(scaled(batch["b"], s) for s in self.slowdowns)]
 
         for kind, head1, head2 in zip(self.kinds, heads(rnd.first), heads(rnd.second), strict=True):
@@ -159,8 +163,8 @@ class Tally:
                             self.changes[kind].setdefault(row.metric, []).append(row.comparison.ratio - 1)
         for batch in (rnd.first, rnd.second):
             a_docs = batch["a"].docs
-            for metric in compare.gate_metrics(a_docs):
-                pairs = compare.metric_pairs(a_docs, batch["v"].docs, metric)
+            for metric in gate_metrics(a_docs):
+                pairs = metrics.metric_pairs(a_docs, batch["v"].docs, metric)
                 self.stand_in.setdefault(metric, []).extend(math.log(v / a) for a, v in pairs if a > 0 and v > 0)
 
     @property
@@ -212,10 +216,11 @@ def _one(m: matrix.Matrix, index: int) -> matrix.Matrix:
     return m
 
 
-def _with(doc: dict[str, Any], setting: str) -> dict[str, Any]:
+def _with(matrix_doc: dict[str, Any], setting: str) -> dict[str, Any]:
     """The matrix document with one more default (``key=value``, the value read as YAML)."""
     key, _, value = setting.partition("=")
-    return {**doc, "defaults": {**(doc.get("defaults") or {}), key.strip(): yaml.safe_load(value)}}
+    defaults = {**(matrix_doc.get("defaults") or {}), key.strip(): yaml.safe_load(value)}
+    return {**matrix_doc, "defaults": defaults}
 
 
 def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: Console) -> tuple[float, float]:
@@ -264,15 +269,15 @@ def load_round(results_root: Path, number: int, pairs: tuple[int, int] | None = 
     if not marker.is_file():
         return None
     info = jsonfile.read(marker)
-    batches: dict[str, dict[str, compare.Side]] = {"": {}, "2": {}}
+    batches: dict[str, dict[str, sides.Side]] = {"": {}, "2": {}}
     for suffix, batch in batches.items():
         for side in SIDES:
             run_id = f"gate-r{number}-{side}{suffix}"
             # the variant's documents stand in for the base cell's, as a slower version of that cell would
-            docs = [{**d, "cell_id": info["cell_id"]} for d in results.load_results(results_root / run_id)]
+            docs = [replace(d, cell_id=info["cell_id"]) for d in store.load_results(results_root / run_id)]
             if pairs:
-                docs = [d for d in docs if d["repeat"] <= pairs[0 if suffix == "" else 1]]
-            batch[side] = compare.Side(run_id, docs)
+                docs = [d for d in docs if d.repeat <= pairs[0 if suffix == "" else 1]]
+            batch[side] = sides.Side(run_id, docs)
     return Round(number, batches[""], batches["2"], (info["load_before"], info["load_after"]))
 
 
@@ -304,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        threshold = compare.parse_threshold(args.threshold)
+        threshold = gate.parse_threshold(args.threshold)
         if args.pairs is not None:
             args.pairs = tuple(int(x) for x in args.pairs.split(","))
             if len(args.pairs) != 2 or min(args.pairs) < 3:

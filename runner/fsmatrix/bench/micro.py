@@ -12,7 +12,6 @@ import statistics
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -21,6 +20,7 @@ from fsmatrix.agent import provenance
 from fsmatrix.agent.workloads.threen1.memory import run_in_memory
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.errors import interrupt_on_sigterm
+from fsmatrix.results import store
 
 REPEATS = 3
 
@@ -49,13 +49,13 @@ def main() -> int:
         "|---|---|---|---|---|---|---|---|",
     ]
     for cell in m.cells:
-        docs = [d for d in summary.docs[cell.id] if d["status"] == "passed"]
+        docs = [d for d in summary.docs[cell.id] if d.status == "passed"]
         if len(docs) != REPEATS:
             print(f"{cell.id}: only {len(docs)} of {REPEATS} runs passed", file=sys.stderr)
             return 1
 
-        def metric(name: str, docs: list[dict[str, Any]] = docs) -> list[float]:
-            return [float(d["metrics"][name]) for d in docs]
+        def metric(name: str, docs: list[store.Result] = docs) -> list[float]:
+            return [float(d.metrics[name] or 0) for d in docs]
 
         rows.append(
             f"| GT.M on {cell.params['filesystem']} | {cell.params['workload']['threen1']['keys']} "

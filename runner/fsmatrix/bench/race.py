@@ -11,21 +11,21 @@ raced and is left out; failed and skipped runs are left out, the replay draws fr
 runs):
 
 - **The full-data decision**: the cells that the race's own rule, applied once to all the stored
-  runs of every cell, does not retire: ``decide.race_step`` with every run at a single look
+  runs of every cell, does not retire: ``race.race_step`` with every run at a single look
   (``after_round = max_rounds = min_repeats = R``, R the stored runs of the group's cell with the
   fewest): the same δ, and one look's error budget α / (3 · K(K-1)/2), as the fixed design of R
   runs a cell looks once. That is {the best} ∪
   the cells tied with it within ±δ ∪ the cells the data cannot place (neither shown worse by more
   than δ nor equivalent) — the counterpart of a race's survivors (best, tied, and "remained" at
   ``max_repeats``): the cells *not shown worse than the best by more than δ* on all the data.
-  ``decide.compare_group``'s answer (the best and the cells not significantly different from it,
+  ``groups.compare_group``'s answer (the best and the cells not significantly different from it,
   with no δ) is a different question — a cell 2 % slower than the best on many runs is "worse"
   there and survives a race with δ = 5 % — so it is printed beside the decision for reference,
   never compared with the replays.
 - **Replays** (``--replays``, default 200, seeded with ``--seed``): each draws, per cell, a random
   order of its stored runs (without replacement) and plays the race exactly as ``fsmatrix run
   --race`` does — rounds of every cell still in the race, and after each round
-  ``runs.race_look`` (which calls ``decide.race_step``: the same function, settings and
+  ``runs.race_look`` (which calls ``race.race_step``: the same function, settings and
   bookkeeping as the runner's) with ``--min-repeats`` (default 3), ``--max-repeats`` (default R,
   the stored runs of the group's cell with the fewest: a replay never uses more than the full
   data) and ``--delta`` (default 5 %); retired and tied cells get no more runs. A replay's
@@ -53,11 +53,12 @@ from typing import Any
 
 import numpy as np
 
-from fsmatrix import results, runs
+from fsmatrix import runs
 from fsmatrix.agent import provenance
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, RaceSettings
-from fsmatrix.results import decide, stats
+from fsmatrix.results import store
+from fsmatrix.results.verdict import groups, race, stats
 
 MIN_STORED = 15  # passed runs per cell: fewer leaves the full data too close to what a race sees
 REPLAYS = 200
@@ -113,7 +114,7 @@ def full_data_decision(
 ) -> tuple[frozenset[str], str | None]:
     """The cells the race's rule does not retire at one look at all the stored runs, and the best."""
     n = min(len(v) for v in group.samples.values())
-    step = decide.race_step(
+    step = race.race_step(
         group.samples, group.direction, after_round=n, max_rounds=n, delta=delta, alpha=alpha, min_repeats=n
     )
     return frozenset(d.cell for d in step.decisions if d.action != "retire"), step.best
@@ -165,7 +166,7 @@ def measure(
     seed: int = 0,
     min_repeats: int = 3,
     max_repeats: int | None = None,
-    delta: float = decide.DELTA,
+    delta: float = groups.DELTA,
     alpha: float = stats.ALPHA,
 ) -> GroupReplays:
     """The full-data decision of ``group`` and ``replays`` seeded replays of its race (see the module's
@@ -193,7 +194,7 @@ def measure(
         raise UserError(f"--replays {replays} must be at least 1")
     settings = RaceSettings(min_repeats=min_repeats, max_repeats=top, delta=delta)
     decision, best = full_data_decision(group, delta, alpha)
-    answer = decide.compare_group(group.samples, group.direction, alpha=alpha)
+    answer = groups.compare_group(group.samples, group.direction, alpha=alpha)
     out = GroupReplays(group, settings, decision, best, tuple(c for c in (answer.best, *answer.tied) if c))
     rng = np.random.default_rng(seed)
     for _ in range(replays):
@@ -220,16 +221,16 @@ class RunDir:
 def load_run_dir(path: Path) -> RunDir:
     """The raced comparison groups of a stored run (``matrix.json`` and its result documents), each
     cell's passed values of the primary metric in repeat order. UserError when it is not one."""
-    matrix_json = results.run_matrix(path)
+    matrix_json = store.run_matrix(path)
     try:
         cells = [MatrixCell.from_params(e["id"], e["params"]) for e in matrix_json["cells"]]
     except ValueError as exc:
         raise UserError(f"{path}/matrix.json: cannot read its cells ({exc})") from exc
-    docs = results.load_results(path)
-    by_cell: dict[str, list[dict[str, Any]]] = {c.id: [] for c in cells}
-    for doc in sorted(docs, key=lambda d: int(d["repeat"])):
-        if doc["cell_id"] in by_cell:
-            by_cell[doc["cell_id"]].append(doc)
+    docs = store.load_results(path)
+    by_cell: dict[str, list[store.Result]] = {c.id: [] for c in cells}
+    for doc in sorted(docs, key=lambda d: d.repeat):
+        if doc.cell_id in by_cell:
+            by_cell[doc.cell_id].append(doc)
     groups = []
     counts = []
     for g in runs.race_groups(cells):
@@ -242,11 +243,10 @@ def load_run_dir(path: Path) -> RunDir:
         groups.append(StoredGroup(g.label, g.metric, g.direction, samples))
     if not groups:
         raise UserError(f"{path}: no comparison group to race (only crash groups)")
-    passed = [d for ds in by_cell.values() for d in ds if d.get("status") == "passed"]
-    prov = [d.get("provenance") or {} for d in passed]
-    hosts = tuple(sorted({str(p.get("hostname", "?")) for p in prov}))
-    commits = tuple(sorted({str((p.get("git") or {}).get("sha") or "?")[:10] for p in prov}))
-    times = sorted(str(t) for d in passed for t in (d.get("started_at"), d.get("finished_at")) if t)
+    passed = [d for ds in by_cell.values() for d in ds if d.status == "passed"]
+    hosts = tuple(sorted({str(d.provenance.section.get("hostname", "?")) for d in passed}))
+    commits = tuple(sorted({(d.provenance.git_sha or "?")[:10] for d in passed}))
+    times = sorted(t for d in passed for t in (d.started_at, d.finished_at) if t)
     started = f"{times[0]} .. {times[-1]}" if times else "?"
     file = str(matrix_json.get("file"))
     return RunDir(path, groups, len(passed), (min(counts), max(counts)), hosts, commits, started, file)
@@ -293,7 +293,7 @@ def group_lines(g: GroupReplays) -> list[str]:
         f"- rounds: median {statistics.median(rounds):g} ({min(rounds)}..{max(rounds)})",
         "- disagreements: "
         + ("; ".join(f"{kind} {count}/{n}" for kind, count in kinds.most_common()) if kinds else "none"),
-        f"- for reference, the answer on all runs (decide.compare_group: the best and the cells not "
+        f"- for reference, the answer on all runs (groups.compare_group: the best and the cells not "
         f"significantly different from it, no δ): {', '.join(g.answer) or '-'}",
     ]
     return lines
@@ -312,9 +312,9 @@ def markdown(dirs: Sequence[tuple[RunDir, list[GroupReplays]]], replays: int, se
         f"Race replay: {replays} replays a group, seed {seed}; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
         f"git {sha}; from {sources}",
     ]
-    for d, groups in dirs:
+    for d, looked in dirs:
         lines += ["", f"### {d.path}"]
-        for g in groups:
+        for g in looked:
             lines += ["", *group_lines(g)]
     return "\n".join(lines)
 
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-repeats", type=int, default=None, help="the race's last round (default: the stored runs per cell)"
     )
-    parser.add_argument("--delta", type=float, default=decide.DELTA, help="the minimum effect (0.05: 5 %%)")
+    parser.add_argument("--delta", type=float, default=groups.DELTA, help="the minimum effect (0.05: 5 %%)")
     args = parser.parse_args(argv)
     try:
         done = []

@@ -196,16 +196,16 @@ def _cpu_model() -> str:
     return platform.machine()
 
 
-def table(doc: dict[str, Any]) -> Table:
+def table(measured: dict[str, Any]) -> Table:
     """The summary as a table: median and [min, max] per figure."""
 
     def cell(stats: dict[str, float], digits: int) -> str:
         return f"{stats['median']:.{digits}f} [{stats['min']:.{digits}f}, {stats['max']:.{digits}f}]"
 
-    summary = doc["summary"]
+    summary = measured["summary"]
     title = (
-        f"vmbench: accel {doc['accel']}, guest start {doc.get('start', 'boot')}, {doc['settings']['repeats']} repeats, "
-        "median [min, max]"
+        f"vmbench: accel {measured['accel']}, guest start {measured.get('start', 'boot')}, "
+        f"{measured['settings']['repeats']} repeats, median [min, max]"
     )
     out = Table(title=escape(title))
     for header in ("figure", "guest", "host", "guest / host"):

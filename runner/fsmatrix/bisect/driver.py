@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from fsmatrix.bisect import search
 from fsmatrix.errors import UserError
-from fsmatrix.results import compare, stats
+from fsmatrix.results import store
+from fsmatrix.results.verdict import metrics, stats
 
 FORMAT_VERSION = 1
 FINDINGS = ("culprit", "range", "no regression", "stopped")
@@ -48,7 +49,7 @@ class Lab(Protocol):
     def prepare(self, commit: Commit) -> Prepared:
         """The commit's settings, or why it cannot be tested."""
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> dict[str, Any]:
+    def run(self, prepared: Prepared, run_id: str, repeat: int) -> store.Result:
         """Repeat ``repeat`` of the cell with the commit's settings under ``run_id``: its result document
         (the stored one when that run is complete: the resume)."""
 
@@ -88,21 +89,21 @@ class _Tally:
     failed: int = 0
 
 
-def _value(doc: dict[str, Any], metric: str) -> float | None:
-    return compare.metric_value(doc, metric) if doc.get("status") == "passed" else None
+def _value(doc: store.Result, metric: str) -> float | None:
+    return metrics.metric_value(doc, metric) if doc.status == "passed" else None
 
 
-def _values(docs: list[dict[str, Any]], metric: str) -> list[float]:
+def _values(docs: list[store.Result], metric: str) -> list[float]:
     return [v for d in docs if (v := _value(d, metric)) is not None and v > 0]
 
 
-def _failure(doc: dict[str, Any]) -> str | None:
-    if doc.get("status") == "passed":
+def _failure(doc: store.Result) -> str | None:
+    if doc.status == "passed":
         return None
-    return f"{doc.get('status')}: {doc.get('reason') or 'no reason recorded'}"
+    return f"{doc.status}: {doc.reason or 'no reason recorded'}"
 
 
-def _check_end(side: str, prepared: Prepared, docs: list[dict[str, Any]]) -> None:
+def _check_end(side: str, prepared: Prepared, docs: list[store.Result]) -> None:
     """An end's run may fail once (a hiccup of the machine; its value is left out); a second failure
     stops the bisect: without both ends nothing can be decided."""
     failures = [f for d in docs if (f := _failure(d))]
@@ -127,11 +128,11 @@ class Bisector:
 
     # --------------------------------------------------------------------------- running
 
-    def _run(self, prepared: Prepared, phase: str, repeat: int) -> dict[str, Any]:
+    def _run(self, prepared: Prepared, phase: str, repeat: int) -> store.Result:
         doc = self.lab.run(prepared, f"{phase}-{prepared.commit.short}", repeat)
         self.tally.runs += 1
-        self.tally.seconds += float(doc.get("duration_s") or 0.0)
-        if doc.get("status") != "passed":
+        self.tally.seconds += float(doc.duration_s or 0.0)
+        if doc.status != "passed":
             self.tally.failed += 1
         return doc
 
@@ -186,7 +187,7 @@ class Bisector:
         """Rounds of both ends until some metric shows the bad end slower by more than δ (the one with
         the smallest p-value is followed), every metric shows it is not, or the last round."""
         plan = self.plan
-        docs: dict[str, list[dict[str, Any]]] = {"good": [], "bad": []}
+        docs: dict[str, list[store.Result]] = {"good": [], "bad": []}
         metrics: dict[str, str] = {}
         verdicts: dict[str, search.Judgement] = {}
         r = 0
@@ -239,16 +240,16 @@ class Bisector:
         ends = {"rounds": r, "metrics": figures}
         return followed, metrics[followed] if followed else "lower", ends
 
-    def _metrics(self, docs: list[dict[str, Any]]) -> dict[str, str]:
+    def _metrics(self, docs: list[store.Result]) -> dict[str, str]:
         """The metrics to judge the ends on (name -> direction): --metric, or the cell's gated metrics."""
-        available = compare.compared_metrics(docs)
+        available = metrics.compared_metrics(docs)
         if self.plan.metric is not None:
             if self.plan.metric not in available:
                 raise UserError(
                     f"--metric {self.plan.metric}: not a metric of cell {self.cell}; it has: {', '.join(available)}"
                 )
             return {self.plan.metric: available[self.plan.metric]}
-        gated = {m: available[m] for m in compare.gate_metrics(docs) if m in available}
+        gated = {m: available[m] for m in metrics.gate_metrics(docs) if m in available}
         if not gated:
             raise UserError(f"cell {self.cell} has no gated metric in its runs; choose one with --metric")
         return gated
@@ -313,7 +314,7 @@ class Bisector:
             entry.update(verdict="skip", rounds=0, reason=f"--prepare failed: {prepared.failure}")
             return "skip", entry
         entry["settings"] = prepared.settings
-        docs: dict[str, list[dict[str, Any]]] = {"good": [], "bad": [], "commit": []}
+        docs: dict[str, list[store.Result]] = {"good": [], "bad": [], "commit": []}
         verdict, reason, judgement = "skip", "", None
         r = 0
         for r in range(1, plan.max_rounds + 1):
@@ -365,13 +366,13 @@ class Bisector:
         for p in (parent_p, culprit_p):
             if p.failure:
                 return {"confirmed": False, "reason": f"{p.commit.short} cannot be prepared again: {p.failure}"}
-        docs: dict[str, list[dict[str, Any]]] = {"parent": [], "culprit": []}
+        docs: dict[str, list[store.Result]] = {"parent": [], "culprit": []}
         for r in range(1, plan.confirm_rounds + 1):
             for p in self._order(r, [parent_p, culprit_p]):
                 docs["parent" if p is parent_p else "culprit"].append(self._run(p, "confirm", r))
         for c in (parent, culprit):
             self.lab.release(c)
-        pairs = compare.metric_pairs(docs["parent"], docs["culprit"], metric)
+        pairs = metrics.metric_pairs(docs["parent"], docs["culprit"], metric)
         effect = stats.compare_paired(pairs, direction, alpha=plan.alpha)
         confirmed = stats.is_regression(effect, plan.threshold)
         return {

@@ -34,13 +34,14 @@ from typing import Any
 
 import yaml
 
-from fsmatrix import matrix, results, runs
+from fsmatrix import matrix, runs
 from fsmatrix.agent import jsonfile
 from fsmatrix.backends import Backend
 from fsmatrix.bisect import git
 from fsmatrix.bisect.driver import Commit, Prepared
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell
+from fsmatrix.results import store
 
 
 def one_cell(matrix_file: Path, only: str) -> matrix.MatrixCell:
@@ -182,12 +183,11 @@ class GitLab:
 
     # --------------------------------------------------------------------------- running
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> dict[str, Any]:
-        path = results.result_path(self.results_root / run_id, self.base.id, repeat)
+    def run(self, prepared: Prepared, run_id: str, repeat: int) -> store.Result:
+        path = store.result_path(self.results_root / run_id, self.base.id, repeat)
         if path.is_file():
             self.reused += 1
-            stored: dict[str, Any] = jsonfile.read(path)  # any status: the same decisions as before
-            return stored
+            return store.load_document(path)  # any status: the same decisions as before
         commit = prepared.commit
         if commit.sha not in self.live:  # resumed: prepared before, its clone gone
             again = self._build(commit)

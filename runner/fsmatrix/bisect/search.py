@@ -3,8 +3,8 @@
 Commits are numbered along the range: 0 is the good end, N the bad end, 1..N-1 the commits between
 (``git rev-list --first-parent --reverse GOOD..BAD``). The first bad commit is one of 1..N.
 
-**Decisions** reuse the race (``decide.race_step``: its one-sided tests, its TOST and its per-look
-level ``decide.look_alpha``), on the runs of the metric the bisect follows, in its direction:
+**Decisions** reuse the race (``race.race_step``: its one-sided tests, its TOST and its per-look
+level ``race.look_alpha``), on the runs of the metric the bisect follows, in its direction:
 
 - ``judge_ends``: a race of the two ends. The bad end retired (slower than the good end by more than
   the threshold δ) is a regression to find; the good end retired (the bad end faster), or the two
@@ -35,7 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fsmatrix.results import decide, stats
+from fsmatrix.results.verdict import race, stats
 
 VERDICTS = ("good", "bad", "skip")
 GOOD_END, BAD_END, COMMIT = "good", "bad", "commit"
@@ -134,8 +134,8 @@ def _race(
     delta: float,
     alpha: float,
     min_rounds: int,
-) -> decide.RaceStep:
-    return decide.race_step(
+) -> race.RaceStep:
+    return race.race_step(
         {k: list(v) for k, v in samples.items()},
         direction,
         after_round=after_round,

@@ -15,7 +15,7 @@ from fsmatrix.bisect.lab import one_cell
 from fsmatrix.cli._common import echo_err, writable_directory
 from fsmatrix.cli.run import workdir_option
 from fsmatrix.errors import UserError
-from fsmatrix.results import compare
+from fsmatrix.results.verdict import gate
 
 
 @click.command("bisect")
@@ -78,7 +78,7 @@ def bisect(
     the race's statistics. Exit 0: a culprit named and confirmed; 1: none (no regression, a range, or
     not confirmed); 2: bad input; 130: interrupted (the same command resumes)."""
     plan = driver.Plan(
-        threshold=compare.parse_threshold(threshold),
+        threshold=gate.parse_threshold(threshold),
         alpha=alpha,
         max_rounds=max_rounds,
         max_skips=max_skips,

@@ -16,7 +16,7 @@ from fsmatrix.agent import kernel
 from fsmatrix.backends import image
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import schema
-from fsmatrix.results import estimate
+from fsmatrix.results.verdict import estimate
 
 
 @click.group("matrix")

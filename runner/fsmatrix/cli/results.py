@@ -13,10 +13,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from fsmatrix import results
 from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
-from fsmatrix.results import answer, calibrate, compare, htmlreport, report, stats
+from fsmatrix.results import store
+from fsmatrix.results.render import answer_text, calibration_report, comparison, exports, markdown, page
+from fsmatrix.results.store import calibrations, sides
+from fsmatrix.results.verdict import answering, calibrate, environment, gate, stats
 
 _RESULTS_OPTION = click.option(
     "--results",
@@ -101,22 +103,22 @@ def compare_cmd(
     Exit status: 0, or 1 when --fail-on-regression is given and exceeded (with --confirm: exceeded in
     both batches); 2 for bad input.
     """
-    limit = compare.parse_threshold(threshold) if threshold is not None else None
-    crossing = [compare.parse_across(text) for text in across]
+    limit = gate.parse_threshold(threshold) if threshold is not None else None
+    crossing = [environment.parse_across(text) for text in across]
     if confirm and limit is None:
         raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
-    b = compare.load_side(base, results_root)
-    h = compare.load_side(head, results_root)
+    b = sides.load_side(base, results_root)
+    h = sides.load_side(head, results_root)
     if calibration == "none":
         cal_paths: list[Path] = []
     elif calibration == "auto":
-        cal_paths = calibrate.find(results_root, h.docs)
+        cal_paths = calibrations.find(results_root, environment.env_hash(h.docs))
     else:
         cal_paths = [Path(calibration)]
-    floors = calibrate.noise_floors([calibrate.load(p) for p in cal_paths])
+    floors = calibrate.noise_floors([calibrations.load(p) for p in cal_paths])
 
-    def judge(base_side: compare.Side, head_side: compare.Side) -> compare.CompareResult:
-        return compare.compare(
+    def judge(base_side: sides.Side, head_side: sides.Side) -> gate.CompareResult:
+        return gate.compare(
             base_side,
             head_side,
             threshold=limit,
@@ -129,51 +131,51 @@ def compare_cmd(
 
     result = judge(b, h)
     if flagged_to is not None:
-        flagged_to.write_text(",".join(compare.flagged_cells(result)) + "\n")  # a small control file
-    gate: compare.Confirmed | None = None
+        flagged_to.write_text(",".join(gate.flagged_cells(result)) + "\n")  # a small control file
+    confirming: gate.Confirmed | None = None
     if confirm and result.regressions:
         # No confirmation batch (never run, or its runs all lost) leaves the regression standing.
         b2, h2 = (_side_or_none(spec, results_root) for spec in confirm)
         rerun = b2 is not None and h2 is not None and bool(set(b2.by_cell()) & set(h2.by_cell()))
-        gate = compare.Confirmed(result, judge(b2, h2) if rerun and b2 and h2 else None)
+        confirming = gate.Confirmed(result, judge(b2, h2) if rerun and b2 and h2 else None)
     elif confirm:
-        gate = compare.Confirmed(result, None)
-    second = gate.second if gate else None
+        confirming = gate.Confirmed(result, None)
+    second = confirming.second if confirming else None
     if fmt == "json":
-        doc = compare.to_json(result)
-        if gate:
+        doc = comparison.to_json(result)
+        if confirming:
             doc = {
                 **doc,
-                "confirmation": compare.to_json(second) if second else None,
-                "confirmed": [[r.cell_id, r.metric] for r, _ in gate.confirmed],
-                "not_confirmed": [[r.cell_id, r.metric] for r, _ in gate.not_confirmed],
-                "not_rerun": [[r.cell_id, r.metric] for r in gate.not_rerun],
-                "exit_status": gate.exit_status(),
+                "confirmation": comparison.to_json(second) if second else None,
+                "confirmed": [[r.cell_id, r.metric] for r, _ in confirming.confirmed],
+                "not_confirmed": [[r.cell_id, r.metric] for r, _ in confirming.not_confirmed],
+                "not_rerun": [[r.cell_id, r.metric] for r in confirming.not_rerun],
+                "exit_status": confirming.exit_status(),
             }
         click.echo(json.dumps(doc, indent=1))
     elif fmt == "md":
-        click.echo(compare.markdown(result), nl=False)
+        click.echo(comparison.markdown(result), nl=False)
         if second:
-            click.echo("\n### Confirmation batch\n\n" + compare.markdown(second), nl=False)
-        if gate:
-            click.echo("\n" + "".join(f"- {line}\n" for line in gate.summary_lines()), nl=False)
+            click.echo("\n### Confirmation batch\n\n" + comparison.markdown(second), nl=False)
+        if confirming:
+            click.echo("\n" + "".join(f"- {line}\n" for line in comparison.confirmation_lines(confirming)), nl=False)
     else:
         out = _out_console()
         for which in (result, second):
             if which:
-                out.print(compare.rich_table(which))
-                for line in compare.summary_lines(which):
+                out.print(comparison.rich_table(which))
+                for line in comparison.summary_lines(which):
                     out.print(line, markup=False, highlight=False)
-        for line in gate.summary_lines() if gate else []:
+        for line in comparison.confirmation_lines(confirming) if confirming else []:
             out.print(line, markup=False, highlight=False)
     if cal_paths:
         click.echo(f"noise floors from {', '.join(str(p) for p in cal_paths)}", err=True)
-    sys.exit(gate.exit_status() if gate else result.exit_status())
+    sys.exit(confirming.exit_status() if confirming else result.exit_status())
 
 
-def _side_or_none(spec: str, results_root: Path) -> compare.Side | None:
+def _side_or_none(spec: str, results_root: Path) -> sides.Side | None:
     try:
-        return compare.load_side(spec, results_root)
+        return sides.load_side(spec, results_root)
     except UserError:
         return None
 
@@ -221,7 +223,7 @@ def calibrate_cmd(
     from fsmatrix import matrix
     from fsmatrix import runs as runs_mod
 
-    limit = compare.parse_threshold(threshold)
+    limit = gate.parse_threshold(threshold)
     m = matrix.load(matrix_file)
     cells = m.select(list(only))
     if not cells:
@@ -253,8 +255,8 @@ def calibrate_cmd(
     cal = calibrate.calibrate_batches(
         docs, matrix_name=m.name, runs=runs, run_ids=run_ids, alpha=alpha, threshold=limit
     )
-    path = calibrate.save(cal, results_root)
-    click.echo(calibrate.markdown(cal), nl=False)
+    path = calibrations.save(cal, results_root)
+    click.echo(calibration_report.markdown(cal), nl=False)
     click.echo(f"calibration: {path.resolve()}")
     if not ok:
         click.echo("some runs did not pass: their cells have fewer values", err=True)
@@ -291,27 +293,28 @@ def calibrate_cmd(
 )
 def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | None, delta: str) -> None:
     """Print the answer and the tables for the results under DIRECTORY (a run directory or a results root)."""
-    min_effect = compare.parse_threshold(delta)
+    min_effect = gate.parse_threshold(delta)
     if not 0 < min_effect < 1:
         raise UserError(f"--delta {delta}: expected a percentage above 0 and below 100, such as 5%")
-    docs = results.load_results(directory)
+    docs = store.load_results(directory)  # the exports' rows: the documents as stored
+    seen = environment.with_environment_axes(docs)  # the answer's, the page's and the tables': derived once
     name = title or str(directory)
     found = None
     if html_dir is not None or fmt in ("md", "json"):
-        found = answer.build(docs, results.load_matrix_json(directory), delta=min_effect)
+        found = answering.build(seen, store.load_matrix_json(directory), delta=min_effect)
     if html_dir is not None:
-        path = htmlreport.write_html(docs, name, html_dir, found)
+        path = page.write_html(seen, name, html_dir, found)
         click.echo(f"html report: {path.resolve()}", err=True)
     if fmt == "json" and found is not None:
-        click.echo(json.dumps({"title": name, "answer": answer.to_json(found)}, indent=1, ensure_ascii=False))
+        click.echo(json.dumps({"title": name, "answer": answer_text.to_json(found)}, indent=1, ensure_ascii=False))
     elif fmt == "csv":
-        click.echo(htmlreport.runs_csv(docs), nl=False)
+        click.echo(exports.runs_csv(docs), nl=False)
     elif fmt == "otava":
-        click.echo(htmlreport.otava_csv(docs), nl=False)
+        click.echo(exports.otava_csv(docs), nl=False)
     elif fmt == "otava-config":
-        click.echo(htmlreport.otava_config(docs, "fsmatrix.csv"), nl=False)
+        click.echo(exports.otava_config(docs, "fsmatrix.csv"), nl=False)
     else:
-        click.echo(report.markdown(docs, name, found), nl=False)
+        click.echo(markdown.markdown(seen, name, found), nl=False)
 
 
 @click.group("results")
@@ -330,7 +333,7 @@ def results_group() -> None:
 )
 def merge_cmd(sources: tuple[Path, ...], root: Path) -> None:
     """Copy the result documents under SOURCES (e.g. downloaded shard artifacts) into one results root."""
-    copied, same = results.merge(list(sources), root)
+    copied, same = store.merge(list(sources), root)
     click.echo(f"merged {copied} result documents into {root} ({same} already there)")
 
 
@@ -338,4 +341,4 @@ def merge_cmd(sources: tuple[Path, ...], root: Path) -> None:
 @click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def reindex_cmd(root: Path) -> None:
     """Rebuild ROOT/index.sqlite from the result documents under ROOT."""
-    click.echo(f"indexed {results.reindex(root)} result documents in {root / 'index.sqlite'}")
+    click.echo(f"indexed {store.reindex(root)} result documents in {root / 'index.sqlite'}")

@@ -17,7 +17,7 @@ from fsmatrix.backends import BACKENDS
 from fsmatrix.cli._common import writable_directory
 from fsmatrix.cli.matrix import include_warnings
 from fsmatrix.errors import UserError
-from fsmatrix.results import answer, report
+from fsmatrix.results.render import answer_text, markdown
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 
@@ -189,13 +189,13 @@ def run(
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started
     console.print(runs.summary_table(summary, cells))
-    path, found = report.write_report(summary.run_dir, f"{m.name} ({run_id})")
+    path, found = markdown.write_report(summary.run_dir, f"{m.name} ({run_id})")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
     if summary.race is not None:
         for line in runs.race_summary_lines(summary.race):
             click.echo(line)
-    for line in answer.summary_lines(found):  # the answer's first lines, then the report's path, last
+    for line in answer_text.summary_lines(found):  # the answer's first lines, then the report's path, last
         click.echo(line)
     click.echo(f"report: {path.resolve()}")
     sys.exit(0 if summary.ok else 1)

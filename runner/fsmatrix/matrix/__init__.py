@@ -55,7 +55,7 @@ SCALE_KEYS = (
     "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner"
 )  # fmt: skip
 RACE_KEYS = ("min_repeats", "max_repeats", "delta", "budget")
-RACE_MIN_REPEATS = 3  # decide.race_step decides nothing before the third run (stats.MIN_SAMPLES)
+RACE_MIN_REPEATS = 3  # race.race_step decides nothing before the third run (stats.MIN_SAMPLES)
 RACE_DELTA = 0.05
 # How each group's baseline was chosen: the file's ``baseline`` named it, or (without one) it is the
 # cell with the fewest settings off their defaults, the first of those in expansion order.
@@ -108,7 +108,7 @@ class MatrixCell:
 
 @dataclass(frozen=True)
 class RaceSettings:
-    """``race:``: runs go in rounds and cells that the statistics rule out leave (runs.py, decide.py)."""
+    """``race:``: runs go in rounds and cells that the statistics rule out leave (runs.py, results/verdict/race.py)."""
 
     min_repeats: int = RACE_MIN_REPEATS  # nothing is decided before every cell has this many runs
     max_repeats: int = RACE_MIN_REPEATS  # the race's last round (default: the matrix's repeat)
@@ -567,7 +567,7 @@ def _baseline_entry(doc: dict[str, Any], fail: Any) -> Flat | str | None:
     return flat
 
 
-def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """A cell's (or a result's) nested ``params`` as dotted keys: ``{"gtm": {"journal": x}}`` gives
     ``{"gtm.journal": x}``."""
     flat: dict[str, Any] = {}

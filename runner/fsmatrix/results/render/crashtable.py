@@ -6,7 +6,7 @@ recovery (``recovery_s``) took, and what work was found done and reused (3n+1). 
 not pass is a *finding*, listed under the table with the reason the run gives (a lost commit, a
 failed check, a crash that never fired): crash cells exist to find these.
 
-``markdown_section(docs)`` and ``html_section(docs)`` are what report.py and htmlreport.py add;
+``markdown_section(docs)`` and ``html_section(docs)`` are what markdown.py and page.py add;
 both are empty when no result has a crash section. Built from the documents alone (no registry):
 old results and unknown workloads get rows too.
 """
@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsmatrix.matrix import flatten
+from fsmatrix.results.store import Result
+from fsmatrix.results.verdict.crash import recovery_status
 
 HEADER = ("cell", "settings", "run", "crash", "recovered?", "lost commits", "mount s", "recovery s", "reused", "status")
 MISSING = "–"  # not measured, or not applicable to this workload
@@ -51,15 +53,10 @@ class CrashRow:
                 self.recovery_s, self.reused, self.status]  # fmt: skip
 
 
-def crash_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def crash_docs(docs: list[Result]) -> list[Result]:
     """The results that have a crash section, by cell and repeat."""
-    found = [d for d in docs if isinstance(d.get("crash"), Mapping)]
-    return sorted(found, key=lambda d: (str(d.get("cell_id")), _repeat(d)))
-
-
-def _repeat(doc: Mapping[str, Any]) -> int:
-    value = doc.get("repeat")
-    return value if isinstance(value, int) else 0
+    found = [d for d in docs if d.crash is not None]
+    return sorted(found, key=lambda d: (str(d.cell_id), d.repeat))
 
 
 def _seconds(value: Any) -> str:
@@ -78,23 +75,6 @@ def _crash_text(section: Mapping[str, Any]) -> str:
     return f"{mode} at {fired_at:.2f} s" if isinstance(fired_at, int | float) else mode
 
 
-def recovered(section: Mapping[str, Any]) -> str:
-    """``yes``, or ``no: <why>``: the crash did not fire, a recovery step failed, or checks failed."""
-    if not section.get("fired"):
-        return "no: not crashed"
-    steps = [s for s in section.get("steps") or [] if isinstance(s, Mapping)]
-    failed_steps = [str(s.get("name")) for s in steps if s.get("status") == "failed"]
-    if failed_steps:
-        return "no: " + ", ".join(failed_steps) + " failed"
-    checks = [c for c in section.get("checks") or [] if isinstance(c, Mapping)]
-    failed_checks = [str(c.get("name")) for c in checks if c.get("verdict") != "passed"]
-    if failed_checks:
-        return "no: " + ", ".join(failed_checks) + " failed"
-    if not steps and not checks:  # the recover phase never reported (e.g. a timeout)
-        return "no: no recovery recorded"
-    return "yes"
-
-
 def _lost_text(section: Mapping[str, Any]) -> str:
     lost, acknowledged = section.get("lost_commits"), section.get("acknowledged")
     if not isinstance(lost, int) or isinstance(lost, bool):
@@ -111,14 +91,14 @@ def _reused_text(reused: Any) -> str:
     return ", ".join(f"{k} {_count(v)}" for k, v in reused.items() if isinstance(v, int) and not isinstance(v, bool))
 
 
-def varying_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
+def varying_settings(docs: list[Result]) -> dict[str, str]:
     """cell id → the settings whose values differ between the cells of its workload, ``k=v, ...``
     (the cell id alone does not say that one pgbench cell has fsync off). Compared within a workload:
     3n+1's cells have no postgres settings, and that sets nothing apart. "" when all cells agree."""
     by_workload: dict[str, dict[str, dict[str, str]]] = {}
     for doc in docs:
-        flats = by_workload.setdefault(str(doc.get("workload")), {})
-        flats[str(doc.get("cell_id"))] = {k: str(v) for k, v in flatten(doc.get("params") or {}).items()}
+        flats = by_workload.setdefault(str(doc.workload), {})
+        flats[str(doc.cell_id)] = {k: str(v) for k, v in flatten(doc.params).items()}
     out = {}
     for flats in by_workload.values():
         keys = sorted({k for flat in flats.values() for k in flat})
@@ -127,39 +107,39 @@ def varying_settings(docs: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def crash_rows(docs: list[dict[str, Any]]) -> list[CrashRow]:
+def crash_rows(docs: list[Result]) -> list[CrashRow]:
     """A row per result with a crash section."""
     rows = []
     crashed = crash_docs(docs)
     settings = varying_settings(crashed)
     for doc in crashed:
-        section: Mapping[str, Any] = doc["crash"]
+        section: Mapping[str, Any] = doc.crash or {}
         rows.append(
             CrashRow(
-                cell=str(doc.get("cell_id", "?")),
-                settings=settings.get(str(doc.get("cell_id")), ""),
-                run=f"r{_repeat(doc)}",
+                cell=doc.cell_id,
+                settings=settings.get(str(doc.cell_id), ""),
+                run=f"r{doc.repeat}",
                 crash=_crash_text(section),
-                recovered=recovered(section),
+                recovered=recovery_status(section),
                 lost=_lost_text(section),
                 mount_s=_seconds(section.get("mount_s")),
                 recovery_s=_seconds(section.get("recovery_s")),
                 reused=_reused_text(section.get("reused")),
-                status=str(doc.get("status", "?")),
+                status=doc.status,
             )
         )
     return rows
 
 
-def findings(docs: list[dict[str, Any]]) -> list[str]:
+def findings(docs: list[Result]) -> list[str]:
     """Every crash run that did not pass, with its reason (first line): what the crash found."""
     out = []
     for doc in crash_docs(docs):
-        if doc.get("status") == "passed":
+        if doc.status == "passed":
             continue
-        reason = str(doc.get("reason") or "").strip().splitlines()
-        why = reason[0] if reason else recovered(doc["crash"])
-        out.append(f"{doc.get('cell_id', '?')} r{_repeat(doc)} {doc.get('status', '?')}: {why}")
+        reason = str(doc.reason or "").strip().splitlines()
+        why = reason[0] if reason else recovery_status(doc.crash or {})
+        out.append(f"{doc.cell_id} r{doc.repeat} {doc.status}: {why}")
     return out
 
 
@@ -167,7 +147,7 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_section(docs: list[dict[str, Any]]) -> list[str]:
+def markdown_section(docs: list[Result]) -> list[str]:
     """The report's "Crash recovery" section in Markdown lines; [] without crash results."""
     rows = crash_rows(docs)
     if not rows:
@@ -181,7 +161,7 @@ def markdown_section(docs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def html_section(docs: list[dict[str, Any]]) -> list[str]:
+def html_section(docs: list[Result]) -> list[str]:
     """The same section as HTML fragments; [] without crash results. A row that did not recover is
     marked (class ``failed``)."""
     rows = crash_rows(docs)

@@ -8,7 +8,7 @@ few MiB apart) and the disk under the work directory (its model, rotational or n
 and the kernel are left out: two machines of one class are alike, and ``compare`` and the report's
 environment section still name every difference.
 
-The report (report.py, htmlreport.py) and the answer (answer.py) split cells by class when the
+The report (render/markdown.py, render/page.py) and the answer (configurations.py) split cells by class when the
 results hold more than one: each table and each comparison holds one class's runs, and says so.
 """
 
@@ -17,15 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fsmatrix.results.store import Result
+
 UNKNOWN = "unknown host"  # results without provenance.host (old ones, or a failure before it was known)
 
 
-def _host(doc: Mapping[str, Any]) -> Mapping[str, Any]:
-    host = (doc.get("provenance") or {}).get("host")
+def _host(doc: Result) -> Mapping[str, Any]:
+    host = (doc.provenance.section).get("host")
     return host if isinstance(host, Mapping) else {}
 
 
-def of(doc: Mapping[str, Any]) -> str:
+def of(doc: Result) -> str:
     """The hardware class of one result, in words: "Intel Xeon E-2288G, 16 CPUs, 64 GiB, disk SAMSUNG
     MZ7L3 (SSD)"; ``UNKNOWN`` when the result does not describe its host."""
     host = _host(doc)
@@ -45,16 +47,16 @@ def of(doc: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def classes(docs: Sequence[Mapping[str, Any]]) -> list[str]:
+def classes(docs: Sequence[Result]) -> list[str]:
     """The classes of these results, sorted (a report names them in the same order however its
     documents were read)."""
     return sorted({of(d) for d in docs})
 
 
-def split(cells: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def split(cells: Mapping[str, Sequence[Result]]) -> dict[str, dict[str, list[Result]]]:
     """Cells (id -> its runs) by hardware class, in order of first appearance: class -> id -> the runs
     of that cell on that class (a cell whose runs came from two classes is in both)."""
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    out: dict[str, dict[str, list[Result]]] = {}
     for cell_id, docs in cells.items():
         for doc in docs:
             out.setdefault(of(doc), {}).setdefault(cell_id, []).append(doc)

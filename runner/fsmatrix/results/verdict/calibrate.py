@@ -41,20 +41,17 @@ from __future__ import annotations
 import itertools
 import math
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
-from fsmatrix.agent import jsonfile
 from fsmatrix.errors import UserError
-from fsmatrix.results import compare, stats
+from fsmatrix.results.store import Result, sides
+from fsmatrix.results.store.calibrations import FORMAT_VERSION
+from fsmatrix.results.verdict import environment, gate, stats
+from fsmatrix.results.verdict.metrics import compared_metrics, metric_values
 
-CALIBRATION_DIR = "calibration"
-# 2: K real batches, between-batch floors (``noise_floor``). 1 (refused): an A/A pair whose
-# floor was the spread of the pooled 2N values and whose false-positive rate came from splits.
-FORMAT_VERSION = 2
 DEFAULT_BATCHES = 4
 BATCH_LABELS = "abcdefghijklmnopqrstuvwxyz"  # run ids calibrate-<matrix>-a, -b, … (a and b: format 1's pair)
 DETECTION_POWER = 0.8
@@ -204,7 +201,7 @@ def _rate(outcomes: list[bool]) -> dict[str, Any]:
 
 
 def calibrate_batches(
-    batches: list[list[dict[str, Any]]],
+    batches: list[list[Result]],
     *,
     matrix_name: str,
     runs: int,
@@ -221,20 +218,20 @@ def calibrate_batches(
         raise UserError("calibration: no result documents")
     labels = run_ids or [batch_label(k) for k in range(len(batches))]
     for label, batch in zip(labels[1:], batches[1:], strict=True):
-        diffs = compare.env_differences(batches[0], batch)
+        diffs = environment.env_differences(batches[0], batch)
         if diffs:  # the gate would refuse to compare these batches: their drift is not noise
             raise UserError(
                 f"calibration: batch {label} ran in another environment than batch {labels[0]}:\n"
-                + compare.format_env_diffs(diffs)
+                + environment.format_env_diffs(diffs)
             )
-    by_batch = [compare.Side(label, batch).by_cell() for label, batch in zip(labels, batches, strict=True)]
+    by_batch = [sides.Side(label, batch).by_cell() for label, batch in zip(labels, batches, strict=True)]
     cells: dict[str, dict[str, Any]] = {}
     floors: dict[tuple[str, str], float] = {}
     for cell_id in sorted({c for cells_of in by_batch for c in cells_of}):
         cell_docs = [cells_of.get(cell_id, []) for cells_of in by_batch]
         metrics: dict[str, Any] = {}
-        for metric, direction in compare.compared_metrics([d for ds in cell_docs for d in ds]).items():
-            values = [compare.metric_values(ds, metric) for ds in cell_docs]
+        for metric, direction in compared_metrics([d for ds in cell_docs for d in ds]).items():
+            values = [metric_values(ds, metric) for ds in cell_docs]
             entry = {"direction": direction, **_metric_entry(values, direction, alpha=alpha, threshold=threshold)}
             metrics[metric] = entry
             if entry["noise_floor"] is not None:
@@ -249,8 +246,8 @@ def calibrate_batches(
         "runs_per_batch": runs,
         "alpha": alpha,
         "threshold": threshold,
-        "environment": compare.environment(docs),
-        "env_hash": compare.env_hash(docs),
+        "environment": environment.environment(docs),
+        "env_hash": environment.env_hash(docs),
         "gate": _gate_rates(batches, labels, floors, alpha=alpha, threshold=threshold),
         "cells": cells,
     }
@@ -289,7 +286,7 @@ def _metric_entry(batches: list[list[float]], direction: str, *, alpha: float, t
 
 
 def _gate_rates(
-    batches: list[list[dict[str, Any]]],
+    batches: list[list[Result]],
     labels: list[str],
     floors: dict[tuple[str, str], float],
     *,
@@ -300,9 +297,9 @@ def _gate_rates(
     without: list[bool] = []
     with_floors: list[bool] = []
     for i, j in batch_pairs(len(batches)):
-        base, head = compare.Side(labels[i], batches[i]), compare.Side(labels[j], batches[j])
+        base, head = sides.Side(labels[i], batches[i]), sides.Side(labels[j], batches[j])
         for outcomes, pair_floors in ((without, {}), (with_floors, floors)):
-            result = compare.compare(base, head, threshold=threshold, alpha=alpha, noise_floors=pair_floors)
+            result = gate.compare(base, head, threshold=threshold, alpha=alpha, noise_floors=pair_floors)
             outcomes.append(result.exit_status() == 1)
     return {"without_floors": _rate(without), "with_floors": _rate(with_floors)}
 
@@ -312,62 +309,6 @@ def _finite(value: float) -> float | None:
 
 
 # ----------------------------------------------------------------------------------- storage
-
-
-def path_for(results_root: Path, matrix_name: str, env_hash: str) -> Path:
-    return results_root / CALIBRATION_DIR / f"{matrix_name}-{env_hash}.json"
-
-
-def save(calibration: dict[str, Any], results_root: Path) -> Path:
-    path = path_for(results_root, calibration["matrix"], calibration["env_hash"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    jsonfile.write_atomic(path, calibration)
-    return path
-
-
-def load(path: Path) -> dict[str, Any]:
-    try:
-        doc = jsonfile.read(path)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a readable calibration ({exc})") from exc
-    version = doc.get("format_version") if isinstance(doc, dict) else None
-    if version == 1:
-        # Its floor was the spread of one pooled A/A sample, blind to drift between batches: using
-        # it would keep the false alarms this format exists to prevent. No silent fallback either.
-        raise UserError(
-            f"{path}: a calibration of format 1 (floors from one pooled A/A pair), no longer used; "
-            f"run `fsmatrix calibrate` again to measure between-batch floors (format {FORMAT_VERSION})"
-        )
-    if not isinstance(doc, dict) or version != FORMAT_VERSION or "cells" not in doc:
-        raise UserError(f"{path}: not an fsmatrix calibration (format version {FORMAT_VERSION})")
-    cells = doc["cells"]
-    if not isinstance(cells, dict):
-        raise UserError(f"{path}: 'cells' must map cell ids to {{metric: {{noise_floor: number}}}}")
-    for cell_id, metrics in cells.items():
-        if not isinstance(metrics, dict):
-            raise UserError(f"{path}: cells.{cell_id} must map metrics to {{noise_floor: number, ...}}")
-        for metric, entry in metrics.items():
-            floor = entry.get("noise_floor") if isinstance(entry, dict) else entry
-            if (
-                not isinstance(entry, dict)
-                or "noise_floor" not in entry
-                or (floor is not None and (isinstance(floor, bool) or not isinstance(floor, int | float)))
-                or (floor is not None and not (0 <= floor < math.inf))
-            ):
-                raise UserError(
-                    f"{path}: cells.{cell_id}.{metric} must be {{noise_floor: number >= 0 or null, ...}}, "
-                    f"got {entry!r}"
-                )
-    return doc
-
-
-def find(results_root: Path, docs: list[dict[str, Any]]) -> list[Path]:
-    """Stored calibrations made in the same environment as ``docs``, newest last."""
-    directory = results_root / CALIBRATION_DIR
-    if not directory.is_dir():
-        return []
-    wanted = compare.env_hash(docs)
-    return sorted(directory.glob(f"*-{wanted}.json"), key=lambda p: p.stat().st_mtime)
 
 
 def noise_floors(calibrations: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
@@ -382,47 +323,3 @@ def noise_floors(calibrations: list[dict[str, Any]]) -> dict[tuple[str, str], fl
 
 
 # ----------------------------------------------------------------------------------- output
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
-def _alarms(hits: int, pairs: int, ci: list[float | None]) -> str:
-    """ "1/6 (17%, 95% CI 0.4%-64%)" """
-    if not pairs:
-        return "-"
-    low, high = ci
-    return f"{hits}/{pairs} ({hits / pairs:.0%}, 95% CI {_pct(low)}-{_pct(high)})"
-
-
-def markdown(calibration: dict[str, Any]) -> str:
-    n, k = calibration["runs_per_batch"], calibration["batches"]
-    gate = calibration["gate"]
-    wo, wf = gate["without_floors"], gate["with_floors"]
-    lines = [
-        f"## fsmatrix calibration: {calibration['matrix']} ({k} batches of {n} runs, "
-        f"environment {calibration['env_hash']})",
-        "",
-        f"The gate (`compare --fail-on-regression {calibration['threshold'] * 100:g}%`) on the {wo['pairs']} pairs of "
-        f"batches {', '.join(calibration['batch_runs'])} (earlier as BASE): "
-        f"{_alarms(wo['hits'], wo['pairs'], wo['ci'])} false alarms without noise floors, "
-        f"{_alarms(wf['hits'], wf['pairs'], wf['ci'])} with them. In-sample: the floors come from these "
-        "same batches, and pairs share batches.",
-        "",
-        "| cell | metric | runs | median | within-batch spread | between-batch spread | largest batch change "
-        f"| noise floor | false alarms with floor | without floor | smallest detectable slowdown at {n} runs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for cell_id, metrics in calibration["cells"].items():
-        for metric, e in metrics.items():
-            median = "-" if e["median"] is None else f"{e['median']:.4g}"
-            mde = "none up to 100%" if e["min_detectable"] is None else _pct(e["min_detectable"])
-            lines.append(
-                f"| {cell_id} | {metric} | {e['runs']} | {median} | ±{_pct(e['within_batch_spread'])} "
-                f"| ±{_pct(e['between_batch_spread'])} | {_pct(e['largest_batch_change'])} | {_pct(e['noise_floor'])} "
-                f"| {_alarms(e['false_alarms'], e['pairs'], e['false_positive_ci'])} "
-                f"| {_alarms(e['false_alarms_without_floor'], e['pairs'], e['false_positive_ci_without_floor'])} "
-                f"| {mde} |"
-            )
-    return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,9 @@ import yaml
 
 from fsmatrix.agent import workloads
 from fsmatrix.errors import UserError
+from fsmatrix.results.store.document import Result
 
-DEFAULT_DIR = Path(__file__).resolve().parents[3] / "matrix" / "seeds" / "published"
+DEFAULT_DIR = Path(__file__).resolve().parents[4] / "matrix" / "seeds" / "published"
 CSV_COLUMNS = ("seed", "table", "row", "column", "value", "unit")
 SERIES = ("row", "column")
 CLAIM_KINDS = ("best", "worst", "better", "order")
@@ -385,3 +387,39 @@ def load(directory: Path = DEFAULT_DIR) -> Published:
             raise _fail(claims_path, f"claim {claim.id}: seed {claim.seed} but table {claim.table}")
         claims.append(claim)
     return Published(tables, claims)
+
+
+def reproduced(docs: Sequence[Result]) -> list[dict[str, Any]]:
+    """The ``reproduces`` entries of the matrix files these results were run from (every scale's:
+    a stand-in maps one scale's input and never matches another's cells), merged per table."""
+    files: set[Path] = set()
+    for doc in docs:
+        if doc.path is None:
+            continue
+        record = doc.path.parent.parent / "matrix.json"
+        try:
+            matrix_file = yaml.safe_load(record.read_text(encoding="utf-8")).get("file")
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        if matrix_file:
+            files.add(Path(matrix_file))
+    merged: dict[str, dict[str, Any]] = {}
+    for path in sorted(files):
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(doc, dict):
+            continue
+        entries = list(doc.get("reproduces") or [])
+        for scale in (doc.get("scales") or {}).values():
+            if isinstance(scale, dict):
+                entries += list(scale.get("reproduces") or [])
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("table"), str):
+                continue
+            into = merged.setdefault(entry["table"], {"table": entry["table"], "stand_in": []})
+            for item in entry.get("stand_in") or []:
+                if item not in into["stand_in"]:
+                    into["stand_in"].append(item)
+    return list(merged.values())

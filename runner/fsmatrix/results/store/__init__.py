@@ -1,0 +1,53 @@
+"""The store: where result documents live and how they are found — run folders, the SQLite index of
+a results root, merging CI shards, a side of a comparison. Documents enter here and nowhere else.
+
+Layout under a results root::
+
+    <root>/index.sqlite                       the index (rebuildable from the files)
+    <root>/<run-id>/matrix.json               the expanded matrix this run was made from
+    <root>/<run-id>/<cell-id>/r<N>.json       one result document per repeat
+    <root>/<run-id>/<cell-id>/r<N>.log        the agent's log for that repeat
+    <root>/<run-id>/report.md                 the report written at the end of `fsmatrix run`
+"""
+
+from fsmatrix.results.store.document import DIRECTIONS, Result, document_problem, dotted
+from fsmatrix.results.store.files import (
+    COMPLETE,
+    RACE_FILE,
+    is_complete,
+    iter_result_files,
+    load_document,
+    load_matrix_json,
+    load_race,
+    load_results,
+    result_path,
+    run_matrix,
+)
+from fsmatrix.results.store.index import Index, reindex
+from fsmatrix.results.store.merge import merge
+from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
+from fsmatrix.results.store.published import load as load_published
+from fsmatrix.results.store.published import reproduced
+
+__all__ = [
+    "COMPLETE",
+    "DIRECTIONS",
+    "PUBLISHED_DIR",
+    "RACE_FILE",
+    "Index",
+    "Result",
+    "document_problem",
+    "dotted",
+    "is_complete",
+    "iter_result_files",
+    "load_document",
+    "load_matrix_json",
+    "load_published",
+    "load_race",
+    "load_results",
+    "merge",
+    "reindex",
+    "reproduced",
+    "result_path",
+    "run_matrix",
+]

@@ -1,0 +1,189 @@
+"""The answer's groups and configurations: which cells answer one question, what each is called, and
+which is the baseline.
+
+A comparison group is ``matrix.comparison_group``: the same workload with the same parameters and
+the same crash block. A *configuration* is one cell of the group, named by the settings that vary
+inside the group ("xfs", "ext4 data=writeback", "btrfs, gtm.journal=nobefore"). When the runs come
+from several hardware classes (``hardware.py``: a fleet's mixed machines), each group is split by
+class and its label ends "on <class>": numbers from unlike machines are never ranked together.
+
+The baseline is the cell ``matrix.json`` marks ``"baseline": true`` (its ``baseline_rule`` says
+whether the matrix named it or it is the cell with every setting at its default); without one, the
+group's first cell in ``matrix.json``'s order; without ``matrix.json``, the first by cell id. Every
+answer says which rule chose it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fsmatrix import matrix
+from fsmatrix.agent.cell import Cell
+from fsmatrix.matrix import flatten
+from fsmatrix.results.store import Result
+from fsmatrix.results.verdict import hardware
+from fsmatrix.results.verdict.answer import Regime
+from fsmatrix.results.verdict.metrics import regime
+from fsmatrix.results.verdict.words import _join
+
+# Where a baseline came from: matrix.json's ``baseline_rule`` ("named", "defaults"), or the fallbacks.
+RULES = {
+    "named": "named in the matrix",
+    "defaults": "every setting at its default",
+    "recorded": "marked in matrix.json",
+    "first-cell": "first cell; the matrix names none",
+    "absent": "first cell; the matrix's baseline has no results here",
+    "first-id": "first by cell id; no matrix.json",
+}
+
+
+STORAGE_KEYS = ("filesystem", "mount_options", "mkfs_options")
+
+
+STORAGE_PREFIXES = ("storage.", "device.")
+
+
+@dataclass
+class _Cell:
+    id: str
+    docs: list[Result]
+    flat: dict[str, Any]
+    group_key: str
+    group_label: str
+    baseline_flag: bool | None
+
+
+def _group_of(params: Mapping[str, Any], workload: str) -> tuple[str, str]:
+    """matrix.comparison_group's key and label; for parameters this fsmatrix cannot parse (an old
+    result), the same key built from the stored JSON and the workload's name as the label."""
+    try:
+        group = matrix.comparison_group(Cell.from_dict(params))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        label = workload + (f" (crash: {params['crash'].get('mode')})" if isinstance(params.get("crash"), dict) else "")
+        return matrix.group_key(params), label
+    return group.key, group.label
+
+
+def _cells(docs: Sequence[Result], matrix_json: Mapping[str, Any] | None) -> list[_Cell]:
+    """The cells the documents hold, in matrix.json's order (then by id), with their groups (as
+    matrix.json records them, ``group`` and ``group_label``, else ``matrix.comparison_group``'s)."""
+    by_cell: dict[str, list[Result]] = defaultdict(list)
+    for doc in docs:
+        by_cell[str(doc.cell_id)].append(doc)
+    entries: dict[str, Mapping[str, Any]] = {}
+    for entry in (matrix_json or {}).get("cells") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("id"), str):
+            entries.setdefault(entry["id"], entry)
+    order = [cid for cid in entries if cid in by_cell] + sorted(cid for cid in by_cell if cid not in entries)
+    # Runs from several hardware classes: each class's runs are compared among themselves only.
+    by_class = hardware.split({cid: by_cell[cid] for cid in order})
+    cells = []
+    for cid, klass in ((cid, k) for k, members in by_class.items() for cid in order if cid in members):
+        ds = sorted(by_class[klass][cid], key=lambda d: d.repeat)
+        params = ds[0].params
+        key, label = _group_of(params, str(ds[0].workload))
+        section = next((d.crash for d in ds if d.crash is not None), None)
+        if section is not None and "crash" not in params:  # a crash result whose params do not say so
+            key += f"|crash:{section.get('mode')}"
+            label += f" (crash: {section.get('mode')})"
+        entry = entries.get(cid, {})
+        if isinstance(entry.get("group"), str) and entry["group"]:  # as the matrix grouped it
+            key = entry["group"]
+        if isinstance(entry.get("group_label"), str) and entry["group_label"]:
+            label = entry["group_label"]
+        if len(by_class) > 1:
+            key += f"|hardware:{klass}"
+            label += f" on {klass}"
+        flag = entry.get("baseline")
+        cells.append(_Cell(cid, ds, flatten(params), key, label, flag if isinstance(flag, bool) else None))
+    return cells
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _names(cells: Sequence[_Cell]) -> dict[str, tuple[str, dict[str, str]]]:
+    """cell id -> (configuration name, the varying settings) for the cells of one group."""
+    keys = list(dict.fromkeys(k for c in cells for k in c.flat))
+    varying = [k for k in keys if len({_show(c.flat.get(k, "–")) for c in cells}) > 1]
+    out = {}
+    for c in cells:
+        settings = {k: _show(c.flat.get(k, "–")) for k in varying}
+        head = ""
+        if any(k in varying for k in STORAGE_KEYS) or not varying:
+            head = str(c.flat.get("filesystem", c.id))
+            if c.flat.get("mount_options"):
+                head += f" {c.flat['mount_options']}"
+            if "mkfs_options" in varying and c.flat.get("mkfs_options"):
+                head += f" (mkfs {c.flat['mkfs_options']})"
+        rest = [f"{k}={settings[k]}" for k in varying if k not in STORAGE_KEYS]
+        out[c.id] = (", ".join(([head] if head else []) + rest), settings)
+    names = [n for n, _ in out.values()]
+    return {
+        cid: (f"{name} ({cid})" if names.count(name) > 1 else name, settings) for cid, (name, settings) in out.items()
+    }
+
+
+def _fingerprint(flat: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A configuration's settings without the workload's parameters, the crash block and the timeout:
+    what a speed cell and a crash cell of the same stack share."""
+    keep = (k for k in flat if not k.startswith(("workload.", "crash.")) and k != "timeout")
+    return tuple(sorted((k, _show(flat[k])) for k in keep))
+
+
+def _baseline(members: Sequence[_Cell], has_matrix: bool, rule_of_matrix: Any) -> tuple[_Cell, str]:
+    flagged = [c for c in members if c.baseline_flag]
+    if len(flagged) == 1:
+        rule = rule_of_matrix if rule_of_matrix in ("named", "defaults") else "recorded"
+        return flagged[0], rule
+    if has_matrix:
+        # The matrix chose one, but not among these cells (a run of some of its cells only).
+        absent = not flagged and rule_of_matrix in ("named", "defaults")
+        return members[0], "absent" if absent else "first-cell"
+    return min(members, key=lambda c: c.id), "first-id"
+
+
+def _baseline_sentence(name: str, rule: str) -> str:
+    verb = "Baseline" if rule == "named" else "Baseline chosen"
+    return f"{verb}: {name} ({RULES[rule]})."
+
+
+def _storage_comparison(settings: Mapping[str, str]) -> bool:
+    return any(k in STORAGE_KEYS or k.startswith(STORAGE_PREFIXES) for k in settings)
+
+
+def _regime(members: Sequence[_Cell], names: Mapping[str, tuple[str, dict[str, str]]]) -> Regime:
+    by_config = {names[c.id][0]: regime(c.docs) for c in members}
+    known = {r for r in by_config.values() if r}
+    overall = "" if not known else known.pop() if len(known) == 1 and all(by_config.values()) else "varies"
+    storage = any(_storage_comparison(settings) for _, settings in names.values())
+    return Regime(overall, by_config, storage, storage and overall == "cpu" and len(members) > 1)
+
+
+def _regime_sentence(r: Regime) -> str | None:
+    if r.overall == "cpu":
+        text = "Regime: every configuration was CPU-bound (the sampler's class of most of its runs)"
+        if r.disks_not_bottleneck:
+            text += (
+                ": the disks were not the bottleneck, so these differences are the storage stacks' CPU "
+                "cost, not their disks' speed"
+            )
+        return text + "."
+    if r.overall == "io":
+        return (
+            "Regime: every configuration was IO-bound (the sampler's class of most of its runs): the device "
+            "set the pace."
+        )
+    if r.overall == "mixed":
+        return "Regime: every configuration was mixed, neither CPU- nor IO-bound most of the time."
+    if r.overall == "varies":
+        words = {"cpu": "CPU-bound", "io": "IO-bound", "mixed": "mixed", "": "unknown"}
+        parts = _join([f"{n} {words.get(reg, reg)}" for n, reg in r.by_configuration.items()], list(r.by_configuration))
+        return f"Regime: {parts}."
+    return None

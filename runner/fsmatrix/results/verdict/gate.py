@@ -1,0 +1,211 @@
+"""Compare two sets of results (BASE and HEAD) cell by cell: the table and the regression gate.
+
+A side is a results directory (a run directory or a whole results root) or a run id looked up in
+the SQLite index of a results root. Cells are matched by id; every key metric the documents
+declare is compared, plus the noise-robust ones (CPU-seconds, device bytes and IOs per operation)
+that move far less than wall time on a shared machine. Runs from environments that change numbers
+(backend, accelerator, kernel, image, device profile, CPU, memory) are refused unless allowed.
+
+``--across NAME`` compares on purpose what differs in one of ``ACROSS``: an environment axis
+(``ENV_AXES``: a cell's guest image, with the kernel and packages it brings), BASE's cells on one
+image with HEAD's on another, matched by every other setting; or what is under test at one cell id
+(a different vm.kernel file, by sha256), refused unless named. Only the environment keys they
+explain may differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fsmatrix.errors import UserError
+from fsmatrix.results.store.sides import Side
+from fsmatrix.results.verdict import stats
+from fsmatrix.results.verdict.environment import (
+    ACROSS,
+    ENV_AXES,
+    Across,
+    across_differences,
+    across_sides,
+    axis_value,
+    env_differences,
+    format_env_diffs,
+)
+from fsmatrix.results.verdict.metrics import compared_metrics, gate_metrics, metric_pairs, metric_values
+
+
+@dataclass
+class Row:
+    cell_id: str
+    metric: str
+    direction: str
+    comparison: stats.Comparison  # for a gated row: its verdict taken at the Holm-adjusted p-value
+    regression: bool
+    noise_floor: float
+    gated: bool = False  # the cell's primary metric: the gate decides on it; every other row is advisory
+    p_holm: float = math.nan  # the gated rows' p-values adjusted together (Holm)
+
+
+@dataclass
+class CompareResult:
+    base: str
+    head: str
+    threshold: float | None
+    rows: list[Row] = field(default_factory=list)
+    env_diffs: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    # What differs and is compared on purpose (--across): (name, base's, head's).
+    across: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+    only_base: list[str] = field(default_factory=list)
+    only_head: list[str] = field(default_factory=list)
+
+    @property
+    def explained(self) -> set[str]:
+        """The environment keys the crossings compared on purpose explain."""
+        return {key for name, _, _ in self.across for key in ACROSS[name].explains}
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.regression]
+
+    def exit_status(self) -> int:
+        """The gate: 1 when a threshold was given and some metric regressed beyond it, else 0."""
+        return 1 if self.threshold is not None and self.regressions else 0
+
+
+# ----------------------------------------------------------------------------------- compare
+
+
+def compare(
+    base: Side,
+    head: Side,
+    *,
+    threshold: float | None = None,
+    alpha: float = stats.ALPHA,
+    allow_env_diff: bool = False,
+    noise_floors: dict[tuple[str, str], float] | None = None,
+    paired: bool = False,
+    across: Sequence[Across] = (),
+) -> CompareResult:
+    """Compare every cell present on both sides; UserError on incomparable environments, and on
+    different things under test (ACROSS with ``told_by``) unless ``across`` names them. ``paired``:
+    the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``).
+    ``across``: what is compared on purpose; for an environment axis, BASE's cells at one value
+    against HEAD's at another (``across_sides``). The environment keys they explain may differ, no other."""
+    names = [a.axis for a in across]
+    if len(set(names)) != len(names):
+        raise UserError(f"--across: each name once ({', '.join(names)})")
+    crossed: list[tuple[str, list[str], list[str]]] = []
+    for crossing in across:
+        if crossing.axis in ENV_AXES:
+            base, head, crossing = across_sides(base, head, crossing)
+            crossed.append((crossing.axis, [str(crossing.base)], [str(crossing.head)]))
+    result = CompareResult(base.label, head.label, threshold)
+    differing = across_differences(base.docs, head.docs)
+    refused_under_test = [diff for diff in differing if diff[0] not in names]
+    if refused_under_test:
+        listed = ", ".join(name for name, _, _ in refused_under_test)
+        raise UserError(
+            f"refusing to compare different {listed}s under test (use --across {refused_under_test[0][0]} to compare "
+            f"them on purpose):\n" + format_env_diffs(refused_under_test)
+        )
+    result.across = crossed + differing
+    result.env_diffs = env_differences(base.docs, head.docs)
+    refused = [diff for diff in result.env_diffs if diff[0] not in result.explained]
+    if refused and not allow_env_diff:
+        hint = ""
+        for axis, keys in ENV_AXES.items():
+            axis_differs = {axis_value(d, axis) for d in base.docs} != {axis_value(d, axis) for d in head.docs}
+            if axis not in names and axis_differs and all(diff[0] in keys for diff in refused):
+                hint = f"; to compare one {axis}'s cells with another's on purpose: --across {axis}"
+        raise UserError(
+            f"refusing to compare results from different environments (use --allow-env-diff to compare anyway{hint}):\n"
+            + format_env_diffs(refused)
+        )
+    bc, hc = base.by_cell(), head.by_cell()
+    common = sorted(set(bc) & set(hc))
+    result.only_base = sorted(set(bc) - set(hc))
+    result.only_head = sorted(set(hc) - set(bc))
+    if not common:
+        raise UserError(f"{base.label} and {head.label} have no cell in common")
+    floors = noise_floors or {}
+    for cell_id in common:
+        docs = bc[cell_id] + hc[cell_id]
+        gated = gate_metrics(docs)
+        for metric, direction in compared_metrics(docs).items():
+            floor = floors.get((cell_id, metric), 0.0)
+            if paired:
+                pairs = metric_pairs(bc[cell_id], hc[cell_id], metric)
+                c = stats.compare_paired(pairs, direction, alpha=alpha, noise_floor=floor)
+            else:
+                c = stats.compare_samples(
+                    metric_values(bc[cell_id], metric),
+                    metric_values(hc[cell_id], metric),
+                    direction,
+                    alpha=alpha,
+                    noise_floor=floor,
+                )
+            result.rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated))
+    # A few declared metrics per cell decide, and all of those tests are corrected together: k
+    # uncorrected tests at alpha would cry wolf up to k times as often. The other metrics (rates
+    # derived from the same time, device counters) explain a verdict; they never fail the gate.
+    decisive = [r for r in result.rows if r.gated]
+    for row, p_holm in zip(decisive, stats.holm([r.comparison.p_value for r in decisive]), strict=True):
+        row.p_holm = p_holm
+        row.comparison = stats.decide(row.comparison, p_holm, alpha=alpha, noise_floor=row.noise_floor)
+        row.regression = threshold is not None and stats.is_regression(row.comparison, threshold)
+    return result
+
+
+@dataclass
+class Confirmed:
+    """The gate with confirmation: the first batch's regressions, each judged again on a second,
+    independent batch of runs (the flagged cells, base and head run again). A regression fails the
+    gate only when it holds again — the same cell and metric significantly worse beyond the threshold
+    in the second batch ("confirmed"); one that does not is reported as "not confirmed" and passes.
+    A flagged cell the second batch did not run cannot be confirmed or cleared: it fails."""
+
+    first: CompareResult
+    second: CompareResult | None
+
+    def _again(self, row: Row) -> Row | None:
+        if self.second is None:
+            return None
+        return next((r for r in self.second.rows if (r.cell_id, r.metric) == (row.cell_id, row.metric)), None)
+
+    @property
+    def confirmed(self) -> list[tuple[Row, Row]]:
+        return [(row, again) for row in self.first.regressions if (again := self._again(row)) and again.regression]
+
+    @property
+    def not_confirmed(self) -> list[tuple[Row, Row]]:
+        return [(row, again) for row in self.first.regressions if (again := self._again(row)) and not again.regression]
+
+    @property
+    def not_rerun(self) -> list[Row]:
+        return [row for row in self.first.regressions if self._again(row) is None]
+
+    def exit_status(self) -> int:
+        return 1 if self.confirmed or self.not_rerun else 0
+
+
+def flagged_cells(result: CompareResult) -> list[str]:
+    """The cells with a regression, in order: the ones a confirmation batch runs again."""
+    return sorted({row.cell_id for row in result.regressions})
+
+
+def parse_threshold(text: str) -> float:
+    """``5%`` or ``0.05`` → 0.05."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UserError(f"threshold {text!r}: expected a percentage such as 5% or a fraction such as 0.05") from None
+    if not raw.endswith("%") and value >= 1:
+        raise UserError(f"threshold {text!r}: a fraction must be below 1 (write {value:g}% for a percentage)")
+    if value < 0 or not math.isfinite(value):
+        raise UserError(f"threshold {text!r} must not be negative")
+    return value
+
+
+# ----------------------------------------------------------------------------------- output

@@ -1,0 +1,260 @@
+"""**Racing** (``race_step``): after each round of a race, within one comparison group of K cells
+(every cell of the group, retired ones included: K is fixed before the race starts), with a
+planned maximum of R rounds and a minimum of r0 repeats (>= ``MIN_SAMPLES``):
+
+- before round r0 every cell is kept: nothing is decided before the minimum;
+- a cell with a failed run (or a value <= 0, which has no ratio) is retired: a cell whose runs fail
+  never wins (a rule, not a statistical decision: it spends no α);
+- the current best is the cell with the best median among the others; each other cell j is
+  *retired* when it is significantly worse than the best by more than δ — a one-sided test of the
+  null hypothesis "j is at most δ worse" (on logs, in the metric's direction: H0: μj - μbest <=
+  ln(1+δ)), Welch's t-test on logs shifted by ln(1+δ), or Mann-Whitney on them when the test
+  choice at the adjusted level allows it — and *tied* when TOST shows it equivalent to the best
+  within ±δ; otherwise kept. A retired cell never comes back (the caller passes the retired set;
+  it is returned unchanged plus the new ones).
+
+Error control across rounds and cells. A wrong decision is the rejection of a true null hypothesis:
+retiring a cell that is not worse than the current best by more than δ, or tying one that is not
+within ±δ of it. The current best is chosen from the data, so each comparison "j against the
+current best" is one of the K(K-1)/2 unordered pairs, and for a pair the race can make three
+decisions (retire one, retire the other, tie), each a one-sided test (TOST's rejection needs both of
+its one-sided tests, so it rejects only when its one-sided test on the true side does). So every
+wrong decision is a crossing by one of 3 · K(K-1)/2 *sequences* of one-sided tests — a pair's test
+repeated at the looks after rounds r0, r0 + 1, ..., R on the pair's accumulating runs (r runs per
+cell after round r). Bonferroni's inequality over the sequences (no independence needed) gives each
+sequence α / (3 · K(K-1)/2); within a sequence the looks see overlapping data, and the level that
+keeps the chance of ever crossing at that share is Pocock's (``sequential_level``): the constant
+boundary c on the standardised statistic with P(Z_k > c at some look) = the share, for Z_k
+correlated √(n_i/n_j) as a mean's statistic on n_i and n_j runs is, computed by numerical
+integration (``crossing_probability``). Every one-sided test at every look then runs at
+α' = 1 - Φ(c) (``look_alpha``). A test made at only some of the looks (the pair is compared only
+while one of its cells is the best) crosses no more often. So the family-wise error — the
+probability that a race ever retires or ties a cell wrongly, over all rounds and cells — is at most
+α. A cell within δ of the truly best cell is, a fortiori, within δ of the current best (no cell is
+truly better than the truly best), so the truly best cell and every cell within δ of it survive the
+race with probability at least 1 - α.
+
+What this rests on: Pocock's boundary is exact for normal statistics with known variance; the race
+applies its nominal level α' to each look's p-value (Welch's t on logs, or Mann-Whitney), the
+nominal-p approach of group-sequential practice. Each look's test is exact at α' under its usual
+assumptions (log-normal noise for Welch's, a shift on the log scale for Mann-Whitney's), and the
+looks' correlation is the means'; the tests check the resulting error rate by simulation (races
+of two cells exactly δ apart, and of equal cells). Pocock spends the budget evenly over the looks,
+which favours early decisions — what racing is for — over the last look's power. With K = 3, r0 = 3
+and R = 15 (13 looks), α' = 0.0011, against 0.00043 for a Bonferroni correction over the looks; with
+K = 4, r0 = 3, R = 8, α' = 0.00081 (0.05 / 108 = 0.00046 with Bonferroni). So early decisions still
+need large effects or low noise, which is what racing is for (the cell six times slower than the
+best after three runs).
+The test is chosen at that level: ``stats.choose_test(n1, n2, 2α')`` — 2α' is the two-sided level
+whose one-sided half is α' — so Mann-Whitney runs only when its smallest one-sided p-value can
+reach α'.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as sps
+
+from fsmatrix.results.verdict import stats
+from fsmatrix.results.verdict.equivalence import _welch_one_sided, tost
+from fsmatrix.results.verdict.groups import DELTA, Values, _better, _check_direction, split_runs
+
+ACTIONS = ("keep", "retire", "tied")
+
+
+@dataclass(frozen=True)
+class CellDecision:
+    cell: str
+    action: str  # one of ACTIONS
+    reason: str
+    n: int  # passed runs
+    ratio: float  # median ratio to the current best (this / best), nan when not compared
+    p_retire: float  # one-sided p of "worse than the best by more than δ", nan when not tested
+    p_tied: float  # TOST p against the best, nan when not tested
+
+
+@dataclass(frozen=True)
+class RaceStep:
+    after_round: int
+    max_rounds: int
+    best: str | None
+    look_alpha: float  # α': the one-sided level of every test at this look
+    decisions: tuple[CellDecision, ...]  # in the group's order
+    retired: frozenset[str]  # the cells retired before this round, and the ones retired now
+
+    def action(self, cell: str) -> str:
+        for d in self.decisions:
+            if d.cell == cell:
+                return d.action
+        raise KeyError(cell)
+
+    @property
+    def finished(self) -> bool:
+        """The race is over: the last round, or every cell left is the best or tied with it."""
+        if self.after_round >= self.max_rounds:
+            return True
+        return self.best is not None and all(d.action != "keep" for d in self.decisions if d.cell != self.best)
+
+
+def crossing_probability(c: float, sizes: Sequence[int], *, points_per_sd: int = 160, tail: float = 9.0) -> float:
+    """P(Z_k > c at some look k) for Z_k = S(n_k)/√n_k, S a standard Brownian motion: the chance that
+    a one-sided statistic computed on accumulating data (n_1 < n_2 < ... observations, the Z_k
+    correlated √(n_i/n_j)) ever crosses a constant boundary c under its null hypothesis. Computed by
+    numerical integration over looks (Armitage, McPherson and Rowe's recursion): the density of S
+    kept below the boundary at one look, convolved with the increment's N(0, n_{k+1} - n_k), gives
+    the next; the mass beyond the boundary is what crosses there. A grid of ``points_per_sd`` points
+    per standard deviation of the first look's S, truncated at ``tail`` standard deviations."""
+    n = np.asarray(sizes, dtype=float)
+    if n.size == 0 or n[0] <= 0 or np.any(np.diff(n) <= 0):
+        raise ValueError(f"look sizes must be positive and increasing, not {list(sizes)}")
+    h = math.sqrt(n[0]) / points_per_sd
+    s = np.arange(-tail * math.sqrt(n[-1]), c * math.sqrt(n[-1]) + h, h)
+    density = sps.norm.pdf(s, scale=math.sqrt(n[0]))
+    crossed = float(sps.norm.sf(c))
+    density[s > c * math.sqrt(n[0])] = 0.0
+    for before, now in itertools.pairwise(n):
+        sd = math.sqrt(now - before)
+        boundary = c * math.sqrt(now)
+        crossed += h * float(np.sum(density * sps.norm.sf((boundary - s) / sd)))
+        m = math.ceil(tail * sd / h)
+        kernel = sps.norm.pdf(h * np.arange(-m, m + 1), scale=sd) * h
+        density = np.convolve(density, kernel)[m : m + s.size]
+        density[s > boundary] = 0.0
+    return crossed
+
+
+@functools.lru_cache(maxsize=256)
+def sequential_level(alpha: float, sizes: tuple[int, ...]) -> float:
+    """Pocock's nominal level: the one-sided level α' at which a test repeated at every look
+    (``sizes``: the observations per cell at each look) rejects a true null hypothesis at some look
+    with probability α overall — the constant boundary c with ``crossing_probability(c) = α``,
+    α' = 1 - Φ(c). Between α / looks (Bonferroni) and α (a single look)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), not {alpha}")
+    if len(sizes) == 1:
+        return alpha
+    c = optimize.brentq(
+        lambda c: crossing_probability(c, sizes) - alpha,
+        float(sps.norm.isf(alpha)),
+        float(sps.norm.isf(alpha / len(sizes))),
+        xtol=1e-9,
+    )
+    return float(sps.norm.sf(c))
+
+
+def look_alpha(alpha: float, cells: int, looks: int, first: int = stats.MIN_SAMPLES) -> float:
+    """α': the one-sided level of each test at each look of a race over ``cells`` cells whose looks
+    come after rounds ``first``, ``first`` + 1, ... (``looks`` of them): Pocock's nominal level for
+    those looks at α / (3 · cells(cells-1)/2) (see the module's docstring)."""
+    pairs = cells * (cells - 1) // 2
+    return sequential_level(alpha / (3 * max(pairs, 1)), tuple(range(first, first + looks)))
+
+
+def _retire_p(best: np.ndarray, cell: np.ndarray, bound: float, level: float) -> tuple[float, str]:
+    """One-sided p of H0: mean(cell) - mean(best) <= bound, on "badness" logs (larger is worse), with
+    the test ``choose_test`` picks at the two-sided level 2·``level``."""
+    test = stats.choose_test(best.size, cell.size, 2 * level)
+    shifted = cell - bound
+    if test == "mann-whitney":
+        if np.ptp(np.concatenate([shifted, best])) == 0:
+            return 1.0, test
+        return float(sps.mannwhitneyu(shifted, best, alternative="greater").pvalue), test
+    return _welch_one_sided(shifted, best, "greater"), test
+
+
+def race_step(
+    samples: Mapping[str, Values],
+    direction: str,
+    *,
+    after_round: int,
+    max_rounds: int,
+    retired: Collection[str] = frozenset(),
+    delta: float = DELTA,
+    alpha: float = stats.ALPHA,
+    min_repeats: int = stats.MIN_SAMPLES,
+) -> RaceStep:
+    """The decisions after round ``after_round`` of a race over one comparison group (see the module's
+    docstring). ``samples`` holds every cell of the group, retired ones included (they keep their
+    runs, and the group's size K fixes the error budget); ``retired`` the cells retired before."""
+    _check_direction(direction)
+    if min_repeats < stats.MIN_SAMPLES:
+        raise ValueError(f"min_repeats must be at least {stats.MIN_SAMPLES}, not {min_repeats}")
+    if max_rounds < min_repeats:
+        raise ValueError(f"max_rounds ({max_rounds}) must be at least min_repeats ({min_repeats})")
+    if not 1 <= after_round <= max_rounds:
+        raise ValueError(f"after_round must be in 1..{max_rounds}, not {after_round}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), not {delta}")
+    unknown = set(retired) - set(samples)
+    if unknown:
+        raise ValueError(f"retired cells not in the group: {', '.join(sorted(unknown))}")
+    looks = max_rounds - min_repeats + 1
+    level = look_alpha(alpha, len(samples), looks, min_repeats)
+    before = frozenset(retired)
+    runs = {cell: split_runs(values) for cell, values in samples.items()}
+
+    def record(cell: str, action: str, reason: str, figures: tuple[float, float, float] | None = None) -> CellDecision:
+        ratio, p_retire, p_tied = figures or (math.nan, math.nan, math.nan)
+        return CellDecision(cell, action, reason, len(runs[cell][0]), ratio, p_retire, p_tied)
+
+    if after_round < min_repeats:
+        early = tuple(
+            record(c, "retire", "retired earlier")
+            if c in before
+            else record(c, "keep", f"nothing before the minimum of {min_repeats} runs")
+            for c in samples
+        )
+        return RaceStep(after_round, max_rounds, None, level, early, before)
+
+    decided: dict[str, CellDecision] = {}
+    eligible = []
+    for cell, (passed, failed) in runs.items():
+        bad = failed + sum(v <= 0 for v in passed)
+        if cell in before:
+            decided[cell] = record(cell, "retire", "retired earlier")
+        elif bad:
+            why = f"{bad} of {len(passed) + failed} runs failed or measured <= 0: a cell whose runs fail never wins"
+            decided[cell] = record(cell, "retire", why)
+        elif len(passed) < min_repeats:
+            decided[cell] = record(cell, "keep", f"{len(passed)} runs: nothing before the minimum of {min_repeats}")
+        else:
+            eligible.append(cell)
+    best: str | None = None
+    for cell in eligible:
+        if best is None or _better(stats.median(runs[cell][0]), stats.median(runs[best][0]), direction):
+            best = cell
+    if best is not None:
+        sign = 1.0 if direction == "lower" else -1.0  # "badness": larger is worse
+        best_bad = sign * np.log(runs[best][0])
+        bound = math.log1p(delta)
+        decided[best] = record(best, "keep", f"current best of {len(eligible)}", (1.0, math.nan, math.nan))
+        for cell in eligible:
+            if cell == best:
+                continue
+            values = runs[cell][0]
+            ratio = stats.ratio_of_medians(runs[best][0], values)
+            p_retire, test = _retire_p(best_bad, sign * np.log(values), bound, level)
+            p_tied = tost(runs[best][0], values, delta).p_value
+            text = (
+                f"{ratio:.3f}x the best, p = {p_retire:.2g} ({test}) for worse by more than {delta:.0%}, "
+                f"TOST p = {p_tied:.2g}, α' = {level:.2g}: "
+            )
+            if p_retire < level and p_tied < level:
+                action, text = "keep", text + "conflicting tests, no decision"
+            elif p_retire < level:
+                action, text = "retire", text + f"significantly worse by more than {delta:.0%}"
+            elif p_tied < level:
+                action, text = "tied", text + f"equivalent to the best within ±{delta:.0%}"
+            else:
+                action, text = "keep", text + "not decided yet"
+            decided[cell] = record(cell, action, text, (ratio, p_retire, p_tied))
+    decisions = tuple(decided[c] for c in samples)
+    now_retired = before | {d.cell for d in decisions if d.action == "retire"}
+    return RaceStep(after_round, max_rounds, best, level, decisions, frozenset(now_retired))
