@@ -5,6 +5,7 @@ puts the journal on its own disk."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import host
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.errors import UserError
-from test_bad_input import expand_refuses
+from test_bad_input import expand_refuses, refused
 
 WORKLOADS = {
     "threen1": "{threen1: {start: 1, end: 3000000}}",
@@ -66,16 +67,24 @@ def test_footprint_just_over_the_disk_is_refused_just_under_expands(tmp_path: Pa
 
 
 @pytest.mark.parametrize(
-    ("settings", "block"),
+    ("settings", "held", "lower"),
     [
-        ("  workload.threen1: {start: 1, end: 1000}\n  gtm: {global_buffers: 70000, block_size: 4096}\n", "gtm"),
-        ("  workload.pgbench: {scale: 1}\n  postgres.shared_buffers: 300M\n", "postgres"),
+        (
+            "  workload.threen1: {start: 1, end: 1000}\n  gtm: {global_buffers: 70000, block_size: 4096}\n",
+            "(gtm.global_buffers, gtm.journal_buffers)",
+            "gtm.global_buffers",
+        ),
+        (
+            "  workload.pgbench: {scale: 1}\n  postgres.shared_buffers: 300M\n",
+            "(postgres.shared_buffers, postgres.wal_buffers)",
+            "postgres.shared_buffers",
+        ),
     ],
 )
-def test_buffers_over_the_guest_memory_are_refused(tmp_path: Path, settings: str, block: str) -> None:
+def test_buffers_over_the_guest_memory_are_refused(tmp_path: Path, settings: str, held: str, lower: str) -> None:
     text = f"axes:\n  filesystem: [ext4]\ndefaults:\n  vm.memory: 512M\n{settings}"
     line = expand_refuses(tmp_path, text)
-    assert f"({block} buffers)" in line and "vm.memory '512M'" in line and "raise vm.memory" in line
+    assert held in line and "vm.memory '512M'" in line and f"raise vm.memory or lower {lower}" in line
     ok = tmp_path / "ok.yaml"
     ok.write_text(text.replace("512M", "1G"))
     assert len(matrix.load(ok).cells) == 1
@@ -132,7 +141,7 @@ def test_host_backend_checks_host_memory_and_workdir_space(tmp_path: Path, monke
     cells = matrix.load(path).cells
     buffers = fit.buffers(cells[0].spec)
     monkeypatch.setattr(host, "memory_available", lambda: buffers - 1)
-    with pytest.raises(UserError, match="available \\(MemAvailable\\)"):
+    with pytest.raises(UserError, match="available \\(MemAvailable\\); lower gtm.global_buffers or run it elsewhere"):
         HostBackend(workdir=tmp_path / "w").preflight(cells)
     monkeypatch.setattr(host, "memory_available", lambda: buffers + (1 << 30))
     HostBackend(workdir=tmp_path / "w").preflight(cells)
@@ -150,3 +159,39 @@ def test_vm_disk_images_preallocated_take_their_whole_size() -> None:
     assert fit.check_workdir_space([sparse], 200 << 20, vm_disks=True) is None  # 64 MiB + ext4's 64 MiB
     assert fit.check_workdir_space([full], 200 << 20) is None  # loop files: the footprint
     assert "writes up to 2,048 MiB" in (fit.check_workdir_space([full], 200 << 20, vm_disks=True) or "")
+
+
+# --------------------------------------------------------------------------------------------
+# a VM backend: the guest against the machine that runs it
+
+
+def test_a_guest_bigger_than_its_host_is_named_by_its_setting() -> None:
+    cell = Cell.standalone("threen1", {"start": 1, "end": 1000})
+    assert fit.check_vm_on_host(cell, 24 << 30, 2) is None  # the defaults: 2 vCPUs, 2G
+    big = Cell.from_dict({**cell.to_dict(), "vm": {"memory": "512G", "cpus": 2}})
+    line = fit.check_vm_on_host(big, 24 << 30, 2)
+    assert line is not None and line.startswith("vm.memory '512G' is more than this host's memory (24,576 MiB")
+    many = Cell.from_dict({**cell.to_dict(), "vm": {"memory": "1G", "cpus": 3}})
+    assert fit.check_vm_on_host(many, 24 << 30, 2) == (
+        "vm.cpus 3 is more than this host's 2 CPUs; lower vm.cpus or run the cell on a bigger host"
+    )
+
+
+@pytest.mark.parametrize("setting", ["memory", "cpus"])
+def test_qemu_refuses_a_guest_bigger_than_this_host_before_any_vm(tmp_path: Path, setting: str) -> None:
+    """`fsmatrix run --backend qemu`: one line naming the setting, exit 2, before an image or a VM."""
+    if not shutil.which("qemu-system-x86_64"):
+        pytest.skip("qemu-system-x86_64 is not installed (make deps installs it)")
+    total = host.memory_total()
+    # 1 GiB more than this host has; the most vCPUs the schema takes (256)
+    vm = {"memory": f"{total // (1 << 20) + 1024}M", "cpus": 1} if setting == "memory" else {"cpus": 256}
+    if setting == "cpus" and (os.cpu_count() or 1) >= 256:
+        pytest.skip("this host has 256 CPUs: no vm.cpus is more")
+    path = tmp_path / "m.yaml"
+    defaults = {"workload.threen1": {"start": 1, "end": 1000}, "vm": vm}
+    path.write_text(yaml.safe_dump({"axes": {"filesystem": ["ext4"]}, "defaults": defaults}))
+    line = refused(
+        "run", str(path), "--backend", "qemu", "--results", str(tmp_path / "r"), "--workdir", str(tmp_path / "w")
+    )
+    assert f"vm.{setting} " in line and "this host" in line and "bigger host" in line
+    assert not list((tmp_path / "w").glob("**/*.qcow2")) and not list((tmp_path / "w").glob("**/*.img"))

@@ -104,6 +104,7 @@ class SettingsBlock:
     # Bytes of shared memory the database allocates with these settings (buffers): checked against
     # the guest's memory (vm.memory) by matrix expand, and against the host's by the host backend.
     memory: Callable[[Any], int] | None = None
+    memory_settings: tuple[str, ...] = ()  # the settings ``memory`` counts, named in the messages
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,16 @@ def buffers(cell: Cell) -> int:
     return total
 
 
+def buffer_settings(cell: Cell) -> list[str]:
+    """The dotted settings whose buffers ``buffers`` counts (``postgres.shared_buffers``, ...)."""
+    return [
+        f"{block.name}.{name}"
+        for block in cell.declaration.settings
+        if block.memory is not None and block.name in cell.settings
+        for name in block.memory_settings
+    ]
+
+
 def memory_needed(cell: Cell) -> int:
     """What the cell holds in memory beyond the system's own: buffers, and a tmpfs's files."""
     held = 0
@@ -57,13 +67,13 @@ def check(cell: Cell) -> None:
     needed = memory_needed(cell)
     memory = declare.parse_size(cell.vm.memory)
     if needed > memory - GUEST_RESERVE:
-        blocks = "/".join(b.name for b in cell.declaration.settings) or "the workload"
+        held = buffer_settings(cell) + (["tmpfs files"] if not cell.fs.device and cell.fs.mounts else [])
+        lower = buffer_settings(cell)[:1] or ["the tmpfs files (storage.disk_size)"]
         raise Invalid(
             "vm.memory",
-            f"vm.memory {cell.vm.memory!r}: the cell holds {mib(needed)} in memory ({blocks} buffers"
-            f"{', tmpfs files' if not cell.fs.device and cell.fs.mounts else ''}) but {mib(memory)} less the "
-            f"guest's own {mib(GUEST_RESERVE)} leaves {mib(max(0, memory - GUEST_RESERVE))}; raise vm.memory "
-            f"or lower the buffers",
+            f"vm.memory {cell.vm.memory!r}: the cell holds {mib(needed)} in memory ({', '.join(held)}) but "
+            f"{mib(memory)} less the guest's own {mib(GUEST_RESERVE)} leaves {mib(max(0, memory - GUEST_RESERVE))}; "
+            f"raise vm.memory or lower {lower[0]}",
         )
 
 
@@ -102,11 +112,30 @@ def _disk_size_for(fs: filesystems.Filesystem, need: int, disks: int) -> str:
 def check_host_memory(cells: list[Cell], memory_available: int) -> str | None:
     """The host backend's memory fit, where vm.memory means nothing: the largest cell's buffers (and
     tmpfs files) against the host's available memory. A sentence saying what to change, or None."""
-    needed = max((memory_needed(c) for c in cells), default=0)
-    if needed > memory_available:
+    largest = max(cells, key=memory_needed, default=None)
+    if largest is None or memory_needed(largest) <= memory_available:
+        return None
+    held = buffer_settings(largest) + (["tmpfs files"] if not largest.fs.device and largest.fs.mounts else [])
+    lower = ", ".join(buffer_settings(largest)[:1]) or "its tmpfs files (storage.disk_size)"
+    return (
+        f"a cell holds {mib(memory_needed(largest))} in memory ({', '.join(held) or 'buffers'}) but this host has "
+        f"{mib(memory_available)} available (MemAvailable); lower {lower} or run it elsewhere"
+    )
+
+
+def check_vm_on_host(cell: Cell, memory_total: int, cpus: int) -> str | None:
+    """A VM cell against the machine that runs it: a guest cannot have more memory or more vCPUs than
+    its host (QEMU would fail to allocate, or crawl). A sentence naming the setting, or None."""
+    memory = declare.parse_size(cell.vm.memory)
+    if memory > memory_total:
         return (
-            f"a cell holds {mib(needed)} in memory (buffers, tmpfs files) but this host has "
-            f"{mib(memory_available)} available (MemAvailable); lower its database buffers or run it elsewhere"
+            f"vm.memory {cell.vm.memory!r} is more than this host's memory ({mib(memory_total)}, MemTotal); "
+            f"lower vm.memory or run the cell on a bigger host"
+        )
+    if cell.vm.cpus > cpus:
+        return (
+            f"vm.cpus {cell.vm.cpus} is more than this host's {cpus} CPUs; lower vm.cpus or run the cell on a "
+            f"bigger host"
         )
     return None
 

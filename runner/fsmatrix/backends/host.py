@@ -159,6 +159,14 @@ class HostBackend:
         return doc
 
 
+def memory_total() -> int:
+    """The host's MemTotal, bytes (what a VM on it can be given at most)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 1 << 62  # not reported: nothing to check against
+
+
 def memory_available() -> int:
     """The host's MemAvailable, bytes (what it can give without swapping)."""
     for line in Path("/proc/meminfo").read_text().splitlines():

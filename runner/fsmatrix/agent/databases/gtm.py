@@ -102,6 +102,7 @@ BLOCK = SettingsBlock(
     "GT.M database settings (workloads that run on GT.M)",
     summary=lambda s: f"{s.access_method} jnl={s.journal} gb={s.global_buffers}",
     memory=lambda s: buffer_bytes(s),
+    memory_settings=("global_buffers", "journal_buffers"),
 )
 
 

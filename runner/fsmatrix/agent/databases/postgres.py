@@ -152,6 +152,7 @@ BLOCK = SettingsBlock(
     "PostgreSQL server settings (workloads that run on PostgreSQL)",
     summary=lambda s: f"sb={s.shared_buffers} sc={s.synchronous_commit}" + (" k" if s.data_checksums else ""),
     memory=lambda s: s.expected()["shared_buffers"] + s.expected()["wal_buffers"],
+    memory_settings=("shared_buffers", "wal_buffers"),
 )
 
 _UNITS = {"B": 1, "kB": 1024, "8kB": PAGE, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}

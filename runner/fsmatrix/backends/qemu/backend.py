@@ -47,7 +47,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 from fsmatrix import __version__, images, workdirs
 from fsmatrix.agent import crash, fit, job, kernel, proc, provenance, storage
 from fsmatrix.agent.cell import Cell
-from fsmatrix.backends import hostinfo, image, jobdisk
+from fsmatrix.backends import host, hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, flush_points, kernel_boot, power_cut, profiles, snapshot
 from fsmatrix.backends.qemu.console import ConsoleWatcher, console_tail
@@ -194,6 +194,12 @@ class QemuBackend:
                     f"cell {cell.id}: crash.mode {mode!r} is not built yet on the {self.name} backend "
                     f"(modes it runs: {', '.join(self.crash_modes)})"
                 )
+        # A guest bigger than this machine (checked where the cell runs: a Slurm node, a CI runner).
+        memory_total, cpus = host.memory_total(), os.cpu_count() or 1
+        for cell in cells:
+            problem = fit.check_vm_on_host(cell.spec, memory_total, cpus)
+            if problem is not None:
+                raise UserError(f"cell {cell.id}: {problem}")
         # Bad vm.kernel input fails here, before the image is built or any VM starts.
         self._check_kernels([c for c in cells if c.spec.vm.kernel])
         if self.devices:
