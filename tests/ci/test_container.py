@@ -171,7 +171,7 @@ def test_matrix_expand_inside(tag: str) -> None:
 def _check_results(results: Path, tag: str, backend: str) -> dict[str, object]:
     paths = list(iter_result_files(results))
     assert len(paths) == 1, paths
-    doc = load_document(paths[0])
+    doc = load_document(paths[0]).document  # as stored: checked key by key below
     assert doc["status"] == "passed", json.dumps(doc, indent=1)[:3000]
     host = doc["provenance"]["host"]
     assert host["container"] == "podman"
@@ -230,14 +230,14 @@ def test_workflow_scripts_run_fsmatrix_in_the_image(tag: str, tmp_path: Path) ->
 
     shard_env = {**env, "MATRIX_FILE": "matrix/shard.yaml", "BACKEND": "host", "CELLS": "*", "REPEATS": "1"}
     bash(step(workflow("matrix.yml"), "run", "Run shard"), base, shard_env)
-    docs = [load_document(p) for p in iter_result_files(base / "results")]
+    docs = [load_document(p).document for p in iter_result_files(base / "results")]
     assert [d["provenance"]["host"]["container_image"]["name"] for d in docs] == [tag]
 
     gate = workflow("pr-gate.yml")
     gate_env = {**env, "REPEATS": "2", "THRESHOLD": "0.5"}
     bash(step(gate, "gate", "Run base and head"), tmp_path / "ws", gate_env)
     for side in ("base", "head"):
-        docs = [load_document(p) for p in iter_result_files(tmp_path / "ws" / "gate-results" / side)]
+        docs = [load_document(p).document for p in iter_result_files(tmp_path / "ws" / "gate-results" / side)]
         assert len(docs) == 2 and {d["provenance"]["host"]["container_image"]["name"] for d in docs} == {tag}
     assert (tmp_path / "summary.md").read_text().strip()
     assert _containers() == []

@@ -16,7 +16,7 @@ import yaml
 from click.testing import CliRunner
 from rich.console import Console
 
-from conftest import needs_root
+from conftest import needs_root, typed
 from fsmatrix import matrix, runs
 from fsmatrix.agent import proc
 from fsmatrix.backends.host import HostBackend
@@ -118,7 +118,7 @@ def test_html_report_renders_with_charts_and_loads_nothing(run_dir: Path, tmp_pa
     bars = [f for f in figures if "whiskers" in f]
     series = [f for f in figures if "repeat" in f]
     assert len(bars) == 2 * 4, figures
-    sampled = [d for d in docs if d["samples"]["series"]]  # a run shorter than 1 s may have no sample
+    sampled = [d for d in docs if d.samples.series]  # a run shorter than 1 s may have no sample
     assert len(series) == len(sampled) >= REPEATS, figures
     assert all("<path" in svg for svg in re.findall(r"<svg.*?</svg>", dom, re.S))  # drawn, not empty
     assert "Relative speed" in dom and "sync_io" in dom  # seed 000's sync_io table
@@ -192,7 +192,7 @@ def test_otava_csv_orders_runs_by_time_with_medians() -> None:
         doc("early", 2, "2026-01-01T00:01:00+00:00", 2.0),
         doc("early", 3, "2026-01-01T00:02:00+00:00", 9.0),
     ]
-    text = exports.otava_csv(docs)
+    text = exports.otava_csv(typed(docs))
     assert text.splitlines() == [
         "time,commit,run_id,c.elapsed_s",
         "2026-01-01 00:00:00 +0000,earlyearlyearlyearly,early,2.0",

@@ -314,4 +314,4 @@ def test_a_matrix_through_sbatch_equals_a_local_run(tmp_path: Path) -> None:
     assert _report_cells(report) == expected
     assert _report_cells(tmp_path / "detached" / "later" / "report.md") == expected
     merged = store.load_results(tmp_path / "slurm" / "tiny")
-    assert {d["cell_id"] for d in merged} == expected and {d["status"] for d in merged} == {"passed"}
+    assert {d.cell_id for d in merged} == expected and {d.status for d in merged} == {"passed"}
