@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fsmatrix import matrix
-from fsmatrix.bench import bisect, gate, micro, threen1_side_by_side, vm
+from fsmatrix.bench import bisect, gate, micro, results, threen1_side_by_side, vm
 from fsmatrix.errors import interrupt_on_sigterm
 
 RUNNER = Path(__file__).resolve().parents[2] / "runner"
@@ -82,7 +82,7 @@ def installed() -> bool:
 
 
 @pytest.mark.usefixtures("sigterm_restored")
-@pytest.mark.parametrize("bench", [bisect, gate, vm, threen1_side_by_side], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("bench", [bisect, gate, vm, threen1_side_by_side, results], ids=lambda m: m.__name__)
 def test_every_benchmark_that_runs_cells_installs_it(bench: object) -> None:
     assert not installed()
     with pytest.raises(SystemExit):
