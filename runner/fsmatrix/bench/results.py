@@ -23,7 +23,9 @@ interpreter; the import and one untimed report (the first call's lazy imports) c
 repetitions (``--repeat``, default 5) then alternate between the two processes, the side that goes
 first swapping every repetition, so that a busy spell of a shared machine falls on both. Only the
 measured call is timed (``time.perf_counter``); the files are written once, before, and read from
-the page cache by both.
+the page cache by both. The report is the slow one: on a 2-core machine a 20-cell run's took about
+30 s a call (the answer's repeat advice, verdict/power.py, most of it), a 100-cell run's more than
+3 minutes, so the defaults take most of an hour there; ``--cells 20`` about 7 minutes.
 
 Prints Markdown (or ``--format json``): per measurement the repetitions, the median and min..max
 seconds of each side and the ratio after/before (of the medians; min..max of the repetitions'
