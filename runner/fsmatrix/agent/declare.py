@@ -10,6 +10,7 @@ file is validated against (``json_schema``). Standard library only: the guest ru
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import re
 import typing
@@ -79,15 +80,20 @@ class Field:
         return self.default is MISSING
 
 
-def fields(cls: type) -> list[Field]:
+def fields(cls: type) -> tuple[Field, ...]:
     """The declared settings of ``cls``, in declaration order."""
+    return _fields(cls)
+
+
+@functools.cache  # a class's declaration does not change; resolving its type hints compiles them every time
+def _fields(cls: Any) -> tuple[Field, ...]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         spec = f.metadata.get(KEY)
         if isinstance(spec, Setting):
             out.append(Field(f.name, hints[f.name], f.default, spec))
-    return out
+    return tuple(out)
 
 
 def parse_size(text: str | int) -> int:
