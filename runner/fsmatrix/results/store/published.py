@@ -393,10 +393,8 @@ def reproduced(docs: Sequence[Result]) -> list[dict[str, Any]]:
     """The ``reproduces`` entries of the matrix files these results were run from (every scale's:
     a stand-in maps one scale's input and never matches another's cells), merged per table."""
     files: set[Path] = set()
-    for doc in docs:
-        if doc.path is None:
-            continue
-        record = doc.path.parent.parent / "matrix.json"
+    # Each run folder's record once (not once per document: a report of 300 runs read it 300 times).
+    for record in sorted({doc.path.parent.parent / "matrix.json" for doc in docs if doc.path is not None}):
         try:
             matrix_file = yaml.safe_load(record.read_text(encoding="utf-8")).get("file")
         except (OSError, yaml.YAMLError, AttributeError):
