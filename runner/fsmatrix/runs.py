@@ -31,7 +31,7 @@ from rich.text import Text
 from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend, hostinfo
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import Matrix, MatrixCell, RaceSettings, comparison_group
+from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, comparison_group
 from fsmatrix.matrix import groups as matrix_groups
 from fsmatrix.results import store
 from fsmatrix.results.store import past_runs
@@ -65,10 +65,14 @@ def run_matrix(
     console: Console,
     order: str = "cells",
     race: RaceSettings | None = None,
+    after_round: Callable[[], None] | None = None,
+    settings: BuildSettings | None = None,
 ) -> RunSummary:
     """Every selected cell ``repeat`` times (``order``: cell by cell, or in rounds), or, with ``race``,
     a race: rounds until the statistics leave one cell or one tied set per comparison group (see
-    ``_race``); ``repeat`` is then ignored for ``race.max_repeats``."""
+    ``_race``); ``repeat`` is then ignored for ``race.max_repeats``. ``after_round``: called after each
+    round of a run in rounds or a race (``fsmatrix run --push`` pushes then). ``settings``: the build's
+    settings (``run --settings``), recorded in each result's ``provenance.settings``."""
     run_dir = results_root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     jsonfile.write_atomic(
@@ -118,7 +122,14 @@ def run_matrix(
                     progress.update(task, description=f"{cell.id} r{r}")
                     if eta is not None:
                         eta.start(cell.id)
-                    written = _run_one(backend, with_auto_timeout(cell, found), r, run_id, path)
+                    written = _run_one(
+                        backend,
+                        with_auto_timeout(cell, found),
+                        r,
+                        run_id,
+                        path,
+                        settings.record() if settings else None,
+                    )
                     if eta is not None:
                         eta.finish(cell.id)
                     try:
@@ -146,9 +157,12 @@ def run_matrix(
                 progress.update(task, total=int(progress.tasks[0].completed) + left)
 
             if race is not None:
-                summary.race = _race(run_dir, cells, race, force, one, remaining, progress.console)
-            for cell, r in todo:
+                summary.race = _race(run_dir, cells, race, force, one, remaining, progress.console, after_round)
+            for i, (cell, r) in enumerate(todo):
                 one(cell, r, False)
+                round_ends = order == "rounds" and (i + 1 == len(todo) or todo[i + 1][1] != r)
+                if round_ends and after_round is not None:
+                    after_round()
             progress.update(task, description="done")
     finally:
         index.close()
@@ -376,6 +390,7 @@ def _race(
     one: Callable[[MatrixCell, int, bool], store.Result],
     remaining: Callable[[int], None],
     console: Console,
+    after_round: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Rounds of every live cell once, in the matrix's order; after each round from ``min_repeats``
     on, ``race.race_step`` per comparison group on the primary metric, and the cells it retires
@@ -451,6 +466,8 @@ def _race(
         for cell_id, leaving in left.items():
             if leaving["round"] == r:
                 console.print(f"race: {cell_id} {leaving['action']} after round {r}: {leaving['reason']}")
+        if after_round is not None:
+            after_round()
         r += 1
     remaining(0)
     return state
@@ -510,8 +527,16 @@ def matrix_record(
     return record
 
 
-def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path: Path) -> dict[str, Any]:
-    """One repeat, its log captured next to its result; the result written atomically."""
+def _run_one(
+    backend: Backend,
+    cell: MatrixCell,
+    repeat: int,
+    run_id: str,
+    path: Path,
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One repeat, its log captured next to its result; the result written atomically (with the
+    build's ``settings`` as ``provenance.settings`` when the run was given some)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path.with_suffix(".log"), mode="w", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -546,6 +571,8 @@ def _run_one(backend: Backend, cell: MatrixCell, repeat: int, run_id: str, path:
         logger.removeHandler(handler)
         handler.close()
     doc["run_id"] = run_id
+    if settings is not None:
+        doc.setdefault("provenance", {})["settings"] = settings
     jsonfile.write_atomic(path, doc)
     return doc
 

@@ -243,9 +243,10 @@ def templates(goldens: Path = GOLDENS) -> list[Template]:
     return found
 
 
-def _write(path: Path, doc: Mapping[str, Any]) -> None:
+def _write(path: Path, made: Mapping[str, Any]) -> None:
+    """A document this benchmark made, written as the agent writes one (raw JSON: a writer, not a reader)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(made, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def write_results_root(root: Path, documents: int, made_from: Sequence[Template]) -> None:

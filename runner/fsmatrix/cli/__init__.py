@@ -4,7 +4,7 @@ run.py        run, cleanup
 bisect.py     bisect
 matrix.py     matrix expand / settings
 workload.py   workload NAME (generated from each workload's declaration)
-results.py    compare, report, calibrate, results merge / reindex
+results.py    compare, report, calibrate, results merge / reindex / push / list
 image.py      image build / path / list / prune / probe-accel
 container.py  container build / tag / prune
 libvirt.py    libvirt start / stop / status
@@ -23,6 +23,7 @@ import click
 from fsmatrix import __version__
 from fsmatrix.cli import bisect, container, image, libvirt, matrix, results, run, slurm, vagrant, workload
 from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.results.store import url as store_url
 
 
 class _Group(click.Group):
@@ -54,6 +55,7 @@ def main(verbose: bool) -> None:
     handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(message)s", handlers=[handler])
     interrupt_on_sigterm()
+    store_url.take_from_environment()  # a store's password: for this process, never its children
 
 
 main.add_command(matrix.matrix_group, "matrix")

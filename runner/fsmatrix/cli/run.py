@@ -17,7 +17,10 @@ from fsmatrix.backends import BACKENDS
 from fsmatrix.cli._common import writable_directory
 from fsmatrix.cli.matrix import include_warnings
 from fsmatrix.errors import UserError
+from fsmatrix.results import store
 from fsmatrix.results.render import answer_text, markdown
+from fsmatrix.results.store import database
+from fsmatrix.results.store import url as store_urls
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 
@@ -52,6 +55,20 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     "compare as the same cells (matrix/README.md, 'Settings of a build under test').",
 )
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
+@click.option(
+    "--push",
+    is_flag=True,
+    help="Push the results to the store (--store) at the end, and after each round of a run in rounds or a race; "
+    "a store it cannot reach leaves the push pending (`fsmatrix results push` completes it) and the exit status "
+    "the runs'.",
+)
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="The store --push pushes to (default: $FSMATRIX_STORE, else sqlite:///RESULTS/store.sqlite).",
+)
 @click.option(
     "--order",
     type=click.Choice(["cells", "rounds"]),
@@ -119,6 +136,8 @@ def run(
     scale: str | None,
     settings_file: Path | None,
     force: bool,
+    push: bool,
+    store_url: str | None,
     order: str,
     devices: tuple[str, ...],
     race: bool | None,
@@ -141,7 +160,11 @@ def run(
     elif any(slurm_only.values()):
         given = ", ".join(option for option, on in slurm_only.items() if on)
         raise UserError(f"{given}: for --executor slurm only")
-    m = matrix.load(file, scale, matrix.read_settings(settings_file) if settings_file else None)
+    build = matrix.read_settings(settings_file) if settings_file else None
+    m = matrix.load(file, scale, build)
+    pusher = Pusher(store_urls.resolve(store_url, results_root)) if push else None  # bad URLs before any run
+    if store_url is not None and not push:
+        raise UserError("--store names where --push pushes: give --push too")
     racing = _race_settings(m, file, race, repeat)
     cells = m.select(list(only))
     if not cells:
@@ -185,6 +208,8 @@ def run(
             console=console,
             order=order,
             race=racing,
+            after_round=(lambda: pusher.push(results_root / run_id)) if pusher else None,
+            settings=build,
         )
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started
@@ -195,10 +220,41 @@ def run(
     if summary.race is not None:
         for line in runs.race_summary_lines(summary.race):
             click.echo(line)
+    if pusher is not None:
+        pusher.push(summary.run_dir, last=True)
     for line in answer_text.summary_lines(found):  # the answer's first lines, then the report's path, last
         click.echo(line)
     click.echo(f"report: {path.resolve()}")
     sys.exit(0 if summary.ok else 1)
+
+
+class Pusher:
+    """``run --push``: the run folder into the store after each round and at the end. A push that
+    fails (the store unreachable) is said in one line and left pending; the run goes on."""
+
+    def __init__(self, url: store_urls.StoreURL) -> None:
+        self.url = url
+        self.pending = False
+
+    def push(self, run_dir: Path, last: bool = False) -> None:
+        try:
+            documents = store.run_documents([run_dir])
+            with database.Store.open(self.url) as opened:
+                done = opened.push(documents)
+        except UserError as exc:
+            self.pending = True
+            console.print(f"push pending: {exc}", markup=False, highlight=False)
+        else:
+            self.pending = False
+            if last:
+                for line in done.lines(self.url.shown):
+                    console.print(line, markup=False, highlight=False)
+        if last and self.pending:
+            console.print(
+                f"the push is pending: `fsmatrix results push {run_dir} --store {self.url.shown}` completes it",
+                markup=False,
+                highlight=False,
+            )
 
 
 def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | None) -> None:

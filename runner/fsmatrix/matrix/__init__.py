@@ -272,6 +272,11 @@ class BuildSettings:
 
     file: str
     flat: Flat
+    sha256: str = ""  # of the file's bytes: two builds' settings told apart in a store
+
+    def record(self) -> dict[str, Any]:
+        """``provenance.settings`` of every result run with these settings."""
+        return {"file": self.file, "sha256": self.sha256, "values": {k: leaf.value for k, leaf in self.flat.items()}}
 
 
 def read_settings(path: str | Path) -> BuildSettings:
@@ -283,8 +288,9 @@ def read_settings(path: str | Path) -> BuildSettings:
         return UserError(message, file=name, line=line)
 
     doc = _read_yaml(path, "a settings file")
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     if doc is None:
-        return BuildSettings(name, {})
+        return BuildSettings(name, {}, digest)
     if not isinstance(doc, dict):
         raise fail(
             f"settings must be a mapping of setting -> value (e.g. gtm.global_buffers: 4000), got {_show(doc)}", 1
@@ -294,7 +300,7 @@ def read_settings(path: str | Path) -> BuildSettings:
         errors = list(jsonschema.Draft202012Validator(schema.spec_at(setting) or {}).iter_errors(leaf.value))
         if errors:
             raise fail(_schema_message(errors[0], setting), leaf.line)
-    return BuildSettings(name, flat)
+    return BuildSettings(name, flat, digest)
 
 
 def _read_yaml(path: str | Path, what: str) -> Any:

@@ -10,7 +10,15 @@ Layout under a results root::
     <root>/<run-id>/report.md                 the report written at the end of `fsmatrix run`
 """
 
-from fsmatrix.results.store.document import DIRECTIONS, Result, document_problem, dotted
+from fsmatrix.results.store.document import (
+    DIRECTIONS,
+    UNKNOWN_HOST,
+    Result,
+    comparison_group,
+    document_problem,
+    dotted,
+    hardware_class,
+)
 from fsmatrix.results.store.files import (
     COMPLETE,
     RACE_FILE,
@@ -28,26 +36,35 @@ from fsmatrix.results.store.merge import merge
 from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
 from fsmatrix.results.store.published import load as load_published
 from fsmatrix.results.store.published import reproduced
+from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, stored_runs
 
 __all__ = [
     "COMPLETE",
     "DIRECTIONS",
     "PUBLISHED_DIR",
     "RACE_FILE",
+    "UNKNOWN_HOST",
     "Index",
     "Result",
+    "comparison_group",
     "document_problem",
     "dotted",
+    "hardware_class",
     "is_complete",
     "iter_result_files",
+    "listing_json",
+    "listing_markdown",
     "load_document",
     "load_matrix_json",
     "load_published",
     "load_race",
     "load_results",
     "merge",
+    "parse_since",
     "reindex",
     "reproduced",
     "result_path",
+    "run_documents",
     "run_matrix",
+    "stored_runs",
 ]

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from fsmatrix import matrix
+from fsmatrix.agent.cell import Cell
+
 DIRECTIONS = ("lower", "higher")
 
 
@@ -209,3 +212,43 @@ class Result:
             path=path,
             document=doc,
         )
+
+
+UNKNOWN_HOST = "unknown host"  # results without provenance.host (old ones, or a failure before it was known)
+
+
+def _host(doc: Result) -> Mapping[str, Any]:
+    host = (doc.provenance.section).get("host")
+    return host if isinstance(host, Mapping) else {}
+
+
+def hardware_class(doc: Result) -> str:
+    """The hardware class of one result (verdict/hardware.py: what of its host changes the numbers), in
+    words: "Intel Xeon E-2288G, 16 CPUs, 64 GiB, disk SAMSUNG MZ7L3 (SSD)"; ``UNKNOWN_HOST`` when the
+    result does not describe its host. A column of the store, so it lives with the document."""
+    host = _host(doc)
+    if not host.get("cpu_model") and not host.get("cpu_count"):
+        return UNKNOWN_HOST
+    parts = [str(host.get("cpu_model") or "unknown CPU")]
+    if host.get("cpu_count"):
+        parts.append(f"{host['cpu_count']} CPUs")
+    memory = host.get("memory_kib")
+    if isinstance(memory, int | float) and memory > 0:
+        parts.append(f"{round(memory / 2**20)} GiB")
+    disk = (host.get("workdir") or {}).get("disk") if isinstance(host.get("workdir"), Mapping) else None
+    if isinstance(disk, Mapping) and (disk.get("model") or disk.get("rotational") is not None):
+        rotational = disk.get("rotational")
+        kind = " (rotational)" if rotational is True else " (SSD)" if rotational is False else ""
+        parts.append(f"disk {disk.get('model') or 'unknown model'}{kind}")
+    return ", ".join(parts)
+
+
+def comparison_group(params: Mapping[str, Any], workload: str) -> tuple[str, str]:
+    """matrix.comparison_group's key and label; for parameters this fsmatrix cannot parse (an old
+    result), the same key built from the stored JSON and the workload's name as the label."""
+    try:
+        group = matrix.comparison_group(Cell.from_dict(params))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        label = workload + (f" (crash: {params['crash'].get('mode')})" if isinstance(params.get("crash"), dict) else "")
+        return matrix.group_key(params), label
+    return group.key, group.label

@@ -1,13 +1,5 @@
-"""Run folders: where `fsmatrix run` puts one JSON document per run, and how they are read back.
-
-Layout under a results root::
-
-    <root>/index.sqlite                       the index (rebuildable from the files)
-    <root>/<run-id>/matrix.json               the expanded matrix this run was made from
-    <root>/<run-id>/<cell-id>/r<N>.json       one result document per repeat
-    <root>/<run-id>/<cell-id>/r<N>.log        the agent's log for that repeat
-    <root>/<run-id>/report.md                 the report written at the end of `fsmatrix run`
-"""
+"""Run folders: where `fsmatrix run` puts one JSON document per run (the layout: the store's
+``__init__``), and how they are read back: each document checked and typed on the way in."""
 
 from __future__ import annotations
 

@@ -20,10 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fsmatrix import matrix
-from fsmatrix.agent.cell import Cell
 from fsmatrix.matrix import flatten
-from fsmatrix.results.store import Result
+from fsmatrix.results.store import Result, comparison_group
 from fsmatrix.results.verdict import hardware
 from fsmatrix.results.verdict.answer import Regime
 from fsmatrix.results.verdict.metrics import regime
@@ -56,17 +54,6 @@ class _Cell:
     baseline_flag: bool | None
 
 
-def _group_of(params: Mapping[str, Any], workload: str) -> tuple[str, str]:
-    """matrix.comparison_group's key and label; for parameters this fsmatrix cannot parse (an old
-    result), the same key built from the stored JSON and the workload's name as the label."""
-    try:
-        group = matrix.comparison_group(Cell.from_dict(params))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        label = workload + (f" (crash: {params['crash'].get('mode')})" if isinstance(params.get("crash"), dict) else "")
-        return matrix.group_key(params), label
-    return group.key, group.label
-
-
 def _cells(docs: Sequence[Result], matrix_json: Mapping[str, Any] | None) -> list[_Cell]:
     """The cells the documents hold, in matrix.json's order (then by id), with their groups (as
     matrix.json records them, ``group`` and ``group_label``, else ``matrix.comparison_group``'s)."""
@@ -84,7 +71,7 @@ def _cells(docs: Sequence[Result], matrix_json: Mapping[str, Any] | None) -> lis
     for cid, klass in ((cid, k) for k, members in by_class.items() for cid in order if cid in members):
         ds = sorted(by_class[klass][cid], key=lambda d: d.repeat)
         params = ds[0].params
-        key, label = _group_of(params, str(ds[0].workload))
+        key, label = comparison_group(params, str(ds[0].workload))
         section = next((d.crash for d in ds if d.crash is not None), None)
         if section is not None and "crash" not in params:  # a crash result whose params do not say so
             key += f"|crash:{section.get('mode')}"

@@ -15,36 +15,11 @@ results hold more than one: each table and each comparison holds one class's run
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from fsmatrix.results.store import Result
+from fsmatrix.results.store import UNKNOWN_HOST, Result, hardware_class
 
-UNKNOWN = "unknown host"  # results without provenance.host (old ones, or a failure before it was known)
-
-
-def _host(doc: Result) -> Mapping[str, Any]:
-    host = (doc.provenance.section).get("host")
-    return host if isinstance(host, Mapping) else {}
-
-
-def of(doc: Result) -> str:
-    """The hardware class of one result, in words: "Intel Xeon E-2288G, 16 CPUs, 64 GiB, disk SAMSUNG
-    MZ7L3 (SSD)"; ``UNKNOWN`` when the result does not describe its host."""
-    host = _host(doc)
-    if not host.get("cpu_model") and not host.get("cpu_count"):
-        return UNKNOWN
-    parts = [str(host.get("cpu_model") or "unknown CPU")]
-    if host.get("cpu_count"):
-        parts.append(f"{host['cpu_count']} CPUs")
-    memory = host.get("memory_kib")
-    if isinstance(memory, int | float) and memory > 0:
-        parts.append(f"{round(memory / 2**20)} GiB")
-    disk = (host.get("workdir") or {}).get("disk") if isinstance(host.get("workdir"), Mapping) else None
-    if isinstance(disk, Mapping) and (disk.get("model") or disk.get("rotational") is not None):
-        rotational = disk.get("rotational")
-        kind = " (rotational)" if rotational is True else " (SSD)" if rotational is False else ""
-        parts.append(f"disk {disk.get('model') or 'unknown model'}{kind}")
-    return ", ".join(parts)
+UNKNOWN = UNKNOWN_HOST
+of = hardware_class
 
 
 def classes(docs: Sequence[Result]) -> list[str]:
