@@ -121,6 +121,8 @@ def measure_report(run_dir: Path) -> tuple[float, str]:
         answering = importlib.import_module("fsmatrix.results.verdict.answering")
         markdown = importlib.import_module("fsmatrix.results.render.markdown")
         answer_text = importlib.import_module("fsmatrix.results.render.answer_text")
+        # Each call as a fresh `fsmatrix report` process: no repeat advice kept from the call before.
+        importlib.import_module("fsmatrix.results.verdict.power").power.cache_clear()
         start = time.perf_counter()
         seen = environment.with_environment_axes(store.load_results(run_dir))
         found = answering.build(seen, store.load_matrix_json(run_dir))
