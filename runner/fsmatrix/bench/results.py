@@ -251,17 +251,24 @@ def _write(path: Path, made: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(made, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def made_document(i: int, made_from: Sequence[Template], cells_per_run: int = RUN_CELLS) -> dict[str, Any]:
+    """Document ``i`` of a benchmark's many: runs of ``cells_per_run`` cells × ``REPEATS``, each cell a
+    copy of a real one with a new cell id, each document its real counterpart's with a new run id,
+    cell id and repeat."""
+    cell, repeat = divmod(i, REPEATS)
+    t = made_from[cell % len(made_from)]
+    return dict(t.docs[repeat]) | {
+        "cell_id": f"{t.docs[0]['cell_id']}-{cell:06d}",
+        "repeat": repeat + 1,
+        "run_id": f"bench-{cell // cells_per_run:04d}",
+    }
+
+
 def write_results_root(root: Path, documents: int, made_from: Sequence[Template]) -> None:
-    """``documents`` result documents under ``root``: runs of ``RUN_CELLS`` cells × ``REPEATS``, each
-    cell a copy of a real one with a new cell id, each document its real counterpart's with a new run
-    id, cell id and repeat."""
+    """``documents`` result documents (``made_document``) under ``root``."""
     for i in range(documents):
-        cell, repeat = divmod(i, REPEATS)
-        t = made_from[cell % len(made_from)]
-        run_id = f"bench-{cell // RUN_CELLS:04d}"
-        cell_id = f"{t.docs[0]['cell_id']}-{cell:06d}"
-        doc = dict(t.docs[repeat]) | {"cell_id": cell_id, "repeat": repeat + 1, "run_id": run_id}
-        _write(root / run_id / cell_id / f"r{repeat + 1}.json", doc)
+        doc = made_document(i, made_from)
+        _write(root / doc["run_id"] / doc["cell_id"] / f"r{doc['repeat']}.json", doc)
 
 
 def _scaled(metrics: Mapping[str, Any], factor: float) -> dict[str, Any]:

@@ -47,17 +47,7 @@ SEED = 38
 def documents(count: int) -> list[Result]:
     """``count`` typed documents, each a real one under a new run id, cell id and repeat."""
     made_from = bench_results.templates()
-    out = []
-    for i in range(count):
-        cell, repeat = divmod(i, bench_results.REPEATS)
-        t = made_from[cell % len(made_from)]
-        doc = dict(t.docs[repeat]) | {
-            "cell_id": f"{t.docs[0]['cell_id']}-{cell:06d}",
-            "repeat": repeat + 1,
-            "run_id": f"bench-{cell // CELLS_PER_RUN:05d}",
-        }
-        out.append(Result.read(doc))
-    return out
+    return [Result.read(bench_results.made_document(i, made_from, CELLS_PER_RUN)) for i in range(count)]
 
 
 @dataclass
