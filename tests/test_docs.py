@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fsmatrix.agent import contract, crash
+from fsmatrix.agent import contract
+from fsmatrix.agent.crash.mode import CrashMode, CrashRun
 from fsmatrix.agent.storage import filesystems
+from fsmatrix.backends.qemu.crash_host import HostCrashMode
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "runner" / "fsmatrix"
@@ -72,8 +74,11 @@ def test_the_checklists_name_the_registries_and_fields_there_are() -> None:
     assert all(f"{name}=" in filesystem for name in ("mkfs_getopt", "kernel_module", "device", "mounts"))
     assert {"mkfs_getopt", "kernel_module", "device", "mounts"} <= set(filesystems.Filesystem.__dataclass_fields__)
     mode = (REPO / "docs" / "adding-a-crash-mode.md").read_text()
-    assert "`MODES` in `agent/crash/__init__.py`" in mode
+    assert "`MODES` in `agent/crash/settings.py`" in mode
+    assert "`MODULES` in `backends/qemu/host_sides.py`" in mode  # a host side's registry line
+    for hook in ("extra_disks", "timeouts", "job_environment", "before_run"):
+        assert f"`{hook}(" in mode and hasattr(HostCrashMode, hook)
     for field in ("needs_vm", "refuses", "start"):
-        assert f"{field}=" in mode and field in crash.CrashMode.__dataclass_fields__
+        assert f"{field}=" in mode and field in CrashMode.__dataclass_fields__
     for hook in ("wrap_data", "measured", "run", "after"):
-        assert f"`{hook}" in mode and hasattr(crash.CrashRun, hook)
+        assert f"`{hook}" in mode and hasattr(CrashRun, hook)

@@ -3,7 +3,11 @@
 `make lint` runs ``lint-imports`` on the tree. Here each contract is shown failing: a copy of the
 package with one violation planted must make ``lint-imports`` fail naming that contract, and the
 unplanted copy must pass. Cycles between modules are checked with grimp (import-linter's graph
-library), counting that importing ``a.b.c`` runs ``a/b/__init__.py`` first; the agent's imports are
+library), counting type-only imports (``if TYPE_CHECKING:``: they never run, but a module that needs
+another's types depends on it as much as one that calls it) and that importing ``a.b.c`` runs
+``a/b/__init__.py`` first (a package's face is counted as what it is at run time: a module importing
+every child it re-exports; no face is exempt, so a face that re-exports a module which names its
+importer's types is a cycle too, as ``storage``'s was through ``prepare``); the agent's imports are
 checked against ``sys.stdlib_module_names`` (function-level imports too, which
 tests/test_guest.py's import of the agent without site-packages does not reach).
 
@@ -127,8 +131,8 @@ def cycle_chain(edges: dict[str, set[str]], component: Iterable[str]) -> list[st
 
 
 def module_cycles(package: str = "fsmatrix") -> list[dict[str, list[str]]]:
-    """The cycles between the package's modules (not counting ``if TYPE_CHECKING:`` imports)."""
-    graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
+    """The cycles between the package's modules, ``if TYPE_CHECKING:`` imports counted."""
+    graph = grimp.build_graph(package, exclude_type_checking_imports=False, cache_dir=None)
     edges = import_edges(graph)
     return [{"modules": c, "chain": cycle_chain(edges, c)} for c in strongly_connected(edges)]
 
@@ -313,9 +317,18 @@ def test_lint_imports_fails_on_a_planted_violation(tmp_path: Path, case: str) ->
     assert {c for c, verdict in verdicts.items() if verdict == "BROKEN"} == breaks, verdicts
 
 
-def test_a_planted_module_cycle_fails_the_cycle_check(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "from fsmatrix.agent import provenance",
+        # type-only: lint-imports does not count it (exclude_type_checking_imports), this check does
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from fsmatrix.agent import provenance",
+    ],
+    ids=["runtime", "type-only"],
+)
+def test_a_planted_module_cycle_fails_the_cycle_check(tmp_path: Path, planted: str) -> None:
     root = _copy_package(tmp_path)
-    _plant(root, "agent/proc.py", "from fsmatrix.agent import provenance")  # provenance imports proc
+    _plant(root, "agent/proc.py", planted)  # provenance imports proc
     done = subprocess.run(
         [sys.executable, __file__],
         env=_env(root),

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import attached_under, mounted_under, needs_root
 from fsmatrix.agent import oscache
-from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.parsing import standalone_cell
 from fsmatrix.agent.storage import loop_devices
 from fsmatrix.agent.workloads import fio, sysbench
 
@@ -55,7 +55,7 @@ def test_the_probe_tells_journalled_data_from_ordered(ext4: tuple[str, Workspace
 
 def test_fio_direct_fails_where_o_direct_is_buffered_and_buffered_runs(ext4: tuple[str, Workspace]) -> None:
     mode, ws = ext4
-    direct = fio.run_cell(Cell.standalone("fio", {"pattern": "randwrite", "file_size": "4m"}), ws, timeout=60)
+    direct = fio.run_cell(standalone_cell("fio", {"pattern": "randwrite", "file_size": "4m"}), ws, timeout=60)
     if mode == "data=ordered":
         assert direct.verification == {"status": "passed"}
     else:
@@ -64,19 +64,19 @@ def test_fio_direct_fails_where_o_direct_is_buffered_and_buffered_runs(ext4: tup
         assert "workload.fio.direct: false" in direct.verification["message"]
         assert direct.details["phases"] == []  # refused before fio ran
         buffered = {"pattern": "randwrite", "file_size": "4m", "direct": False}
-        assert fio.run_cell(Cell.standalone("fio", buffered), ws, timeout=60).verification == {"status": "passed"}
+        assert fio.run_cell(standalone_cell("fio", buffered), ws, timeout=60).verification == {"status": "passed"}
     assert list(ws.data.iterdir()) == []
 
 
 def test_sysbench_direct_fails_where_o_direct_is_buffered(ext4: tuple[str, Workspace]) -> None:
     mode, ws = ext4
     params = {"mode": "rndwr", "total_size": "4M", "num_files": 2, "duration": 1}
-    outcome = sysbench.run_cell(Cell.standalone("sysbench", params), ws, timeout=60)
+    outcome = sysbench.run_cell(standalone_cell("sysbench", params), ws, timeout=60)
     if mode == "data=ordered":
         assert outcome.verification == {"status": "passed"}
     else:
         assert outcome.verification["status"] == "failed"
         assert "workload.sysbench.io: buffered" in outcome.verification["message"]
-        buffered = sysbench.run_cell(Cell.standalone("sysbench", {**params, "io": "buffered"}), ws, timeout=60)
+        buffered = sysbench.run_cell(standalone_cell("sysbench", {**params, "io": "buffered"}), ws, timeout=60)
         assert buffered.verification == {"status": "passed"}
     assert list(ws.data.iterdir()) == []

@@ -241,7 +241,7 @@ def plugged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "storage" / "filesystems" / "ramfs.py").write_text(FILESYSTEM_MODULE)
     _add_line(package / "storage" / "filesystems" / "__init__.py", '    "raw",', '    "ramfs",')
     (package / "crash" / "nothing.py").write_text(CRASH_MODE_MODULE)
-    _add_line(package / "crash" / "__init__.py", '    "kill": "kill",', '    "nothing": "nothing",')
+    _add_line(package / "crash" / "settings.py", '    "kill": "kill",', '    "nothing": "nothing",')
     qemu = root / "fsmatrix" / "backends" / "qemu"
     (qemu / "nothing.py").write_text(CRASH_HOST_MODULE)
     _add_line(qemu / "host_sides.py", '    "flush_points",', '    "nothing",')

@@ -12,6 +12,7 @@ import pytest
 from conftest import needs_root
 from fsmatrix.agent import kernel
 from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.matrix import expand_document
 
@@ -19,7 +20,7 @@ THREEN1 = {"start": 1, "end": 1000}
 
 
 def _cell(**doc: object) -> Cell:
-    return Cell.from_dict({"filesystem": "ext4", "workload": {"threen1": THREEN1}, **doc})
+    return parse_cell({"filesystem": "ext4", "workload": {"threen1": THREEN1}, **doc})
 
 
 def test_what_a_cell_needs_of_the_kernel() -> None:

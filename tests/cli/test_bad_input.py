@@ -16,7 +16,7 @@ import pytest
 from conftest import FSMATRIX, REPO
 from fsmatrix import matrix
 from fsmatrix.agent import job, options
-from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.parsing import standalone_cell
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell
@@ -204,7 +204,7 @@ def test_unwritable_dir_results_and_workdir(tmp_path: Path) -> None:
 
 def result_doc(**changes: Any) -> dict[str, Any]:
     doc = job.result_document(
-        Cell.standalone("threen1", {"start": 1, "end": 10}),
+        standalone_cell("threen1", {"start": 1, "end": 10}),
         cell_id="c1",
         repeat=1,
         status="passed",

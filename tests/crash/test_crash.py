@@ -21,11 +21,11 @@ import pytest
 
 from conftest import REPO, attached_under, mounted_under
 from fsmatrix.agent import cgroup, crash, proc, storage
-from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.crash.injector import Injector, cgroup_members
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.declare import Invalid
 from fsmatrix.agent.job import run_job, run_recovery
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.agent.workloads import threen1
 from fsmatrix.agent.workloads.threen1 import params as threen1_params
 from fsmatrix.agent.workloads.threen1 import recover as threen1_recover
@@ -64,22 +64,22 @@ def test_a_cell_without_crash_keeps_its_id_and_json_form() -> None:
         "btrfs-fio-randread-j1-e8b8d62f": {"filesystem": "btrfs", "workload": {"fio": {"pattern": "randread"}}},
     }
     for expected, doc in before.items():
-        assert cell_id(Cell.from_dict(doc)) == expected
-        assert "crash" not in Cell.from_dict(doc).to_dict()
-        assert Cell.from_dict({**doc, "crash": None}).to_dict() == Cell.from_dict(doc).to_dict()
+        assert cell_id(parse_cell(doc)) == expected
+        assert "crash" not in parse_cell(doc).to_dict()
+        assert parse_cell({**doc, "crash": None}).to_dict() == parse_cell(doc).to_dict()
     matrix = expand_document({"axes": {"filesystem": ["ext4"], "workload": [{"threen1": THREEN1_100000}]}}, "m")
     assert matrix.cells[0].id == "ext4-threen1-1-100000-w4-7456bbba"
 
 
 def test_a_crash_cell_has_its_own_id_and_the_settings_with_defaults() -> None:
-    spec = Cell.from_dict(crash_cell())
+    spec = parse_cell(crash_cell())
     assert spec.crash == crash.Settings(mode="kill", after_s=1.0, points=10, seed=0)
     assert spec.to_dict()["crash"] == {"mode": "kill", "after_s": 1.0, "points": 10, "seed": 0}
     cid = cell_id(spec)
     assert cid.startswith("ext4-crash-kill-threen1-1-300000-w2-")
     plain = {k: v for k, v in crash_cell().items() if k != "crash"}
-    assert cell_id(Cell.from_dict(plain)) != cid
-    assert Cell.from_dict(spec.to_dict()) == spec  # what a job carries parses back to the same cell
+    assert cell_id(parse_cell(plain)) != cid
+    assert parse_cell(spec.to_dict()) == spec  # what a job carries parses back to the same cell
 
 
 @pytest.mark.parametrize(
@@ -96,23 +96,23 @@ def test_a_crash_cell_has_its_own_id_and_the_settings_with_defaults() -> None:
 )
 def test_bad_crash_settings_are_refused_naming_the_setting(crash_doc: dict, path: str, message: str) -> None:
     with pytest.raises(Invalid, match=message) as caught:
-        Cell.from_dict({**crash_cell(), "crash": crash_doc})
+        parse_cell({**crash_cell(), "crash": crash_doc})
     assert caught.value.path == path
 
 
 def test_flush_points_refuses_split_journal() -> None:
     doc = {**crash_cell(), "storage": {"layout": "split-journal"}, "crash": {"mode": "flush-points", "after_s": 1}}
     with pytest.raises(Invalid, match="'flush-points' .* 'split-journal'") as caught:
-        Cell.from_dict(doc)
+        parse_cell(doc)
     assert caught.value.path == "crash.mode"
     doc["crash"]["mode"] = "power-cut"  # power-cut takes both devices down at once: fine
-    assert Cell.from_dict(doc).crash is not None
+    assert parse_cell(doc).crash is not None
 
 
 def test_a_workload_without_recovery_refuses_a_crash() -> None:
     doc = {"filesystem": "ext4", "workload": {"fio": {"pattern": "randread"}}, "crash": {"mode": "kill", "after_s": 1}}
     with pytest.raises(Invalid, match="fio cannot recover from a crash yet .*threen1") as caught:
-        Cell.from_dict(doc)
+        parse_cell(doc)
     assert caught.value.path == "crash"
 
 
@@ -269,7 +269,7 @@ def job_dir() -> Iterator[Path]:
 def _run(cell: dict[str, Any], base: Path, **kwargs: Any) -> dict[str, Any]:
     with storage.loop_devices(1, 1 << 30, base) as devices:
         return run_job(
-            Cell.from_dict(cell), cell_id="c", repeat=1, devices=devices, workdir=base / "job", environment={}, **kwargs
+            parse_cell(cell), cell_id="c", repeat=1, devices=devices, workdir=base / "job", environment={}, **kwargs
         )
 
 
@@ -358,7 +358,7 @@ def test_the_recover_phase_mounts_the_crashed_filesystem_and_recovers(job_dir: P
     """The crash phase alone, everything unmounted, then the recover phase on the same devices."""
     with storage.loop_devices(1, 1 << 30, job_dir) as devices:
         crashed = run_job(
-            Cell.from_dict(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            parse_cell(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
             environment={}, recover=False,
         )  # fmt: skip
         assert crashed["status"] == "error" and crashed["reason"].startswith("crashed;"), crashed["reason"]
@@ -366,7 +366,7 @@ def test_the_recover_phase_mounts_the_crashed_filesystem_and_recovers(job_dir: P
         assert mounted_under(job_dir) == []
         event = crash.CrashEvent.from_dict(crashed["crash"])
         doc = run_recovery(
-            Cell.from_dict(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            parse_cell(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
             environment={}, event=event,
         )  # fmt: skip
     assert doc["status"] == "passed", doc["reason"]
@@ -385,7 +385,7 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
     mnt = job_dir / "look"
     with storage.loop_devices(1, 1 << 30, job_dir) as devices:
         crashed = run_job(
-            Cell.from_dict(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            parse_cell(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
             environment={}, recover=False,
         )  # fmt: skip
         assert crashed["crash"]["fired"], crashed["reason"]
@@ -399,7 +399,7 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
         finally:
             proc.run(["umount", str(mnt)], timeout=60)
         doc = run_recovery(
-            Cell.from_dict(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
+            parse_cell(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
             environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]),
         )  # fmt: skip
     assert doc["status"] == "failed"

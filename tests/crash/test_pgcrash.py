@@ -28,6 +28,7 @@ from fsmatrix.agent import crash, job, proc, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import postgres
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.agent.workloads import pgbench
 from fsmatrix.agent.workloads.pgbench import acks as pgacks
 from fsmatrix.agent.workloads.pgbench import params as pgparams
@@ -185,7 +186,7 @@ def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path / "scratch")
-    kill = Cell.from_dict(crash_cell())
+    kill = parse_cell(crash_cell())
     (tmp_path / "scratch").mkdir()
     (tmp_path / "scratch" / pgrecover.ACKS_FILE).write_text("FSMATRIX-ACK 99\n")  # an earlier run's
     sink = pgrecover.ack_sink(kill, ws)
@@ -196,9 +197,9 @@ def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
 
     doc = crash_cell()
     doc["crash"]["mode"] = "power-cut"
-    cut = Cell.from_dict(doc)
+    cut = parse_cell(doc)
     tag = pgrecover.ack_tag(cut)
-    assert tag == pgrecover.ack_tag(Cell.from_dict(cut.to_dict())) != pgrecover.ack_tag(kill)  # from the cell alone
+    assert tag == pgrecover.ack_tag(parse_cell(cut.to_dict())) != pgrecover.ack_tag(kill)  # from the cell alone
     master, slave = os.openpty()  # a pseudo-terminal stands in for /dev/ttyS0
     try:
         monkeypatch.setattr(pgrecover, "SERIAL_CONSOLE", Path(os.ttyname(slave)))
@@ -219,7 +220,7 @@ def test_the_ack_sink_is_a_file_for_kill_and_the_tagged_console_for_a_power_cut(
 
 def test_the_acknowledged_count_comes_from_the_host_or_the_file(tmp_path: Path) -> None:
     ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path)
-    kill = Cell.from_dict(crash_cell())
+    kill = parse_cell(crash_cell())
     event = crash.CrashEvent(mode="kill", after_s=1.5)
     with pytest.raises(FileNotFoundError, match="acks is missing"):
         pgrecover.acknowledged_commits(kill, ws, event)
@@ -234,7 +235,7 @@ def test_the_acknowledged_count_comes_from_the_host_or_the_file(tmp_path: Path) 
     doc["crash"]["mode"] = "power-cut"
     cut = crash.CrashEvent(mode="power-cut", after_s=1.5)
     with pytest.raises(ValueError, match="the host passed no acknowledged count"):
-        pgrecover.acknowledged_commits(Cell.from_dict(doc), ws, cut)  # the file is the guest's: not trusted
+        pgrecover.acknowledged_commits(parse_cell(doc), ws, cut)  # the file is the guest's: not trusted
 
 
 # ------------------------------------------------------------------ real PostgreSQL on ext4 on a loop device
@@ -248,7 +249,7 @@ def _cell(layout: str = "single", **settings: Any) -> Cell:
     doc = {"filesystem": "ext4", "workload": {"pgbench": params}, "postgres": settings}
     if layout != "single":  # the WAL on a second disk, ext2
         doc["storage"] = {"layout": layout, "journal_filesystem": "ext2"}
-    return Cell.from_dict(doc)
+    return parse_cell(doc)
 
 
 def processes_under(path: Path) -> list[str]:
@@ -688,7 +689,7 @@ def _crash_step(doc: dict[str, Any], name: str) -> dict[str, Any]:
 @needs_pg
 def test_a_killed_pgbench_cell_recovers_through_run_job(job_dir: Path) -> None:
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
-        doc = job.run_job(Cell.from_dict(crash_cell()), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
+        doc = job.run_job(parse_cell(crash_cell()), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
                           environment={})  # fmt: skip
     assert doc["status"] == "passed", doc["reason"]
     section = doc["crash"]
@@ -716,7 +717,7 @@ def test_a_wal_segment_deleted_between_crash_and_recovery_fails_the_run(job_dir:
     the recover phase on the same devices: the server cannot come back, and the run fails saying why.
     (A 1.5 s run writes too little WAL for a later segment to exist reliably; losing one that holds
     acknowledged commits is test_a_deleted_wal_segment_fails_the_recovery's case.)"""
-    cell = Cell.from_dict(crash_cell())
+    cell = parse_cell(crash_cell())
     look = job_dir / "look"
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
@@ -755,7 +756,7 @@ def checkpoint_segment(pgdata: Path) -> str:
 def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The count the host passes (CrashEvent.acknowledged, as after a power cut) beyond what the
     database holds: the run fails naming the lost commits and the setting that allows the loss."""
-    cell = Cell.from_dict(crash_cell(synchronous_commit="off"))
+    cell = parse_cell(crash_cell(synchronous_commit="off"))
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
                               recover=False)  # fmt: skip
@@ -772,7 +773,7 @@ def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: py
 @needs_root
 @needs_pg
 def test_missing_acknowledgements_fail_the_recovery(job_dir: Path) -> None:
-    cell = Cell.from_dict(crash_cell())
+    cell = parse_cell(crash_cell())
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
         crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
                               recover=False)  # fmt: skip
@@ -823,7 +824,7 @@ def test_fsmatrix_run_kills_and_recovers_a_pgbench_cell_on_the_host_backend(job_
 def test_a_cleanly_stopped_cluster_is_no_crash_recovery() -> None:
     """The hook on a cluster shut down cleanly (nothing replayed): the crash never reached the
     database, and the check says so."""
-    cell = Cell.from_dict(crash_cell())
+    cell = parse_cell(crash_cell())
     with loop_workspace(cell) as ws:
         ws.scratch.mkdir(parents=True)
         with contextlib.ExitStack() as stack:

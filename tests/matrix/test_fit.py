@@ -15,7 +15,7 @@ import yaml
 from conftest import needs_root
 from fsmatrix import matrix
 from fsmatrix.agent import fit
-from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.parsing import parse_cell, standalone_cell
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import host
 from fsmatrix.backends.host import HostBackend
@@ -47,7 +47,7 @@ def _text(workload: str, disk_mib: int, extra: str = "") -> str:
 
 def _footprint(workload: str) -> int:
     name = workload.split(":")[0].strip("{ ")
-    cell = Cell.standalone(name, yaml.safe_load(workload)[name])
+    cell = standalone_cell(name, yaml.safe_load(workload)[name])
     fp = fit.footprint(cell)
     assert fp is not None
     return fp.total
@@ -100,7 +100,7 @@ def test_tmpfs_files_count_against_memory(tmp_path: Path) -> None:
 
 def test_split_journal_checks_each_part_against_its_own_disk(tmp_path: Path) -> None:
     workload = WORKLOADS["threen1"]
-    cell = Cell.standalone("threen1", {"start": 1, "end": 3000000})
+    cell = standalone_cell("threen1", {"start": 1, "end": 3000000})
     fp = fit.footprint(cell)
     assert fp is not None and fp.journal > 0
     disk = _smallest_disk_mib("ext4", max(fp.data, fp.journal))
@@ -154,8 +154,8 @@ def test_host_backend_checks_host_memory_and_workdir_space(tmp_path: Path, monke
 
 
 def test_vm_disk_images_preallocated_take_their_whole_size() -> None:
-    sparse = Cell.standalone("sysbench", {"mode": "rndrw", "total_size": "64M"})
-    full = Cell.from_dict({**sparse.to_dict(), "storage": {"disk_size": "2G", "disk_allocation": "preallocated"}})
+    sparse = standalone_cell("sysbench", {"mode": "rndrw", "total_size": "64M"})
+    full = parse_cell({**sparse.to_dict(), "storage": {"disk_size": "2G", "disk_allocation": "preallocated"}})
     assert fit.check_workdir_space([sparse], 200 << 20, vm_disks=True) is None  # 64 MiB + ext4's 64 MiB
     assert fit.check_workdir_space([full], 200 << 20) is None  # loop files: the footprint
     assert "writes up to 2,048 MiB" in (fit.check_workdir_space([full], 200 << 20, vm_disks=True) or "")
@@ -166,12 +166,12 @@ def test_vm_disk_images_preallocated_take_their_whole_size() -> None:
 
 
 def test_a_guest_bigger_than_its_host_is_named_by_its_setting() -> None:
-    cell = Cell.standalone("threen1", {"start": 1, "end": 1000})
+    cell = standalone_cell("threen1", {"start": 1, "end": 1000})
     assert fit.check_vm_on_host(cell, 24 << 30, 2) is None  # the defaults: 2 vCPUs, 2G
-    big = Cell.from_dict({**cell.to_dict(), "vm": {"memory": "512G", "cpus": 2}})
+    big = parse_cell({**cell.to_dict(), "vm": {"memory": "512G", "cpus": 2}})
     line = fit.check_vm_on_host(big, 24 << 30, 2)
     assert line is not None and line.startswith("vm.memory '512G' is more than this host's memory (24,576 MiB")
-    many = Cell.from_dict({**cell.to_dict(), "vm": {"memory": "1G", "cpus": 3}})
+    many = parse_cell({**cell.to_dict(), "vm": {"memory": "1G", "cpus": 3}})
     assert fit.check_vm_on_host(many, 24 << 30, 2) == (
         "vm.cpus 3 is more than this host's 2 CPUs; lower vm.cpus or run the cell on a bigger host"
     )

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from conftest import REPO
 from fsmatrix import matrix
-from fsmatrix.agent.cell import DEFAULT_IMAGE, Cell
+from fsmatrix.agent.cell import DEFAULT_IMAGE
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.backends import image
 from fsmatrix.cli import main
 
@@ -40,8 +41,8 @@ def test_the_default_image_keeps_every_id_and_another_shows_in_it(tmp_path: Path
     assert ids[:2] == [c.id for c in plain.cells]  # debian12: the ids of a matrix that names no image
     assert ids[2].startswith("ext4-debian13-threen1-") and ids[3].startswith("jfs-debian13-threen1-")
     assert "image" not in crossed.cells[0].params and crossed.cells[2].params["image"] == "debian13"
-    assert Cell.from_dict(crossed.cells[2].params).image == "debian13"
-    assert Cell.from_dict(crossed.cells[0].params).image == DEFAULT_IMAGE
+    assert parse_cell(crossed.cells[2].params).image == "debian13"
+    assert parse_cell(crossed.cells[0].params).image == DEFAULT_IMAGE
     # Debian 12 is each group's baseline: the cell with the fewest settings off their defaults.
     assert crossed.is_baseline(crossed.cells[0]) and not crossed.is_baseline(crossed.cells[2])
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from conftest import REPO
 from fsmatrix import matrix
-from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.cli import main
 
 EXAMPLE = """\
@@ -83,7 +83,7 @@ name: other-name
     cell = matrix.load(write_matrix(EXAMPLE)).cells[0]
     items = list(cell.params.items())
     random.Random(1).shuffle(items)
-    assert matrix.cell_id(Cell.from_dict(dict(items))) == cell.id
+    assert matrix.cell_id(parse_cell(dict(items))) == cell.id
     # ... and known in advance: a change here is a change to every stored result's identity.
     assert cell.id.startswith("ext2-threen1-1-100000-w4-")
 
@@ -276,6 +276,6 @@ def test_comparison_groups_are_the_workload_with_its_parameters(write_matrix) ->
     assert len(groups) == 2
     by_group = {g: [c.id for c in cells if matrix.comparison_group(c.spec) == g] for g in groups}
     assert all(len({c.split("-")[0] for c in ids}) > 1 for ids in by_group.values())  # stacks differ inside
-    crashed = Cell.from_dict({**cells[0].params, "crash": {"mode": "kill", "after_s": 1}})
+    crashed = parse_cell({**cells[0].params, "crash": {"mode": "kill", "after_s": 1}})
     assert matrix.comparison_group(crashed) != matrix.comparison_group(cells[0].spec)
     assert "crash: kill" in matrix.comparison_group(crashed).label

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FSMATRIX, attached_under, mounted_under, needs_root
 from fsmatrix.agent import job
-from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.agent.storage import loop_devices
 
 pytestmark = [needs_root, pytest.mark.system]
@@ -41,7 +41,7 @@ def test_full_data_disk_is_a_failed_run(tmp_path: Path) -> None:
     """When the estimate is wrong all the same: 3n+1 1..1,000,000 on a 96 MiB ext4 (the database alone
     preallocates ~48 MB, the journal needs more than the rest), run as a job (a cell made outside a
     matrix skips the fit check): the database cannot grow inside the run, and nothing is left behind."""
-    cell = Cell.from_dict(
+    cell = parse_cell(
         {
             "filesystem": "ext4",
             "storage": {"disk_size": "96M"},

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import FSMATRIX, needs_root
 from fsmatrix.agent import fit
-from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.parsing import standalone_cell
 
 pytestmark = [needs_root, pytest.mark.system]
 
@@ -84,7 +84,7 @@ def _peak_use(mount: Path, args: list[str]) -> int:
     ],
 )
 def test_real_use_within_the_footprint(ext4: Path, workload: str, params: dict, args: list[str], low: float) -> None:  # type: ignore[type-arg]
-    fp = fit.footprint(Cell.standalone(workload, params))
+    fp = fit.footprint(standalone_cell(workload, params))
     assert fp is not None
     used = _peak_use(ext4, [workload, *args])
     print(f"{workload}: used {used >> 20} MiB of a footprint of {fp.total >> 20} MiB ({used / fp.total:.2f})")

@@ -2,8 +2,9 @@
 and what it is handed and hands back (``Workspace``, ``Outcome``).
 
 The bottom layer of the agent: it imports nothing of fsmatrix but ``declare`` (and, for type hints
-only, the cell and the crash event), so the registry, the cell, the crash modes and every workload
-can import it without a cycle.
+only, the crash event), so the registry, the cell, the crash modes and every workload can import it
+without a cycle, type hints included. The cell a workload's hooks take is its type parameter ``C``
+(``agent/cell.py``'s ``Cell``, which sits above this module: a cell carries its declaration).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from fsmatrix.agent import declare
 
 if TYPE_CHECKING:
-    from fsmatrix.agent.cell import Cell
-    from fsmatrix.agent.crash import CrashEvent
+    from fsmatrix.agent.crash.event import CrashEvent
 
 P = TypeVar("P")
+C = TypeVar("C")  # the cell the hooks take (fsmatrix.agent.cell.Cell)
 
 
 @dataclass(frozen=True)
@@ -108,13 +109,14 @@ class SettingsBlock:
 
 
 @dataclass(frozen=True)
-class Workload(Generic[P]):
-    """Everything fsmatrix knows about one workload. ``P`` is its parameters dataclass."""
+class Workload(Generic[P, C]):
+    """Everything fsmatrix knows about one workload. ``P`` is its parameters dataclass, ``C`` the cell
+    its hooks take."""
 
     name: str
     help: str  # one line: `fsmatrix matrix settings`, `fsmatrix workload --help`
     params: type[P]  # frozen dataclass of declare.setting fields: defaults, bounds, help
-    run_cell: Callable[[Cell, Workspace, float], Outcome]
+    run_cell: Callable[[C, Workspace, float], Outcome]
     metrics: tuple[Metric, ...]  # the key metrics, in report order
     primary: str  # the metric the reports lead with and the regression gate decides on (one of ``metrics``)
     slug: Callable[[P], str]  # the workload part of a cell id, e.g. "1-100000-w4"
@@ -153,15 +155,15 @@ class Workload(Generic[P]):
     # the same filesystem mounted again): recover it, check its integrity, resume the work, verify.
     # It records its steps, checks and reused work in the CrashEvent (``event.step(...)``,
     # ``event.check(...)``, ``event.reused``) and returns the Outcome of the resumed work.
-    recover: Callable[[Cell, Workspace, CrashEvent], Outcome] | None = None
+    recover: Callable[[C, Workspace, CrashEvent], Outcome] | None = None
     # The most the cell writes to the filesystem under test (its files, its database and journal),
     # from its parameters and its settings blocks: matrix expand refuses a cell that cannot fit its
     # data disk(s) (fsmatrix.agent.fit). None: not checked.
-    footprint: Callable[[Cell], Footprint] | None = None
+    footprint: Callable[[C], Footprint] | None = None
     # For a workload whose client acknowledges commits: how many it acknowledged, counted from the
     # lines it wrote to a VM's serial console before a power cut (the host reads the console; the
     # recover hook compares with what survived). None: nothing to count.
-    acknowledged_on_console: Callable[[Cell, str], int] | None = None
+    acknowledged_on_console: Callable[[C, str], int] | None = None
 
     def parse_params(self, values: Mapping[str, Any] | None) -> P:
         return declare.parse(self.params, values, f"workload.{self.name}")

@@ -44,10 +44,10 @@ def parse_job(doc: Any) -> dict[str, Any]:
         raise JobError("job.json must hold a JSON object")
     if not isinstance(doc.get("cell"), dict):
         raise JobError("job.json: 'cell' must be a cell with exactly one workload")
-    from fsmatrix.agent.cell import Cell  # imported late, as run_job: a broken agent still writes a result
+    from fsmatrix.agent.parsing import parse_cell  # imported late, as run_job: a broken agent still writes a result
 
     try:
-        cell = Cell.from_dict(doc["cell"])  # parsed once, here: the job runs the typed cell
+        cell = parse_cell(doc["cell"])  # parsed once, here: the job runs the typed cell
     except ValueError as exc:
         raise JobError(f"job.json: 'cell': {exc}") from exc
     limit = doc.get("timeout")

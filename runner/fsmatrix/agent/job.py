@@ -19,7 +19,8 @@ from typing import Any
 from fsmatrix.agent import cgroup, crash, provenance, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workspace
-from fsmatrix.agent.crash.mode import not_injected
+from fsmatrix.agent.crash import modes as crash_modes
+from fsmatrix.agent.crash.mode import CrashNotInjected, CrashRun, not_injected
 from fsmatrix.agent.sampler import Sampler
 
 log = logging.getLogger("fsmatrix")
@@ -178,13 +179,13 @@ def run_job(
     """
     result = _started_result(cell, cell_id, repeat, environment)
     event = crash.CrashEvent.for_settings(cell.crash) if cell.crash is not None else None
-    crashing: crash.CrashRun | None = None  # what the cell's crash mode does around the run
+    crashing: CrashRun | None = None  # what the cell's crash mode does around the run
     t0 = time.monotonic()
     try:
         if reference is None:
             reference = reference_for(cell)
         if cell.crash is not None and event is not None:
-            crashing = crash.start(cell.crash, event)
+            crashing = crash_modes.start(cell.crash, event)
         with contextlib.ExitStack() as stack:
             wrap = crashing.wrap_data if crashing is not None else None
             prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt", wrap_data=wrap))
@@ -241,7 +242,7 @@ def run_job(
         else:
             result["metrics"] = {**outcome.metrics, **_device_metrics(cell, outcome, samples)}
             _judge(result, outcome, event)
-    except (crash.CrashNotInjected, crash.RecoveryFailed) as exc:
+    except (CrashNotInjected, crash.RecoveryFailed) as exc:
         result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)
@@ -313,7 +314,7 @@ def run_recovery(
             outcome = hook(cell, workspace, event)
         result["metrics"] = dict(outcome.metrics)
         _judge(result, outcome, event)
-    except (crash.CrashNotInjected, crash.RecoveryFailed) as exc:
+    except (CrashNotInjected, crash.RecoveryFailed) as exc:
         result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)

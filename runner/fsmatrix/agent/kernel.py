@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fsmatrix.agent import crash
+from fsmatrix.agent.crash import modes as crash_modes
 from fsmatrix.agent.storage import filesystem_availability, filesystems, stripe
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def modules_of(cell: Cell) -> list[str]:
     """Kernel modules (names with underscores) the cell's layout and crash mode need."""
     wanted = [stripe.KERNEL_MODULES.get(cell.storage.layout)]
     if cell.crash is not None:
-        wanted.append(crash.get(cell.crash.mode).kernel_module)
+        wanted.append(crash_modes.get(cell.crash.mode).kernel_module)
     return [m for m in wanted if m]
 
 

@@ -10,9 +10,9 @@ from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workload, Workspace
 
 
-def run_in_directory(workload: Workload[Any], cell: Cell, directory: Path, timeout: float) -> Outcome:
+def run_in_directory(workload: Workload[Any, Cell], cell: Cell, directory: Path, timeout: float) -> Outcome:
     """Run a workload directly in an existing ``directory`` (no matrix, no mkfs); scratch in /tmp.
-    ``cell``: a standalone cell (``Cell.standalone``)."""
+    ``cell``: a standalone cell (``parsing.standalone_cell``)."""
     if not directory.is_dir():
         raise NotADirectoryError(f"{workload.name}: {directory} is not a directory")
     with tempfile.TemporaryDirectory(prefix=f"fsmatrix-{workload.name}-") as scratch:

@@ -20,6 +20,7 @@ from typing import Any
 from fsmatrix import workdirs
 from fsmatrix.agent import crash, fit, job, kernel, provenance, storage
 from fsmatrix.agent.cell import DEFAULT_IMAGE, NATIVE
+from fsmatrix.agent.crash import modes as crash_modes
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
@@ -46,9 +47,9 @@ class HostBackend:
         for cell in cells:
             if cell.spec.crash is None:
                 continue
-            mode = crash.get(cell.spec.crash.mode)
+            mode = crash_modes.get(cell.spec.crash.mode)
             if mode.needs_vm is not None:
-                here = ", ".join(repr(name) for name in crash.MODES if crash.get(name).needs_vm is None)
+                here = ", ".join(repr(name) for name in crash.MODES if crash_modes.get(name).needs_vm is None)
                 raise UserError(
                     f"cell {cell.id}: crash.mode {mode.name!r} needs a VM backend (--backend qemu): {mode.needs_vm}; "
                     f"crash.mode {here} runs here"

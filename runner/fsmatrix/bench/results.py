@@ -295,13 +295,13 @@ def cell_params(index: int, made_from: Sequence[Template]) -> tuple[dict[str, An
 def write_run_dir(run_dir: Path, cells: int, made_from: Sequence[Template]) -> None:
     """A run of ``cells`` cells × ``REPEATS`` (see the module's docstring) and its ``matrix.json``."""
     from fsmatrix import matrix
-    from fsmatrix.agent.cell import Cell
+    from fsmatrix.agent.parsing import parse_cell
 
     entries = []
     baselines: dict[str, str] = {}
     for index in range(cells):
         params, t, config = cell_params(index, made_from)
-        spec = Cell.from_dict(params)
+        spec = parse_cell(params)
         cell_id, group = matrix.cell_id(spec), matrix.comparison_group(spec)
         baseline = config == 0
         if baseline:

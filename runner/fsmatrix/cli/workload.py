@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from fsmatrix.agent import declare, workloads
-from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workload
+from fsmatrix.agent.parsing import standalone_cell
 from fsmatrix.agent.standalone import run_in_directory
 from fsmatrix.cli._common import writable_directory
 from fsmatrix.errors import UserError
@@ -62,7 +62,7 @@ def _click_type(f: declare.Field) -> Any:
     return types.get(f.kind, click.STRING)
 
 
-def _workload_command(workload: Workload[Any]) -> click.Command:
+def _workload_command(workload: Workload[Any, Any]) -> click.Command:
     """``fsmatrix workload NAME``, built from the workload's declaration: its ``cli`` parameters are
     arguments, every other one an option (default: the declared one), ``--set`` reaches the rest
     (``--set gtm.journal=off`` for a settings block the workload owns)."""
@@ -83,7 +83,7 @@ def _workload_command(workload: Workload[Any]) -> click.Command:
                 values[f.name] = f.kind(raw) if f.spec.choices else raw
         writable_directory(directory, "--dir")
         try:
-            cell = Cell.standalone(workload.name, values, **blocks)
+            cell = standalone_cell(workload.name, values, **blocks)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         try:

@@ -15,6 +15,7 @@ from fsmatrix.agent import cell as cells
 from fsmatrix.agent import fit
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.declare import Invalid
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.agent.storage.settings import SINGLE
 from fsmatrix.matrix import schema
 from fsmatrix.matrix.flat import Flat, line_for, schema_message, unflatten
@@ -46,7 +47,7 @@ class MatrixCell:
     @classmethod
     def from_params(cls, cell_id: str, params: dict[str, Any]) -> MatrixCell:
         """A cell from its stored JSON form (a result's or a job's ``params``)."""
-        return cls(cell_id, Cell.from_dict(params))
+        return cls(cell_id, parse_cell(params))
 
 
 def make_cell(flat: Flat, fail: Any) -> MatrixCell:
@@ -59,7 +60,7 @@ def make_cell(flat: Flat, fail: Any) -> MatrixCell:
         raise fail(schema_message(err, path), line_for(flat, path))
     runner = tuple(params.pop("runner", {}).get("labels", ()))  # the matrix's own: schema.RUNNER
     try:
-        spec = Cell.from_dict(params)  # also the rules that span settings (declare.Invalid)
+        spec = parse_cell(params)  # also the rules that span settings (declare.Invalid)
         fit.check(spec)  # its disks and memory hold what it writes (not for `fsmatrix workload --dir`)
     except Invalid as exc:
         # A setting left at its default has no line: the cell's own then (fit checks name vm.memory).

@@ -21,9 +21,9 @@ import pytest
 
 from conftest import TEST_DATA, Golden, attached_under, golden_cases, mounted_under
 from fsmatrix.agent import storage
-from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.job import run_job
+from fsmatrix.agent.parsing import parse_cell, standalone_cell
 from fsmatrix.agent.sampler import parse_diskstats
 from fsmatrix.agent.storage import devices as devmod
 from fsmatrix.agent.storage import stripe
@@ -258,7 +258,7 @@ def test_fio_on_a_raw_device_does_its_io_there(loops: list[str], tmp_path: Path)
     ws = Workspace(data=tmp_path, journal=tmp_path, scratch=scratch, device=device)
     params = {"pattern": "randrw", "file_size": "1G", "jobs": 2, "runtime": 2, "record_size": "4k"}
     read0, write0 = _diskstats(name)
-    outcome = fio.run_cell(Cell.standalone("fio", params), ws, timeout=300)
+    outcome = fio.run_cell(standalone_cell("fio", params), ws, timeout=300)
     read1, write1 = _diskstats(name)
     assert outcome.verification == {"status": "passed"}, outcome.verification
     # file_size 1G does not fit: each of the two jobs gets half of the 128 MiB device.
@@ -277,7 +277,7 @@ def test_fio_on_a_raw_device_does_its_io_there(loops: list[str], tmp_path: Path)
 
 
 def test_raw_region_in_whole_records() -> None:
-    cell = Cell.standalone("fio", {"pattern": "read", "record_size": "64k", "file_size": "1G", "jobs": 3})
+    cell = standalone_cell("fio", {"pattern": "read", "record_size": "64k", "file_size": "1G", "jobs": 3})
     params = cell.typed_params(fio.Params)
     assert fio.raw_region(params, 100 << 20) == (100 << 20) // 3 // (64 << 10) * (64 << 10)
     assert fio.raw_region(dataclasses.replace(params, jobs=1), 8 << 30) == 1 << 30
@@ -295,7 +295,7 @@ def test_sysbench_on_a_raw_device_is_skipped_without_touching_it(loops: list[str
     ws = Workspace(data=tmp_path, journal=tmp_path, scratch=tmp_path / "scratch", device=device)
     for mode in ("seqwr", "rndrd"):
         with pytest.raises(storage.Skipped, match="cannot run on a raw block device"):
-            sysbench.run_cell(Cell.standalone("sysbench", {"mode": mode, "duration": 1}), ws, timeout=60)
+            sysbench.run_cell(standalone_cell("sysbench", {"mode": mode, "duration": 1}), ws, timeout=60)
     assert _diskstats(name) == before
     assert list(tmp_path.glob("test_file.*")) == []
 
@@ -305,7 +305,7 @@ def test_run_job_raw_fio_result_names_the_device(loops: list[str], tmp_path: Pat
     workdir = tmp_path / "job"
     workdir.mkdir()
     doc = run_job(
-        Cell.from_dict(cell("raw", {"fio": {"pattern": "randread", "file_size": "32M", "runtime": 1}})),
+        parse_cell(cell("raw", {"fio": {"pattern": "randread", "file_size": "32M", "runtime": 1}})),
         cell_id="raw",
         repeat=1,
         devices=loops[:1],

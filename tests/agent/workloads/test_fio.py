@@ -18,8 +18,8 @@ import pytest
 
 from conftest import TEST_DATA, Golden, golden_cases
 from fsmatrix.agent import oscache
-from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.parsing import standalone_cell
 from fsmatrix.agent.workloads import fio
 
 DATA = TEST_DATA / "fio"
@@ -212,7 +212,7 @@ PHASES = {
 @pytest.mark.root
 @pytest.mark.parametrize("pattern", fio.VALID_PATTERNS)
 def test_every_pattern_runs(pattern: str, ws: Workspace) -> None:
-    outcome = fio.run_cell(Cell.standalone("fio", {"pattern": pattern, "file_size": "4m"}), ws, timeout=60)
+    outcome = fio.run_cell(standalone_cell("fio", {"pattern": pattern, "file_size": "4m"}), ws, timeout=60)
     assert outcome.verification == {"status": "passed"}
     assert outcome.versions == {"fio": "fio-3.33"}
     m = outcome.metrics
@@ -232,7 +232,7 @@ def test_every_pattern_runs(pattern: str, ws: Workspace) -> None:
 @pytest.mark.root
 def test_several_jobs_for_a_fixed_time(ws: Workspace) -> None:
     params = {"pattern": "randrw", "file_size": "4m", "jobs": 2, "runtime": 1, "rwmixread": 70}
-    outcome = fio.run_cell(Cell.standalone("fio", params), ws, timeout=60)
+    outcome = fio.run_cell(standalone_cell("fio", params), ws, timeout=60)
     assert outcome.verification["status"] == "passed"
     m = outcome.metrics
     assert m["runtime_s"] == pytest.approx(1.0, abs=0.1)
@@ -259,7 +259,7 @@ def test_caches_dropped_before_measuring_buffered_io(
 
     monkeypatch.setattr(oscache, "drop_caches", counting)
     params = {"pattern": pattern, "file_size": "4m", "direct": direct}
-    outcome = fio.run_cell(Cell.standalone("fio", params), ws, timeout=60)
+    outcome = fio.run_cell(standalone_cell("fio", params), ws, timeout=60)
     assert outcome.verification["status"] == "passed"
     assert len(calls) == drops
     if pattern == "reread":
@@ -272,7 +272,7 @@ def test_caches_dropped_before_measuring_buffered_io(
 @pytest.mark.root
 def test_failing_run_is_reported_and_cleaned_up(ws: Workspace) -> None:
     params = {"pattern": "write", "file_size": "1m", "record_size": "1000"}  # O_DIRECT needs alignment
-    outcome = fio.run_cell(Cell.standalone("fio", params), ws, timeout=60)
+    outcome = fio.run_cell(standalone_cell("fio", params), ws, timeout=60)
     assert outcome.verification["status"] == "failed"
     assert "exited with status 1" in outcome.verification["message"]
     assert "Invalid argument" in outcome.verification["message"]
@@ -286,7 +286,7 @@ def test_timeout_kills_every_job_and_cleans_up(ws: Workspace) -> None:
     seen: list[str] = []
     started = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(fio.run_cell, Cell.standalone("fio", params), ws, 4.0)
+        future = pool.submit(fio.run_cell, standalone_cell("fio", params), ws, 4.0)
         while not future.done() and not seen:
             seen = [p for p in processes_in(ws.data) if "--rw=randread" in p]
             time.sleep(0.1)
@@ -300,7 +300,7 @@ def test_timeout_kills_every_job_and_cleans_up(ws: Workspace) -> None:
 
 @pytest.mark.root
 def test_standalone_fills_defaults(ws: Workspace) -> None:
-    outcome = fio.run_standalone(Cell.standalone("fio", {"pattern": "write", "file_size": "4m"}), ws.data, timeout=60)
+    outcome = fio.run_standalone(standalone_cell("fio", {"pattern": "write", "file_size": "4m"}), ws.data, timeout=60)
     assert outcome.verification["status"] == "passed"
     json.dumps(dataclasses.asdict(outcome), allow_nan=False)  # results are written as JSON
     params = outcome.details["params"]
@@ -308,4 +308,4 @@ def test_standalone_fills_defaults(ws: Workspace) -> None:
     assert outcome.metrics["write_iops"] == pytest.approx(outcome.metrics["write_mib_s"] * 128, rel=0.01)
     assert list(ws.data.iterdir()) == []
     with pytest.raises(NotADirectoryError):
-        fio.run_standalone(Cell.standalone("fio", {"pattern": "write"}), ws.data / "missing", timeout=60)
+        fio.run_standalone(standalone_cell("fio", {"pattern": "write"}), ws.data / "missing", timeout=60)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import FSMATRIX, TEST_DATA, attached_under, mounted_under, needs_root, sysv_ipc_ids
-from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import postgres
+from fsmatrix.agent.parsing import standalone_cell
 from fsmatrix.agent.workloads.pgbench import parse as pgparse
 from fsmatrix.agent.workloads.pgbench import run as pgrun
 from fsmatrix.agent.workloads.pgbench import verify as pgverify
@@ -253,7 +253,7 @@ def test_a_setting_that_does_not_take_fails_the_run_and_stops_the_server() -> No
     try:
         (base / "data").mkdir(mode=0o755)
         ws = Workspace(data=base / "data", journal=base / "data", scratch=base / "scratch")
-        cell = Cell.standalone("pgbench", {"scale": 1, "duration": 1}, postgres={"wal_buffers": 1})
+        cell = standalone_cell("pgbench", {"scale": 1, "duration": 1}, postgres={"wal_buffers": 1})
         with pytest.raises(RuntimeError, match=r"wal_buffers: asked 8192, PostgreSQL has 32768"):
             pgrun.run_cell(cell, ws, 120)
         assert processes_under(base) == []

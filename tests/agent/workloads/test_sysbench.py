@@ -16,8 +16,8 @@ import pytest
 
 from conftest import TEST_DATA, Golden, golden_cases
 from fsmatrix.agent import oscache, proc
-from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
+from fsmatrix.agent.parsing import standalone_cell
 from fsmatrix.agent.workloads import sysbench
 
 DATA = TEST_DATA / "sysbench"
@@ -188,7 +188,7 @@ def test_drop_caches_empties_the_page_cache(ws: Workspace) -> None:
 @pytest.mark.root
 @pytest.mark.parametrize("mode", sysbench.VALID_MODES)
 def test_every_mode_runs(mode: str, ws: Workspace) -> None:
-    outcome = sysbench.run_cell(Cell.standalone("sysbench", {"mode": mode, **TINY}), ws, timeout=60)
+    outcome = sysbench.run_cell(standalone_cell("sysbench", {"mode": mode, **TINY}), ws, timeout=60)
     assert outcome.verification == {"status": "passed"}
     assert outcome.versions == {"sysbench": "1.0.20"}
     m = outcome.metrics
@@ -206,7 +206,7 @@ def test_every_mode_runs(mode: str, ws: Workspace) -> None:
 @pytest.mark.root
 def test_buffered_io_with_threads(ws: Workspace) -> None:
     params = {"mode": "rndrw", "io": "buffered", "threads": 2, **TINY}
-    outcome = sysbench.run_cell(Cell.standalone("sysbench", params), ws, timeout=60)
+    outcome = sysbench.run_cell(standalone_cell("sysbench", params), ws, timeout=60)
     assert outcome.verification["status"] == "passed"
     assert not any("extra-flags" in arg for arg in outcome.details["command"])
     assert "--threads=2" in outcome.details["command"]
@@ -217,7 +217,7 @@ def test_buffered_io_with_threads(ws: Workspace) -> None:
 def test_failing_run_is_reported_and_cleaned_up(ws: Workspace) -> None:
     # O_DIRECT needs aligned blocks: sysbench stops with "FATAL: Failed to read file" and status 1.
     params = {"mode": "rndrd", "block_size": 1000, **TINY}
-    outcome = sysbench.run_cell(Cell.standalone("sysbench", params), ws, timeout=60)
+    outcome = sysbench.run_cell(standalone_cell("sysbench", params), ws, timeout=60)
     assert outcome.verification["status"] == "failed"
     assert "exited with status 1" in outcome.verification["message"]
     assert "FATAL" in outcome.verification["message"]
@@ -231,7 +231,7 @@ def test_timeout_kills_sysbench_and_cleans_up(ws: Workspace) -> None:
     seen: list[str] = []
     started = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(sysbench.run_cell, Cell.standalone("sysbench", params), ws, 3.0)
+        future = pool.submit(sysbench.run_cell, standalone_cell("sysbench", params), ws, 3.0)
         while not future.done() and not seen:
             seen = [p for p in processes_in(ws.data) if "run" in p]
             time.sleep(0.1)
@@ -245,7 +245,7 @@ def test_timeout_kills_sysbench_and_cleans_up(ws: Workspace) -> None:
 
 @pytest.mark.root
 def test_standalone_fills_defaults(ws: Workspace) -> None:
-    outcome = sysbench.run_standalone(Cell.standalone("sysbench", {"mode": "seqrd", **TINY}), ws.data, timeout=60)
+    outcome = sysbench.run_standalone(standalone_cell("sysbench", {"mode": "seqrd", **TINY}), ws.data, timeout=60)
     assert outcome.verification["status"] == "passed"
     json.dumps(dataclasses.asdict(outcome), allow_nan=False)  # results are written as JSON
     params = outcome.details["params"]
@@ -253,4 +253,4 @@ def test_standalone_fills_defaults(ws: Workspace) -> None:
     assert outcome.metrics["read_mib_s"] > 0
     assert list(ws.data.iterdir()) == []
     with pytest.raises(NotADirectoryError):
-        sysbench.run_standalone(Cell.standalone("sysbench", {"mode": "seqrd"}), ws.data / "missing", timeout=60)
+        sysbench.run_standalone(standalone_cell("sysbench", {"mode": "seqrd"}), ws.data / "missing", timeout=60)

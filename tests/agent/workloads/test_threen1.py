@@ -23,6 +23,7 @@ from fsmatrix.agent import proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
 from fsmatrix.agent.databases import gtm
+from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.agent.workloads import threen1
 from fsmatrix.agent.workloads.threen1 import memory as threen1_memory
 from fsmatrix.agent.workloads.threen1 import parse as threen1_parse
@@ -46,7 +47,7 @@ def cell(gtm_settings: dict[str, Any] | None = None, **workload: Any) -> Cell:
     c = copy.deepcopy(CELL)
     c["gtm"].update(gtm_settings or {})
     c["workload"]["threen1"].update(workload)
-    return Cell.from_dict(c)
+    return parse_cell(c)
 
 
 @pytest.fixture
@@ -216,9 +217,7 @@ def test_the_job_carries_the_reference_a_workload_declares(tmp_path: Path, monke
     computed = job.reference_for(cell(start=7, end=2000))
     assert computed is not None and computed["source"] == "computed" and computed["cache"] == "miss"
     assert (computed["longest_sequence"], computed["largest_number"]) == threen1_reference.compute(7, 2000)
-    assert (
-        job.reference_for(Cell.from_dict({"filesystem": "ext4", "workload": {"fio": {"pattern": "randread"}}})) is None
-    )
+    assert job.reference_for(parse_cell({"filesystem": "ext4", "workload": {"fio": {"pattern": "randread"}}})) is None
 
 
 def test_sequence_length_by_plain_iteration() -> None:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fsmatrix.agent.crash import Settings
+    from fsmatrix.agent.crash.settings import Settings
 
 log = logging.getLogger("fsmatrix")
 

@@ -23,7 +23,7 @@ from fsmatrix.agent.crash.injector import Injector
 if TYPE_CHECKING:
     from fsmatrix.agent.cell import Cell
     from fsmatrix.agent.contract import Outcome, Workspace
-    from fsmatrix.agent.crash import Settings
+    from fsmatrix.agent.crash.settings import Settings
 
 log = logging.getLogger("fsmatrix")
 

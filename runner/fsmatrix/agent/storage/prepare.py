@@ -12,10 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from fsmatrix.agent.cell import Cell
+from typing import Any, Protocol
 
 from fsmatrix.agent import declare, proc
 from fsmatrix.agent.declare import parse_size
@@ -45,6 +42,23 @@ class StorageError(RuntimeError):
 # small pure helpers
 
 
+class CellStorage(Protocol):
+    """What prepare reads of a cell: a ``Cell`` (``agent/cell.py``, which sits above storage: its
+    storage block is declared here) or a ``StorageSpec``."""
+
+    @property
+    def filesystem(self) -> str: ...
+
+    @property
+    def mkfs_options(self) -> str: ...
+
+    @property
+    def mount_options(self) -> str: ...
+
+    @property
+    def storage(self) -> Storage: ...
+
+
 @dataclass(frozen=True)
 class StorageSpec:
     """What prepare needs of a cell: the filesystem, its options and the storage block, typed."""
@@ -55,7 +69,7 @@ class StorageSpec:
     storage: Storage
 
     @classmethod
-    def of(cls, cell: Cell | StorageSpec) -> StorageSpec:
+    def of(cls, cell: CellStorage) -> StorageSpec:
         """What prepare needs of a parsed cell."""
         if isinstance(cell, StorageSpec):
             return cell
@@ -85,7 +99,7 @@ def stripe_geometry(storage: Storage) -> tuple[int, int]:
     return storage.stripe_disks, stripe.stripe_bytes(parse_size(storage.stripe_size))
 
 
-def required_devices(cell: Cell | StorageSpec) -> int:
+def required_devices(cell: CellStorage) -> int:
     """Block devices a cell needs: tmpfs none; md-raid0 / lvm-stripe storage.stripe_disks;
     single one (raw included); split-journal two (one when the journal is on tmpfs)."""
     spec = StorageSpec.of(cell)
@@ -314,7 +328,7 @@ class PreparedStorage:
 
 @contextmanager
 def prepare(
-    cell: Cell | StorageSpec,
+    cell: CellStorage,
     devices: Sequence[str],
     mount_root: Path,
     *,

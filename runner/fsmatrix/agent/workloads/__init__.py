@@ -29,14 +29,14 @@ WORKLOADS: tuple[str, ...] = (
 
 
 @functools.cache
-def get(name: str) -> Workload[Any]:
+def get(name: str) -> Workload[Any, Any]:
     """The declaration of workload ``name``; ValueError for names not in the registry."""
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
     return declare.member(f"{__name__}.{name}", "WORKLOAD", Workload, name)
 
 
-def all_workloads() -> list[Workload[Any]]:
+def all_workloads() -> list[Workload[Any, Any]]:
     return [get(name) for name in WORKLOADS]
 
 

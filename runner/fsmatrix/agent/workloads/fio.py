@@ -379,7 +379,7 @@ def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
 
 
 def run_standalone(cell: Cell, directory: Path, timeout: float) -> Outcome:
-    """Run one fio cell (e.g. ``Cell.standalone("fio", {...})``) in ``directory``, which must exist."""
+    """Run one fio cell (e.g. ``standalone_cell("fio", {...})``) in ``directory``, which must exist."""
     return run_in_directory(WORKLOAD, cell, directory, timeout)
 
 

@@ -255,7 +255,7 @@ def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
 
 
 def run_standalone(cell: Cell, directory: Path, timeout: float) -> Outcome:
-    """Run one sysbench fileio cell (e.g. ``Cell.standalone("sysbench", {...})``) in ``directory``, which must exist."""
+    """Run one sysbench fileio cell (e.g. ``standalone_cell("sysbench", {...})``) in ``directory``, which must exist."""
     return run_in_directory(WORKLOAD, cell, directory, timeout)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fsmatrix import matrix
-from fsmatrix.agent.cell import Cell
+from fsmatrix.agent.parsing import parse_cell
 
 DIRECTIONS = ("lower", "higher")
 
@@ -247,7 +247,7 @@ def comparison_group(params: Mapping[str, Any], workload: str) -> tuple[str, str
     """matrix.comparison_group's key and label; for parameters this fsmatrix cannot parse (an old
     result), the same key built from the stored JSON and the workload's name as the label."""
     try:
-        group = matrix.comparison_group(Cell.from_dict(params))
+        group = matrix.comparison_group(parse_cell(params))
     except (ValueError, TypeError, KeyError, AttributeError):
         label = workload + (f" (crash: {params['crash'].get('mode')})" if isinstance(params.get("crash"), dict) else "")
         return matrix.group_key(params), label

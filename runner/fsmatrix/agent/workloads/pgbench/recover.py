@@ -16,6 +16,7 @@ from typing import Any
 from fsmatrix.agent import crash, proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workspace
+from fsmatrix.agent.crash import modes as crash_modes
 from fsmatrix.agent.databases import postgres
 from fsmatrix.agent.storage.prepare import Skipped
 from fsmatrix.agent.workloads.pgbench import acks as pgacks
@@ -264,7 +265,7 @@ def ack_sink(cell: Cell, ws: Workspace) -> pgacks.Sink:
 
 def _in_a_vm(cell: Cell) -> bool:
     """Whether the cell's crash mode runs only in a VM (whose guest the crash may take with it)."""
-    return cell.crash is not None and crash.get(cell.crash.mode).needs_vm is not None
+    return cell.crash is not None and crash_modes.get(cell.crash.mode).needs_vm is not None
 
 
 def acknowledged_on_console(cell: Cell, console_text: str) -> int:
