@@ -60,6 +60,18 @@ def sysv_ipc_ids() -> set[tuple[str, str]]:
     return ids
 
 
+def gtm_ipc(dat: Path) -> set[tuple[str, str]]:
+    """The System V semaphore and shared memory that the GT.M database file ``dat`` names in its header
+    (``mupip ftok``) and that exist now: one database's IPC, whatever other GT.M runs beside the test
+    (the machine's whole IPC, before and after, fails then). After a rundown its header names none."""
+    from fsmatrix.agent.databases import gtm
+
+    where = dat.parent
+    db = gtm.Database(gtm.locate_dist(), dat.with_suffix(".gld"), dat, None, where, where, where, gtm.Settings())
+    sem, shm = gtm.ipc_ids(db)
+    return {("sem", str(sem)), ("shm", str(shm))} & sysv_ipc_ids()
+
+
 def vms_under(directory: Path) -> list[tuple[int, str]]:
     """fsmatrix QEMU processes (pid, name) still running on disks under ``directory``."""
     found = []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_DATA, Golden, golden_cases, sysv_ipc_ids
+from conftest import TEST_DATA, Golden, golden_cases, gtm_ipc, sysv_ipc_ids
 from fsmatrix.agent import proc
 from fsmatrix.agent.databases import gtm
 
@@ -197,8 +197,8 @@ def test_create_database_refuses_an_existing_file(base: Path) -> None:
 
 def test_release_stops_detached_processes_and_runs_down(base: Path) -> None:
     """Processes found through the global directory in their environment are stopped, the shared
-    memory and semaphores go away, and the directory holds nothing open."""
-    before = sysv_ipc_ids()
+    memory and semaphores go away, and the directory holds nothing open. Only this database's IPC
+    is looked at (another GT.M may run beside the test)."""
     db, _ = gtm.create_database(gtm.Settings(), base / "data", base / "data", base / "scratch", name="t")
     loop = "for  set ^x=$increment(^x) hang 0.01"
     started = [
@@ -217,14 +217,19 @@ def test_release_stops_detached_processes_and_runs_down(base: Path) -> None:
         while len(gtm.processes_using(db)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sorted(p.pid for p in started) == gtm.processes_using(db)
-        assert sysv_ipc_ids() - before, "a database in use has shared memory"
+        # Found by their environment before they open the database: its IPC comes a moment later.
+        held = gtm_ipc(db.dat)
+        while {kind for kind, _ in held} != {"sem", "shm"} and time.monotonic() < deadline:
+            time.sleep(0.1)
+            held = gtm_ipc(db.dat)
+        assert {kind for kind, _ in held} == {"sem", "shm"}, "a database in use has shared memory and a semaphore"
         report = gtm.release(db)
         assert sorted(report["terminated"]) == sorted(p.pid for p in started)
         assert report["killed"] == []
         for p in started:
             assert p.wait(timeout=5) != 0  # stopped, not finished
         assert gtm.processes_using(db) == []
-        assert sysv_ipc_ids() - before == set()
+        assert gtm_ipc(db.dat) == set() and not held & sysv_ipc_ids()
     finally:
         for p in started:
             if p.poll() is None:
@@ -234,7 +239,6 @@ def test_release_stops_detached_processes_and_runs_down(base: Path) -> None:
 
 def test_rundown_after_sigkill_needs_override(base: Path) -> None:
     """A journaled database whose users were killed is still run down (plain rundown refuses it)."""
-    before = sysv_ipc_ids()
     db, _ = gtm.create_database(gtm.Settings(), base / "data", base / "data", base / "scratch", name="t")
     p = subprocess.Popen(
         [db.tool("mumps"), "-run", "%XCMD", "for  set ^x=$increment(^x)"],
@@ -245,15 +249,16 @@ def test_rundown_after_sigkill_needs_override(base: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 20
-        while not (sysv_ipc_ids() - before) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while not (held := gtm_ipc(db.dat)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert held, "the database in use has shared memory"
         time.sleep(0.3)
         os.kill(p.pid, 9)
         p.wait()
         text = gtm.rundown(db)
         assert "successfully rundown" in text
         assert "MUUSERECOV" in text  # the first, plain attempt was refused
-        assert sysv_ipc_ids() - before == set()
+        assert gtm_ipc(db.dat) == set() and not held & sysv_ipc_ids()
     finally:
         if p.poll() is None:
             p.kill()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SHARED, TEST_DATA, Golden, golden_cases, sysv_ipc_ids
+from conftest import SHARED, TEST_DATA, Golden, golden_cases, gtm_ipc
 from fsmatrix.agent import proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Workspace
@@ -513,7 +513,6 @@ def test_a_transaction_behind_the_programs_back_fails_the_transaction_check(ws: 
 
 def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     """SIGINT to the whole process group (what Ctrl-C does) while the workers run."""
-    before = sysv_ipc_ids()
     script = (
         "import signal, sys; from pathlib import Path\n"
         "from fsmatrix.agent.workloads.threen1 import run as threen1_run\n"
@@ -539,7 +538,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
             child.kill()
     assert not any(proc.holds_files(p) for p in pids)
     assert live_processes_under(tmp_path) == []
-    assert sysv_ipc_ids() - before == set()
+    assert gtm_ipc(tmp_path / "db" / "threen1.dat") == set()  # its own IPC: another GT.M may run beside
 
 
 def test_run_standalone_puts_everything_in_its_directory(tmp_path: Path) -> None:
@@ -568,12 +567,11 @@ def test_timeout_stops_every_worker_and_the_filesystem_unmounts(tmp_path: Path) 
         proc.run(["mount", loop, str(mnt)], timeout=60)
         mounted = True
         ws = Workspace(data=mnt / "data", journal=mnt / "data", scratch=tmp_path / "scratch")
-        before = sysv_ipc_ids()
         with pytest.raises(TimeoutError, match="exceeded 4 s"):
             threen1_run.run_cell(cell(start=1, end=20_000_000, workers=3, block=50000), ws, 4)
         assert live_processes_under(mnt) == []
         assert live_processes_under(tmp_path / "scratch") == []
-        assert sysv_ipc_ids() - before == set()
+        assert gtm_ipc(mnt / "data" / "threen1.dat") == set()  # its own IPC: another GT.M may run beside
         pids = threen1_run.read_pid_file(next((tmp_path / "scratch").glob("threen1-*/workers.pids")))
         assert len(pids) == 3 and not any(proc.holds_files(p) for p in pids)
         proc.run(["umount", str(mnt)], timeout=60)  # fails with "target is busy" if anything is left
