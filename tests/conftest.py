@@ -122,7 +122,7 @@ VM_TESTS = Path(__file__).resolve().parent / "vm"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test under tests/vm/ boots a guest: it gets the marker ``image``. A test marked ``image``
     anywhere else is refused: it belongs under tests/vm/. A test marked ``root`` is skipped unless
-    this is root."""
+    this is root (``make check`` runs those in a serial pass of their own: they share the machine)."""
     misplaced = []
     for item in items:
         if item.path.is_relative_to(VM_TESTS):
