@@ -322,8 +322,10 @@ def test_pr_gate_and_verdict_workflows_on_a_synthetic_pull_request(act: Act, hea
     fields = dict(arg.split("=", 1) for arg in status[2:] if "=" in arg)
     assert fields["state"] == ("success" if head == "unchanged" else "failure"), status
     assert fields["context"] == "fsmatrix/pr-verdict"
-    expected = "no significant regression" if head == "unchanged" else "significant regression"
-    assert fields["description"] == f"{expected} beyond {SMALL_GATE['THRESHOLD']}", status
+    expected = "passed: nothing" if head == "unchanged" else "failed:"
+    assert (
+        fields["description"] == f"{expected} significantly worse with an estimate above {SMALL_GATE['THRESHOLD']}"
+    ), status
 
 
 @pytest.mark.parametrize("broken", ["needs", "matrix"])
@@ -463,4 +465,4 @@ def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act, head: str) -
         ids[side_name] = {d["cell_id"] for d in docs}
     assert ids["base"] == ids["head"] and len(ids["base"]) == 1
     assert (results / "settings" / "head.yaml").read_text() == "gtm.global_buffers: 4100\n"
-    assert "no significant regression" in (results / "comparison.md").read_text()
+    assert "gate passed: nothing significantly worse" in (results / "comparison.md").read_text()
