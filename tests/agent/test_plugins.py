@@ -6,7 +6,9 @@ not declare), each registered with one added line and nothing else. Both then ap
 ``fsmatrix matrix settings``, expand into cells, run on the host backend (real mounts) and show up
 in the report; the workload also gets its standalone ``fsmatrix workload filecount`` command.
 A new crash mode (``nothing``: kills nothing, then recovers at the end of the run) runs a 3n+1 crash
-cell through the host backend, its recovery hook included.
+cell through the host backend, its recovery hook included; its host side (one module in
+``backends/qemu/``, one line in ``host_sides.py``: an extra disk, twice the timeout, a job hook) goes
+through the qemu backend's preflight and what it gives a run's VM, without booting one.
 """
 
 from __future__ import annotations
@@ -131,6 +133,69 @@ class NothingRun(CrashRun):
 MODE = CrashMode(name="nothing", help="kill nothing; recover when the run has ended", start=NothingRun)
 '''
 
+CRASH_HOST_MODULE = '''\
+"""The host side of nothing: one more disk, twice the cell's timeout, a hook in the job (a test plugin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.backends.disks import Disk
+from fsmatrix.backends.qemu.crash_host import HostCrashMode
+from fsmatrix.matrix import MatrixCell
+
+
+class NothingHost(HostCrashMode):
+    mode = "nothing"
+
+    def extra_disks(self, cell: MatrixCell, run_dir: Path, *, create: bool = False) -> list[Disk]:
+        path = run_dir / "nothing.img"
+        if create:
+            path.write_bytes(bytes(4096))
+        return [Disk(path, "fsm-nothing")]
+
+    def timeouts(self, cell: MatrixCell) -> int:
+        return 2
+
+    def job_environment(self, cell: MatrixCell) -> dict[str, Any]:
+        return {"nothing_hook": True}
+
+
+HOST_SIDE = NothingHost()
+'''
+
+# Run in the plugged copy: the qemu backend's preflight (no image: _prepare stubbed) and what its run's VM gets.
+QEMU_PREFLIGHT = """\
+import sys
+from pathlib import Path
+
+from fsmatrix.backends.host import HostBackend
+from fsmatrix.backends.libvirt import LibvirtBackend
+from fsmatrix.backends.qemu.backend import QemuBackend
+from fsmatrix.backends.qemu.crash_host import Launch
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import load
+
+work = Path(sys.argv[2])
+(cell,) = load(sys.argv[1]).cells
+backend = QemuBackend(workdir=work)
+backend._prepare = lambda: None  # no image: preflight's refusals come before it
+backend.preflight([cell])
+assert backend.time_limit(cell) == 2 * cell.spec.timeout + backend.boot_allowance
+launch = Launch(cell, 1, work, work / "o.qcow2", work / "j.img", [], work / "c.log")
+assert backend.drives(launch)[-1].serial == "fsm-nothing"
+assert backend.job_document(cell, 1, [], {})["environment"]["nothing_hook"] is True
+HostBackend(workdir=work / "host").preflight([cell])
+try:
+    LibvirtBackend(workdir=work).preflight([cell])
+except UserError as exc:
+    assert "crash.mode 'nothing' is not built yet on the libvirt backend" in str(exc), exc
+else:
+    raise AssertionError("libvirt ran a mode with a host side")
+print("ok")
+"""
+
 CRASH_MATRIX = """\
 name: crash-plugin
 axes:
@@ -167,7 +232,7 @@ def _add_line(path: Path, after: str, line: str) -> None:
 
 @pytest.fixture(scope="module")
 def plugged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of runner/fsmatrix with the two plugins, each: one module plus one registry line."""
+    """A copy of runner/fsmatrix with the plugins, each: one module plus one registry line."""
     root = tmp_path_factory.mktemp("plugged") / "runner"
     shutil.copytree(REPO / "runner" / "fsmatrix", root / "fsmatrix", ignore=shutil.ignore_patterns("__pycache__"))
     package = root / "fsmatrix" / "agent"
@@ -177,6 +242,9 @@ def plugged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _add_line(package / "storage" / "filesystems" / "__init__.py", '    "raw",', '    "ramfs",')
     (package / "crash" / "nothing.py").write_text(CRASH_MODE_MODULE)
     _add_line(package / "crash" / "__init__.py", '    "kill": "kill",', '    "nothing": "nothing",')
+    qemu = root / "fsmatrix" / "backends" / "qemu"
+    (qemu / "nothing.py").write_text(CRASH_HOST_MODULE)
+    _add_line(qemu / "host_sides.py", '    "flush_points",', '    "nothing",')
     return root
 
 
@@ -243,3 +311,18 @@ def test_a_crash_mode_plugin_runs_a_crash_cell_on_the_host_backend(plugged: Path
     assert doc["status"] == "passed", doc.get("reason")
     assert doc["crash"]["mode"] == "nothing" and doc["crash"]["fired"]
     assert "mupip integ" in [s["name"] for s in doc["crash"]["steps"]]  # the workload's recover hook ran
+
+
+def test_a_crash_mode_plugin_has_a_host_side_the_qemu_backend_asks(plugged: Path, tmp_path: Path) -> None:
+    """The mode's host side, found through its registry line: the qemu backend's preflight accepts the
+    cell and gives its VM the extra disk, the longer limit and the job hook; libvirt refuses it."""
+    matrix = tmp_path / "crash-plugin.yaml"
+    matrix.write_text(CRASH_MATRIX)
+    done = subprocess.run(
+        [sys.executable, "-c", QEMU_PREFLIGHT, str(matrix), str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(plugged)},
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr

@@ -18,8 +18,9 @@ from fsmatrix.agent import storage
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, profiles, snapshot
-from fsmatrix.backends.qemu.backend import Launch, QemuBackend, qemu_supports_io_uring
+from fsmatrix.backends.qemu.backend import QemuBackend, qemu_supports_io_uring
 from fsmatrix.backends.qemu.console import ConsoleWatcher
+from fsmatrix.backends.qemu.crash_host import Launch
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, expand_document
 

@@ -20,7 +20,8 @@ from fsmatrix.agent.workloads.pgbench import acks as pgacks
 from fsmatrix.agent.workloads.pgbench import recover as pgrecover
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.libvirt import LibvirtBackend
-from fsmatrix.backends.qemu.backend import Launch, QemuBackend
+from fsmatrix.backends.qemu.backend import QemuBackend
+from fsmatrix.backends.qemu.crash_host import Cut, Launch
 from fsmatrix.backends.qemu.power_cut import acknowledged_on as acknowledged_commits
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, expand_document
@@ -83,32 +84,30 @@ def test_power_cut_kills_qemu_after_s_after_the_marker(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path)
     # Boots for a second, prints the marker, then would run for a minute.
     launch = _fake_qemu(backend, f'sleep 1; echo "x {crash.MEASURE_START_MARKER}" >> "$1"; exec sleep 60', tmp_path)
-    backend.power_cut_after_s = 1.5
+    cut = Cut(1.5)
     started = time.monotonic()
-    code = backend.boot_and_wait(launch, limit=30)
+    code = backend.boot_and_wait(launch, limit=30, cut=cut)
     took = time.monotonic() - started
     assert code == -9  # SIGKILL: no quit, no flush
-    assert backend.power_cut_fired_at_s is not None and 1.5 <= backend.power_cut_fired_at_s < 2.0
+    assert cut.fired_at_s is not None and 1.5 <= cut.fired_at_s < 2.0
     assert 2.5 <= took < 10  # not the fake's 61 s: it was cut
 
 
 def test_no_marker_no_cut_and_a_guest_that_ends_first_is_not_cut(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path)
     launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; sleep 0.5; exit 0', tmp_path)
-    backend.power_cut_after_s = 5
-    assert backend.boot_and_wait(launch, limit=30) == 0
-    assert backend.power_cut_fired_at_s is None
-    # Without power_cut_after_s (every other cell) the marker means nothing.
-    backend.power_cut_after_s = None
+    cut = Cut(5)
+    assert backend.boot_and_wait(launch, limit=30, cut=cut) == 0
+    assert cut.fired_at_s is None
+    # Without a cut (every other cell) the marker means nothing.
     launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; sleep 1; exit 0', tmp_path)
     assert backend.boot_and_wait(launch, limit=30) == 0
-    assert backend.power_cut_fired_at_s is None
 
 
 def test_ctrl_c_while_waiting_for_the_cut_leaves_no_qemu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = QemuBackend(workdir=tmp_path)
     launch = _fake_qemu(backend, f'echo "{crash.MEASURE_START_MARKER}" >> "$1"; exec sleep 60', tmp_path)
-    backend.power_cut_after_s = 30
+    cut = Cut(30)
     spawned: list[subprocess.Popen[bytes]] = []
     real_popen, real_sleep = subprocess.Popen, time.sleep
 
@@ -124,10 +123,10 @@ def test_ctrl_c_while_waiting_for_the_cut_leaves_no_qemu(tmp_path: Path, monkeyp
     monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(time, "sleep", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        backend.boot_and_wait(launch, limit=30)
+        backend.boot_and_wait(launch, limit=30, cut=cut)
     monkeypatch.undo()
     assert spawned and spawned[0].poll() is not None  # killed and reaped on the way out
-    assert backend.power_cut_fired_at_s is None
+    assert cut.fired_at_s is None
 
 
 def test_recover_job_parses_as_the_guest_reads_it(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.host import HostBackend
 from fsmatrix.backends.libvirt import LibvirtBackend
 from fsmatrix.backends.qemu import flush_points as host_side
-from fsmatrix.backends.qemu.backend import Launch, QemuBackend
+from fsmatrix.backends.qemu.backend import QemuBackend
+from fsmatrix.backends.qemu.crash_host import Launch
 from fsmatrix.backends.qemu.flush_points import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, expand_document

@@ -25,7 +25,7 @@ import pytest
 from rich.console import Console
 
 from conftest import FSMATRIX, needs_root
-from fsmatrix import matrix, runs
+from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import job
 from fsmatrix.cli import run as cli_run
 from fsmatrix.errors import UserError
@@ -119,7 +119,7 @@ def race(
         console=Console(file=io.StringIO()),
         race=settings,
     )
-    stored = json.loads((summary.run_dir / runs.RACE_FILE).read_text())
+    stored = json.loads((summary.run_dir / racing.RACE_FILE).read_text())
     assert stored == summary.race
     return stored
 
@@ -151,7 +151,7 @@ def test_a_clear_loser_is_retired_at_the_minimum_and_the_race_ends(tmp_path: Pat
     assert stored["stopped"] == {"after_round": 3, "why": "one cell or one tied set left in every comparison group"}
     assert (stored["runs_used"], stored["runs_fixed"]) == (6, 16)
     assert runs_of(tmp_path) == {"ext4": 3, "xfs": 3}
-    lines = runs.race_summary_lines(stored)
+    lines = racing.race_summary_lines(stored)
     assert "6 runs of the fixed design's 16 (10 saved, 62%)" in lines[0]
 
 
@@ -263,7 +263,7 @@ def test_resume_mid_race_continues_the_same_race(tmp_path: Path) -> None:
     cut = Drawn(laws, stop_at=done_before + 1)
     with pytest.raises(UserError, match="interrupted"):
         race(tmp_path / "cut", cut, filesystems, settings)
-    half = json.loads((tmp_path / "cut" / "r" / runs.RACE_FILE).read_text())
+    half = json.loads((tmp_path / "cut" / "r" / racing.RACE_FILE).read_text())
     assert len(half["rounds"]) == 4 and half["stopped"] is None
     assert left(half) == {"xfs": left(whole)["xfs"]}
 
@@ -393,7 +393,7 @@ def test_a_real_race_on_the_host(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    stored = json.loads((tmp_path / "res" / "race" / runs.RACE_FILE).read_text())
+    stored = json.loads((tmp_path / "res" / "race" / racing.RACE_FILE).read_text())
     assert stored["stopped"] is not None and 3 <= len(stored["rounds"]) <= 4
     assert set(stored["left"]) == set(stored["cells"])
     assert "race: " in done.stdout and "runs of the fixed design's 8" in done.stdout

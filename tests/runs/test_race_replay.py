@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fsmatrix import matrix, runs
+from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import job, jsonfile
 from fsmatrix.bench import race
 from fsmatrix.errors import UserError
@@ -39,7 +39,7 @@ def test_the_replays_stop_early_and_draw_the_runs_in_different_orders(monkeypatc
     """Fails if a replay used the full data every time, or the stored order instead of a random one."""
     g = group({"fast": 10.0, "slow": 20.0}, sigma=0.03)
     firsts: set[float] = set()
-    real = runs.race_look
+    real = racing.race_look
 
     def spy(samples: Any, *args: Any, **kwargs: Any) -> Any:
         for cell, values in samples.items():
@@ -48,7 +48,7 @@ def test_the_replays_stop_early_and_draw_the_runs_in_different_orders(monkeypatc
         firsts.add(samples["fast"][0])
         return real(samples, *args, **kwargs)
 
-    monkeypatch.setattr(runs, "race_look", spy)
+    monkeypatch.setattr(racing, "race_look", spy)
     out = race.measure(g, replays=20)
     assert all(r.runs_used < out.runs_fixed for r in out.replays)
     assert all(r.rounds < 15 for r in out.replays)

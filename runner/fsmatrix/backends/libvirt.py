@@ -27,10 +27,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from fsmatrix.agent import crash
 from fsmatrix.backends import libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu.backend import AGENT_MARKER, CONSOLE_POLL_S, Launch, QemuBackend
+from fsmatrix.backends.qemu.backend import AGENT_MARKER, CONSOLE_POLL_S, QemuBackend
 from fsmatrix.backends.qemu.console import ConsoleWatcher
+from fsmatrix.backends.qemu.crash_host import Cut, Launch
+from fsmatrix.backends.qemu.host_sides import HOST_SIDES
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
 
@@ -224,7 +227,8 @@ def _start_event_loop(libvirt: Any) -> None:
 
 class LibvirtBackend(QemuBackend):
     name = "libvirt"
-    crash_modes = ("kill",)  # power-cut and flush-points: the qemu backend's only, for now
+    # The crash modes that need nothing from the host: those with a host side are the qemu backend's only, for now.
+    crash_modes = tuple(name for name in crash.MODES if name not in HOST_SIDES)
     own_kernel = False  # vm.kernel: the qemu backend's only, for now
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -296,9 +300,12 @@ class LibvirtBackend(QemuBackend):
             console=launch.console,
         )
 
-    def boot_and_wait(self, launch: Launch, limit: float) -> int | None:
+    def boot_and_wait(self, launch: Launch, limit: float, cut: Cut | None = None) -> int | None:
         """Create the run's transient domain and wait for it to stop: 0 when the guest powered off,
-        1 when it stopped otherwise (crash, QEMU failure), None when destroyed after ``limit`` s."""
+        1 when it stopped otherwise (crash, QEMU failure), None when destroyed after ``limit`` s.
+        No ``cut``: preflight refuses the modes that ask for one (``crash_modes``)."""
+        if cut is not None:
+            raise RuntimeError("the libvirt backend cannot cut a VM's power")
         libvirt = libvirtd.libvirt_module()
         conn = self._connect()
         run_dir, console = launch.run_dir, launch.console

@@ -6,7 +6,7 @@ Replays races from runs already stored: each RUN_DIR is a directory ``fsmatrix r
 (``fsmatrix run FILE --repeat 15 --order rounds``). Runs nothing new; needs no root.
 
 Per comparison group (the cells ``fsmatrix run --race`` would race against each other:
-``runs.race_groups``, on the workload's primary metric in its direction; a crash group is not
+``racing.race_groups``, on the workload's primary metric in its direction; a crash group is not
 raced and is left out; failed and skipped runs are left out, the replay draws from the passed
 runs):
 
@@ -25,7 +25,7 @@ runs):
 - **Replays** (``--replays``, default 200, seeded with ``--seed``): each draws, per cell, a random
   order of its stored runs (without replacement) and plays the race exactly as ``fsmatrix run
   --race`` does — rounds of every cell still in the race, and after each round
-  ``runs.race_look`` (which calls ``race.race_step``: the same function, settings and
+  ``racing.race_look`` (which calls ``race.race_step``: the same function, settings and
   bookkeeping as the runner's) with ``--min-repeats`` (default 3), ``--max-repeats`` (default R,
   the stored runs of the group's cell with the fewest: a replay never uses more than the full
   data) and ``--delta`` (default 5 %); retired and tied cells get no more runs. A replay's
@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from fsmatrix import runs
+from fsmatrix import racing
 from fsmatrix.agent import provenance
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, RaceSettings
@@ -138,7 +138,7 @@ def replay_once(
 ) -> tuple[frozenset[str], int, int]:
     """One race over ``group``'s runs in a random order per cell (drawn without replacement): its
     survivors, the runs it used and its rounds. Each round gives every cell still in the race its next
-    run, then ``runs.race_look`` decides as ``fsmatrix run --race`` does after that round."""
+    run, then ``racing.race_look`` decides as ``fsmatrix run --race`` does after that round."""
     order = {
         c: [float(v) for v in rng.permutation(np.asarray(values, dtype=float))] for c, values in group.samples.items()
     }
@@ -151,7 +151,7 @@ def replay_once(
             if c not in left:
                 drawn[c].append(order[c][len(drawn[c])])
                 used += 1
-        _, leaving, still_open = runs.race_look(drawn, group.direction, left, r, settings, alpha)
+        _, leaving, still_open = racing.race_look(drawn, group.direction, left, r, settings, alpha)
         left.update(leaving)
         if not still_open:
             break
@@ -234,12 +234,12 @@ def load_run_dir(path: Path) -> RunDir:
             by_cell[doc.cell_id].append(doc)
     groups = []
     counts = []
-    for g in runs.race_groups(cells):
+    for g in racing.race_groups(cells):
         if g.metric is None:
             continue
         samples = {}
         for c in g.cells:
-            samples[c.id] = [v for v in runs.race_values(by_cell[c.id], g.metric) if v is not None]
+            samples[c.id] = [v for v in racing.race_values(by_cell[c.id], g.metric) if v is not None]
             counts.append(len(samples[c.id]))
         groups.append(StoredGroup(g.label, g.metric, g.direction, samples))
     if not groups:

@@ -152,6 +152,7 @@ def run(
 ) -> None:
     """Run the cells of matrix FILE and store one result per repeat."""
     from fsmatrix import runs
+    from fsmatrix.racing import race_summary_lines
 
     slurm_only = {"--shared": shared is not None, "--shard-size": shard_size is not None, "--detach": detach}
     slurm_only["--sbatch-arg"] = bool(sbatch_args)
@@ -218,7 +219,7 @@ def run(
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
     if summary.race is not None:
-        for line in runs.race_summary_lines(summary.race):
+        for line in race_summary_lines(summary.race):
             click.echo(line)
     if pusher is not None:
         pusher.push(summary.run_dir, last=True)

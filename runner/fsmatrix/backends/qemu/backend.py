@@ -11,17 +11,9 @@ disk, adds its provenance and deletes everything the run made. A run that outliv
 timeout plus a boot allowance is stopped (QMP ``quit``, then SIGKILL) and recorded as ``timeout``
 with the tail of the guest's console.
 
-A crash cell with ``crash.mode: power-cut`` runs in two VMs on the same data disk files: the first
-is killed (SIGKILL, no flush) ``after_s`` seconds after its console shows the measured part began;
-the second, restored the same way with a fresh root overlay and job disk (``"phase": "recover"``
-and the host's record of the cut), mounts the crashed filesystems and runs the workload's recovery.
-Its result is the run's; both consoles go to the run's log.
-
-A ``crash.mode: flush-points`` cell gets two more virtio-blk disks, fresh sparse files: the
-dm-log-writes log (serial ``fsm-log``) and the scratch disk the log is replayed onto
-(``fsm-scratch``), sized from ``storage.disk_size`` (``fsmatrix.backends.qemu.flush_points``). The guest
-replays and recovers every point itself (``fsmatrix.agent.crash.flush_points``), so the VM may take the
-cell's timeout once for the run and once per point.
+A crash cell's mode may need the host too (more disks, a longer limit, VMs of its own before the
+run's, such as one whose power is cut): its host side (``crash_host.HostCrashMode``, registered in
+``host_sides.py``) says so, and this backend asks it without knowing which mode it is.
 """
 
 from __future__ import annotations
@@ -37,7 +29,6 @@ import subprocess
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,8 +40,10 @@ from fsmatrix.agent import crash, fit, job, kernel, proc, provenance, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import host, hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import cmdline, flush_points, kernel_boot, power_cut, profiles, snapshot
+from fsmatrix.backends.qemu import cmdline, kernel_boot, profiles, snapshot
 from fsmatrix.backends.qemu.console import ConsoleWatcher, console_tail
+from fsmatrix.backends.qemu.crash_host import Cut, Launch, NotCrashed, Recover, VmRun
+from fsmatrix.backends.qemu.host_sides import host_side
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
 
@@ -69,21 +62,7 @@ TOOLS = ("qemu-system-x86_64", "qemu-img", "mke2fs", "debugfs")
 # The agent logs this once it has read the run's job and found its disks: boot-to-agent ends here.
 AGENT_MARKER = b" INFO job "
 CONSOLE_POLL_S = 0.25
-CUT_POLL_S = 0.02  # once the measured part began, until the power cut
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One run's VM, ready to boot: what the qemu and libvirt backends start it from."""
-
-    cell: MatrixCell
-    repeat: int
-    run_dir: Path
-    overlay: Path  # the root disk: a copy-on-write overlay of the golden image
-    job_disk: Path
-    data: list[Disk]
-    console: Path  # where the guest's serial console goes
-    template: snapshot.Template | None = None  # restore this saved guest instead of booting
+CUT_POLL_S = 0.02  # once the measured part began, until the cut
 
 
 def running_vms(prefix: str = "fsmatrix-") -> list[tuple[int, str]]:
@@ -130,7 +109,7 @@ def _now() -> str:
 
 class QemuBackend:
     name = "qemu"
-    # Crash modes it runs: every one (power-cut and flush-points with host-side parts of their own).
+    # Crash modes it runs: every one (those that need the host through their host sides: host_sides.py).
     crash_modes: tuple[str, ...] = tuple(crash.MODES)
     # Boots a cell's vm.kernel (backends/qemu/kernel_boot.py) instead of the image's.
     own_kernel = True
@@ -169,10 +148,6 @@ class QemuBackend:
         self.boot_to_agent_s: float | None = None
         # How each run's guest starts: restored from a saved booted guest, or booted (snapshot.py).
         self.start = snapshot.start_mode()
-        # power-cut: boot_and_wait kills QEMU this many seconds after the measured part began (None:
-        # never), and records when it did (seconds after the marker; None: the guest got there first).
-        self.power_cut_after_s: float | None = None
-        self.power_cut_fired_at_s: float | None = None
         # vm.kernel (and vm.modules) as a cell says them -> that kernel, prepared for direct boot.
         self._kernels: dict[tuple[str, str], kernel_boot.Prepared] = {}
 
@@ -449,21 +424,21 @@ class QemuBackend:
             vm_info["start"] = "boot" if template is None else "restore"
             data = self._data_disks(cell, run_dir)
             job_doc = self.job_document(cell, repeat, data, vm_info)
-            flush_points.disks(cell, run_dir, create=True)
+            side = host_side(cell)
+            side.extra_disks(cell, run_dir, create=True)
             limit = self.time_limit(cell)
-            crash_phase: dict[str, Any] = {}
-            if power_cut.applies(cell):
-                # The first VM is cut; the second (below) recovers on the same data disk files.
-                cut = power_cut.cut(self, cell, repeat, run_dir, template, data, job_doc, limit)
-                if "status" in cut:  # not cut: the run's result, made on the host
-                    not_cut = self._host_result(
-                        cell, repeat, started, started_at, cut["status"], cut["reason"], cut["tail"], vm_info
-                    )
-                    not_cut["crash"] = cut["crash"]
-                    return not_cut
-                crash_phase = cut
-                job_doc = {**job_doc, "phase": "recover", "crash": cut["crash"], "host_time": time.time()}
-            launch = self._launch(cell, repeat, run_dir, template, data, job_doc, "recover" if crash_phase else "run")
+            # The crash mode's VMs before the run's own (one whose power is cut): then this one recovers.
+            before = side.before_run(VmRun(self, cell, repeat, run_dir, template, data, job_doc, limit))
+            if isinstance(before, NotCrashed):  # the run's result, made on the host
+                not_crashed = self._host_result(
+                    cell, repeat, started, started_at, before.status, before.reason, before.tail, vm_info
+                )
+                not_crashed["crash"] = before.crash
+                return not_crashed
+            recovering = isinstance(before, Recover)
+            if isinstance(before, Recover):
+                job_doc = {**job_doc, "phase": "recover", "crash": before.crash, "host_time": time.time()}
+            launch = self.launch(cell, repeat, run_dir, template, data, job_doc, "recover" if recovering else "run")
             code = self.boot_and_wait(launch, limit)
             console, job_disk = launch.console, launch.job_disk
             if code is None:
@@ -472,7 +447,7 @@ class QemuBackend:
                 return self._host_result(
                     cell, repeat, started, started_at, "timeout",
                     f"the guest did not power off within {limit:.0f} s (timeout {cell.spec.timeout} s "
-                    f"+ boot allowance {self.boot_allowance:.0f} s){' in the recover phase' if crash_phase else ''}; "
+                    f"+ boot allowance {self.boot_allowance:.0f} s){' in the recover phase' if recovering else ''}; "
                     f"console tail:\n{tail}",
                     tail, vm_info,
                 )  # fmt: skip
@@ -498,8 +473,8 @@ class QemuBackend:
                 )
             self._add_provenance(doc, vm_info, cell)
             doc.setdefault("details", {})["vm_wall_s"] = round(wall, 1)
-            if crash_phase:
-                doc["details"]["power_cut_vm_wall_s"] = crash_phase["wall_s"]
+            if isinstance(before, Recover):
+                doc["details"].update(before.details)
             if vm_started - before_template > 1.0:
                 doc["details"]["template_s"] = round(vm_started - before_template, 1)
             if self.boot_to_agent_s is not None:
@@ -518,13 +493,13 @@ class QemuBackend:
             "repeat": repeat,
             "data_serials": [disk.serial for disk in data],  # what guests before data_disks read
             "data_disks": [{"serial": disk.serial, "bus": disk.bus} for disk in data],
-            "environment": {**self.environment(), "vm": vm_info, **flush_points.test_hooks(cell)},
+            "environment": {**self.environment(), "vm": vm_info, **host_side(cell).job_environment(cell)},
             "reference": job.reference_for(cell.spec),  # computed here, not in the guest's time
             # A restored guest's clock stopped when its template was saved: the agent sets it from this.
             "host_time": time.time(),
         }
 
-    def _launch(
+    def launch(
         self,
         cell: MatrixCell,
         repeat: int,
@@ -547,19 +522,20 @@ class QemuBackend:
         return Launch(cell, repeat, run_dir, overlay, job_disk, data, run_dir / f"console{suffix}.log", template)
 
     def drives(self, launch: Launch) -> list[Disk]:
-        """The job disk, then the data disks (the root disk is the overlay), then a flush-points
-        cell's log and scratch disks."""
+        """The job disk, then the data disks (the root disk is the overlay), then the crash mode's
+        extra disks."""
         job_disk = Disk(launch.job_disk, jobdisk.SERIAL, aio=self.aio, iothread=False)
-        return [job_disk, *launch.data, *flush_points.disks(launch.cell, launch.run_dir)]
+        return [job_disk, *launch.data, *host_side(launch.cell).extra_disks(launch.cell, launch.run_dir)]
 
     def time_limit(self, cell: MatrixCell) -> float:
-        """Seconds a run's VM may take: the cell's timeout (a flush-points cell's once more for
-        each point the guest recovers) plus the boot allowance."""
-        return float(cell.spec.timeout) * (1 + flush_points.recoveries(cell)) + self.boot_allowance
+        """Seconds a run's VM may take: the cell's timeout (as many times as its crash mode's host
+        side says: once more for each recovery the guest runs) plus the boot allowance."""
+        return float(cell.spec.timeout) * host_side(cell).timeouts(cell) + self.boot_allowance
 
-    def boot_and_wait(self, launch: Launch, limit: float) -> int | None:
+    def boot_and_wait(self, launch: Launch, limit: float, cut: Cut | None = None) -> int | None:
         """Boot the run's VM and wait for it to power off: QEMU's exit status, or None when it was
-        stopped after ``limit`` seconds. No VM outlives this call, whatever happens (Ctrl-C included).
+        stopped after ``limit`` seconds; with ``cut``, killed ``cut.after_s`` after the measured part
+        began (``cut.fired_at_s`` records when). No VM outlives this call, whatever happens (Ctrl-C included).
         The libvirt backend overrides this; everything around it is shared."""
         run_dir, console = launch.run_dir, launch.console
         qmp = snapshot.socket_path(str(launch.overlay))
@@ -576,21 +552,22 @@ class QemuBackend:
             if launch.template is not None:
                 self._resume_restored(launch, vm, qmp)
             watcher = ConsoleWatcher(console, AGENT_MARKER)
-            cut_after = self.power_cut_after_s
-            self.power_cut_fired_at_s = None
+            cut_after = cut.after_s if cut is not None else None
+            if cut is not None:
+                cut.fired_at_s = None
             measure = ConsoleWatcher(console, crash.MEASURE_START_MARKER.encode()) if cut_after is not None else None
             measure_seen: float | None = None
             while (code := vm.poll()) is None:
                 now = time.monotonic()
-                if measure is not None and cut_after is not None:
+                if measure is not None and cut is not None and cut_after is not None:
                     if measure_seen is None and measure.seen():
                         measure_seen = now
-                        log.info("power cut: the measured part began; cutting in %g s", cut_after)
+                        log.info("the cut: the measured part began; cutting in %g s", cut_after)
                     if measure_seen is not None and now - measure_seen >= cut_after:
-                        # The power cut: no QMP quit, no flush; what the guest had not written is lost.
+                        # The cut: no QMP quit, no flush; what the guest had not written is lost.
                         vm.send_signal(signal.SIGKILL)
                         code = vm.wait()
-                        self.power_cut_fired_at_s = round(now - measure_seen, 3)
+                        cut.fired_at_s = round(now - measure_seen, 3)
                         return code
                 if now - started >= limit:
                     self._stop(vm, qmp)

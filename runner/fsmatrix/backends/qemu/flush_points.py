@@ -14,6 +14,7 @@ from typing import Any
 from fsmatrix.agent import storage
 from fsmatrix.agent.crash import flush_points as guest_side
 from fsmatrix.backends.disks import Disk
+from fsmatrix.backends.qemu.crash_host import HostCrashMode
 from fsmatrix.matrix import MatrixCell
 
 # Tests' hooks: the flush-points log disk's size in bytes (a log too small to hold the run fails it);
@@ -56,3 +57,21 @@ def disks(cell: MatrixCell, run_dir: Path, *, create: bool = False) -> list[Disk
         # Not under test: the host's page cache may hold their writes (they outlive no VM).
         found.append(Disk(path, serial, cache="writeback", aio="threads", iothread=False))
     return found
+
+
+class FlushPointsHost(HostCrashMode):
+    """The log and scratch disks; the run's timeout once more for each point the guest recovers."""
+
+    mode = guest_side.MODE.name
+
+    def extra_disks(self, cell: MatrixCell, run_dir: Path, *, create: bool = False) -> list[Disk]:
+        return disks(cell, run_dir, create=create)
+
+    def timeouts(self, cell: MatrixCell) -> int:
+        return 1 + recoveries(cell)
+
+    def job_environment(self, cell: MatrixCell) -> dict[str, Any]:
+        return test_hooks(cell)
+
+
+HOST_SIDE = FlushPointsHost()

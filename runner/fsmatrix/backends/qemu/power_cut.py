@@ -7,26 +7,16 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fsmatrix.agent import crash
+from fsmatrix.agent.crash import power_cut as guest_side
 from fsmatrix.backends import jobdisk
-from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import snapshot
 from fsmatrix.backends.qemu.console import console_tail
+from fsmatrix.backends.qemu.crash_host import Cut, HostCrashMode, NotCrashed, Recover, VmRun
 from fsmatrix.matrix import MatrixCell
 
-if TYPE_CHECKING:
-    from fsmatrix.backends.qemu.backend import QemuBackend
-
 log = logging.getLogger("fsmatrix")
-
-MODE = "power-cut"  # the crash mode whose host side this is (fsmatrix.agent.crash.power_cut)
-
-
-def applies(cell: MatrixCell) -> bool:
-    return cell.spec.crash is not None and cell.spec.crash.mode == MODE
 
 
 def acknowledged_on(cell: MatrixCell, console_text: str) -> int | None:
@@ -36,30 +26,18 @@ def acknowledged_on(cell: MatrixCell, console_text: str) -> int | None:
     return None if count is None else count(cell.spec, console_text)
 
 
-def cut(
-    backend: QemuBackend,
-    cell: MatrixCell,
-    repeat: int,
-    run_dir: Path,
-    template: snapshot.Template | None,
-    data: list[Disk],
-    job_doc: dict[str, Any],
-    limit: float,
-) -> dict[str, Any]:
-    """The first VM of a power-cut cell, killed ``after_s`` into its measured part. Returns
-    ``{"crash": <the record for the recover phase>, "wall_s"}``, or, when the cut did not happen,
-    ``{"status", "reason", "tail", "crash"}`` for the run's result (its crash section: not fired)."""
+def cut(run: VmRun) -> Recover | NotCrashed:
+    """The first VM of a power-cut cell, killed ``after_s`` into its measured part: ``Recover`` with
+    the record of the cut, or, when the cut did not happen, ``NotCrashed`` (its crash section: not fired)."""
+    cell, limit = run.cell, run.limit
     settings = cell.spec.crash
     assert settings is not None
-    launch = backend._launch(cell, repeat, run_dir, template, data, job_doc, "run")
+    launch = run.launch("run")
     vm_started = time.monotonic()
-    backend.power_cut_after_s = settings.after_s
-    try:
-        code = backend.boot_and_wait(launch, limit)
-    finally:
-        backend.power_cut_after_s = None
+    the_cut = Cut(settings.after_s)
+    code = run.backend.boot_and_wait(launch, limit, the_cut)
     wall = round(time.monotonic() - vm_started, 1)
-    fired_at = backend.power_cut_fired_at_s
+    fired_at = the_cut.fired_at_s
     text = (
         launch.console.read_text(encoding="utf-8", errors="replace").replace("\r", "")
         if launch.console.exists()
@@ -74,7 +52,7 @@ def cut(
                 f"the guest did not power off within {limit:.0f} s and its measured part never began "
                 f"(no {crash.MEASURE_START_MARKER} on its console): no power cut; console tail:\n{tail}"
             )
-            return {"status": "timeout", "reason": reason, "tail": tail, "crash": not_cut}
+            return NotCrashed("timeout", reason, tail, not_cut)
         guest = jobdisk.read_result(launch.job_disk) or {}
         measured = (guest.get("crash") or {}).get("measured_s")
         not_cut["measured_s"] = measured if isinstance(measured, int | float) else None
@@ -89,7 +67,7 @@ def cut(
             f"crash not injected: the guest powered off (exit status {code}) before the power cut at "
             f"crash.after_s={settings.after_s:g} ({how}){guest_said}"
         )
-        return {"status": "failed", "reason": reason, "tail": tail, "crash": not_cut}
+        return NotCrashed("failed", reason, tail, not_cut)
     log.warning("power cut: qemu killed %.3f s into the measured part", fired_at)
     record: dict[str, Any] = {
         "mode": settings.mode,
@@ -104,4 +82,16 @@ def cut(
     # The first VM's root overlay and job disk are done with; its data disks carry on.
     launch.overlay.unlink(missing_ok=True)
     launch.job_disk.unlink(missing_ok=True)
-    return {"crash": record, "wall_s": wall}
+    return Recover(record, {"power_cut_vm_wall_s": wall})
+
+
+class PowerCutHost(HostCrashMode):
+    """The first VM cut (``cut``); the run's VM recovers on the same data disk files."""
+
+    mode = guest_side.MODE.name
+
+    def before_run(self, run: VmRun) -> Recover | NotCrashed:
+        return cut(run)
+
+
+HOST_SIDE = PowerCutHost()

@@ -1,0 +1,369 @@
+"""Expanding a matrix document into cells.
+
+Semantics follow GitHub Actions' matrix, which users already know: ``axes`` are crossed, then
+``exclude`` removes every combination an entry partially matches, then each ``include`` entry is
+added to every combination whose *axis* values it does not contradict (or becomes a new combination
+when it fits none). ``defaults`` fill what is still unset, then the schema's own defaults. Keys may
+be dotted (``gtm.journal``) to reach nested settings; values are compared setting by setting."""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import yamlpos
+from fsmatrix.matrix.baselines import (
+    DEFAULTS_RULE,
+    NAMED_RULE,
+    baseline_entry,
+    comparison_group,
+    default_baselines,
+    default_value,
+    named_baselines,
+)
+from fsmatrix.matrix.flat import (
+    Flat,
+    Leaf,
+    check_path,
+    entry_fits,
+    entry_matches,
+    flat_entries,
+    flatten_mapping,
+    flatten_value,
+    merge_flats,
+    top_setting,
+    with_defaults,
+)
+from fsmatrix.matrix.ids import MatrixCell, make_cell
+from fsmatrix.matrix.read import read_file
+from fsmatrix.matrix.settings import MAX_REPEAT, BuildSettings, RaceSettings, race_settings
+
+TOP_LEVEL = (
+    "name",
+    "description",
+    "axes",
+    "include",
+    "exclude",
+    "defaults",
+    "baseline",
+    "repeat",
+    "race",
+    "reproduces",
+    "scales",
+    "runner",
+)
+# What a scale (``scales: {NAME: {...}}``, chosen by ``fsmatrix run --scale NAME``) may set: each
+# replaces the file's own key, except ``defaults``, which it layers over the file's defaults.
+SCALE_KEYS = (
+    "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner"
+)  # fmt: skip
+# Refused before any expansion work: a matrix beyond these is a typo (or an attack), not a plan.
+MAX_CELLS = 10_000
+
+
+@dataclass(frozen=True)
+class IncludeEffect:
+    """What one ``include`` entry did: added a cell of its own, or extended existing combinations
+    (GitHub Actions' rule; the combination as it was is then no cell any more)."""
+
+    index: int  # the entry's position in ``include`` (0-based)
+    line: int | None  # the entry's line in the matrix file
+    added: str | None  # the id of the cell it added, when it fitted no combination
+    extended: tuple[str, ...]  # the ids of the cells it extended
+    off_axes: tuple[str, ...]  # the settings it names that no axis has (what an extension adds)
+    example: str = ""  # an axis that would make it a cell of its own, e.g. mount_options: ["", "data=writeback"]
+
+    @property
+    def warning(self) -> str | None:
+        """The trap: an entry meant to add a cell that silently changed existing ones instead."""
+        if not self.extended or not self.off_axes:
+            return None
+        names = ", ".join(self.off_axes)
+        axis = self.example or f"{self.off_axes[0]}: [the default, the new value]"
+        return (
+            f"include entry {self.index + 1} names {names} (on no axis) and so extended {_plural(self.extended)} "
+            f"({', '.join(self.extended)}) instead of adding a cell; to add one, put it on an axis "
+            f"({axis}) and `exclude` the combinations you do not want"
+        )
+
+    def describe(self) -> str:
+        where = f" (line {self.line})" if self.line is not None else ""
+        if self.added is not None:
+            return f"include entry {self.index + 1}{where}: added cell {self.added}"
+        return f"include entry {self.index + 1}{where}: extended {_plural(self.extended)}: {', '.join(self.extended)}"
+
+
+def _plural(ids: tuple[str, ...]) -> str:
+    return f"{len(ids)} cell{'s' if len(ids) != 1 else ''}"
+
+
+@dataclass
+class Matrix:
+    name: str
+    path: str
+    repeat: int
+    cells: list[MatrixCell] = field(default_factory=list)
+    scale: str | None = None  # the scale it was expanded at (None: the file's own)
+    reproduces: list[dict[str, Any]] = field(default_factory=list)  # published tables (seedreport)
+    # Comparison group key (``comparison_group(cell.spec).key``) -> the id of its baseline cell, for
+    # every group of the whole matrix (whatever a selection keeps), and how they were chosen.
+    baselines: dict[str, str] = field(default_factory=dict)
+    baseline_rule: str = DEFAULTS_RULE
+    race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: no race unless --race
+    includes: list[IncludeEffect] = field(default_factory=list)  # what each ``include`` entry did
+
+    def is_baseline(self, cell: MatrixCell) -> bool:
+        """Whether ``cell`` is the baseline of its comparison group."""
+        return self.baselines.get(comparison_group(cell.spec).key) == cell.id
+
+    def select(self, patterns: list[str] | None) -> list[MatrixCell]:
+        """Cells whose id matches any glob (comma-separated lists allowed); all when none given."""
+        if not patterns:
+            return list(self.cells)
+        globs = [g.strip() for p in patterns for g in p.split(",") if g.strip()]
+        return [c for c in self.cells if any(fnmatch.fnmatchcase(c.id, g) for g in globs)]
+
+
+def load(path: str | Path, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
+    """Read, validate and expand a matrix file, at one of its ``scales`` when ``scale`` names one,
+    with the ``settings`` of a build under test (``read_settings``) when given.
+    Raises UserError (exit 2) on any bad input."""
+    return expand_document(read_file(path, "a matrix file"), str(path), scale, settings)
+
+
+def scale_names(doc: Any) -> list[str]:
+    """The scales a matrix document declares."""
+    scales = doc.get("scales") if isinstance(doc, dict) else None
+    return [str(k) for k in scales] if isinstance(scales, dict) else []
+
+
+def _at_scale(doc: dict[str, Any], scale: str, fail: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The document with the scale's keys in place of its own, and the scale's ``defaults`` (laid
+    over the file's after both are flattened, so ``gtm.global_buffers: 1000`` changes one setting)."""
+    scales = doc.get("scales")
+    if scales is None:
+        raise fail(f"--scale {scale}: this file has no 'scales'; run it without --scale", yamlpos.line_of(doc))
+    if not isinstance(scales, dict) or not scales:
+        raise fail("'scales' must be a mapping of scale name -> settings", yamlpos.line_of(doc, "scales"))
+    if scale not in scales:
+        names = ", ".join(map(str, scales))
+        raise fail(f"unknown scale {scale!r}; this file has: {names}", yamlpos.line_of(doc, "scales"))
+    chosen = scales[scale]
+    if not isinstance(chosen, dict):
+        raise fail(f"scale {scale!r} must be a mapping of {', '.join(SCALE_KEYS)}", yamlpos.line_of(scales, scale))
+    for key in chosen:
+        if key not in SCALE_KEYS:
+            message = f"scale {scale!r}: unknown key {key!r}; a scale may set {', '.join(SCALE_KEYS)}"
+            raise fail(message, yamlpos.line_of(chosen, key))
+    result = yamlpos.LineDict(doc)
+    result.line, result.key_lines = yamlpos.line_of(doc) or 0, dict(getattr(doc, "key_lines", {}))
+    for key, value in chosen.items():
+        if key != "defaults":
+            result[key] = value
+            result.key_lines[key] = yamlpos.line_of(chosen, key) or 0
+    scale_defaults = chosen.get("defaults", {}) or {}
+    if not isinstance(scale_defaults, dict):
+        raise fail(f"scale {scale!r}: 'defaults' must be a mapping of settings", yamlpos.line_of(chosen, "defaults"))
+    result["name"] = f"{doc.get('name', '')}-{scale}" if doc.get("name") else None
+    return result, scale_defaults
+
+
+def expand_document(doc: Any, name: str, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
+    def fail(message: str, line: int | None) -> UserError:
+        return UserError(message, file=name, line=line)
+
+    if not isinstance(doc, dict):
+        raise fail("a matrix file must be a mapping with 'axes' and/or 'include'", yamlpos.line_of(doc))
+    for key in doc:
+        if key not in TOP_LEVEL:
+            raise fail(f"unknown top-level key {key!r}; allowed: {', '.join(TOP_LEVEL)}", yamlpos.line_of(doc, key))
+    scale_defaults: dict[str, Any] = {}
+    if scale is not None:
+        doc, scale_defaults = _at_scale(doc, scale, fail)
+        doc["name"] = doc["name"] or f"{Path(name).stem}-{scale}"
+    elif doc.get("scales") is not None and not isinstance(doc.get("scales"), dict):
+        raise fail("'scales' must be a mapping of scale name -> settings", yamlpos.line_of(doc, "scales"))
+    reproduces = _reproduces(doc, fail)
+    title = doc.get("name", Path(name).stem)
+    if not isinstance(title, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", title):
+        raise fail(f"name {title!r} must be letters, digits, '.', '_' or '-'", yamlpos.line_of(doc, "name"))
+    repeat = doc.get("repeat", 1)
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise fail(f"repeat {repeat!r} must be an integer from 1 to {MAX_REPEAT}", yamlpos.line_of(doc, "repeat"))
+
+    axes = doc.get("axes", {}) or {}
+    if not isinstance(axes, dict):
+        raise fail("'axes' must be a mapping of setting -> list of values", yamlpos.line_of(doc, "axes"))
+    axis_values: list[list[Flat]] = []
+    for key, values in axes.items():
+        line = yamlpos.line_of(axes, key)
+        check_path(key, line, fail)
+        if not isinstance(values, list):
+            raise fail(f"axis {key!r} must be a list of values, got {values!r}", line)
+        if not values:
+            raise fail(f"axis {key!r} is empty; give it at least one value", line)
+        axis_values.append([flatten_value(key, v, yamlpos.line_of(values, i), fail) for i, v in enumerate(values)])
+
+    # Counted before crossing anything: the product of the axes' lengths, plus what include may add.
+    include_doc = doc.get("include", []) or []
+    at_most = (math.prod(len(v) for v in axis_values) if axis_values else 0) + (
+        len(include_doc) if isinstance(include_doc, list) else 0
+    )
+    if at_most > MAX_CELLS:
+        sizes = " × ".join(str(len(v)) for v in axis_values) or "0"
+        raise fail(
+            f"the matrix would have up to {at_most} cells (axes {sizes}); at most {MAX_CELLS} are allowed: "
+            "split it, or select cells with --only",
+            yamlpos.line_of(doc, "axes"),
+        )
+    combos: list[Flat] = [merge_flats(*parts) for parts in itertools.product(*axis_values)] if axis_values else []
+
+    excludes = flat_entries(doc, "exclude", fail)
+    if excludes:
+        before = len(combos)
+        for entry in excludes:
+            combos = [c for c in combos if not entry_matches(entry, c)]
+        if before and not combos:
+            raise fail(
+                "'exclude' removes every combination of the axes; nothing would run",
+                yamlpos.line_of(doc, "exclude"),
+            )
+
+    originals = [(c, dict[str, Leaf]()) for c in combos]
+    created: list[Flat] = []
+    # Per include entry: the flats it extended (indexes into ``originals``), or the one it created
+    # (an index past them); turned into cell ids once the cells are made.
+    include_doc_list = doc.get("include", []) or []
+    touched: list[tuple[list[int], int | None]] = []
+    include_entries = flat_entries(doc, "include", fail)
+    for entry in include_entries:
+        fitted = []
+        for i, (original, added) in enumerate(originals):
+            if entry_fits(entry, original):
+                added.update(entry)
+                fitted.append(i)
+        touched.append((fitted, None if fitted else len(originals) + len(created)))
+        if not fitted:
+            created.append(dict(entry))
+    flats = [merge_flats(orig, added) for orig, added in originals] + created
+    if not flats:
+        raise fail("the matrix has no cells: give 'axes' or 'include'", yamlpos.line_of(doc))
+
+    defaults_doc = doc.get("defaults", {}) or {}
+    if not isinstance(defaults_doc, dict):
+        raise fail("'defaults' must be a mapping of settings", yamlpos.line_of(doc, "defaults"))
+    defaults = flatten_mapping(defaults_doc, "", fail)
+    defaults.update(flatten_mapping(scale_defaults, "", fail))
+    if doc.get("runner") is not None:  # the top-level ``runner``: a default every cell may override
+        if any(p.startswith("runner.") for p in defaults):
+            raise fail(
+                "runner is set at the top level and in defaults; set it in one place", yamlpos.line_of(doc, "runner")
+            )
+        defaults.update(flatten_value("runner", doc["runner"], yamlpos.line_of(doc, "runner"), fail))
+    built_defaults = defaults
+    if settings is not None:
+        for path, leaf in settings.flat.items():
+            if any(path in flat for flat in flats):
+                raise UserError(
+                    f"{path} is set by the matrix's axes or include ({name}); the settings of a build under test "
+                    "may only set what the matrix leaves to its defaults",
+                    file=settings.file,
+                    line=leaf.line,
+                )
+        built_defaults = {**defaults, **settings.flat}
+
+    def settings_fail(message: str, line: int | None) -> UserError:
+        # a cell valid without the settings and invalid with them: their file is to blame
+        return UserError(f"with these settings, a cell of {name}: {message}", file=settings.file if settings else name)
+
+    race = None
+    if "race" in doc:
+        race_doc = doc["race"]
+        race = race_settings(
+            race_doc,
+            repeat,
+            lambda key: yamlpos.line_of(race_doc, key)
+            if key is not None and isinstance(race_doc, dict)
+            else yamlpos.line_of(doc, "race"),
+            fail,
+        )
+    baseline = baseline_entry(doc, fail)
+    matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race)
+    seen: set[str] = set()
+    flat_ids: list[str] = []
+    for flat in flats:
+        cell = make_cell(with_defaults(flat, defaults), fail)
+        if settings is not None:  # the build's settings, under the id the cell has without them
+            cell = replace(cell, spec=make_cell(with_defaults(flat, built_defaults), settings_fail).spec)
+        flat_ids.append(cell.id)
+        if cell.id not in seen:  # settings that do not apply to a workload can make cells identical
+            seen.add(cell.id)
+            matrix.cells.append(cell)
+    axis_paths = {path for values in axis_values for value in values for path in value}
+    for i, (entry, (fitted, made)) in enumerate(zip(include_entries, touched, strict=True)):
+        off = [p for p in entry if p not in axis_paths and not p.startswith(("workload.", "runner."))]
+        example = ""
+        if off:
+            has_default, default = default_value(off[0], defaults)
+            shown = [default, entry[off[0]].value] if has_default else [entry[off[0]].value]
+            example = f"{off[0]}: {json.dumps(shown, ensure_ascii=False)}"
+        matrix.includes.append(
+            IncludeEffect(
+                index=i,
+                line=yamlpos.line_of(include_doc_list, i),
+                added=flat_ids[made] if made is not None else None,
+                extended=tuple(dict.fromkeys(flat_ids[f] for f in fitted)),
+                # Giving existing cells a runner class is what an include is for: no trap there.
+                off_axes=tuple(
+                    dict.fromkeys(
+                        top_setting(p, axis_paths) for p in entry if p not in axis_paths and not p.startswith("runner.")
+                    )
+                ),
+                example=example,
+            )
+        )
+    if baseline is None:
+        matrix.baselines, matrix.baseline_rule = default_baselines(matrix.cells, built_defaults), DEFAULTS_RULE
+    else:
+        matrix.baselines = named_baselines(matrix.cells, baseline, yamlpos.line_of(doc, "baseline"), fail)
+        matrix.baseline_rule = NAMED_RULE
+    return matrix
+
+
+def _reproduces(doc: dict[str, Any], fail: Any) -> list[dict[str, Any]]:
+    """``reproduces``: the published tables (matrix/seeds/published/tables.yml) this file's
+    results stand beside, each ``{table: SEED/TABLE, stand_in: [{setting, ours, theirs}]}`` (a
+    cell whose SETTING is OURS is placed where the table has THEIRS: a small scale's input). The
+    tables themselves are checked by the tests and by the report, not here (the published data
+    lives beside the project, not in the installed package)."""
+    entries = doc.get("reproduces", []) or []
+    line = yamlpos.line_of(doc, "reproduces")
+    if not isinstance(entries, list):
+        raise fail("'reproduces' must be a list of {table: SEED/TABLE, stand_in: {...}}", line)
+    out = []
+    for i, entry in enumerate(entries):
+        at = yamlpos.line_of(entries, i)
+        if not isinstance(entry, dict) or not isinstance(entry.get("table"), str):
+            raise fail(f"each 'reproduces' entry needs table: SEED/TABLE, got {entry!r}", at)
+        if not re.fullmatch(r"\d{3}/[a-z0-9_]+", entry["table"]):
+            raise fail(f"reproduces: table {entry['table']!r} is not SEED/TABLE (e.g. 000/elapsed)", at)
+        unknown = set(entry) - {"table", "stand_in"}
+        if unknown:
+            raise fail(f"reproduces: unknown keys {', '.join(sorted(unknown))}; allowed: table, stand_in", at)
+        stand_in = entry.get("stand_in", []) or []
+        shape = "stand_in must be a list of {setting: SETTING, ours: OUR VALUE, theirs: PUBLISHED VALUE}"
+        if not isinstance(stand_in, list):
+            raise fail(f"reproduces: {shape}", at)
+        for item in stand_in:
+            if not isinstance(item, dict) or set(item) != {"setting", "ours", "theirs"}:
+                raise fail(f"reproduces: {shape}, got {item!r}", at)
+            check_path(str(item["setting"]), at, fail)
+        out.append({"table": entry["table"], "stand_in": [dict(item) for item in stand_in]})
+    return out

@@ -1,0 +1,146 @@
+"""Settings a matrix run takes besides its cells: ``race:`` (``RaceSettings``) and the settings of a
+build under test (``BuildSettings``, ``fsmatrix run --settings FILE``)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import schema
+from fsmatrix.matrix.flat import Flat, flatten_mapping, schema_message, show
+from fsmatrix.matrix.read import read_file
+
+MAX_REPEAT = 1_000
+RACE_KEYS = ("min_repeats", "max_repeats", "delta", "budget")
+RACE_MIN_REPEATS = 3  # race.race_step decides nothing before the third run (stats.MIN_SAMPLES)
+RACE_DELTA = 0.05
+
+
+@dataclass(frozen=True)
+class RaceSettings:
+    """``race:``: runs go in rounds and cells that the statistics rule out leave (runs.py, results/verdict/race.py)."""
+
+    min_repeats: int = RACE_MIN_REPEATS  # nothing is decided before every cell has this many runs
+    max_repeats: int = RACE_MIN_REPEATS  # the race's last round (default: the matrix's repeat)
+    delta: float = RACE_DELTA  # the minimum effect: worse by more than this retires, within ±this ties
+    budget_s: float | None = None  # stop at the first round's end after the runs took this long
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def race_settings(value: Any, repeat: int, where: Any, fail: Any) -> RaceSettings:
+    """A ``race:`` mapping (None or ``{}``: the defaults) checked; ``where(key)`` is the line of a key.
+    ``max_repeats`` defaults to ``repeat``."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise fail(f"race {show(value)} must be a mapping of {', '.join(RACE_KEYS)} (or empty)", where(None))
+    for key in value:
+        if key not in RACE_KEYS:
+            raise fail(f"race: unknown key {key!r}; allowed: {', '.join(RACE_KEYS)}", where(key))
+
+    def count(key: str, default: int) -> int:
+        v = value.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not RACE_MIN_REPEATS <= v <= MAX_REPEAT:
+            raise fail(
+                f"race.{key} {show(v)} must be an integer from {RACE_MIN_REPEATS} to {MAX_REPEAT} "
+                f"(nothing is decided before the {RACE_MIN_REPEATS}rd run)",
+                where(key),
+            )
+        return int(v)
+
+    low = count("min_repeats", RACE_MIN_REPEATS)
+    if "max_repeats" in value:
+        high = count("max_repeats", repeat)
+    elif repeat < low:
+        raise fail(
+            f"race: max_repeats defaults to the matrix's repeat ({repeat}), below min_repeats ({low}); "
+            "set race.max_repeats (or repeat) to at least min_repeats",
+            where(None),
+        )
+    else:
+        high = repeat
+    if low > high:
+        raise fail(
+            f"race.min_repeats {low} is above max_repeats {high}; min_repeats must be at most max_repeats",
+            where("min_repeats"),
+        )
+    delta = value.get("delta", RACE_DELTA)
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
+        raise fail(
+            f"race.delta {show(delta)} must be a number in (0, 1): the minimum effect, e.g. 0.05 for 5 %",
+            where("delta"),
+        )
+    budget = value.get("budget")
+    budget_s = None if budget is None else parse_duration(budget)
+    if budget is not None and budget_s is None:
+        raise fail(
+            f"race.budget {show(budget)} must be a duration > 0: seconds (e.g. 1800) or a number with "
+            "s, m or h (e.g. 30m, 2h, 1.5h)",
+            where("budget"),
+        )
+    return RaceSettings(low, high, float(delta), budget_s)
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from 1800, 90.5, "90s", "30m", "2h" or "1.5h"; None when not a duration > 0."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", value)
+        if not found:
+            return None
+        seconds = float(found.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[found.group(2)]
+    else:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """``fsmatrix run --settings FILE``: the settings of the build under test (what a gate's or a
+    bisect's prepare command printed: ``vm.kernel: /path/linux.deb``), laid over every cell's
+    defaults. The cells keep the ids they have without them, so the runs of two builds of one cell
+    are the same cell to ``compare``; each result records the settings it ran with."""
+
+    file: str
+    flat: Flat
+    sha256: str = ""  # of the file's bytes: two builds' settings told apart in a store
+
+    def record(self) -> dict[str, Any]:
+        """``provenance.settings`` of every result run with these settings."""
+        return {"file": self.file, "sha256": self.sha256, "values": {k: leaf.value for k, leaf in self.flat.items()}}
+
+
+def read_settings(path: str | Path) -> BuildSettings:
+    """A settings file: a YAML mapping of settings, dotted or nested as in ``defaults`` (empty: none).
+    Raises UserError (exit 2) naming the file and line of an unknown setting or a bad value."""
+    name = str(path)
+
+    def fail(message: str, line: int | None) -> UserError:
+        return UserError(message, file=name, line=line)
+
+    doc = read_file(path, "a settings file")
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if doc is None:
+        return BuildSettings(name, {}, digest)
+    if not isinstance(doc, dict):
+        raise fail(
+            f"settings must be a mapping of setting -> value (e.g. gtm.global_buffers: 4000), got {show(doc)}", 1
+        )
+    flat = flatten_mapping(doc, "", fail)
+    for setting, leaf in flat.items():
+        errors = list(jsonschema.Draft202012Validator(schema.spec_at(setting) or {}).iter_errors(leaf.value))
+        if errors:
+            raise fail(schema_message(errors[0], setting), leaf.line)
+    return BuildSettings(name, flat, digest)
