@@ -456,8 +456,16 @@ def test_the_schema_rejects_what_the_answer_never_writes() -> None:
     validator.validate(doc)
     doc["answer"]["groups"][0]["verdict"] = "winner"
     assert not validator.is_valid(doc)
-    doc["answer"]["groups"][0]["verdict"] = "fastest"
+    doc["answer"]["groups"][0]["verdict"] = "tie"  # version 1's word: gone
+    assert not validator.is_valid(doc)
+    doc["answer"]["groups"][0]["verdict"] = "best"
+    doc["answer"]["groups"][0]["configurations"][0]["status"] = "tied"
+    assert not validator.is_valid(doc)
+    doc["answer"]["groups"][0]["configurations"][0]["status"] = "worse"
     doc["answer"]["groups"][0]["configurations"][0]["surprise"] = 1
+    assert not validator.is_valid(doc)
+    del doc["answer"]["groups"][0]["configurations"][0]["surprise"]
+    doc["answer"]["version"] = 1
     assert not validator.is_valid(doc)
 
 

@@ -312,7 +312,7 @@ def test_race_retires_a_cell_far_behind_after_the_minimum() -> None:
     assert s.best == "ext2"
     assert s.action("btrfs") == "retire" and s.retired == frozenset({"btrfs"})
     assert "significantly worse by more than 5%" in s.decisions[2].reason
-    assert s.action("ext3") == "keep" and not s.finished  # 4 % apart at 3 runs: neither retired nor tied
+    assert s.action("ext3") == "keep" and not s.finished  # 4 % apart at 3 runs: neither retired nor equivalent
     assert s.look_alpha == pytest.approx(race.sequential_level(ALPHA / 9, (3, 4, 5, 6, 7, 8)))
 
 
@@ -326,7 +326,7 @@ def test_race_ties_equivalent_cells_and_finishes() -> None:
     s = step(samples, 6)
     other = "ext4" if s.best == "xfs" else "xfs"
     assert (
-        s.action(other) == "tied"
+        s.action(other) == "equivalent"
         and "equivalent to the best within ±5%" in s.decisions[list(samples).index(other)].reason
     )
     assert s.action("jfs") == "retire" and s.finished
@@ -377,7 +377,7 @@ def simulate_race(
     min_repeats: int = 3,
     rounds: int = 8,
 ) -> list[race.RaceStep]:
-    """One race, its steps: every cell neither retired nor tied runs once per round."""
+    """One race, its steps: every cell neither retired nor equivalent runs once per round."""
     samples: dict[str, list[float | None]] = {c: [] for c in centres}
     actions = dict.fromkeys(centres, "keep")
     retired: frozenset[str] = frozenset()
@@ -407,7 +407,7 @@ def family_wise_rate(centres: dict[str, float], delta: float, races: int, seed: 
     for _ in range(races):
         steps = simulate_race(rng, centres, 0.05, delta)
         false_tie = any(
-            d.action == "tied" and s.best is not None and abs(math.log(centres[d.cell] / centres[s.best])) >= bound
+            d.action == "equivalent" and s.best is not None and abs(math.log(centres[d.cell] / centres[s.best])) >= bound
             for s in steps
             for d in s.decisions
         )

@@ -25,6 +25,16 @@ STATUS_OF = {
 }
 
 
+def current_words(text: str) -> str:
+    """A stored race's text in today's words: races before the answer's version 2 wrote "tied" (and
+    "tied set") for what is now "equivalent"."""
+    return text.replace("tied set", "equivalent set").replace("retired or tied", "retired or equivalent")
+
+
+def current_action(action: str) -> str:
+    return "equivalent" if action == "tied" else action
+
+
 @dataclass(frozen=True)
 class RacedCell:
     status: str  # one of groups.STATUSES
@@ -56,7 +66,11 @@ def raced_groups(race: Mapping[str, Any] | None) -> list[RacedGroup]:
         if not cells or any(c not in left or left[c].get("action") not in STATUS_OF for c in cells):
             continue
         decided = {
-            c: RacedCell(STATUS_OF[left[c]["action"]], int(left[c].get("round") or 0), str(left[c].get("reason") or ""))
+            c: RacedCell(
+                STATUS_OF[left[c]["action"]],
+                int(left[c].get("round") or 0),
+                current_words(str(left[c].get("reason") or "")),
+            )
             for c in cells
         }
         if any(d.status == "not separated" for d in decided.values()):  # a best with undecided others is not best
@@ -70,8 +84,9 @@ def raced_groups(race: Mapping[str, Any] | None) -> list[RacedGroup]:
             if g.get("key") in (r.get("groups") or {})
         ]
         level = f"Pocock's level α' = {looks[-1]:.2g} per test" if looks else "Pocock's level per test"
+        why = current_words(str(stopped.get("why") or "stopped"))
         rule = (
-            f"Decided by the race (race.json, {stopped.get('why') or 'stopped'}): a configuration retired when "
+            f"Decided by the race (race.json, {why}): a configuration retired when "
             f"worse than the best by more than {_pct(delta)} (one-sided Welch's t on logs shifted by "
             f"ln(1 + {delta:g})), equivalent when TOST shows it within ±{_pct(delta)}, each test at {level} so "
             f"that all its decisions over every round err with probability at most {_pct(alpha)}; the intervals "
