@@ -407,7 +407,9 @@ def family_wise_rate(centres: dict[str, float], delta: float, races: int, seed: 
     for _ in range(races):
         steps = simulate_race(rng, centres, 0.05, delta)
         false_tie = any(
-            d.action == "equivalent" and s.best is not None and abs(math.log(centres[d.cell] / centres[s.best])) >= bound
+            d.action == "equivalent"
+            and s.best is not None
+            and abs(math.log(centres[d.cell] / centres[s.best])) >= bound
             for s in steps
             for d in s.decisions
         )
