@@ -17,9 +17,9 @@ INTRO = (
     "Per comparison group (one workload with one input; what differs between its cells is the "
     "configuration), on the workload's primary metric. Ratios are of geometric means, with Welch's "
     "interval [low, high] on logs; a group's intervals hold together with {confidence} confidence "
-    "(each at 1 - α/m, m the group's pairs), and every word is read off them: *best*: every other "
-    "configuration worse or equivalent; *equivalent within ±{delta}*: the interval inside ±{delta}; *not "
-    "separated*: the interval holds 1 and reaches beyond ±{delta}; *worse*: the interval wholly on the "
+    "(each at 1 - α/m, m the group's pairs), and every word is read off them: best: every other "
+    "configuration worse or equivalent; equivalent within ±{delta}: the interval inside ±{delta}; not "
+    "separated: the interval holds 1 and reaches beyond ±{delta}; worse: the interval wholly on the "
     "worse side of 1. A raced group's words are the race's decisions. How it is computed: docs/answer.md."
 )
 

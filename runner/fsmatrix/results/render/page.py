@@ -87,8 +87,8 @@ def _answer_html(found: answer.Answer) -> list[str]:
         parts += ['<section class="forest" id="forest">', "<h2>Ratio to the baseline</h2>"]
         for g, svg in charts:
             caption = (
-                f"{g.label}: {g.metric_words} of each configuration over {g.baseline}'s, median ratio and "
-                f"{found.confidence:.0%} bootstrap interval"
+                f"{g.label}: {g.metric_words} of each configuration over {g.baseline}'s, ratio of geometric "
+                f"means and its interval (the group's intervals hold together at {found.confidence:.0%})"
             )
             parts.append(f'<figure class="chart forest">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>')
         parts.append("</section>")

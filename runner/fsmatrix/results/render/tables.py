@@ -145,9 +145,8 @@ def workload_groups(kind: str, cells: dict[str, list[Result]]) -> list[tuple[str
 def environment_axis_tables(kind: str, cells: dict[str, list[Result]]) -> list[tuple[str, list[str], list[list[str]]]]:
     """Per environment axis that varies among the cells (documents from ``with_environment_axes``):
     each storage stack's primary-metric median on each value, and each value's ratio to the first
-    one with its 95 % bootstrap interval: the answer's ratio of medians (``stats.compare_samples``,
-    as the answer and ``compare`` compute it), and whether the test separates them ("no change":
-    inside the noise)."""
+    one: the ratio of geometric means with its Welch interval and the answer's word for the pair
+    (``groups.compare_group`` on the two alone: a family of one pair)."""
     metric, title, direction = metric_tables(cells)[kind][0]
     docs = [d for ds in cells.values() for d in ds]
     out = []
