@@ -8,21 +8,26 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
+import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import matplotlib.image
 import pytest
 
 from conftest import FSMATRIX, TEST_DATA
 from fsmatrix.backends import image
 from fsmatrix.bench.throwaway_pg import available, cluster
+from fsmatrix.results.render import trends
 from fsmatrix.results.store import Result, database, otava
 from fsmatrix.results.store import history as stored_history
 from fsmatrix.results.store import url as store_urls
 from fsmatrix.results.verdict import history as decide
+from test_htmlreport import CHROMIUM_FLAGS, EXTERNAL_REFERENCE, render, without_csp
 from test_store import cli_env
 
 TEMPLATE = json.loads(next(iter(sorted((TEST_DATA / "goldens/threen1/threen1").glob("ext4-*/r1.json")))).read_text())
@@ -272,3 +277,41 @@ def test_bad_input_is_one_line(two_builds: list[Path], tmp_path: Path) -> None:
         assert words in done.stderr, done.stderr
         errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]  # click adds its usage
         assert "Traceback" not in done.stderr and len(errors) == 1, done.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# trend pages, in headless Chromium as the report page is
+
+
+def test_trend_pages_render_marked_and_load_nothing(otava_python: Path, tmp_path: Path) -> None:
+    values = step_values(16, 16, 1.25, seed=9)
+    change = {"provenance.tools.gtm": "GT.M V7.1-006 Linux x86_64"}
+    docs = [document(i, v, change=change if i >= 16 else None) for i, v in enumerate(values)]
+    found = histories(docs, otava_python, tmp_path)
+    index = trends.write_pages(found, tmp_path / "trends", title="History of a test store")
+    (page,) = [p for p in (tmp_path / "trends").glob("*.html") if p.name != "index.html"]
+    assert page.name in index.read_text() and "1 series, 1 change points" in index.read_text()
+    source = page.read_text(encoding="utf-8")
+    assert not EXTERNAL_REFERENCE.search(source)
+    dom, requested = render(page, tmp_path)
+    assert requested == []
+    assert 'http-equiv="Content-Security-Policy"' in dom and "default-src 'none'" in dom
+    (figure,) = re.findall(r'<figure class="chart">\s*<svg.*?</svg>\s*<figcaption>(.*?)</figcaption>', dom, re.S)
+    assert "32 runs, 1 change points" in figure
+    assert "tools.gtm GT.M V7.0-005 Linux x86_64 → GT.M V7.1-006 Linux x86_64" in dom  # the table
+    assert "<path" in dom  # drawn: matplotlib's text is paths, the change point's label among them
+    bare = tmp_path / "bare.html"
+    bare.write_text(without_csp(source), encoding="utf-8")
+    assert render(bare, tmp_path)[1] == []
+    # and a screenshot: the page is drawn, not blank (the red change-point line is on it)
+    shot = tmp_path / "trend.png"
+    subprocess.run(
+        [shutil.which("chromium") or "chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'shot'}",
+         f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    pixels = matplotlib.image.imread(shot)[:, :, :3]
+    red = (
+        (abs(pixels[:, :, 0] - 0.8) < 0.05) & (abs(pixels[:, :, 1] - 0.2) < 0.05) & (abs(pixels[:, :, 2] - 0.2) < 0.05)
+    )
+    assert red.sum() > 100  # the change point's line and label (#c33)
