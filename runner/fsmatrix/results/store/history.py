@@ -67,13 +67,14 @@ def load_series(
             f"--metric {metric!r}: no stored result{' of ' + ', '.join(patterns) if patterns else ''} has it as a key "
             f"metric; known: {', '.join(known) or 'none (the store holds no passed result)'}"
         )
+    classes = {result_id: hardware_class(result) for result_id, result in results.items()}
     points: dict[tuple[str, str, str], list[Point]] = {}
     directions: dict[tuple[str, str, str], Direction] = {}
     for result_id, name, direction, value in metric_rows:
         result = results.get(result_id)
         if result is None or (metric is not None and name != metric):
             continue
-        key = (result.cell_id, hardware_class(result), name)
+        key = (result.cell_id, classes[result_id], name)
         directions[key] = "higher" if direction == "higher" else "lower"
         time = result.started_at or ""
         points.setdefault(key, []).append(
