@@ -20,6 +20,10 @@ from fsmatrix.results.store.history import Point, Series
 from fsmatrix.results.verdict import stats
 
 NOTHING_RECORDED = "no recorded change (noise, or something fsmatrix does not record)"
+# A change's size is measured over at most this many points either side (within the neighbouring change
+# points): Otava's window, so that a long stretch's distant past (its own slow drift) does not blur it,
+# and the bootstrap's cost is bounded on long histories.
+SIDE = 50
 
 
 def _settings(result: Result) -> Any:
@@ -126,7 +130,7 @@ class ChangePoint:
     time: str
     before_run: str
     after_run: str
-    ratio: float  # median after / median before, between the neighbouring change points
+    ratio: float  # median after / median before, up to SIDE points either side within the neighbouring change points
     interval: tuple[float, float]  # 95 % bootstrap interval of the ratio
     p: float  # Otava's t-test
     changed: dict[str, list[Any]]
@@ -153,8 +157,8 @@ def history(series: Series, found: Sequence[tuple[int, float]]) -> History:
     bounds = [0, *indices, len(points)]
     out = []
     for k, index in enumerate(indices):
-        before_values = [p.value for p in points[bounds[k] : index]]
-        after_values = [p.value for p in points[index : bounds[k + 2]]]
+        before_values = [p.value for p in points[max(bounds[k], index - SIDE) : index]]
+        after_values = [p.value for p in points[index : min(bounds[k + 2], index + SIDE)]]
         ratio = stats.ratio_of_medians(before_values, after_values)
         low, high = stats.bootstrap_ratio_ci(before_values, after_values, seed=index)
         before, after = points[index - 1], points[index]
