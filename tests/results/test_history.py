@@ -11,6 +11,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -315,3 +316,36 @@ def test_trend_pages_render_marked_and_load_nothing(otava_python: Path, tmp_path
         (abs(pixels[:, :, 0] - 0.8) < 0.05) & (abs(pixels[:, :, 1] - 0.2) < 0.05) & (abs(pixels[:, :, 2] - 0.2) < 0.05)
     )
     assert red.sum() > 100  # the change point's line and label (#c33)
+
+
+# --------------------------------------------------------------------------------------------
+# Otava's virtualenv: made once, never half
+
+
+def test_no_pypi_no_half_virtualenv_and_one_line(two_builds: list[Path], tmp_path: Path) -> None:
+    """Where pip cannot reach an index, the first `fsmatrix history` says so in one line (exit 1) and
+    leaves nothing that looks like a virtualenv; a virtualenv made for another Otava is not taken."""
+    cache = tmp_path / "cache"
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    cli("results", "push", *map(str, two_builds), "--store", url)
+    env = {**cli_env(), "FSMATRIX_CACHE": str(cache), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "none")}
+    done = subprocess.run([*FSMATRIX, "history", "--store", url], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 1, done.stderr
+    making, error = done.stderr.strip().splitlines()  # what it tried, and why it could not
+    assert making.startswith("making Otava's virtualenv") and "Traceback" not in done.stderr
+    assert error.startswith("fsmatrix: error: Otava's virtualenv: pip install apache-otava==0.8.0 failed (exit 1)")
+    assert sorted(p.name for p in cache.iterdir()) == [".otava-venv.lock"]  # no half virtualenv
+    (cache / otava.VENV_NAME / "bin").mkdir(parents=True)
+    (cache / otava.VENV_NAME / "bin" / "python").symlink_to(sys.executable)
+    (cache / otava.VENV_NAME / otava.MARKER).write_text("apache-otava==0.7.0\n")
+    assert not otava.ready(cache / otava.VENV_NAME)
+    (cache / otava.VENV_NAME / otava.MARKER).write_text(otava.REQUIREMENT + "\n")
+    assert otava.ready(cache / otava.VENV_NAME)
+
+
+def test_a_failing_otava_is_one_line(tmp_path: Path) -> None:
+    """An interpreter without Otava (this one: fsmatrix's own environment) fails the call, named."""
+    with pytest.raises(
+        otava.OtavaUnavailable, match=r"failed \(exit 1\): ModuleNotFoundError: No module named 'otava'"
+    ):
+        otava.detect(Path(sys.executable), [[1.0, 2.0, 3.0]])
