@@ -81,6 +81,7 @@ def test_a_real_change_found_and_attributed(tmp_path: Path, workdir: Path) -> No
     same = elapsed(sqlite)
     assert len(same["points"]) == 2 * RUNS
     assert all(cp["changed"] == {} for cp in same["change_points"]), same["change_points"]
+    print(json.dumps({"same_build": {"points": len(same["points"]), "change_points": same["change_points"]}}))
 
     with cluster("unused-password-of-the-pusher-role") as server:
         server.create_database("history")
