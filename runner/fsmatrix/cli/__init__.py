@@ -5,6 +5,7 @@ bisect.py     bisect
 matrix.py     matrix expand / settings
 workload.py   workload NAME (generated from each workload's declaration)
 results.py    compare, report, calibrate, results merge / reindex / push / list
+history.py    history
 image.py      image build / path / list / prune / probe-accel
 container.py  container build / tag / prune
 libvirt.py    libvirt start / stop / status
@@ -21,7 +22,7 @@ from typing import Any
 import click
 
 from fsmatrix import __version__
-from fsmatrix.cli import bisect, container, image, libvirt, matrix, results, run, slurm, vagrant, workload
+from fsmatrix.cli import bisect, container, history, image, libvirt, matrix, results, run, slurm, vagrant, workload
 from fsmatrix.errors import UserError, interrupt_on_sigterm
 from fsmatrix.results.store import url as store_url
 
@@ -72,3 +73,4 @@ main.add_command(results.calibrate_cmd, "calibrate")
 main.add_command(vagrant.vagrant_group, "vagrant")
 main.add_command(bisect.bisect, "bisect")
 main.add_command(slurm.slurm_group, "slurm")
+main.add_command(history.history, "history")
