@@ -1,8 +1,11 @@
 """Change points over a series' history, each with its size and what changed (``fsmatrix history``).
 
 Otava (``store/otava.py``) says where a series changed and how surely (its t-test's p-value); this
-module says by how much — the ratio of the medians after and before, between the neighbouring change
-points, with a seeded bootstrap interval (the same history gives the same interval) — and **what
+module says by how much — the ratio of the geometric means after and before, between the
+neighbouring change points, with Welch's 95 % interval on logs, the answer's one method
+(``groups.welch_intervals``; the bootstrap's where a value is <= 0). The interval is descriptive: the
+change point was placed where these very runs differ most, so it is no test of the change — Otava's
+p is — and answers never pool history (docs/history.md) — and **what
 changed**: the fields in ``FIELDS`` that differ between the run just before and the run just after.
 Only declared fields, never run-local noise (run ids, times, loop devices, values read back): a field
 that differs between two runs of one build would name a culprit at every change point.
@@ -11,18 +14,20 @@ that differs between two runs of one build would name a culprit at every change 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fsmatrix.results.store.document import Result
 from fsmatrix.results.store.history import Point, Series
-from fsmatrix.results.verdict import stats
+from fsmatrix.results.verdict import groups, stats
 
 NOTHING_RECORDED = "no recorded change (noise, or something fsmatrix does not record)"
 # A change's size is measured over at most this many points either side (within the neighbouring change
-# points): Otava's window, so that a long stretch's distant past (its own slow drift) does not blur it,
-# and the bootstrap's cost is bounded on long histories.
+# points): Otava's window, so that a long stretch's distant past (its own slow drift) does not blur it.
 SIDE = 50
 
 
@@ -130,8 +135,8 @@ class ChangePoint:
     time: str
     before_run: str
     after_run: str
-    ratio: float  # median after / median before, up to SIDE points either side within the neighbouring change points
-    interval: tuple[float, float]  # 95 % bootstrap interval of the ratio
+    ratio: float  # geometric mean after / before, up to SIDE points either side within the neighbouring change points
+    interval: tuple[float, float]  # Welch's 95 % interval of the ratio on logs (descriptive)
     p: float  # Otava's t-test
     changed: dict[str, list[Any]]
     bisect: str | None
@@ -159,8 +164,7 @@ def history(series: Series, found: Sequence[tuple[int, float]]) -> History:
     for k, index in enumerate(indices):
         before_values = [p.value for p in points[max(bounds[k], index - SIDE) : index]]
         after_values = [p.value for p in points[index : min(bounds[k + 2], index + SIDE)]]
-        ratio = stats.ratio_of_medians(before_values, after_values)
-        low, high = stats.bootstrap_ratio_ci(before_values, after_values, seed=index)
+        ratio, low, high = _size(before_values, after_values, index)
         before, after = points[index - 1], points[index]
         out.append(
             ChangePoint(
@@ -181,6 +185,21 @@ def history(series: Series, found: Sequence[tuple[int, float]]) -> History:
         if stop > start
     ]
     return History(series, out, levels)
+
+
+def _size(before: list[float], after: list[float], seed: int) -> tuple[float, float, float]:
+    """The ratio after/before and its 95 % interval: of geometric means with Welch's interval on logs,
+    or (a value <= 0 has no logarithm) of medians with the seeded bootstrap's."""
+    if len(before) < 2 or len(after) < 2 or min(before + after) <= 0:
+        low, high = stats.bootstrap_ratio_ci(before, after, seed=seed)
+        return stats.ratio_of_medians(before, after), low, high
+    lb, la = np.log(before), np.log(after)
+    diff = float(la.mean() - lb.mean())
+    lo, hi, _ = groups.welch_intervals(
+        np.array(diff), np.array(lb.var(ddof=1)), np.array(lb.size), np.array(la.var(ddof=1)), np.array(la.size),
+        stats.ALPHA,
+    )  # fmt: skip
+    return math.exp(diff), math.exp(float(lo)), math.exp(float(hi))
 
 
 def _run(point: Point) -> str:
