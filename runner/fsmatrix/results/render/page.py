@@ -113,7 +113,7 @@ def _grid_table(
                 out.append(f"<td>{html.escape(str(entries.get(col, '')))}</td>")
                 continue
             r = ranked[col]
-            notes = [] if r.ratio == 1.0 else [f"{r.ratio:.2f}× the leader"]
+            notes = [] if r.ratio == 1.0 else [f"{r.ratio:.2f}× the best median"]
             notes += [r.mark] if r.mark and r.mark != "best" else []
             text = f"{tables._fmt(r.median)}{r.spread}" + (f" ({', '.join(notes)})" if notes else "")
             tag = regimes.get((row, col), "")
