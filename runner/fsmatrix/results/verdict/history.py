@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fsmatrix.matrix import flatten
 from fsmatrix.results.store.document import Result
 from fsmatrix.results.store.history import Point, Series
 from fsmatrix.results.verdict import groups, stats
@@ -88,20 +89,10 @@ FIELDS: tuple[tuple[str, Callable[[Result], Any]], ...] = (
 def recorded(result: Result) -> dict[str, Any]:
     """The declared fields of one result: FIELDS, the cell's parameters, the tool versions."""
     out = {name: value for name, value in ((n, get(result)) for n, get in FIELDS) if value is not None}
-    out.update(_flat(result.params, ""))
+    out.update(flatten(result.params, ""))
     tools = result.provenance.section.get("tools")
     if isinstance(tools, Mapping):
         out.update({f"tools.{name}": version for name, version in tools.items() if version is not None})
-    return out
-
-
-def _flat(section: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in section.items():
-        if isinstance(value, Mapping):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
     return out
 
 
