@@ -89,7 +89,11 @@ def test_a_real_change_found_and_attributed(tmp_path: Path, workdir: Path) -> No
         assert f"{3 * RUNS} new" in fsmatrix("results", "push", *runs, "--store", url).stdout
         series = elapsed(url)
         assert len(series["points"]) == 3 * RUNS
-        (cp,) = series["change_points"]
+        # Exactly one change point names what changed; a shared machine's sittings can add unattributed
+        # ones (noise: nothing recorded differs), which the history says as such.
+        (cp,) = [c for c in series["change_points"] if c["changed"]]
+        noise = [c for c in series["change_points"] if not c["changed"]]
+        assert all(c["index"] != 2 * RUNS for c in noise)
         assert cp["index"] == 2 * RUNS and cp["after_run"] == "after r1"
         assert cp["changed"]["gtm.global_buffers"] == [35000, 64]
         assert set(cp["changed"]) == {"gtm.global_buffers", "settings"}
