@@ -52,11 +52,11 @@ runtime = "runc"
 endef
 export PODMAN_CONF_TEXT
 
-.PHONY: all deps deb-deps container-deps podman-conf print-deb-packages print-container-packages container venv demo demo-host check test test-act test-slow lint bench bench-vm clean image act
+.PHONY: otava-venv all deps deb-deps container-deps podman-conf print-deb-packages print-container-packages container venv demo demo-host check test test-act test-slow lint bench bench-vm clean image act
 
 all: test
 
-deps: deb-deps podman-conf venv
+deps: deb-deps podman-conf venv otava-venv
 
 # Idempotent and quick when everything is there: only missing packages go to apt-get.
 # $(call apt_install,PACKAGES)
@@ -97,6 +97,11 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
+
+# Apache Otava (`fsmatrix history`'s change points) in a virtualenv of its own under the cache: its pins
+# would move numpy and scipy under every figure fsmatrix measures (docs/history.md). Quick when there.
+otava-venv: venv
+	@$(BIN)/fsmatrix history --install-otava >/dev/null
 
 # The last line fsmatrix prints is "report: <absolute path>".
 demo: deps

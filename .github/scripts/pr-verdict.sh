@@ -22,8 +22,8 @@ else
     cat verdict.md >> "$GITHUB_STEP_SUMMARY"
   fi
   case $status in
-    0) description="no significant regression beyond $threshold" ;;
-    1) description="significant regression beyond $threshold" ;;
+    0) description="passed: nothing significantly worse with an estimate above $threshold" ;;
+    1) description="failed: significantly worse with an estimate above $threshold" ;;
     *) description="the comparison failed (exit status $status)" ;;
   esac
 fi

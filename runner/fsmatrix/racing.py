@@ -103,7 +103,7 @@ def race_look(
     """One comparison group's look after round ``r`` of a race: ``race.race_step`` on the group's
     ``samples`` (every member's primary-metric values so far, in the group's order), with the cells
     ``left`` records as retired or skipped passed as retired. Returns the step, the cells that leave
-    now (or change how they left: a tied cell retired later) as ``left`` entries, and whether the
+    now (or change how they left: an equivalent cell retired later) as ``left`` entries, and whether the
     group is still open (some cell other than the best is undecided and ``r`` is not the last round;
     a closed group's remaining cells leave as "best" or "remained"). Pure: ``left`` is not changed.
     ``fsmatrix run --race`` and the replay benchmark (``fsmatrix.bench.race``) both decide with it."""
@@ -122,11 +122,11 @@ def race_look(
     leaving: dict[str, dict[str, Any]] = {}
     for d in step.decisions:
         now = left.get(d.cell)
-        if d.action == "retire" and (now is None or now["action"] == "tied"):
-            earlier = f"tied after round {now['round']}; now " if now else ""
+        if d.action == "retire" and (now is None or now["action"] in ("equivalent", "tied")):
+            earlier = f"equivalent after round {now['round']}; now " if now else ""
             leaving[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
-        elif d.action == "tied" and now is None:
-            leaving[d.cell] = {"round": r, "action": "tied", "reason": d.reason}
+        elif d.action == "equivalent" and now is None:
+            leaving[d.cell] = {"round": r, "action": "equivalent", "reason": d.reason}
     still = [m for m in members if m not in left and m not in leaving]
     undecided = [m for m in still if m != step.best]
     if r < settings.max_repeats and undecided:
@@ -134,7 +134,7 @@ def race_look(
     for m in still:
         if m == step.best:
             why = (
-                "the best; every other cell retired or tied"
+                "the best; every other cell retired or equivalent"
                 if not undecided
                 else f"the best median at max_repeats ({settings.max_repeats})"
             )
@@ -216,7 +216,7 @@ def run_race(
             why = (
                 f"max_repeats ({settings.max_repeats}) reached"
                 if r >= settings.max_repeats
-                else "one cell or one tied set left in every comparison group"
+                else "one cell or one equivalent set left in every comparison group"
             )
             state["stopped"] = {"after_round": r, "why": why}
         elif settings.budget_s is not None and spent >= settings.budget_s:

@@ -69,7 +69,7 @@ def run_matrix(
     settings: BuildSettings | None = None,
 ) -> RunSummary:
     """Every selected cell ``repeat`` times (``order``: cell by cell, or in rounds), or, with ``race``,
-    a race: rounds until the statistics leave one cell or one tied set per comparison group (see
+    a race: rounds until the statistics leave one cell or one equivalent set per comparison group (see
     ``racing.run_race``); ``repeat`` is then ignored for ``race.max_repeats``. ``after_round``: called after each
     round of a run in rounds or a race (``fsmatrix run --push`` pushes then). ``settings``: the build's
     settings (``run --settings``), recorded in each result's ``provenance.settings``."""

@@ -28,6 +28,7 @@ import yaml
 
 from conftest import REPO, needs_root
 from fsmatrix import matrix
+from fsmatrix.bench.throwaway_pg import available, cluster
 from test_workflows import SMALL, SMALL_GATE, _regressed_runner
 
 GATE_BACKEND = "FSMATRIX_GATE_BACKEND"  # pr-gate.yml's backend: the repository variable of that name, else qemu
@@ -161,6 +162,7 @@ class Act:
         run_id: int = 1,
         slug: str = SLUG,
         local: dict[str, Path] | None = None,
+        secrets: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """`act EVENT -W WORKFLOW` in ``workdir`` (a checkout of ``slug``), as run ``run_id``."""
         event_file = self.root / f"event-{run_id}.json"
@@ -184,6 +186,8 @@ class Act:
             args += ["--env", f"{key}={value}"]
         for key, value in (variables or {}).items():
             args += ["--var", f"{key}={value}"]
+        for key, value in (secrets or {}).items():
+            args += ["-s", f"{key}={value}"]
         args += ["--action-cache-path", str(self.root / "act-cache"), "--no-cache-server"]
         # The jobs inherit act's environment: not the Python path of the tests' own fsmatrix (every
         # checkout's fsmatrix would be this one), nor a surrounding CI job's GitHub variables.
@@ -322,8 +326,10 @@ def test_pr_gate_and_verdict_workflows_on_a_synthetic_pull_request(act: Act, hea
     fields = dict(arg.split("=", 1) for arg in status[2:] if "=" in arg)
     assert fields["state"] == ("success" if head == "unchanged" else "failure"), status
     assert fields["context"] == "fsmatrix/pr-verdict"
-    expected = "no significant regression" if head == "unchanged" else "significant regression"
-    assert fields["description"] == f"{expected} beyond {SMALL_GATE['THRESHOLD']}", status
+    expected = "passed: nothing" if head == "unchanged" else "failed:"
+    assert (
+        fields["description"] == f"{expected} significantly worse with an estimate above {SMALL_GATE['THRESHOLD']}"
+    ), status
 
 
 @pytest.mark.parametrize("broken", ["needs", "matrix"])
@@ -463,4 +469,68 @@ def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act, head: str) -
         ids[side_name] = {d["cell_id"] for d in docs}
     assert ids["base"] == ids["head"] and len(ids["base"]) == 1
     assert (results / "settings" / "head.yaml").read_text() == "gtm.global_buffers: 4100\n"
-    assert "no significant regression" in (results / "comparison.md").read_text()
+    assert "gate passed: nothing significantly worse" in (results / "comparison.md").read_text()
+
+
+# The nightly's matrix here: one small 3n+1 cell, 12 runs a night (enough points for Otava on each side).
+NIGHTLY = """\
+name: nightly-act
+axes:
+  filesystem: [tmpfs]
+defaults:
+  workload.threen1: {start: 1, end: 50000, workers: 2, block: 5000, keys: integer}
+  storage.disk_size: 1G
+repeat: 12
+"""
+
+
+def test_nightly_reports_a_change_point_and_fails_over_its_threshold(act: Act, tmp_path: Path) -> None:
+    """nightly.yml against a throwaway PostgreSQL store (the secret FSMATRIX_STORE) that already holds
+    an earlier night of the same cell: that night's 12 runs as they were made here, pushed with half
+    their elapsed time and another GT.M version recorded. Tonight's runs are slower by about 2×: the
+    summary names the change point and what changed; the job passes at a threshold of 1000 % and fails
+    at 10 %."""
+    if not available():
+        pytest.skip("PostgreSQL 15's initdb (make deps) and runuser are needed")
+    repo = throwaway_repository(act.repository())
+    (repo / "matrix" / "nightly-act.yaml").write_text(NIGHTLY)
+    commit(repo, "the nightly's matrix")
+    earlier = tmp_path / "earlier"
+    done = subprocess.run(
+        [sys.executable, "-m", "fsmatrix", "run", str(repo / "matrix" / "nightly-act.yaml"), "--backend", "host",
+         "--run-id", "earlier", "--results", str(earlier), "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for path in (earlier / "earlier").rglob("r*.json"):
+        doc = json.loads(path.read_text())
+        doc["metrics"]["elapsed_s"] /= 2
+        doc["provenance"].setdefault("tools", {})["gtm"] = "GT.M V6.3-014 Linux x86_64"
+        path.write_text(json.dumps(doc))
+    with cluster("unused-password-of-the-pusher-role") as server:
+        server.create_database("nightly")
+        url = server.url("nightly")
+        pushed = subprocess.run(
+            [sys.executable, "-m", "fsmatrix", "results", "push", str(earlier / "earlier"), "--store", url],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert pushed.returncode == 0 and "12 new" in pushed.stdout, pushed.stderr
+        inputs = {"matrix": "matrix/nightly-act.yaml", "backend": "host", "days": "30"}
+        for run_id, threshold in ((41, "1000%"), (42, "10%")):
+            night = act(
+                repo,
+                ".github/workflows/nightly.yml",
+                "workflow_dispatch",
+                {"inputs": {**inputs, "threshold": threshold}},
+                run_id=run_id,
+                secrets={"FSMATRIX_STORE": url},
+            )
+            summary = (act.artifact(run_id, "trends") / "history.md").read_text()
+            # the change to tonight's build, named; the noise between two nights here may add one unnamed
+            assert re.search(r"\d+ change points \(1 attributed", summary), summary + log(night)
+            assert "tools.gtm GT.M V6.3-014 Linux x86_64 → " in summary, summary
+            if threshold == "1000%":
+                assert night.returncode == 0, log(night)
+            else:
+                assert night.returncode != 0 and failed_jobs(night) == {"nightly"}, log(night)
+            assert (act.artifact(run_id, "trends") / "trends" / "index.html").exists()

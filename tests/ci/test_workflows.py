@@ -192,7 +192,7 @@ def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, h
         assert "CONFIRMED regression" in summary.read_text()
     judged = _verdict(tmp_path, gate_results)
     assert judged.returncode == done.returncode, judged.stdout + judged.stderr
-    expected = "no significant regression" if head == "clean" else "significant regression beyond"
+    expected = "passed: nothing significantly worse" if head == "clean" else "failed: significantly worse with"
     assert f"verdict: {expected}" in judged.stdout
 
 
@@ -209,7 +209,7 @@ def test_pr_gate_passes_a_regression_the_confirmation_does_not_reproduce(tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not confirmed (passes)" in summary.read_text()
     judged = _verdict(tmp_path, results)
-    assert judged.returncode == 0 and "verdict: no significant regression" in judged.stdout, judged.stdout
+    assert judged.returncode == 0 and "verdict: passed: nothing significantly worse" in judged.stdout, judged.stdout
 
 
 def test_gate_logic_comes_from_the_base_and_the_verdict_runs_no_pr_code() -> None:

@@ -161,22 +161,22 @@ def put(root: Path, docs: list[dict[str, Any]], matrix_json: dict[str, Any] | No
 # ----------------------------------------------------------------------------------- the answer
 
 
-def test_a_tie_is_stated_and_neither_is_called_fastest() -> None:
+def test_what_is_not_separated_is_said_and_neither_is_called_best() -> None:
     (ext4, xfs, jfs), docs = demo()
     found = answering.build(typed(docs), draws=DRAWS)
     (g,) = found.groups
-    assert (g.verdict, g.fastest, g.tied, g.worse) == ("tie", None, ("ext4", "xfs"), ("jfs",))
+    assert (g.verdict, g.best, g.not_separated, g.worse) == ("not separated", None, ("ext4", "xfs"), ("jfs",))
     text = " ".join(g.sentences)
-    assert g.headline.startswith("No single fastest: ext4 and xfs are tied on elapsed time")
-    assert "is fastest" not in text and "3 runs each" in g.headline
-    worse = next(s for s in g.details if s.startswith("Clearly worse"))
+    assert g.headline.startswith("No single best: ext4 and xfs are not separated on elapsed time")
+    assert "is best" not in text and "tied" not in text and "3 runs each" in g.headline
+    worse = next(s for s in g.details if s.startswith("Worse than"))
     low, high = (float(x) for x in re.findall(r"jfs \d\.\d+× \[(\d\.\d+), (\d\.\d+)\]", worse)[0])
     assert 1 < low < high
-    # what is still open about the tie: equivalence or the repeats that would settle it
+    # what would settle the pair not separated
     (pair,) = g.still_open
-    assert pair.configurations == ("ext4", "xfs") and not pair.equivalent
+    assert pair.configurations == ("ext4", "xfs")
     assert pair.repeats_needed is None or pair.repeats_needed > 3
-    assert "Still open: ext4 vs xfs: " in text and "with 80 % power" in text
+    assert "To settle: ext4 vs xfs: " in text and "settle ±5 %" in text
     assert "Baseline chosen: ext4 (first by cell id; no matrix.json)." in g.details
     # every run CPU-bound in a comparison of filesystems: said plainly
     assert g.regime.disks_not_bottleneck and "the disks were not the bottleneck" in text
@@ -187,15 +187,15 @@ def test_a_tie_is_stated_and_neither_is_called_fastest() -> None:
 def test_a_clear_winner_is_named_with_a_ratio_whose_interval_excludes_1() -> None:
     made, docs = winner()
     (g,) = answering.build(typed(docs), in_order(*made), draws=DRAWS).groups
-    assert (g.verdict, g.fastest, g.baseline) == ("fastest", "ext4 data=writeback", "ext4")
-    assert g.headline.startswith("ext4 data=writeback is fastest: takes 0.80× ext4's elapsed time [")
+    assert (g.verdict, g.best, g.baseline) == ("best", "ext4 data=writeback", "ext4")
+    assert g.headline.startswith("ext4 data=writeback is best: takes 0.80× ext4's elapsed time [")
     assert g.headline.endswith(", 5 runs each.")
     ratio, low, high = (float(x) for x in RATIO.search(g.headline).groups())  # type: ignore[union-attr]
     assert low <= ratio <= high < 1
     best = g.configuration("ext4 data=writeback").to_baseline
     assert best is not None and best.ci_high < 1
     assert g.worse == ("ext4", "btrfs") and g.still_open == ()
-    assert "Clearly worse (elapsed time relative to ext4): ext4 (the baseline), btrfs 1.30× [" in " ".join(g.details)
+    assert "Worse than ext4 data=writeback (elapsed time, × ext4 data=writeback's): ext4 1.25× [" in " ".join(g.details)
     assert not g.regime.disks_not_bottleneck and any(
         s.startswith("Regime: every configuration was IO-bound") for s in g.details
     )
@@ -206,7 +206,7 @@ def test_a_higher_is_better_metric_reads_as_a_rate() -> None:
     made, docs = winner("tps")
     (g,) = answering.build(typed(docs), in_order(*made), draws=DRAWS).groups
     assert g.metric == "tps" and g.direction == "higher"
-    assert g.headline.startswith("ext4 data=writeback is fastest: 1.25× ext4's TPS [")
+    assert g.headline.startswith("ext4 data=writeback is best: 1.25× ext4's TPS [")
     _, low, _ = (float(x) for x in RATIO.search(g.headline).groups())  # type: ignore[union-attr]
     assert low > 1
 
@@ -248,7 +248,7 @@ def test_the_baseline_is_the_matrix_s_and_the_answer_says_which_rule_chose_it() 
     (g,) = answering.build(typed(docs), named, draws=DRAWS).groups
     assert (g.label, g.baseline, g.baseline_rule) == ("3n+1 by hand", "ext4 data=writeback", "named")
     assert "Baseline: ext4 data=writeback (named in the matrix)." in g.details
-    assert g.headline.startswith("ext4 data=writeback (the baseline) is fastest")
+    assert g.headline.startswith("ext4 data=writeback (the baseline) is best")
     defaults = {**named, "baseline_rule": "defaults"}
     defaults["cells"] = [{**e, "baseline": e["id"] == ext4.id} for e in named["cells"]]
     (g,) = answering.build(typed(docs), defaults, draws=DRAWS).groups
@@ -283,7 +283,7 @@ def test_crash_losses_are_unsafe_by_design_or_not_and_infrastructure_failures_ar
     }
     # The fastest stack in the benchmark loses commits under a crash: UNSAFE whatever its speed.
     speed = next(g for g in found.groups if g.verdict != "crash")
-    assert speed.fastest == "ext4, postgres.synchronous_commit=off"
+    assert speed.best == "ext4, postgres.synchronous_commit=off"
     assert "is UNSAFE: lost 12 of 4,012 acknowledged commits in 1 of 1 runs after a crash (by design" in speed.headline
     assert "not the answer, whatever its speed" in speed.headline
     assert any(s.startswith("UNSAFE: ext4, postgres.synchronous_commit=on: lost 3") for s in speed.details)
@@ -315,11 +315,11 @@ def test_not_enough_data_and_a_single_configuration() -> None:
     (g,) = answering.build(typed([d for d in docs if d["cell_id"] == ext4.id])).groups
     assert g.verdict == "single" and g.headline.startswith("Only one configuration (ext4): nothing to compare")
     (g,) = answering.build(typed(runs(ext4, [1.0, 1.1]))).groups
-    assert g.verdict == "not enough data" and g.fastest is None
+    assert g.verdict == "not enough data" and g.best is None
     # the others failing: nothing to compare the one left with, and it is not called fastest
     broken = [dict(d, status="failed") for d in docs if d["cell_id"] != ext4.id]
     (g,) = answering.build(typed([d for d in docs if d["cell_id"] == ext4.id] + broken)).groups
-    assert (g.verdict, g.fastest) == ("single", None)
+    assert (g.verdict, g.best) == ("single", None)
     assert g.headline.startswith("Only ext4 has enough data: nothing to compare it with")
 
 
@@ -329,10 +329,71 @@ def test_an_equivalent_pair_says_so() -> None:
         xfs, [10.0, 10.012, 9.988, 10.004, 9.996, 10.001]
     )
     (g,) = answering.build(typed(docs), draws=DRAWS).groups
-    (pair,) = g.still_open
-    assert pair.equivalent and pair.repeats_needed is None and pair.advice.startswith("equivalent within ±5 %")
+    assert g.verdict == "equivalent" and g.still_open == () and g.equivalent == ("ext4", "xfs")
+    assert g.headline == "ext4 and xfs are equivalent within ±5 % on elapsed time, 6 runs each."
     (g,) = answering.build(typed(docs), delta=0.0002, draws=DRAWS).groups  # δ settable: ±0.02 % is not shown
-    assert not g.still_open[0].equivalent
+    assert g.verdict == "not separated" and g.equivalent == ()
+
+
+def stored_race(retired: MatrixCell, best: MatrixCell, action: str = "retired") -> dict[str, Any]:
+    """A race.json as `fsmatrix run --race` writes it: ``retired`` left after round 3 (``action``)."""
+    return {
+        "format_version": 1,
+        "settings": {"min_repeats": 3, "max_repeats": 8, "delta": 0.05, "budget_s": None},
+        "alpha": 0.05,
+        "groups": [
+            {
+                "key": "g",
+                "label": "l",
+                "metric": "elapsed_s",
+                "direction": "lower",
+                "raced": True,
+                "cells": [best.id, retired.id],
+            },
+        ],  # fmt: skip
+        "rounds": [{"round": 3, "groups": {"g": {"look_alpha": 0.0011}}}],
+        "left": {
+            retired.id: {"round": 3, "action": action, "reason": "1.3x the best, p = 0.0009 for worse by more than 5%"},
+            best.id: {"round": 3, "action": "best", "reason": "the best; every other cell retired"},
+        },
+        "stopped": {"after_round": 3, "why": "one cell left in every comparison group"},
+    }
+
+
+def test_a_raced_group_is_answered_by_the_race_s_decisions() -> None:
+    """A race retires on a sequential rule the fixed-sample intervals need not agree with: the answer is
+    the race's decision, with its round and rule, not a fixed-sample test of the runs it stopped at."""
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    docs = typed(runs(ext4, [10.0, 10.6, 9.5]) + runs(xfs, [12.0, 14.5, 10.5]))
+    (plain,) = answering.build(docs, draws=DRAWS).groups
+    assert plain.verdict == "not separated"  # three runs each: the intervals do not separate them
+    (g,) = answering.build(docs, None, stored_race(xfs, ext4), draws=DRAWS).groups
+    assert (g.verdict, g.best, g.worse) == ("best", "ext4", ("xfs",))
+    c = g.configuration("xfs")
+    assert c.decided_by == "race" and c.reason.startswith("after round 3: 1.3x the best")
+    assert g.race is not None and "Pocock's level α' = 0.0011" in g.race and g.race in g.details
+    assert "xfs: worse after round 3: 1.3x the best" in " ".join(g.details) and g.still_open == ()
+    # a race before the answer's version 2 wrote "tied" for "equivalent"
+    (g,) = answering.build(docs, None, stored_race(xfs, ext4, "tied"), draws=DRAWS).groups
+    assert g.verdict == "equivalent" and g.equivalent == ("xfs",)
+    # a race cut short (a cell without a decision): the intervals answer
+    cut = stored_race(xfs, ext4)
+    del cut["left"][xfs.id]
+    (g,) = answering.build(docs, None, cut, draws=DRAWS).groups
+    assert g.verdict == "not separated" and g.race is None
+
+
+def test_the_report_of_a_raced_run_reads_its_race(tmp_path: Path) -> None:
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    run_dir = put(tmp_path, runs(ext4, [10.0, 10.6, 9.5]) + runs(xfs, [12.0, 14.5, 10.5]))
+    jsonfile.write_atomic(run_dir / store.RACE_FILE, stored_race(xfs, ext4))
+    out = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert out.exit_code == 0, out.output
+    assert (
+        "**ext4 (the baseline) is best on elapsed time, 3 runs each.**" in out.output
+        and "Decided by the race" in out.output
+    )
+    assert "## Race" in out.output
 
 
 def test_summary_lines_are_each_group_s_headline() -> None:
@@ -356,11 +417,13 @@ def test_the_markdown_report_opens_with_the_answer_and_prints_the_legend_once() 
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0] == "## The answer" and headings[1] == "## Environment"
     answer_part = text.split("## Environment")[0]
-    assert "No single fastest: ext4 and xfs are tied" in answer_part and "is fastest: 1.25× ext4's TPS" in answer_part
+    assert (
+        "No single best: ext4 and xfs are not separated" in answer_part and "is best: 1.25× ext4's TPS" in answer_part
+    )
     assert text.count(tables.TABLE_LEGEND) == 1
     assert text.index(tables.TABLE_LEGEND) < text.index("| input |")
     assert text.count("| input |") >= 2  # more tables than legends; the tables keep their marks
-    assert "(tied)" in text and "**" in text.split("\n## threen1\n")[1]
+    assert "(not separated)" in text and "**" in text.split("\n## threen1\n")[1]
 
 
 def test_the_cli_prints_the_answer_first_and_json_that_matches_the_schema(tmp_path: Path) -> None:
@@ -379,7 +442,7 @@ def test_the_cli_prints_the_answer_first_and_json_that_matches_the_schema(tmp_pa
     jsonschema.Draft202012Validator(SCHEMA).validate(doc)
     assert doc["answer"]["delta"] == 0.1 and len(doc["answer"]["groups"]) == 3
     verdicts = {g["verdict"] for g in doc["answer"]["groups"]}
-    assert verdicts == {"tie", "fastest", "crash"}
+    assert verdicts == {"not separated", "best", "crash"}
     crash = next(g for g in doc["answer"]["groups"] if g["verdict"] == "crash")
     assert {v["verdict"] for v in crash["crash"]} == {"unsafe", "unsafe by design", "safe"}
     bad = runner.invoke(main, ["report", str(run_dir), "--format", "json", "--delta", "0%"])
@@ -393,8 +456,16 @@ def test_the_schema_rejects_what_the_answer_never_writes() -> None:
     validator.validate(doc)
     doc["answer"]["groups"][0]["verdict"] = "winner"
     assert not validator.is_valid(doc)
-    doc["answer"]["groups"][0]["verdict"] = "fastest"
+    doc["answer"]["groups"][0]["verdict"] = "tie"  # version 1's word: gone
+    assert not validator.is_valid(doc)
+    doc["answer"]["groups"][0]["verdict"] = "best"
+    doc["answer"]["groups"][0]["configurations"][0]["status"] = "tied"
+    assert not validator.is_valid(doc)
+    doc["answer"]["groups"][0]["configurations"][0]["status"] = "worse"
     doc["answer"]["groups"][0]["configurations"][0]["surprise"] = 1
+    assert not validator.is_valid(doc)
+    del doc["answer"]["groups"][0]["configurations"][0]["surprise"]
+    doc["answer"]["version"] = 1
     assert not validator.is_valid(doc)
 
 
@@ -438,7 +509,7 @@ def test_the_html_page_opens_with_the_answer_then_forest_plots_then_the_details(
     details = events.index(("details", "details"))
     assert events.index(("h2", "Environment")) > details > max(events.index(("figcaption", f)) for f in forest)
     assert page.count(html_escape(tables.TABLE_LEGEND.replace("**bold**", "bold"))) == 1
-    assert "No single fastest: ext4 and xfs are tied" in page.split("<h2>Ratio to the baseline</h2>")[0]
+    assert "No single best: ext4 and xfs are not separated" in page.split("<h2>Ratio to the baseline</h2>")[0]
 
 
 def html_escape(text: str) -> str:
@@ -507,7 +578,9 @@ def test_fsmatrix_run_ends_with_the_answer_then_the_report_path(
     lines = out.stdout.strip().splitlines()
     report_md = tmp_path / "results" / "t" / "report.md"
     assert lines[-1] == f"report: {report_md.resolve()}"
-    assert lines[-2].startswith("answer: threen1 1..100000 w2 b5000 spelled: No single fastest: ext4 and xfs")
+    assert lines[-2].startswith(
+        "answer: threen1 1..100000 w2 b5000 spelled: No single best: ext4 and xfs are not separated"
+    )
     assert report_md.read_text().splitlines()[2] == "## The answer"
     # matrix.json's baseline: the cell with every setting at its default (older fsmatrix: none, the first cell)
     rule = r"Baseline chosen: ext4 \((every setting at its default|first cell; the matrix names none)\)\."

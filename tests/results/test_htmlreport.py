@@ -122,7 +122,7 @@ def test_html_report_renders_with_charts_and_loads_nothing(run_dir: Path, tmp_pa
     assert len(series) == len(sampled) >= REPEATS, figures
     assert all("<path" in svg for svg in re.findall(r"<svg.*?</svg>", dom, re.S))  # drawn, not empty
     assert "Relative speed" in dom and "sync_io" in dom  # seed 000's sync_io table
-    assert "× the best" in dom
+    assert "× the best median" in dom
     assert not EXTERNAL_REFERENCE.search(source)
     # and without the CSP safety net the page still requests nothing: nothing in it points outside
     bare = tmp_path / "bare.html"

@@ -132,35 +132,41 @@ def _fs_docs(filesystem: str, values: list[float], bound: str = "io") -> list[di
     ]
 
 
-def test_report_bolds_a_winner_only_when_the_test_separates_it() -> None:
-    # make demo's case: jfs 5.03 against ext4 5.19 ±11 %, three runs each: no test separates them.
-    tied = markdown.markdown(typed(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu")), "t")
-    tables = tied.split("\n## threen1\n")[1].split("## Runs")[0]
+def test_report_bolds_a_winner_only_when_the_intervals_separate_it() -> None:
+    # make demo's case: jfs 5.03 against ext4 5.19 ±11 %, three runs each: nothing separates them.
+    close = markdown.markdown(typed(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu")), "t")
+    tables = close.split("\n## threen1\n")[1].split("## Runs")[0]
     assert "**" not in tables.replace("**Elapsed time (s)**", "")
-    assert "5.03 ±3% (tied) [io]" in tied and "5.19 ±11% (1.03×, tied) [cpu]" in tied
-    assert "**Elapsed time (s)** (lower is better; 3 repeats per entry)" in tied
-    # Clearly apart: the best is bold, the other "× the best", not tied.
+    assert "5.03 ±3% (not separated) [io]" in close and "5.19 ±11% (1.03×, not separated) [cpu]" in close
+    assert "tied" not in close
+    assert "**Elapsed time (s)** (lower is better; 3 repeats per entry)" in close
+    # Clearly apart: the best is bold, the other "n×, worse".
     apart = markdown.markdown(typed(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9])), "t")
     tables = apart.split("\n## threen1\n")[1]
-    assert "**5** ±1% [io]" in tables and "10 ±1% (2.00× worse) [io]" in tables and "tied" not in tables
+    assert "**5** ±1% [io]" in tables and "10 ±1% (2.00×, worse) [io]" in tables and "not separated" not in tables
     # One column has nothing to beat.
     alone = groups.rank({"xfs": [1.0, 1.1, 1.2]}, "lower")
     assert alone["xfs"].mark == ""
 
 
-def test_rank_ties_every_entry_the_test_cannot_tell_from_the_best() -> None:
+def test_rank_marks_every_entry_with_the_answers_word() -> None:
     ranked = groups.rank(
         {"a": [10.0, 10.1, 9.9], "b": [10.2, 9.8, 10.3], "c": [20.0, 20.2, 19.8], "d": "failed"}, "lower"
     )
-    assert (ranked["a"].mark, ranked["b"].mark, ranked["c"].mark) == ("tied", "tied", "")
+    assert (ranked["a"].mark, ranked["b"].mark, ranked["c"].mark) == ("not separated", "not separated", "worse")
     assert "d" not in ranked and ranked["c"].ratio == 2.0
-    # Two runs are too few for any test: never a winner.
-    assert groups.rank({"a": [1.0, 1.0], "b": [5.0, 5.0]}, "lower")["a"].mark == "tied"
+    # Two runs are too few for any decision: nothing marked, never a winner.
+    assert groups.rank({"a": [1.0, 1.0], "b": [5.0, 5.0]}, "lower")["a"].mark == ""
+    # Equivalent: within ±5 % and shown to be.
+    eq = groups.rank({"a": [10.0, 10.01, 9.99, 10.0], "b": [10.02, 10.0, 10.01, 10.03]}, "lower")
+    assert eq["a"].mark == eq["b"].mark == "equivalent"
 
 
 def test_rank_copes_with_zeros() -> None:
+    """A value of 0 has no ratio: such an entry is never the leader, and nothing is claimed of it."""
     ranked = groups.rank({"a": [0.0, 0.0, 0.0], "b": [1.0, 1.1, 0.9]}, "lower")
     assert ranked["a"].ratio == 1.0 and ranked["b"].ratio == float("inf")
+    assert ranked["a"].mark == ranked["b"].mark == ""  # one entry with a ratio: nothing to compare
     assert groups.rank({"a": [0.0, 0.0, 0.0], "b": [2.0, 2.0, 2.1]}, "higher")["a"].ratio == float("inf")
 
 

@@ -148,7 +148,10 @@ def test_a_clear_loser_is_retired_at_the_minimum_and_the_race_ends(tmp_path: Pat
         "significantly worse by more than 5%"
         in stored["left"][next(c for c in stored["cells"] if "xfs" in c)]["reason"]
     )
-    assert stored["stopped"] == {"after_round": 3, "why": "one cell or one tied set left in every comparison group"}
+    assert stored["stopped"] == {
+        "after_round": 3,
+        "why": "one cell or one equivalent set left in every comparison group",
+    }
     assert (stored["runs_used"], stored["runs_fixed"]) == (6, 16)
     assert runs_of(tmp_path) == {"ext4": 3, "xfs": 3}
     lines = racing.race_summary_lines(stored)
@@ -164,12 +167,12 @@ def test_nothing_is_decided_before_min_repeats(tmp_path: Path) -> None:
         assert all("nothing before the minimum of 5 runs" in d["reason"] for d in group["decisions"])
 
 
-def test_a_tie_stops_as_tied(tmp_path: Path) -> None:
+def test_equivalent_cells_stop_as_equivalent(tmp_path: Path) -> None:
     stored = race(tmp_path, Drawn({"ext4": (10.0, 0.003), "xfs": (10.02, 0.003)}), ["ext4", "xfs"], RaceSettings(3, 8))
     actions = left(stored)
-    assert sorted(a for a, _ in actions.values()) == ["best", "tied"]
+    assert sorted(a for a, _ in actions.values()) == ["best", "equivalent"]
     assert {r for _, r in actions.values()} == {3}
-    assert stored["stopped"]["why"] == "one cell or one tied set left in every comparison group"
+    assert stored["stopped"]["why"] == "one cell or one equivalent set left in every comparison group"
 
 
 def test_an_undecided_race_ends_at_max_repeats(tmp_path: Path) -> None:
@@ -397,5 +400,8 @@ def test_a_real_race_on_the_host(tmp_path: Path) -> None:
     assert stored["stopped"] is not None and 3 <= len(stored["rounds"]) <= 4
     assert set(stored["left"]) == set(stored["cells"])
     assert "race: " in done.stdout and "runs of the fixed design's 8" in done.stdout
-    assert "## Race" in (tmp_path / "res" / "race" / "report.md").read_text()
+    report = (tmp_path / "res" / "race" / "report.md").read_text()
+    assert "## Race" in report and "tied" not in report
+    if all(left["action"] != "remained" for left in stored["left"].values()):  # decided: the answer is the race's
+        assert "Decided by the race (race.json" in report.split("## Race")[0]
     assert len(store.load_results(tmp_path / "res" / "race")) == stored["runs_used"]

@@ -97,7 +97,7 @@ class GroupReplays:
     settings: RaceSettings
     decision: frozenset[str]  # the full-data decision: the cells one look at all runs does not retire
     best: str | None  # the full data's best median
-    answer: tuple[str, ...]  # compare_group on all runs: the best and the cells tied with it
+    answer: tuple[str, ...]  # compare_group on all runs: the leader and the cells not worse than it
     replays: list[Replay] = field(default_factory=list)
 
     @property
@@ -195,7 +195,8 @@ def measure(
     settings = RaceSettings(min_repeats=min_repeats, max_repeats=top, delta=delta)
     decision, best = full_data_decision(group, delta, alpha)
     answer = groups.compare_group(group.samples, group.direction, alpha=alpha)
-    out = GroupReplays(group, settings, decision, best, tuple(c for c in (answer.best, *answer.tied) if c))
+    kept = tuple(s.config for s in answer.standings if s.status in ("best", "equivalent", "not separated"))
+    out = GroupReplays(group, settings, decision, best, kept)
     rng = np.random.default_rng(seed)
     for _ in range(replays):
         survivors, used, rounds = replay_once(group, settings, rng, alpha)

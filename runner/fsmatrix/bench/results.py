@@ -122,7 +122,10 @@ def measure_report(run_dir: Path) -> tuple[float, str]:
         markdown = importlib.import_module("fsmatrix.results.render.markdown")
         answer_text = importlib.import_module("fsmatrix.results.render.answer_text")
         # Each call as a fresh `fsmatrix report` process: no repeat advice kept from the call before.
-        importlib.import_module("fsmatrix.results.verdict.power").power.cache_clear()
+        power = importlib.import_module("fsmatrix.results.verdict.power")
+        for cached in ("power", "settle_probability"):  # the repeat advice's cache, before and after issue 37
+            if hasattr(power, cached):
+                getattr(power, cached).cache_clear()
         start = time.perf_counter()
         seen = environment.with_environment_axes(store.load_results(run_dir))
         found = answering.build(seen, store.load_matrix_json(run_dir))

@@ -388,7 +388,7 @@ class Bisector:
             "reason": (
                 f"{effect.verdict} by {abs(effect.worse_by):.1%} "
                 f"({effect.test}, p {effect.p_value:.2g}, {len(pairs)} pairs)"
-                + ("" if confirmed else f": not worse by more than {plan.threshold:.0%} at α {plan.alpha:g}")
+                + ("" if confirmed else f": not {stats.regression_rule(plan.threshold, plan.alpha)}")
             ),
         }
 

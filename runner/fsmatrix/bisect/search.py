@@ -8,7 +8,7 @@ level ``race.look_alpha``), on the runs of the metric the bisect follows, in its
 
 - ``judge_ends``: a race of the two ends. The bad end retired (slower than the good end by more than
   the threshold δ) is a regression to find; the good end retired (the bad end faster), or the two
-  tied within ±δ, is none; undecided at the last round, none shown.
+  equivalent within ±δ, is none; undecided at the last round, none shown.
 - ``judge_step``: two races of two cells each, on the step's own rounds (each round runs the tested
   commit and a fresh run of both ends, interleaved): the commit against the good end, and the commit
   against the bad end with the direction reversed, each at α_step / 2. The commit is **bad** when it is
@@ -167,8 +167,8 @@ def judge_ends(
         return Judgement("regression", bad_d.reason, ratio, math.nan, step.look_alpha, p)
     if good_d.action == "retire":
         return Judgement("improvement", "the bad end is faster: " + good_d.reason, ratio, math.nan, step.look_alpha)
-    if "tied" in (bad_d.action, good_d.action):
-        why = bad_d.reason if bad_d.action == "tied" else good_d.reason
+    if "equivalent" in (bad_d.action, good_d.action):
+        why = bad_d.reason if bad_d.action == "equivalent" else good_d.reason
         return Judgement("no change", why, ratio, math.nan, step.look_alpha)
     why = next((d.reason for d in step.decisions if d.cell != step.best), "not decided yet")
     return Judgement("open", why, ratio, math.nan, step.look_alpha, p)
@@ -197,14 +197,14 @@ def judge_step(
         bad_signals.append(f"slower than the good end by more than {delta:.0%}")
     if vs_good.action(GOOD_END) == "retire":
         good_signals.append(f"faster than the good end by more than {delta:.0%}")
-    if "tied" in (vs_good.action(COMMIT), vs_good.action(GOOD_END)):
+    if "equivalent" in (vs_good.action(COMMIT), vs_good.action(GOOD_END)):
         good_signals.append(f"equivalent to the good end within ±{delta:.0%}")
     faster_than_bad = vs_bad.action(COMMIT) == "retire"
     if faster_than_bad:
         good_signals.append(f"faster than the bad end by more than {delta:.0%}")
     if vs_bad.action(BAD_END) == "retire":
         bad_signals.append(f"slower than the bad end by more than {delta:.0%}")
-    if "tied" in (vs_bad.action(COMMIT), vs_bad.action(BAD_END)):
+    if "equivalent" in (vs_bad.action(COMMIT), vs_bad.action(BAD_END)):
         bad_signals.append(f"equivalent to the bad end within ±{delta:.0%}")
     ratio_good, ratio_bad = _ratio(good, tested), _ratio(bad, tested)
     figures = f"×{ratio_good:.3f} the good end, ×{ratio_bad:.3f} the bad end, α' {vs_good.look_alpha:.2g}"

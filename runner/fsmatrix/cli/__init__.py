@@ -5,6 +5,7 @@ bisect.py     bisect
 matrix.py     matrix expand / settings
 workload.py   workload NAME (generated from each workload's declaration)
 results.py    compare, report, calibrate, results merge / reindex / push / list
+history.py    history
 image.py      image build / path / list / prune / probe-accel
 container.py  container build / tag / prune
 libvirt.py    libvirt start / stop / status
@@ -43,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vagrant": ("vagrant", "vagrant_group"),
     "bisect": ("bisect", "bisect"),
     "slurm": ("slurm", "slurm_group"),
+    "history": ("history", "history"),
 }
 
 

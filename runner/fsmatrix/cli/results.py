@@ -289,8 +289,8 @@ def calibrate_cmd(
     "--delta",
     default="5%",
     show_default=True,
-    help="The answer's minimum effect: tied pairs are 'equivalent within ±DELTA', or get the runs per "
-    "configuration that would detect DELTA with 80 % power.",
+    help="The answer's minimum effect: a configuration is 'equivalent within ±DELTA' when its interval lies "
+    "inside ±DELTA; one not separated gets the runs per configuration that would settle ±DELTA.",
 )
 def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | None, delta: str) -> None:
     """Print the answer and the tables for the results under DIRECTORY (a run directory or a results root)."""
@@ -301,8 +301,9 @@ def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | No
     seen = environment.with_environment_axes(docs)  # the answer's, the page's and the tables': derived once
     name = title or str(directory)
     found = None
+    race = store.load_race(directory) if directory.is_dir() else None  # a run directory that raced
     if html_dir is not None or fmt in ("md", "json"):
-        found = answering.build(seen, store.load_matrix_json(directory), delta=min_effect)
+        found = answering.build(seen, store.load_matrix_json(directory), race, delta=min_effect)
     if html_dir is not None:
         path = page.write_html(seen, name, html_dir, found)
         click.echo(f"html report: {path.resolve()}", err=True)
@@ -315,7 +316,7 @@ def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | No
     elif fmt == "otava-config":
         click.echo(exports.otava_config(docs, "fsmatrix.csv"), nl=False)
     else:
-        click.echo(markdown.markdown(seen, name, found), nl=False)
+        click.echo(markdown.markdown(seen, name, found, race=race), nl=False)
 
 
 STORE_OPTION = click.option(

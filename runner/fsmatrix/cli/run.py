@@ -90,7 +90,7 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     default=None,
     help="Race: rounds of every cell still in the race, and after each round from the minimum repeats on, "
     "cells significantly worse than their group's best by more than delta leave, and cells equivalent to it "
-    "stop as tied (docs/statistics-and-gate.md, 'Racing'). Default: race when the matrix has `race:` "
+    "stop as equivalent (docs/statistics-and-gate.md, 'Racing'). Default: race when the matrix has `race:` "
     "(its settings; without it --race uses min 3, max the repeat count, delta 5 %, no budget). "
     "--repeat sets the maximum repeats of a race.",
 )

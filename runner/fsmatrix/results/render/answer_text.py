@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from fsmatrix.agent import jsonfile
-from fsmatrix.results.verdict.answer import Answer, GroupResult
+from fsmatrix.results.verdict.answer import VERSION, Answer, GroupResult
 from fsmatrix.results.verdict.words import _pct
 
 SUMMARY_LINES = 8  # the run's progress output: this many lines of the answer at most
@@ -15,10 +15,12 @@ SUMMARY_LINES = 8  # the run's progress output: this many lines of the answer at
 
 INTRO = (
     "Per comparison group (one workload with one input; what differs between its cells is the "
-    "configuration), on the workload's primary metric: ratios are to the baseline's median, with a "
-    "{confidence} bootstrap interval [low, high]; tied: not told apart from the best by the test "
-    "`compare` uses after Holm's correction, never ranked; δ = {delta}: the smallest difference the "
-    "repeat advice and the equivalence test look for. How it is computed: docs/answer.md."
+    "configuration), on the workload's primary metric. Ratios are of geometric means, with Welch's "
+    "interval [low, high] on logs; a group's intervals hold together with {confidence} confidence "
+    "(each at 1 - α/m, m the group's pairs), and every word is read off them: best: every other "
+    "configuration worse or equivalent; equivalent within ±{delta}: the interval inside ±{delta}; not "
+    "separated: the interval holds 1 and reaches beyond ±{delta}; worse: the interval wholly on the "
+    "worse side of 1. A raced group's words are the race's decisions. How it is computed: docs/answer.md."
 )
 
 
@@ -58,7 +60,7 @@ def summary_lines(answer: Answer, limit: int = SUMMARY_LINES) -> list[str]:
 
 def to_json(answer: Answer) -> dict[str, Any]:
     """The answer as JSON (docs/answer.schema.json): non-finite numbers as null."""
-    doc = asdict(answer)
+    doc = {"version": VERSION, **asdict(answer)}
     for g, group in zip(doc["groups"], answer.groups, strict=True):
         g["sentences"] = list(group.sentences)
     out: dict[str, Any] = jsonfile.strict(doc)

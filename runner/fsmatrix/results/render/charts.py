@@ -90,10 +90,10 @@ def series_chart(doc: Result) -> str | None:
 
 
 def forest_chart(group: answer.GroupResult) -> str | None:
-    """Each configuration's ratio to the baseline's median with its interval (a log scale when they
-    span more than 4x): a line
-    at 1 (the baseline), the fastest in green, the tied in olive, the clearly worse in grey, an UNSAFE
-    one in red. None when no configuration but the baseline has a ratio."""
+    """Each configuration's ratio to the baseline (of geometric means) with its interval (a log scale
+    when they span more than 4x): a line at 1 (the baseline), the best in green, the equivalent in
+    blue, the not separated in olive, the worse in grey, an UNSAFE one in red. None when no
+    configuration but the baseline has a ratio."""
     shown = [(c, c.to_baseline) for c in group.configurations if c.to_baseline is not None]
     if not any(c.name != group.baseline for c, _ in shown):
         return None
@@ -103,9 +103,11 @@ def forest_chart(group: answer.GroupResult) -> str | None:
     for y, (c, r) in enumerate(reversed(shown)):
         if c.unsafe:
             colour = "tab:red"
-        elif c.name == group.fastest:
+        elif c.name == group.best:
             colour = "tab:green"
-        elif c.name in group.tied:
+        elif c.name in group.equivalent:
+            colour = "tab:blue"
+        elif c.name in group.not_separated:
             colour = "tab:olive"
         else:
             colour = "tab:gray"
@@ -119,7 +121,9 @@ def forest_chart(group: answer.GroupResult) -> str | None:
     ends = [e for _, r in shown for e in (r.ci_low, r.ci_high) if e > 0]
     if ends and max(ends) / min(ends) > 4:  # ratios far apart: a log scale keeps 0.5x and 2x alike
         ax.set_xscale("log")
-    ax.set_xlabel(f"{group.metric_words}: × {group.baseline}'s median ({group.direction} is better)", fontsize=9)
+    ax.set_xlabel(
+        f"{group.metric_words}: × {group.baseline}'s (geometric mean; {group.direction} is better)", fontsize=9
+    )
     ax.set_title(group.label, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return _svg(fig)

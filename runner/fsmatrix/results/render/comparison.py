@@ -25,7 +25,10 @@ def _num(value: float) -> str:
 
 
 def _ci(c: stats.Comparison) -> str:
-    return "-" if math.isnan(c.ci_low) else f"{c.ci_low:.3f}..{c.ci_high:.3f}"
+    """The interval, and "range" when it is the runs' range rather than a 95 % interval (stats.INTERVALS)."""
+    if math.isnan(c.ci_low):
+        return "-"
+    return f"{c.ci_low:.3f}..{c.ci_high:.3f}" + (" range" if c.interval == "range" else "")
 
 
 def _verdict(row: Row) -> str:
@@ -42,7 +45,7 @@ def _p(row: Row) -> str:
     return f"{c.p_value:.3g}" + (f" (Holm {row.p_holm:.3g})" if row.gated and not math.isnan(row.p_holm) else "")
 
 
-HEADERS = ("cell", "metric", "gate", "better", "n", "base median", "head median", "ratio", "95% CI", "p", "verdict")
+HEADERS = ("cell", "metric", "gate", "better", "n", "base median", "head median", "ratio", "interval", "p", "verdict")
 
 
 def _cells(row: Row) -> list[str]:
@@ -101,12 +104,22 @@ def summary_lines(result: CompareResult) -> list[str]:
             f"the gate decides on {', '.join(gated) or 'nothing'} (each workload's declaration), p-values "
             f"Holm-adjusted across all {sum(r.gated for r in result.rows)} of those tests; the other rows are advisory"
         )
+        lines.append(f"the gate's rule: a regression is {stats.regression_rule(result.threshold)}")
         regs = result.regressions
         if regs:
             names = ", ".join(f"{r.cell_id} {r.metric} +{r.comparison.worse_by * 100:.1f}%" for r in regs)
-            lines.append(f"GATE FAILED: {len(regs)} significant regression(s) above {result.threshold:.1%}: {names}")
+            lines.append(
+                f"GATE FAILED: {len(regs)} regression(s), significant with an estimate above {result.threshold:.1%}: "
+                f"{names}"
+            )
         else:
-            lines.append(f"gate passed: no significant regression above {result.threshold:.1%}")
+            lines.append(f"gate passed: nothing significantly worse with an estimate above {result.threshold:.1%}")
+    if any(r.comparison.interval == "range" for r in result.rows):
+        lines.append(
+            "interval: the bootstrap's 95 % interval of the ratio of medians (paired: the t-interval of the pairs); "
+            f"'range': fewer than {stats.BOOTSTRAP_MIN} runs a side, the range of the runs' ratios, which claims no "
+            "coverage (a 95 % bootstrap interval there covers about 90 %)"
+        )
     return lines
 
 

@@ -4,11 +4,9 @@ The report begins with "The answer" (what the runs decided, per comparison group
 environment, the tables' legend once (``TABLE_LEGEND``), and the tables.
 For each workload, rows are its input (its declaration's row keys: the 3n+1 range, the fio
 pattern, ...) and columns the filesystem; one table per key metric (the declaration's titles), each
-value the median over repeats with its spread and the runs' regime (CPU- or IO-bound). A value is
-bold only when the statistical test ``compare`` uses separates it from every other in its row;
-values the test cannot tell from the best are marked "tied". The others show "n× worse" (how
-many times worse than the best: for a time value/best, for a rate best/value; the test separates
-them). Cells that differ in any other
+value the median over repeats with its spread and the runs' regime (CPU- or IO-bound), marked with
+the answer's words over its row (``groups.rank``): bold when best, else "worse", "equivalent" or
+"not separated", with how many times the leading median it is. Cells that differ in any other
 setting go in separate tables, headed by what differs.
 
 An environment axis of the cells (``environment.ENV_AXES``: the guest image) is part of the columns: a
@@ -55,7 +53,7 @@ def markdown(
     from the documents and the run's ``matrix_json``), the race when the run raced (its
     race.json), then the environment and the tables."""
     if found is None:
-        found = answering.build(docs, matrix_json)
+        found = answering.build(docs, matrix_json, race)
     docs = environment.with_environment_axes(docs)
     lines = [f"# fsmatrix report: {title}", "", *answer_text.markdown_lines(found)]
     if race is not None:
@@ -166,8 +164,9 @@ def write_report(run_dir: Path, title: str) -> tuple[Path, answer.Answer]:
     path = run_dir / "report.md"
     docs = environment.with_environment_axes(store.load_results(run_dir))  # once, for the answer and the tables
     matrix_json = store.load_matrix_json(run_dir)
-    found = answering.build(docs, matrix_json)
-    text = markdown(docs, title, found, matrix_json, store.load_race(run_dir))
+    race = store.load_race(run_dir)
+    found = answering.build(docs, matrix_json, race)
+    text = markdown(docs, title, found, matrix_json, race)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -44,7 +44,8 @@ th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #eee; }
 td.best { font-weight: bold; background: #e6f4e6; }
-td.tied { background: #f4f4e6; }
+td.open { background: #f4f4e6; }
+td.equivalent { background: #e6eef4; }
 .warn { background: #fff3cd; border: 1px solid #e0c36c; padding: 0.5em; }
 figure { margin: 0.5em 0 1.5em; }
 figure svg { max-width: 100%; height: auto; }
@@ -86,8 +87,8 @@ def _answer_html(found: answer.Answer) -> list[str]:
         parts += ['<section class="forest" id="forest">', "<h2>Ratio to the baseline</h2>"]
         for g, svg in charts:
             caption = (
-                f"{g.label}: {g.metric_words} of each configuration over {g.baseline}'s, median ratio and "
-                f"{found.confidence:.0%} bootstrap interval"
+                f"{g.label}: {g.metric_words} of each configuration over {g.baseline}'s, ratio of geometric "
+                f"means and its interval (the group's intervals hold together at {found.confidence:.0%})"
             )
             parts.append(f'<figure class="chart forest">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>')
         parts.append("</section>")
@@ -112,12 +113,14 @@ def _grid_table(
                 out.append(f"<td>{html.escape(str(entries.get(col, '')))}</td>")
                 continue
             r = ranked[col]
-            notes = [] if r.ratio == 1.0 else [f"{r.ratio:.2f}× the best"]
-            notes += ["tied"] if r.mark == "tied" else []
+            notes = [] if r.ratio == 1.0 else [f"{r.ratio:.2f}× the best median"]
+            notes += [r.mark] if r.mark and r.mark != "best" else []
             text = f"{tables._fmt(r.median)}{r.spread}" + (f" ({', '.join(notes)})" if notes else "")
             tag = regimes.get((row, col), "")
             text += f" [{tag}]" if tag else ""
-            css = {"best": ' class="best"', "tied": ' class="tied"'}.get(r.mark, "")
+            css = {"best": ' class="best"', "not separated": ' class="open"', "equivalent": ' class="equivalent"'}.get(
+                r.mark, ""
+            )
             out.append(f"<td{css}>{html.escape(text)}</td>")
         out.append("</tr>")
     out.append("</table>")

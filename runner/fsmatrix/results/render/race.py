@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fsmatrix.results.verdict import raced
+
 
 def race_section(race: dict[str, Any]) -> list[str]:
     """ "Race": rounds, runs used against the fixed design's, and one row per cell: when it left, why."""
@@ -16,10 +18,11 @@ def race_section(race: dict[str, Any]) -> list[str]:
         "",
         f"{rounds} rounds ({settings.get('min_repeats')} to {settings.get('max_repeats')} repeats, minimum effect "
         f"{float(settings.get('delta') or 0):.0%}); "
-        + (f"stopped: {stopped.get('why')}" if stopped else "not finished")
+        + (f"stopped: {raced.current_words(str(stopped.get('why')))}" if stopped else "not finished")
         + f". {used} runs of the fixed design's {fixed} ({fixed - used} saved). A retired cell was "
-        "significantly worse than its group's best by more than the minimum effect; a tied one equivalent to "
-        "it within that effect (docs/statistics-and-gate.md, 'Racing').",
+        "significantly worse than its group's best by more than the minimum effect (a one-sided Welch's t on "
+        "logs shifted by ln(1 + δ), at Pocock's level); an equivalent one shown within that effect of it by "
+        "TOST (docs/statistics-and-gate.md, 'Racing').",
         "",
         "| cell | left after round | why |",
         "|---|---|---|",
@@ -28,7 +31,8 @@ def race_section(race: dict[str, Any]) -> list[str]:
     for cell_id in race.get("cells") or []:
         leaving = left.get(cell_id)
         if leaving:
-            why = f"{leaving.get('action')}: {leaving.get('reason')}".replace("|", "\\|")
+            action = raced.current_action(str(leaving.get("action")))
+            why = f"{action}: {raced.current_words(str(leaving.get('reason')))}".replace("|", "\\|")
             lines.append(f"| {cell_id} | {leaving.get('round')} | {why} |")
         else:
             lines.append(f"| {cell_id} | - | still racing |")

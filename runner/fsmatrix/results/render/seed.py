@@ -7,8 +7,9 @@ finds them. Per table, both sides are normalised the way the seed presents them 
 speed relative to a baseline entry: absolute numbers from 2002-2011 hardware are not comparable,
 ratios and rankings are), with Kendall's tau between the two rankings. Each claim is marked
 holds / does not hold / not distinguishable / not measured, by the test ``fsmatrix compare`` uses
-(stats.compare_samples: Mann-Whitney U or Welch's t on logs, alpha 0.05, a bootstrap interval of
-the ratio excluding 1): a difference inside the noise of the repeats never "holds".
+(stats.compare_samples: Mann-Whitney U or Welch's t on logs, alpha 0.05, an interval of the ratio
+excluding 1: the bootstrap's from 5 runs a side, the runs' range below): a difference inside the
+noise of the repeats never "holds".
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ LEGEND = (
     "Both sides normalised as the seed presents them; ours are medians of the passed repeats. "
     "Kendall's tau compares the two rankings of the entries both sides have (1: the same order, "
     "-1: reversed). A claim holds only when every comparison it rests on is significant by the test "
-    "`fsmatrix compare` uses (Mann-Whitney U or Welch's t on logs, alpha = 0.05, and a bootstrap "
-    "interval of the ratio excluding 1; no correction for the several comparisons of one claim); "
+    "`fsmatrix compare` uses (Mann-Whitney U or Welch's t on logs, alpha = 0.05, and an interval of the "
+    "ratio excluding 1: the bootstrap's from 5 runs a side, the runs' range below; no correction for the "
+    "several comparisons of one claim); "
     "it does not hold when one is significant the other way; otherwise it is not distinguishable. "
     "Not measured: an entry it names has no passed runs here."
 )

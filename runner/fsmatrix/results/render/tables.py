@@ -1,10 +1,9 @@
 """The report's tables, shaped like the seed documents': for each workload, rows are its input (its
 declaration's row keys: the 3n+1 range, the fio pattern, ...) and columns the storage stack; one
 table per key metric (the declaration's titles), each value the median over repeats with its spread
-and the runs' regime (CPU- or IO-bound). A value is bold only when the statistical test ``compare``
-uses separates it from every other in its row (``groups.rank``); values the test cannot tell from
-the best are marked "tied". The others show "n× worse". Cells that differ in any other setting go in
-separate tables, headed by what differs.
+and the runs' regime (CPU- or IO-bound), marked with the answer's words over its row
+(``groups.rank``): bold when best, else "worse", "equivalent" or "not separated", with "n×" the
+leading median. Cells that differ in any other setting go in separate tables, headed by what differs.
 
 An environment axis of the cells (``environment.ENV_AXES``: the guest image) is part of the columns:
 a matrix that crosses images shows each storage stack on each image side by side ("ext4 ·
@@ -19,7 +18,7 @@ from typing import Any
 from fsmatrix.agent import workloads
 from fsmatrix.matrix import flatten
 from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import environment, hardware, stats
+from fsmatrix.results.verdict import environment, groups, hardware, stats
 from fsmatrix.results.verdict.groups import Ranked, rank
 from fsmatrix.results.verdict.metrics import regime
 
@@ -102,10 +101,8 @@ def _cell_text(ranked: Ranked, regime: str) -> str:
     tag = f" [{regime}]" if regime else ""
     if ranked.mark == "best":
         return f"**{_fmt(ranked.median)}**{ranked.spread}{tag}"
-    # A value the test separates from the best says so ("worse"); one it cannot, "tied".
-    worse = "" if ranked.mark == "tied" else " worse"
-    notes = [] if ranked.ratio == 1.0 else [f"{ranked.ratio:.2f}×{worse}"]
-    notes += ["tied"] if ranked.mark == "tied" else []
+    notes = [] if ranked.ratio == 1.0 else [f"{ranked.ratio:.2f}×"]
+    notes += [ranked.mark] if ranked.mark else []
     text = f"{_fmt(ranked.median)}{ranked.spread}"
     return text + (f" ({', '.join(notes)})" if notes else "") + tag
 
@@ -121,10 +118,10 @@ def repeats_note(rows: list[tuple[str, dict[str, list[float] | str]]]) -> str:
 
 # Printed once per report, before the first table (each table names its repeats in its title).
 TABLE_LEGEND = (
-    "median ±half-range of the repeats; **bold**: better than every other entry by the test `compare` uses "
-    "(Mann-Whitney U or Welch's t on logs, α = 0.05, and a bootstrap interval of the ratio excluding 1); "
-    "tied: not distinguishable from the best; n× worse: times worse than the best median, and separated from it "
-    "by that test (n×, tied: worse by that much, but not separated); "
+    "median ±half-range of the repeats; n×: times the row's best median; the answer's words over the row's "
+    "entries (Welch's intervals on logs that hold together at 95 %): **bold**: best, every other entry worse "
+    "or equivalent; worse: separated from the leader (the best geometric mean); equivalent: shown within ±5 % "
+    "of it; not separated: neither; "
     "[cpu] / [io] / [mixed]: the runs' regime from the sampler"
 )
 
@@ -148,9 +145,8 @@ def workload_groups(kind: str, cells: dict[str, list[Result]]) -> list[tuple[str
 def environment_axis_tables(kind: str, cells: dict[str, list[Result]]) -> list[tuple[str, list[str], list[list[str]]]]:
     """Per environment axis that varies among the cells (documents from ``with_environment_axes``):
     each storage stack's primary-metric median on each value, and each value's ratio to the first
-    one with its 95 % bootstrap interval: the answer's ratio of medians (``stats.compare_samples``,
-    as the answer and ``compare`` compute it), and whether the test separates them ("no change":
-    inside the noise)."""
+    one: the ratio of geometric means with its Welch interval and the answer's word for the pair
+    (``groups.compare_group`` on the two alone: a family of one pair)."""
     metric, title, direction = metric_tables(cells)[kind][0]
     docs = [d for ds in cells.values() for d in ds]
     out = []
@@ -173,17 +169,16 @@ def environment_axis_tables(kind: str, cells: dict[str, list[Result]]) -> list[t
                 if not by_value.get(first) or not by_value.get(v):
                     ratios.append("-")
                     continue
-                c = stats.compare_samples(by_value[first], by_value[v], direction)
-                if c.verdict == "not enough data":
-                    ratios.append(f"{c.ratio:.2f}× (not enough data)")
+                pair = groups.compare_group({first: by_value[first], v: by_value[v]}, direction, baseline=first)
+                r = pair.standing(v).to_baseline
+                if r is None:
+                    ratios.append("not enough data")
                     continue
-                verdict = {"faster": "better", "slower": "worse", "no change": "inside the noise"}[c.verdict]
-                ratios.append(f"{c.ratio:.2f}× [{c.ci_low:.2f}, {c.ci_high:.2f}], {verdict}")
+                words = {"best": "better", "worse": "worse"}.get(pair.standing(v).status, pair.standing(v).status)
+                ratios.append(f"{r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}], {words}")
             rows.append([row, stack, *medians, *ratios])
         if rows:
-            note = (
-                f"{direction} is better; ratio of medians [95 % interval], separated or not by the test `compare` uses"
-            )
+            note = f"{direction} is better; ratio of geometric means [95 % interval, Welch's on logs], answer's words"
             out.append((f"{title} by {axis} ({note})", header, rows))
     return out
 

@@ -314,6 +314,30 @@ class Store:
             ).fetchall()
         ]
 
+    def history_rows(
+        self, since: str | None = None
+    ) -> tuple[list[tuple[str, Mapping[str, Any]]], list[tuple[str, str, str, float]]]:
+        """What ``fsmatrix history`` reads: (result id, document) of every passed result started at or
+        after ``since``, oldest first, and (result id, key metric, direction, value) of their metrics."""
+        where, params = ("AND r.started_at >= ?", [since]) if since else ("", [])
+        documents = [
+            (str(r[0]), json.loads(r[1]) if isinstance(r[1], str) else r[1])  # PostgreSQL's JSONB comes parsed
+            for r in self._execute(
+                f"SELECT r.id, r.document FROM results r WHERE r.status = 'passed' {where} "
+                "ORDER BY r.started_at, r.run_id, r.repeat, r.id",
+                params,
+            ).fetchall()
+        ]
+        metrics = [
+            (str(r[0]), str(r[1]), str(r[2]), float(r[3]))
+            for r in self._execute(
+                "SELECT m.result_id, m.metric, m.direction, m.value FROM result_metrics m "
+                f"JOIN results r ON r.id = m.result_id WHERE r.status = 'passed' {where}",
+                params,
+            ).fetchall()
+        ]
+        return documents, metrics
+
 
 def _marks(values: Sequence[Any]) -> str:
     return ",".join("?" * len(values))

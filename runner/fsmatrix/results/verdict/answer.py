@@ -14,8 +14,12 @@ from fsmatrix.results.verdict import groups
 
 DELTA = groups.DELTA
 
+VERSION = 2  # of the answer's JSON (docs/answer.schema.json): 2 has the four words, no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
-VERDICTS = ("fastest", "tie", "single", "not enough data", "crash")
+# A speed group: "best" (one configuration best, every other worse or equivalent within ±δ),
+# "equivalent" (every configuration equivalent within ±δ to the leader), "not separated" (some
+# configuration not separated from the leader), "single", "not enough data"; and "crash".
+VERDICTS = ("best", "equivalent", "not separated", "single", "not enough data", "crash")
 
 
 # ----------------------------------------------------------------------------------- the types
@@ -23,12 +27,14 @@ VERDICTS = ("fastest", "tie", "single", "not enough data", "crash")
 
 @dataclass(frozen=True)
 class Ratio:
-    """median(configuration) / median(baseline), with its bootstrap interval."""
+    """A ratio of geometric means (configuration / the other) with its interval, one of the group's
+    ``family`` intervals that hold together at 1 - α (each at ``confidence`` = 1 - α/family)."""
 
     value: float
     ci_low: float
     ci_high: float
     confidence: float
+    family: int
 
     def text(self) -> str:
         return f"{self.value:.2f}× [{self.ci_low:.2f}, {self.ci_high:.2f}]"
@@ -41,13 +47,14 @@ class Configuration:
     name: str  # the settings that vary inside the group
     cell: str  # its cell id
     settings: dict[str, str]  # those settings, dotted key -> value as text
-    status: str  # groups.STATUSES, or "crash" in a crash group
+    status: str  # groups.STATUSES (a race's decision where the group was raced), or "crash" in a crash group
     runs: int  # passed runs with a value of the metric (a crash group: runs with a crash section)
     failed: int  # runs that did not pass (or passed without the metric)
     median: float | None
     to_baseline: Ratio | None
-    p_holm: float | None  # against the best, Holm-adjusted; None for the best and without enough data
-    test: str | None  # the test that compared it with the best
+    to_leader: Ratio | None  # against the group's leader; None for the leader and without enough data
+    decided_by: str  # "intervals" (groups.compare_group), "race" (the run's race.json), or "" (nothing decided)
+    reason: str  # why this status, in words
     regime: str  # "cpu", "io", "mixed" or "" (no samples)
     unsafe: bool  # lost committed data or did not recover after a crash (here or in a crash group)
 
@@ -103,13 +110,11 @@ class CrashVerdict:
 
 @dataclass(frozen=True)
 class Open:
-    """A pair the statistics could not separate: equivalent within ±δ, or the runs that would settle it."""
+    """A pair not separated: the runs per configuration that would settle it (power.py)."""
 
     configurations: tuple[str, str]  # in the group's order
     sigma: float  # pooled standard deviation of the pair's logs
-    equivalent: bool
-    tost_p: float  # Holm-adjusted across the group's tied pairs
-    repeats_needed: int | None  # n*; None when equivalent or more than power.N_MAX
+    repeats_needed: int | None  # n*; None when more than power.N_MAX
     runs: tuple[int, int]
     advice: str
 
@@ -127,9 +132,10 @@ class GroupResult:
     baseline_cell: str | None
     baseline_rule: str  # a key of RULES
     verdict: str  # one of VERDICTS
-    fastest: str | None  # only when one configuration is better than every other
-    leader: str | None  # the best median among those with enough data (with ties: not a ranking)
-    tied: tuple[str, ...]  # with ties: the leader and every one tied with it, in the group's order
+    best: str | None  # the leader when nothing is left not separated from it
+    leader: str | None  # the best geometric mean among those with enough data (not a ranking by itself)
+    equivalent: tuple[str, ...]  # equivalent within ±δ to the leader (verdict "equivalent": the leader too)
+    not_separated: tuple[str, ...]  # the leader and every one not separated from it, in the group's order
     worse: tuple[str, ...]
     not_enough_data: tuple[str, ...]
     configurations: tuple[Configuration, ...]
@@ -137,6 +143,7 @@ class GroupResult:
     why: Why | None
     crash: tuple[CrashVerdict, ...]
     still_open: tuple[Open, ...]
+    race: str | None  # how the race decided this group (its rule and rounds); None: not raced
     headline: str
     details: tuple[str, ...]  # the other sentences, in the order the reports print them
 
@@ -153,9 +160,9 @@ class GroupResult:
 
 @dataclass(frozen=True)
 class Answer:
-    alpha: float
+    alpha: float  # the family error of each group's claims
     delta: float
-    confidence: float
+    confidence: float  # 1 - α: all of a group's intervals together
     groups: tuple[GroupResult, ...] = field(default_factory=tuple)
 
     @property
@@ -168,12 +175,3 @@ class Answer:
             if g.label == label:
                 return g
         raise KeyError(label)
-
-
-# ----------------------------------------------------------------------------------- building
-
-
-# ----------------------------------------------------------------------------------- crash groups
-
-
-# ----------------------------------------------------------------------------------- rendering

@@ -13,12 +13,14 @@ from fsmatrix.results.verdict.answer import Answer, CrashVerdict, GroupResult
 from fsmatrix.results.verdict.configurations import _Cell, _cells, _fingerprint
 from fsmatrix.results.verdict.crash import _crash_group
 from fsmatrix.results.verdict.groups import DELTA
+from fsmatrix.results.verdict.raced import raced_groups
 from fsmatrix.results.verdict.speed import _speed_group
 
 
 def build(
     docs: Sequence[Result],
     matrix_json: Mapping[str, Any] | None = None,
+    race: Mapping[str, Any] | None = None,
     *,
     delta: float = DELTA,
     alpha: float = stats.ALPHA,
@@ -26,7 +28,8 @@ def build(
     seed: int = 0,
 ) -> Answer:
     """The answer for these result documents (see the module's docstring). ``matrix_json``: the
-    run's ``matrix.json`` (baselines, cell order); ``delta``: the minimum effect of the repeat advice
+    run's ``matrix.json`` (baselines, cell order); ``race``: its ``race.json`` when it raced (a raced
+    group's answer is the race's decisions: raced.py); ``delta``: the minimum effect of the repeat advice
     and of the equivalence test; ``draws``: the repeat advice's simulated draws per n."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), not {delta}")
@@ -45,15 +48,18 @@ def build(
             for c, v in zip(members, result.crash, strict=True):
                 if v.verdict in ("unsafe", "unsafe by design"):
                     unsafe_elsewhere[_fingerprint(c.flat)] = (result.label, v)
+    races = raced_groups(race)
     groups = []
     for key, members in grouped.items():
+        ids = {c.id for c in members}
+        raced = next((r for r in races if ids <= set(r.cells)), None)
         if key in crash_results:
             groups.append(crash_results[key])
         else:
             groups.append(
                 _speed_group(
                     key, members, has_matrix, rule_of_matrix, unsafe_elsewhere, delta=delta, alpha=alpha,
-                    draws=draws, seed=seed,
+                    draws=draws, seed=seed, raced=raced,
                 )
             )  # fmt: skip
     return Answer(alpha=alpha, delta=delta, confidence=1 - alpha, groups=tuple(groups))

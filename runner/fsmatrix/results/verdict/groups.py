@@ -1,24 +1,38 @@
-"""What the runs decided over one comparison group: the best, the configurations not separated from
-it, the clearly worse; and a report row's entries ranked the same way (``rank``). Pure functions, no
-I/O. The equivalence test is ``equivalence.py``, the repeats still needed ``power.py``, the race's
-rule ``race.py``.
+"""What the runs decided over one comparison group, in four words that mean one thing each:
+*best*, *equivalent within ±δ*, *not separated*, *worse by x [lo, hi]*; and a report row's entries
+placed the same way (``rank``). Pure functions, no I/O. The repeats that would settle what is not
+separated: ``power.py``; the race's rule: ``race.py``.
 
 A *comparison group* is the cells that answer the same question (same workload and input): a
 mapping ``{configuration: run values}`` of one metric, with the metric's direction (``lower`` or
-``higher`` is better). A failed run is ``None`` (or a value that is not finite). All comparisons are
-``stats.compare_samples`` — ratio of medians, percentile bootstrap interval, Mann-Whitney or Welch's
-t-test on logs — so a verdict here is the verdict ``fsmatrix compare`` would give.
+``higher`` is better). A failed run is ``None`` (or a value that is not finite).
 
-**Best, tied, worse** (``compare_group``). The best is the configuration with the best median among
-those with at least ``MIN_SAMPLES`` runs and no failed run; every other one is compared with it
-(BASE = the best, HEAD = the other), the p-values are Holm-adjusted across the group's m = k - 1
-comparisons, and a configuration is *worse* when its verdict at the adjusted p-value is "slower",
-*tied* otherwise (tied ones are never ranked among themselves). The test is chosen at the
-Bonferroni level α/m — the level Holm's first step applies — so that Mann-Whitney runs only when
-its smallest p-value can reach it, and Welch's t-test on logs otherwise (``stats.choose_test``
-chooses from the level it is given: at the unadjusted α it would pick a Mann-Whitney that can
-never be significant after the correction, and nothing could ever be called). Each
-configuration's ratio to a named baseline comes with its 95 % bootstrap interval.
+**One method for every claim** (``compare_group``; ``decide`` is the same on arrays of many groups
+at once, for the simulation ``python -m fsmatrix.bench.answer``). The configurations with enough
+data — at least ``MIN_SAMPLES`` passed runs, no failed run, every value > 0 — are k; each of their
+k(k-1)/2 pairs gets Welch's interval of the difference of mean logs at the Bonferroni level
+1 - α/m, m = k(k-1)/2, shown as a ratio of geometric means exp(d) [exp(lo), exp(hi)]. All m
+intervals hold together with probability at least 1 - α (Bonferroni's inequality; each is Welch's,
+exact under log-normal noise up to Welch's approximation of its degrees of freedom), and every
+claim is read off them:
+
+- the *leader* is the configuration with the best geometric mean (the first of equals in the
+  group's order);
+- another configuration is *worse* when its interval against the leader lies wholly on the worse
+  side of 1 — the same as Welch's two-sided test at α/m rejecting, so "separated" and "the interval
+  excludes 1" never disagree;
+- *equivalent within ±δ* when that interval lies inside (1/(1+δ), 1+δ);
+- *not separated* otherwise: the interval holds 1 and reaches beyond ±δ (``power.settle``: the runs
+  per configuration that would settle it);
+- the leader is *best* when no configuration is left not separated from it and some are worse (the
+  others equivalent), *equivalent* when every other is equivalent to it, else *not separated* with
+  the others.
+
+A wrong claim needs an interval that misses its true ratio, so the chance of any wrong "worse" or
+"equivalent" (or of a best named when all are equal) is at most α for the whole group, whichever
+configuration the data made the leader: the leader is chosen from the data, but every pair it can
+form was in the family. Each configuration's ratio to a named baseline is that pair's interval.
+The simulation shows what this costs and keeps (docs/answer.md).
 """
 
 from __future__ import annotations
@@ -29,10 +43,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+from scipy import stats as sps
+
 from fsmatrix.results.verdict import stats
 
 DELTA = 0.05  # the default minimum effect: 5 %
-STATUSES = ("best", "tied", "worse", "not enough data")
+STATUSES = ("best", "equivalent", "not separated", "worse", "not enough data")
+# decide()'s status codes, in STATUSES' order
+BEST, EQUIVALENT, NOT_SEPARATED, WORSE, NOT_ENOUGH = range(5)
 
 Values = Sequence[float | None]
 
@@ -52,23 +71,92 @@ def _better(a: float, b: float, direction: str) -> bool:
     return a < b if direction == "lower" else a > b
 
 
-# ----------------------------------------------------------------------------------- best / tied / worse
+def family_size(k: int) -> int:
+    """m: the pairs among k configurations, every one of which the leader could be part of."""
+    return max(k * (k - 1) // 2, 1)
+
+
+# ----------------------------------------------------------------------------------- the intervals
+
+
+def welch_intervals(
+    diff: np.ndarray, var_a: np.ndarray, n_a: np.ndarray, var_b: np.ndarray, n_b: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Welch's two-sided interval of a difference of means ``diff`` = mean(b) - mean(a) at confidence
+    1 - ``level``, and its two-sided p-value, elementwise: (low, high, p). Sample variances of 0 on
+    both sides (no noise at all) give a point interval, and p 1 or 0: any difference is real."""
+    se2 = var_a / n_a + var_b / n_b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = se2**2 / ((var_a / n_a) ** 2 / (n_a - 1) + (var_b / n_b) ** 2 / (n_b - 1))
+        half = sps.t.isf(level / 2, df) * np.sqrt(se2)
+        p = 2 * sps.t.sf(np.abs(diff) / np.sqrt(se2), df)
+    quiet = se2 <= 1e-24
+    half = np.where(quiet, 0.0, half)
+    p = np.where(quiet, np.where(np.abs(diff) <= 1e-12, 1.0, 0.0), p)
+    return diff - half, diff + half, p
 
 
 @dataclass(frozen=True)
-class BaselineRatio:
-    """median(configuration) / median(baseline), with a bootstrap interval (the baseline itself: 1 [1, 1])."""
+class Decisions:
+    """``decide``'s output for T groups of k configurations (arrays, T first)."""
 
-    baseline: str
+    leader: np.ndarray  # (T,) the leader's index
+    low: np.ndarray  # (T, k) the interval of (badness logs) this - leader; 0 for the leader
+    high: np.ndarray  # (T, k)
+    p: np.ndarray  # (T, k) Welch's two-sided p against the leader (unadjusted); nan for the leader
+    status: np.ndarray  # (T, k) codes: BEST, EQUIVALENT, NOT_SEPARATED, WORSE
+
+
+def decide(
+    means: np.ndarray, variances: np.ndarray, counts: np.ndarray, *, alpha: float = stats.ALPHA, delta: float = DELTA
+) -> Decisions:
+    """The module's rule for T groups at once: ``means`` and ``variances`` (T, k) of each
+    configuration's *badness* logs (ln value, negated when higher is better: larger is worse),
+    ``counts`` (k,) or (T, k) their runs (each >= 2). The interval of every configuration against
+    the leader at 1 - α/m, m = k(k-1)/2, and the statuses read off it."""
+    t, k = means.shape
+    counts = np.broadcast_to(np.asarray(counts, dtype=float), (t, k))
+    level = alpha / family_size(k)
+    leader = np.argmin(means, axis=1)  # the first of equals: argmin's first minimum
+    rows = np.arange(t)
+    lm, lv, ln = means[rows, leader][:, None], variances[rows, leader][:, None], counts[rows, leader][:, None]
+    low, high, p = welch_intervals(means - lm, lv, ln, variances, counts, level)
+    is_leader = np.zeros((t, k), dtype=bool)
+    is_leader[rows, leader] = True
+    low, high = np.where(is_leader, 0.0, low), np.where(is_leader, 0.0, high)
+    p = np.where(is_leader, np.nan, p)
+    bound = math.log1p(delta)
+    status = np.full((t, k), NOT_SEPARATED)
+    status[(low > -bound) & (high < bound)] = EQUIVALENT
+    status[low > 0] = WORSE
+    others = ~is_leader
+    open_ = ((status == NOT_SEPARATED) & others).any(axis=1)
+    beaten = ((status == WORSE) & others).any(axis=1) | (k == 1)
+    status[is_leader] = np.where(open_, NOT_SEPARATED, np.where(beaten, BEST, EQUIVALENT))
+    return Decisions(leader, low, high, p, status)
+
+
+# ----------------------------------------------------------------------------------- one group
+
+
+@dataclass(frozen=True)
+class Interval:
+    """exp of a pair's interval: the ratio of geometric means (this / other) with its ends, at
+    ``confidence`` = 1 - α/``family`` each, so that all ``family`` intervals of the group hold at once
+    with probability >= 1 - α (the other itself: 1 [1, 1])."""
+
+    other: str
     ratio: float
     ci_low: float
     ci_high: float
-    confidence: float
+    p_value: float  # Welch's two-sided p on logs, unadjusted (nan: the other itself)
+    confidence: float  # each interval's own level, 1 - α/family
+    family: int  # m
 
 
 @dataclass(frozen=True)
 class Standing:
-    """One configuration of a group: its status against the best and its ratio to the baseline."""
+    """One configuration of a group: its status and its intervals against the leader and the baseline."""
 
     config: str
     status: str  # one of STATUSES
@@ -76,19 +164,18 @@ class Standing:
     failed: int  # failed runs
     median: float  # of the passed runs (nan without any)
     reason: str
-    against_best: stats.Comparison | None  # BASE = the best, HEAD = this one; verdict at the Holm p-value
-    p_holm: float  # nan for the best and for "not enough data"
-    to_baseline: BaselineRatio | None  # None when either side has not enough data
+    against_leader: Interval | None  # None for "not enough data" (and a group without a leader)
+    to_baseline: Interval | None  # None when either side has not enough data
 
 
 @dataclass(frozen=True)
 class GroupAnswer:
     direction: str
     alpha: float
+    delta: float
     baseline: str | None
-    best: str | None  # None when no configuration has enough data
-    comparisons: int  # m: the comparisons against the best, Holm-adjusted together
-    test_alpha: float  # α/m: the level the test choice follows
+    leader: str | None  # the best geometric mean among those with enough data; None without any
+    family: int  # m = k(k-1)/2: the intervals that hold together at 1 - α
     standings: tuple[Standing, ...]  # in the group's order
 
     def standing(self, config: str) -> Standing:
@@ -101,15 +188,33 @@ class GroupAnswer:
         return tuple(s.config for s in self.standings if s.status == status)
 
     @property
-    def tied(self) -> tuple[str, ...]:
-        return self.with_status("tied")
+    def best(self) -> str | None:
+        """The leader when it is best (nothing left not separated from it, something worse)."""
+        return self.leader if self.leader is not None and self.standing(self.leader).status == "best" else None
 
     @property
     def worse(self) -> tuple[str, ...]:
         return self.with_status("worse")
 
+    @property
+    def equivalent(self) -> tuple[str, ...]:
+        return self.with_status("equivalent")
+
+    @property
+    def not_separated(self) -> tuple[str, ...]:
+        """The leader and the configurations not separated from it (empty when the leader is best)."""
+        return self.with_status("not separated")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _interval(
+    other: str, low: float, high: float, diff: float, p: float, sign: float, m: int, alpha: float
+) -> Interval:
+    """A badness-log interval as a ratio of the metric's values (the sign undone)."""
+    ends = sorted((math.exp(sign * low), math.exp(sign * high)))
+    return Interval(other, math.exp(sign * diff), ends[0], ends[1], p, 1 - alpha / m, m)
 
 
 def compare_group(
@@ -118,110 +223,118 @@ def compare_group(
     *,
     baseline: str | None = None,
     alpha: float = stats.ALPHA,
+    delta: float = DELTA,
     min_samples: int = stats.MIN_SAMPLES,
-    seed: int = 0,
-    resamples: int = stats.BOOTSTRAP_RESAMPLES,
 ) -> GroupAnswer:
-    """The best configuration of ``group`` by median, the ones tied with it and the ones worse (see the
-    module's docstring). A configuration with fewer than ``min_samples`` passed runs or any failed run
-    is "not enough data" and never best (its surviving runs are a biased sample of a stack that did
-    not always work). Ties in the best median go to the first in the group's order."""
+    """The statuses of ``group``'s configurations and their intervals (see the module's docstring).
+    A configuration with fewer than ``min_samples`` passed runs, a failed run or a value <= 0 (no
+    ratio) is "not enough data" and never the leader: a stack that did not always work is not an
+    answer, and its surviving runs are a biased sample."""
     _check_direction(direction)
     if baseline is not None and baseline not in group:
         raise ValueError(f"baseline {baseline!r} is not in the group ({', '.join(group)})")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), not {delta}")
     runs = {name: split_runs(values) for name, values in group.items()}
-    eligible = [name for name, (passed, failed) in runs.items() if failed == 0 and len(passed) >= min_samples]
-    best: str | None = None
-    for name in eligible:
-        if best is None or _better(stats.median(runs[name][0]), stats.median(runs[best][0]), direction):
-            best = name
-    m = max(len(eligible) - 1, 1)
-    test_alpha = alpha / m
-    against: dict[str, stats.Comparison] = {}
-    if best is not None:
+    eligible = [
+        name
+        for name, (passed, failed) in runs.items()
+        if failed == 0 and len(passed) >= min_samples and min(passed) > 0
+    ]
+    sign = 1.0 if direction == "lower" else -1.0  # badness: larger is worse
+    logs = {name: sign * np.log(runs[name][0]) for name in eligible}
+    m = family_size(len(eligible))
+    leader: str | None = None
+    statuses: dict[str, str] = {}
+    against: dict[str, Interval] = {}
+    if eligible:
+        means = np.array([[logs[n].mean() for n in eligible]])
+        variances = np.array([[logs[n].var(ddof=1) for n in eligible]])
+        counts = np.array([logs[n].size for n in eligible])
+        d = decide(means, variances, counts, alpha=alpha, delta=delta)
+        leader = eligible[int(d.leader[0])]
+        for i, name in enumerate(eligible):
+            statuses[name] = STATUSES[int(d.status[0, i])]
+            diff = float(means[0, i] - means[0, int(d.leader[0])])
+            against[name] = _interval(
+                leader, float(d.low[0, i]), float(d.high[0, i]), diff, float(d.p[0, i]), sign, m, alpha
+            )
+    to_base: dict[str, Interval] = {}
+    if baseline in logs:
+        lb = logs[baseline]
         for name in eligible:
-            if name != best:
-                b, h = runs[best][0], runs[name][0]
-                test = stats.choose_test(len(b), len(h), test_alpha)
-                against[name] = stats.compare_samples(
-                    b, h, direction, alpha=alpha, min_samples=min_samples, test=test, seed=seed, resamples=resamples
-                )
-    names = list(against)
-    p_holm = dict(zip(names, stats.holm([against[n].p_value for n in names]), strict=True))
-    base_ok = baseline is not None and baseline in eligible
+            x = logs[name]
+            low, high, p = welch_intervals(
+                np.array(x.mean() - lb.mean()), np.array(lb.var(ddof=1)), np.array(lb.size),
+                np.array(x.var(ddof=1)), np.array(x.size), alpha / m,
+            )  # fmt: skip
+            if name == baseline:
+                to_base[name] = Interval(baseline, 1.0, 1.0, 1.0, math.nan, 1 - alpha / m, m)
+                continue
+            diff = float(x.mean() - lb.mean())
+            to_base[name] = _interval(baseline, float(low), float(high), diff, float(p), sign, m, alpha)
     standings = []
     for name, (passed, failed) in runs.items():
         med = stats.median(passed) if passed else math.nan
-        to_base = None
-        if base_ok and name in eligible and baseline is not None:
-            if name == baseline:
-                to_base = BaselineRatio(baseline, 1.0, 1.0, 1.0, 1 - alpha)
+        if name not in statuses:
+            if failed:
+                why = f"{failed} of {len(passed) + failed} runs failed"
+            elif passed and min(passed) <= 0:
+                why = "a run measured <= 0, which has no ratio"
             else:
-                bv = runs[baseline][0]
-                low, high = stats.bootstrap_ratio_ci(bv, passed, confidence=1 - alpha, resamples=resamples, seed=seed)
-                to_base = BaselineRatio(baseline, stats.ratio_of_medians(bv, passed), low, high, 1 - alpha)
-        if name not in eligible:
-            why = f"{failed} of {len(passed) + failed} runs failed" if failed else f"{len(passed)} runs"
-            why += f" (at least {min_samples} passed runs and no failed one needed)"
-            standings.append(Standing(name, "not enough data", len(passed), failed, med, why, None, math.nan, to_base))
-        elif name == best:
-            why = f"best median of {len(eligible)} configurations with enough data"
-            standings.append(Standing(name, "best", len(passed), 0, med, why, None, math.nan, to_base))
+                why = f"{len(passed)} runs"
+            why += f" (at least {min_samples} passed runs, none failed, needed)"
+            standings.append(Standing(name, "not enough data", len(passed), failed, med, why, None, to_base.get(name)))
+            continue
+        status, a = statuses[name], against[name]
+        if name == leader:
+            why = f"the best geometric mean of {len(eligible)} configurations with enough data"
         else:
-            c = stats.decide(against[name], p_holm[name], alpha=alpha)
-            status = "worse" if c.verdict == "slower" else "tied"
             why = (
-                f"{c.ratio:.3f}x the best [{c.ci_low:.3f}, {c.ci_high:.3f}], {c.test} p = {c.p_value:.3g}, "
-                f"Holm p = {p_holm[name]:.3g} over {m} comparisons: "
-                + ("significantly worse" if status == "worse" else "not distinguishable from the best")
+                f"{a.ratio:.3f}x the leader [{a.ci_low:.3f}, {a.ci_high:.3f}] "
+                f"({_pct_text(a.confidence)} each, {m} intervals at {_pct_text(1 - alpha)} together), "
+                f"Welch p = {a.p_value:.3g}: {status}"
             )
-            standings.append(Standing(name, status, len(passed), 0, med, why, c, p_holm[name], to_base))
-    return GroupAnswer(direction, alpha, baseline, best, len(names), test_alpha, tuple(standings))
+        standings.append(Standing(name, status, len(passed), failed, med, why, a, to_base.get(name)))
+    return GroupAnswer(direction, alpha, delta, baseline, leader, m, tuple(standings))
 
 
-# ----------------------------------------------------------------------------------- equivalence
+def _pct_text(fraction: float) -> str:
+    return f"{float(f'{fraction * 100:.4g}'):g} %"
 
 
-# ----------------------------------------------------------------------------------- the repeats still needed
-
-
-# ----------------------------------------------------------------------------------- racing
+# ----------------------------------------------------------------------------------- a report row
 
 
 @dataclass(frozen=True)
 class Ranked:
-    """One entry of a report row, placed against the row's best median."""
+    """One entry of a report row, placed against the row's leader."""
 
     median: float
     spread: str  # " ±5%" (half the range, relative to the median), "" for one run
-    ratio: float  # how many times worse than the best median (1.0 for the best)
-    mark: str  # "best": separated from every other entry; "tied": not separated from the best; ""
+    ratio: float  # how many times worse than the row's best median (1.0 for that one)
+    mark: str  # the entry's status (STATUSES but "not enough data"), or "" when nothing was decided
 
 
 def rank(entries: dict[str, list[float] | str], direction: str) -> dict[str, Ranked]:
-    """The entries that have values, each placed against the best median. The best, and which entries
-    are separated from it, are the answer's (compare_group: Holm-adjusted across the entries'
-    comparisons with the best); an entry it does not call worse is "tied" with the best, and so is
-    the best then. With too few runs for any decision, the best median leads and everything ties."""
+    """The entries that have values, each placed against the leader with the answer's words
+    (``compare_group`` over the row's entries). With too little data for any decision, the best
+    median leads and nothing is marked."""
     values = {col: v for col, v in entries.items() if isinstance(v, list) and v}
     if not values:
         return {}
     medians = {col: statistics.median(v) for col, v in values.items()}
     pick = min if direction == "lower" else max
     answer = compare_group(values, direction)
-    leader = answer.best or pick(medians, key=lambda col: medians[col])
-    best = medians[leader]
-    tied = {col for col in values if col != leader and col not in answer.worse}
+    best = medians[pick(medians, key=lambda col: medians[col])]  # the times shown are of medians
+    compared = len(values) - len(answer.with_status("not enough data"))  # fewer than 2: nothing to mark
     out = {}
     for col, vals in values.items():
         med = medians[col]
         spread = f" ±{100 * (max(vals) - min(vals)) / 2 / med:.0f}%" if len(vals) > 1 and med else ""
-        ratio = _times_worse(med, best, direction)
-        if col == leader:
-            mark = "tied" if tied else "best" if len(values) > 1 else ""
-        else:
-            mark = "tied" if col in tied else ""
-        out[col] = Ranked(med, spread, 1.0 if col == leader else ratio, mark)
+        status = answer.standing(col).status
+        mark = "" if status == "not enough data" or compared < 2 else status
+        out[col] = Ranked(med, spread, _times_worse(med, best, direction), mark)
     return out
 
 

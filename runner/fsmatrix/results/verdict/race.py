@@ -9,7 +9,7 @@ planned maximum of R rounds and a minimum of r0 repeats (>= ``MIN_SAMPLES``):
   *retired* when it is significantly worse than the best by more than δ — a one-sided test of the
   null hypothesis "j is at most δ worse" (on logs, in the metric's direction: H0: μj - μbest <=
   ln(1+δ)), Welch's t-test on logs shifted by ln(1+δ), or Mann-Whitney on them when the test
-  choice at the adjusted level allows it — and *tied* when TOST shows it equivalent to the best
+  choice at the adjusted level allows it — and *equivalent* when TOST shows it within ±δ of the best
   within ±δ; otherwise kept. A retired cell never comes back (the caller passes the retired set;
   it is returned unchanged plus the new ones).
 
@@ -66,7 +66,7 @@ from fsmatrix.results.verdict import stats
 from fsmatrix.results.verdict.equivalence import _welch_one_sided, tost
 from fsmatrix.results.verdict.groups import DELTA, Values, _better, _check_direction, split_runs
 
-ACTIONS = ("keep", "retire", "tied")
+ACTIONS = ("keep", "retire", "equivalent")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class CellDecision:
     n: int  # passed runs
     ratio: float  # median ratio to the current best (this / best), nan when not compared
     p_retire: float  # one-sided p of "worse than the best by more than δ", nan when not tested
-    p_tied: float  # TOST p against the best, nan when not tested
+    p_equivalent: float  # TOST p against the best, nan when not tested
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class RaceStep:
 
     @property
     def finished(self) -> bool:
-        """The race is over: the last round, or every cell left is the best or tied with it."""
+        """The race is over: the last round, or every cell left is the best or equivalent to it."""
         if self.after_round >= self.max_rounds:
             return True
         return self.best is not None and all(d.action != "keep" for d in self.decisions if d.cell != self.best)
@@ -201,8 +201,8 @@ def race_step(
     runs = {cell: split_runs(values) for cell, values in samples.items()}
 
     def record(cell: str, action: str, reason: str, figures: tuple[float, float, float] | None = None) -> CellDecision:
-        ratio, p_retire, p_tied = figures or (math.nan, math.nan, math.nan)
-        return CellDecision(cell, action, reason, len(runs[cell][0]), ratio, p_retire, p_tied)
+        ratio, p_retire, p_equivalent = figures or (math.nan, math.nan, math.nan)
+        return CellDecision(cell, action, reason, len(runs[cell][0]), ratio, p_retire, p_equivalent)
 
     if after_round < min_repeats:
         early = tuple(
@@ -241,20 +241,20 @@ def race_step(
             values = runs[cell][0]
             ratio = stats.ratio_of_medians(runs[best][0], values)
             p_retire, test = _retire_p(best_bad, sign * np.log(values), bound, level)
-            p_tied = tost(runs[best][0], values, delta).p_value
+            p_equivalent = tost(runs[best][0], values, delta).p_value
             text = (
                 f"{ratio:.3f}x the best, p = {p_retire:.2g} ({test}) for worse by more than {delta:.0%}, "
-                f"TOST p = {p_tied:.2g}, α' = {level:.2g}: "
+                f"TOST p = {p_equivalent:.2g}, α' = {level:.2g}: "
             )
-            if p_retire < level and p_tied < level:
+            if p_retire < level and p_equivalent < level:
                 action, text = "keep", text + "conflicting tests, no decision"
             elif p_retire < level:
                 action, text = "retire", text + f"significantly worse by more than {delta:.0%}"
-            elif p_tied < level:
-                action, text = "tied", text + f"equivalent to the best within ±{delta:.0%}"
+            elif p_equivalent < level:
+                action, text = "equivalent", text + f"equivalent to the best within ±{delta:.0%}"
             else:
                 action, text = "keep", text + "not decided yet"
-            decided[cell] = record(cell, action, text, (ratio, p_retire, p_tied))
+            decided[cell] = record(cell, action, text, (ratio, p_retire, p_equivalent))
     decisions = tuple(decided[c] for c in samples)
     now_retired = before | {d.cell for d in decisions if d.action == "retire"}
     return RaceStep(after_round, max_rounds, best, level, decisions, frozenset(now_retired))

@@ -1,17 +1,15 @@
 """Speed verdicts (a group without a crash block), on the workload's primary metric in its declared
-direction: the best, the configurations not separated from it, the clearly worse, and why.
+direction: the best, the equivalent, the not separated, the worse, and why.
 
-``groups.compare_group`` decides (the best median; each other configuration compared with it,
-Holm-adjusted; tied = not "slower" after the correction) and each configuration's ratio to the
-baseline comes with its 95 % bootstrap interval. A best with no tie is *fastest*; a best with ties is
-not: the tied ones are named together, in the group's order, never ranked. Each configuration's
-regime (the sampler's class of most of its runs); when every configuration was CPU-bound and the
-group compares storage, the answer says the disks were not the bottleneck. The secondary metrics
-(``SECONDARY``) whose medians differ most between the best and the baseline (else the clearly worse
-one furthest behind), by |ln ratio|, at most ``MAX_WHY`` and only those that differ by
-``MIN_WHY_CHANGE`` or more. Still open (``power.still_open``): each tied pair is "equivalent within
-±δ" (TOST, Holm across the group's tied pairs) or gets n*, the runs per configuration that would
-detect δ with 80 % power.
+``groups.compare_group`` decides (the leader: the best geometric mean; every claim read off the
+group's intervals, which hold together at 1 - α) — or, for a group the run raced, the race's
+decisions (``raced.py``). Each configuration's ratio to the baseline and to the leader comes with
+its interval. Each configuration's regime (the sampler's class of most of its runs); when every
+configuration was CPU-bound and the group compares storage, the answer says the disks were not the
+bottleneck. The secondary metrics (``SECONDARY``) whose medians differ most between the best and
+the baseline (else the worse one furthest behind), by |ln ratio|, at most ``MAX_WHY`` and only
+those that differ by ``MIN_WHY_CHANGE`` or more. To settle (``power.still_open``): for each pair not
+separated, the runs per configuration that would settle it within ±δ.
 """
 
 from __future__ import annotations
@@ -33,7 +31,8 @@ from fsmatrix.results.verdict.configurations import (
     _regime_sentence,
 )
 from fsmatrix.results.verdict.crash import _unsafe_reason
-from fsmatrix.results.verdict.words import _and, _cap, _join, _pct, _plain
+from fsmatrix.results.verdict.raced import RacedGroup
+from fsmatrix.results.verdict.words import _and, _join, _pct, _plain
 
 MAX_WHY = 3  # secondary metrics named as the reason, at most
 
@@ -137,6 +136,16 @@ def _ratio_phrase(ratio: Ratio, base: str, words: str, direction: str) -> str:
     return f"takes {text}" if direction == "lower" else text
 
 
+def _ratio(i: groups.Interval | None) -> Ratio | None:
+    return None if i is None else Ratio(i.ratio, i.ci_low, i.ci_high, i.confidence, i.family)
+
+
+def _listed(names: Sequence[str], by_config: Mapping[str, Configuration]) -> str:
+    """ "a 1.53× [1.25, 1.75], b 2.10× [...]": each one against the leader."""
+    parts = [f"{n} {r.text()}" if (r := by_config[n].to_leader) is not None else n for n in names]
+    return _join(parts, names)
+
+
 def _speed_group(
     key: str,
     members: list[_Cell],
@@ -148,6 +157,7 @@ def _speed_group(
     alpha: float,
     draws: int,
     seed: int,
+    raced: RacedGroup | None = None,
 ) -> GroupResult:
     kind = str(members[0].docs[0].workload)
     label = members[0].group_label
@@ -159,7 +169,7 @@ def _speed_group(
     base = name_of[base_cell.id]
     reg = _regime(members, names)
     values = {name_of[c.id]: _values(c, metric) for c in members} if metric else {}
-    ga = groups.compare_group(values, direction, baseline=base, alpha=alpha, seed=seed) if metric else None
+    ga = groups.compare_group(values, direction, baseline=base, alpha=alpha, delta=delta) if metric else None
     unsafe = {
         name_of[c.id]: unsafe_elsewhere[_fingerprint(c.flat)]
         for c in members
@@ -170,42 +180,49 @@ def _speed_group(
         name = name_of[c.id]
         s = ga.standing(name) if ga else None
         passed = metrics.metric_values(c.docs, metric) if metric else []
-        ratio = None
-        if s is not None and s.to_baseline is not None:
-            tb = s.to_baseline
-            ratio = Ratio(tb.ratio, tb.ci_low, tb.ci_high, tb.confidence)
+        status, reason, decided_by = (s.status, s.reason, "intervals") if s else ("not enough data", "no metric", "")
+        if raced is not None and c.id in raced.cells:
+            r = raced.cells[c.id]
+            status, reason, decided_by = r.status, f"after round {r.round}: {r.reason}", "race"
         configs.append(
             Configuration(
                 name=name,
                 cell=c.id,
                 settings=names[c.id][1],
-                status=s.status if s else "not enough data",
+                status=status,
                 runs=len(passed),
                 failed=sum(1 for d in c.docs if d.status != "skipped") - len(passed),
                 median=stats.median(passed) if passed else None,
-                to_baseline=ratio,
-                p_holm=None if s is None or math.isnan(s.p_holm) else s.p_holm,
-                test=s.against_best.test if s is not None and s.against_best is not None else None,
+                to_baseline=_ratio(s.to_baseline) if s else None,
+                to_leader=_ratio(s.against_leader) if s and ga and name != ga.leader else None,
+                decided_by=decided_by,
+                reason=reason,
                 regime=reg.by_configuration[name],
                 unsafe=name in unsafe,
             )
         )
     by_config = {c.name: c for c in configs}
-    leader = ga.best if ga else None
-    tied_with = ga.tied if ga else ()
-    worse = ga.worse if ga else ()
-    lacking = ga.with_status("not enough data") if ga else tuple(by_config)
+    of_status = {st: tuple(c.name for c in configs if c.status == st) for st in (*groups.STATUSES,)}
+    leader = ga.leader if ga else None
+    if raced is not None:
+        leader = next((c.name for c in configs if c.status == "best"), None) or next(
+            (c.name for c in configs if c.status == "not separated" and c.name == leader), leader
+        )
+    worse, equivalent, lacking = of_status["worse"], of_status["equivalent"], of_status["not enough data"]
+    open_ = of_status["not separated"]
+    eligible = [c for c in configs if c.status != "not enough data"]
     details: list[str] = []
-    fastest = None
-    tied: tuple[str, ...] = ()
+    best: str | None = None
+    runs = _runs_text([c.runs for c in eligible] or [0])
+    than = f" than {leader}" if leader else ""
     if leader is None:
         verdict = "not enough data"
         why_not = "; ".join(f"{c.name}: {c.runs} of {c.runs + c.failed} runs passed" for c in configs)
         headline = (
-            f"Not enough data to answer: no configuration has at least {stats.MIN_SAMPLES} passed runs and no "
-            f"failed one ({why_not})."
+            f"Not enough data to answer: no configuration has at least {stats.MIN_SAMPLES} passed runs, no "
+            f"failed one and no value <= 0 ({why_not})."
         )
-    elif not tied_with and not worse:
+    elif len(eligible) == 1:
         verdict = "single"
         only = by_config[leader]
         figures = f"median {words} {_num(only.median or math.nan)}, {only.runs} runs"
@@ -213,48 +230,44 @@ def _speed_group(
             headline = f"Only one configuration ({only.name}): nothing to compare; {figures}."
         else:
             headline = f"Only {only.name} has enough data: nothing to compare it with; {figures}."
-    elif tied_with:
-        verdict = "tie"
-        tied = tuple(n for n in by_config if n == leader or n in tied_with)
-        runs = _runs_text([by_config[n].runs for n in tied])
-        headline = (
-            f"No single fastest: {_and(tied)} are tied on {words} (the test cannot tell them apart after "
-            f"Holm's correction), {runs}."
-        )
-        ratios = [f"{n} {r.text()}" for n in tied if n != base and (r := by_config[n].to_baseline) is not None]
-        if ratios:
-            details.append(f"{_cap(words)} relative to {base}: {_join(ratios, tied)}.")
+    elif open_:
+        verdict = "not separated"
+        still_text = _settle_text(ga, values, open_, draws, seed) if ga is not None and raced is None else ""
+        headline = f"No single best: {_and(open_)} are not separated on {words}, {runs}{still_text}."
+        others = [n for n in open_ if n != leader]
+        if others:
+            details.append(f"Not separated from {leader} ({words}, × {leader}'s): {_listed(others, by_config)}.")
+    elif not worse:
+        verdict = "equivalent"
+        headline = f"{_and([c.name for c in eligible])} are equivalent within ±{_pct(delta)} on {words}, {runs}."
+        listed = _listed([n for n in equivalent if n != leader], by_config)
+        details.append(f"Equivalent within ±{_pct(delta)} to {leader} ({words}, × {leader}'s): {listed}.")
     else:
-        verdict = "fastest"
-        fastest = leader
-        best = by_config[leader]
-        others = [by_config[n] for n in by_config if n != leader and by_config[n].status != "not enough data"]
-        runs = _runs_text([best.runs, *(o.runs for o in others)])
-        if leader == base:
-            than = "every other configuration" + (" with enough data" if lacking else "")
-            headline = f"{leader} (the baseline) is fastest, better on {words} than {than}, {runs}."
-        elif best.to_baseline is not None:
-            headline = f"{leader} is fastest: {_ratio_phrase(best.to_baseline, base, words, direction)}, {runs}."
+        verdict = "best"
+        best = leader
+        lead = by_config[leader]
+        if leader == base or lead.to_baseline is None:
+            headline = f"{leader}{' (the baseline)' if leader == base else ''} is best on {words}, {runs}."
         else:
-            headline = f"{leader} is fastest, {runs}; no ratio to the baseline {base}: it has not enough data."
-    answered = (fastest,) if fastest else tied
+            headline = f"{leader} is best: {_ratio_phrase(lead.to_baseline, base, words, direction)}, {runs}."
+        if equivalent:
+            listed = _listed(equivalent, by_config)
+            details.append(f"Equivalent within ±{_pct(delta)} to {leader} ({words}, × {leader}'s): {listed}.")
+    answered = (
+        (best,) if best else open_ if open_ else tuple(c.name for c in eligible) if verdict == "equivalent" else ()
+    )
     for name in (n for n in answered if n in unsafe):
         group_label, v = unsafe[name]
         headline += f" But {name} is UNSAFE: {_unsafe_reason(v)} in {group_label}; not the answer, whatever its speed."
-    if worse:
-        parts = []
-        for n in worse:
-            r = by_config[n].to_baseline
-            if n == base:
-                parts.append(f"{n} (the baseline)")
-            elif r is not None:
-                parts.append(f"{n} {r.text()}")
-            else:
-                parts.append(n)
-        relative = "" if all(n == base for n in worse) else f" ({words} relative to {base})"
-        details.append(f"Clearly worse{relative}: {_join(parts, worse)}.")
-    if lacking and ga is not None and leader is not None:
-        details.append("Not enough data: " + "; ".join(f"{n} ({ga.standing(n).reason})" for n in lacking) + ".")
+    if worse and leader is not None:
+        details.append(f"Worse{than} ({words}, × {leader}'s): {_listed(worse, by_config)}.")
+    if raced is not None:
+        details.append(raced.rule)
+        for conf in configs:
+            if conf.decided_by == "race" and conf.status in ("worse", "equivalent"):
+                details.append(f"{conf.name}: {conf.status} {conf.reason}.")
+    if lacking and leader is not None:
+        details.append("Not enough data: " + "; ".join(f"{n} ({by_config[n].reason})" for n in lacking) + ".")
     for name, (group_label, v) in unsafe.items():
         if name not in answered:
             details.append(f"UNSAFE: {name}: {_unsafe_reason(v)} in {group_label}; not an answer, whatever its speed.")
@@ -263,42 +276,32 @@ def _speed_group(
     if regime_text:
         details.append(regime_text)
     why = None
-    if leader is not None and metric is not None and len(members) > 1:
+    if leader is not None and metric is not None and len(eligible) > 1:
         pair: tuple[str, str] | None = None
-        if verdict == "fastest":
+        if verdict in ("best", "equivalent"):
             if leader != base and by_config[base].status != "not enough data":
                 pair = (leader, base)
             elif worse:
                 pair = (leader, _furthest(worse, by_config))
-        elif verdict == "tie" and worse:
-            pair = (base if base in tied else tied[0], _furthest(worse, by_config))
+        elif worse:
+            pair = (base if base in open_ else open_[0], _furthest(worse, by_config))
         if pair:
             why = _why(by_name[pair[0]], by_name[pair[1]], names, metric)
             why_text = _why_sentence(why)
             if why_text:
                 details.append(why_text)
     still: tuple[Open, ...] = ()
-    if ga is not None and ga.tied:
-        pairs = power.still_open(ga, values, delta=delta, draws=draws, seed=seed)
+    if ga is not None and open_ and raced is None:
         order = list(by_config)
         opened = []
-        for p in pairs:
-            a, b = sorted((p.config, p.best), key=order.index)
-            opened.append(
-                Open(
-                    (a, b),
-                    p.sigma,
-                    p.equivalence.equivalent,
-                    p.p_holm,
-                    p.repeats_needed,
-                    (by_config[a].runs, by_config[b].runs),
-                    _open_advice(p, by_config[a].runs, by_config[b].runs),
-                )
-            )
+        for p in power.still_open(ga, values, draws=draws, seed=seed):
+            a, b = sorted((p.config, p.leader), key=order.index)
+            ra, rb = by_config[a].runs, by_config[b].runs
+            opened.append(Open((a, b), p.sigma, p.repeats_needed, (ra, rb), _open_advice(p, ra, rb, delta)))
         still = tuple(opened)
         if still:
             details.append(
-                "Still open: "
+                "To settle: "
                 + "; ".join(f"{o.configurations[0]} vs {o.configurations[1]}: {o.advice}" for o in still)
                 + "."
             )
@@ -314,19 +317,33 @@ def _speed_group(
         baseline_cell=base_cell.id,
         baseline_rule=rule,
         verdict=verdict,
-        fastest=fastest,
+        best=best,
         leader=leader,
-        tied=tied,
-        worse=tuple(worse),
-        not_enough_data=tuple(lacking),
+        equivalent=equivalent,
+        not_separated=open_,
+        worse=worse,
+        not_enough_data=lacking,
         configurations=tuple(configs),
         regime=reg,
         why=why,
         crash=(),
         still_open=still,
+        race=raced.rule if raced is not None else None,
         headline=headline,
         details=tuple(details),
     )
+
+
+def _settle_text(
+    ga: groups.GroupAnswer, values: Mapping[str, groups.Values], open_: Sequence[str], draws: int, seed: int
+) -> str:
+    """ "; 7 runs per configuration would settle ±5 %": the most any open pair needs."""
+    needed = [p.repeats_needed for p in power.still_open(ga, values, draws=draws, seed=seed)]
+    if not needed:
+        return ""
+    if any(n is None for n in needed):
+        return f"; more than {power.N_MAX} runs per configuration would be needed to settle ±{_pct(ga.delta)}"
+    return f"; {max(n for n in needed if n is not None)} runs per configuration would settle ±{_pct(ga.delta)}"
 
 
 def _furthest(names: Sequence[str], by_config: Mapping[str, Configuration]) -> str:
@@ -339,17 +356,14 @@ def _furthest(names: Sequence[str], by_config: Mapping[str, Configuration]) -> s
     return max(names, key=distance)
 
 
-def _open_advice(p: power.OpenPair, runs_a: int, runs_b: int) -> str:
+def _open_advice(p: power.OpenPair, runs_a: int, runs_b: int, delta: float) -> str:
     now = f"{runs_a} each now" if runs_a == runs_b else f"{runs_a} and {runs_b} now"
-    if p.equivalence.equivalent:
-        return f"equivalent within ±{_pct(p.equivalence.delta)} (TOST, Holm p = {p.p_holm:.2g})"
     sigma = f"σ of the logs {_pct(p.sigma, 2)}"
     if p.repeats_needed is None:
         return (
-            f"more than {power.N_MAX} runs per configuration would be needed to detect "
-            f"{_pct(p.equivalence.delta)} with {_pct(power.TARGET_POWER)} power ({sigma}; {now})"
+            f"more than {power.N_MAX} runs per configuration would be needed to settle ±{_pct(delta)} ({sigma}; {now})"
         )
     return (
-        f"{p.repeats_needed} runs per configuration would detect {_pct(p.equivalence.delta)} with "
-        f"{_pct(power.TARGET_POWER)} power ({sigma}; {now})"
+        f"{p.repeats_needed} runs per configuration would settle ±{_pct(delta)}: equivalent if equal, separated if "
+        f"{_pct(delta)} apart, {_pct(power.TARGET)} of the time each ({sigma}; {now})"
     )

@@ -1,0 +1,102 @@
+"""``fsmatrix history``: a store's series over time, their change points (Apache Otava, in a virtualenv
+of its own) and what changed at each (docs/history.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fsmatrix.backends import image
+from fsmatrix.cli._common import echo_err, writable_directory
+from fsmatrix.cli.results import _RESULTS_OPTION, STORE_OPTION
+from fsmatrix.results import store
+from fsmatrix.results.render import history as history_text
+from fsmatrix.results.render import trends
+from fsmatrix.results.store import database, otava
+from fsmatrix.results.store import history as stored_history
+from fsmatrix.results.store import url as store_urls
+from fsmatrix.results.verdict import gate
+from fsmatrix.results.verdict import history as decide
+
+
+def otava_venv() -> Path:
+    return image.cache_root() / otava.VENV_NAME
+
+
+@click.command("history")
+@STORE_OPTION
+@_RESULTS_OPTION
+@click.option("--only", "only", multiple=True, help="Cells whose id matches this glob (repeatable, or comma list).")
+@click.option("--since", default=None, metavar="DATE", help="Runs started on or after DATE (YYYY-MM-DD[THH:MM], UTC).")
+@click.option("--metric", default=None, metavar="NAME", help="This key metric only (default: every key metric).")
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=otava.MAX_PVALUE,
+    show_default=True,
+    help="Otava's significance threshold: a change point's t-test p-value at most this.",
+)
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@click.option(
+    "--html",
+    "html_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write trend pages (one per comparison group) into this directory.",
+)
+@click.option(
+    "--fail-over",
+    "fail_over",
+    default=None,
+    metavar="THRESHOLD",
+    help="Exit 1 when a change point made its metric worse by more than THRESHOLD (e.g. 10%).",
+)
+@click.option("--install-otava", is_flag=True, help="Only make Otava's virtualenv (once; `make deps` does) and exit.")
+def history(
+    store_url: str | None,
+    results_root: Path,
+    only: tuple[str, ...],
+    since: str | None,
+    metric: str | None,
+    threshold: float,
+    fmt: str,
+    html_dir: Path | None,
+    fail_over: str | None,
+    install_otava: bool,
+) -> None:
+    """Each cell's key metrics over time in the store, their change points and what changed at each
+    (the commit, the build's settings, the cell's parameters, kernel, image, tool versions, host)."""
+    if install_otava:
+        click.echo(otava.ensure(otava_venv(), echo_err))
+        return
+    after = store.parse_since(since) if since else None  # bad input before anything is opened
+    limit = gate.parse_threshold(fail_over) if fail_over is not None else None
+    if html_dir is not None:
+        writable_directory(html_dir, "--html")
+    url = store_urls.resolve(store_url, results_root)
+    with database.Store.open(url) as opened:
+        series = stored_history.load_series(opened, since=after, only=only, metric=metric)
+    python = otava.ensure(otava_venv(), echo_err)
+    version, found = otava.detect(python, [s.values for s in series], max_pvalue=threshold)
+    histories = [decide.history(s, [(f.index, f.p) for f in points]) for s, points in zip(series, found, strict=True)]
+    detector = f"Apache Otava {version}"
+    if fmt == "json":
+        click.echo(json.dumps(history_text.to_json(histories, detector=detector, threshold=threshold), indent=1))
+    else:
+        click.echo(history_text.markdown(histories, shown=url.shown, detector=detector, threshold=threshold), nl=False)
+    if html_dir is not None:
+        index = trends.write_pages(histories, html_dir, title=f"History of {url.shown}")
+        echo_err(f"trend pages: {index.resolve()}")
+    if limit is not None:
+        worse = [
+            (h, cp) for h in histories for cp in h.change_points if decide.worse_than(cp, h.series.direction, limit)
+        ]
+        if worse:
+            for h, cp in worse:
+                echo_err(
+                    f"change point worse by more than {fail_over}: {h.series.cell_id} {h.series.metric} at {cp.time} "
+                    f"{history_text.ratio_text(cp)}: {history_text.changed_text(cp)}"
+                )
+            raise SystemExit(1)
