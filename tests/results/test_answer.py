@@ -504,7 +504,7 @@ def test_the_html_page_opens_with_the_answer_then_forest_plots_then_the_details(
     h2 = [text for tag, text in events if tag == "h2"]
     assert h2[:3] == ["The answer", "Ratio to the baseline", "Environment"]
     assert events[0] == ("section", "answer")
-    forest = [text for tag, text in events if tag == "figcaption" and "bootstrap interval" in text]
+    forest = [text for tag, text in events if tag == "figcaption" and "ratio of geometric means" in text]
     assert len(forest) == 2  # one per group
     details = events.index(("details", "details"))
     assert events.index(("h2", "Environment")) > details > max(events.index(("figcaption", f)) for f in forest)

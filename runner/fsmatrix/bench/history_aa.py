@@ -91,25 +91,26 @@ def measure(histories: int, sittings: int, runs: int, workdir: Path) -> dict[str
     }
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def markdown(measured: dict[str, Any]) -> str:
     lines = [
-        f"{doc['date']}, commit {doc['commit']}, load {doc['load_before']} before, {doc['load_after']} after",
+        f"{measured['date']}, commit {measured['commit']}, "
+        f"load {measured['load_before']} before, {measured['load_after']} after",
         "",
         "| history | points | elapsed s: median (min..max) | change points (attributed) | where: index ×ratio p |",
         "|---|---|---|---|---|",
     ]
-    for r in doc["histories"]:
+    for r in measured["histories"]:
         where = "; ".join(f"{c['index']} ×{c['ratio']:.3f} p {c['p']:.2g}" for c in r["found"]) or "-"
         lines.append(
             f"| {r['history']} | {r['points']} | {r['median_s']:.2f} ({r['min_s']:.2f}..{r['max_s']:.2f}) | "
             f"{r['change_points']} ({r['attributed']}) | {where} |"
         )
-    low, high = doc["interval"]
+    low, high = measured["interval"]
     lines += [
         "",
-        f"histories with a change point: {doc['with_a_change_point']} of {len(doc['histories'])} "
+        f"histories with a change point: {measured['with_a_change_point']} of {len(measured['histories'])} "
         f"(95 % CI {100 * low:.0f}–{100 * high:.0f} %); change points per history: "
-        f"{doc['change_points_per_history']:.2f}",
+        f"{measured['change_points_per_history']:.2f}",
     ]
     return "\n".join(lines) + "\n"
 
