@@ -18,6 +18,7 @@ BENCH = [sys.executable, "-m", "fsmatrix.bench.history_aa"]
 
 @needs_root
 @pytest.mark.system
+@pytest.mark.slow  # 6 real runs, about 1.5 min: `make test-slow`
 def test_a_tiny_aa_history(tmp_path: Path) -> None:
     args = ["--histories", "1", "--sittings", "2", "--runs", "3", "--workdir", str(tmp_path / "w"), "--format", "json"]
     done = subprocess.run([*BENCH, *args], capture_output=True, text=True, timeout=1200)
