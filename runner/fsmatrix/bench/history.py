@@ -99,10 +99,6 @@ def markdown(measured: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def main(argv: list[str] | None = None) -> int:
     interrupt_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m fsmatrix.bench.history", description=__doc__.splitlines()[0])
@@ -121,14 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         measured: dict[str, Any] = {
             "date": datetime.now(UTC).isoformat(timespec="minutes"),
             "commit": bench_results.this_commit(),
-            "load_before": _load(),
+            "load_before": bench_results.load_average(),
             "repeats": args.repeats,
         }
         measured["workloads"] = {
             f"1 series of {args.points:,}": measure(long_series, python, args.repeats),
             f"{args.series:,} series of {args.series_points:,}": measure(many, python, args.repeats),
         }
-        measured["load_after"] = _load()
+        measured["load_after"] = bench_results.load_average()
         print(
             json.dumps(measured, indent=1) if args.format == "json" else markdown(measured),
             end="\n" if args.format == "json" else "",

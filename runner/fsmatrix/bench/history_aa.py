@@ -37,10 +37,6 @@ MATRIX = (
 )
 
 
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def _fsmatrix(*args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "fsmatrix", *args], capture_output=True, text=True, check=False, env=dict(os.environ)
@@ -52,7 +48,7 @@ def _fsmatrix(*args: str) -> str:
 
 def measure(histories: int, sittings: int, runs: int, workdir: Path) -> dict[str, Any]:
     meta = {"date": datetime.now(UTC).isoformat(timespec="minutes"), "commit": bench_results.this_commit()}
-    meta["load_before"] = _load()
+    meta["load_before"] = bench_results.load_average()
     with tempfile.TemporaryDirectory(prefix="fsmatrix-bench-aa-") as tmp:
         plan = Path(tmp) / "aa.yaml"
         plan.write_text(MATRIX)
@@ -79,7 +75,7 @@ def measure(histories: int, sittings: int, runs: int, workdir: Path) -> dict[str
                 "attributed": sum(1 for c in cps if c["changed"]),
                 "found": [{"index": c["index"], "ratio": c["ratio"], "p": c["p"]} for c in cps],
             })  # fmt: skip
-    meta["load_after"] = _load()
+    meta["load_after"] = bench_results.load_average()
     alarmed = sum(1 for r in rows if r["change_points"])
     low, high = stats.clopper_pearson(alarmed, len(rows))
     return {

@@ -401,6 +401,11 @@ def extract_runner(sha: str, into: Path) -> Path:
     return into / "runner"
 
 
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages, as every benchmark records them before and after."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def this_commit() -> str:
     git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     status = subprocess.run(

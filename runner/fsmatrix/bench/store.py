@@ -29,7 +29,6 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from fsmatrix.bench import results as bench_results
@@ -142,10 +141,6 @@ def markdown(measured: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def main(argv: list[str] | None = None) -> int:
     interrupt_on_sigterm()
     parser = argparse.ArgumentParser(prog="python -m fsmatrix.bench.store", description=__doc__.splitlines()[0])
@@ -165,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = {
             "date": datetime.now(UTC).isoformat(timespec="minutes"),
             "commit": bench_results.this_commit(),
-            "load_before": _load(),
+            "load_before": bench_results.load_average(),
         }
         figures = []
         with tempfile.TemporaryDirectory(prefix="fsmatrix-bench-store-") as tmp:
@@ -174,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             if "postgresql" in kinds:
                 with postgresql(args.postgresql) as url:
                     figures.append(measure(url, made, args.lookups))
-        meta["load_after"] = _load()
+        meta["load_after"] = bench_results.load_average()
         doc = to_json(figures, meta)
         print(
             json.dumps(doc, indent=1) if args.format == "json" else markdown(doc),

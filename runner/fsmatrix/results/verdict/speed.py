@@ -213,6 +213,8 @@ def _speed_group(
     eligible = [c for c in configs if c.status != "not enough data"]
     details: list[str] = []
     best: str | None = None
+    # The pairs not separated and the runs that would settle each: the headline's count and "To settle".
+    pairs = power.still_open(ga, values, draws=draws, seed=seed) if ga is not None and open_ and raced is None else ()
     runs = _runs_text([c.runs for c in eligible] or [0])
     than = f" than {leader}" if leader else ""
     if leader is None:
@@ -232,8 +234,7 @@ def _speed_group(
             headline = f"Only {only.name} has enough data: nothing to compare it with; {figures}."
     elif open_:
         verdict = "not separated"
-        still_text = _settle_text(ga, values, open_, draws, seed) if ga is not None and raced is None else ""
-        headline = f"No single best: {_and(open_)} are not separated on {words}, {runs}{still_text}."
+        headline = f"No single best: {_and(open_)} are not separated on {words}, {runs}{_settle_text(pairs, delta)}."
         others = [n for n in open_ if n != leader]
         if others:
             details.append(f"Not separated from {leader} ({words}, × {leader}'s): {_listed(others, by_config)}.")
@@ -291,10 +292,10 @@ def _speed_group(
             if why_text:
                 details.append(why_text)
     still: tuple[Open, ...] = ()
-    if ga is not None and open_ and raced is None:
+    if pairs:
         order = list(by_config)
         opened = []
-        for p in power.still_open(ga, values, draws=draws, seed=seed):
+        for p in pairs:
             a, b = sorted((p.config, p.leader), key=order.index)
             ra, rb = by_config[a].runs, by_config[b].runs
             opened.append(Open((a, b), p.sigma, p.repeats_needed, (ra, rb), _open_advice(p, ra, rb, delta)))
@@ -334,16 +335,14 @@ def _speed_group(
     )
 
 
-def _settle_text(
-    ga: groups.GroupAnswer, values: Mapping[str, groups.Values], open_: Sequence[str], draws: int, seed: int
-) -> str:
+def _settle_text(pairs: Sequence[power.OpenPair], delta: float) -> str:
     """ "; 7 runs per configuration would settle ±5 %": the most any open pair needs."""
-    needed = [p.repeats_needed for p in power.still_open(ga, values, draws=draws, seed=seed)]
+    needed = [p.repeats_needed for p in pairs]
     if not needed:
         return ""
     if any(n is None for n in needed):
-        return f"; more than {power.N_MAX} runs per configuration would be needed to settle ±{_pct(ga.delta)}"
-    return f"; {max(n for n in needed if n is not None)} runs per configuration would settle ±{_pct(ga.delta)}"
+        return f"; more than {power.N_MAX} runs per configuration would be needed to settle ±{_pct(delta)}"
+    return f"; {max(n for n in needed if n is not None)} runs per configuration would settle ±{_pct(delta)}"
 
 
 def _furthest(names: Sequence[str], by_config: Mapping[str, Configuration]) -> str:

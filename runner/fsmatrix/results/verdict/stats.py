@@ -190,10 +190,9 @@ def compare_samples(
 
 def _runs_range(base: list[float], head: list[float]) -> tuple[float, float]:
     """[min HEAD / max BASE, max HEAD / min BASE]: every ratio of one run to another lies inside."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        low = min(head) / max(base) if max(base) > 0 else math.inf
-        high = max(head) / min(base) if min(base) > 0 else math.inf
-    return float(low), float(high)
+    low = min(head) / max(base) if max(base) > 0 else math.inf
+    high = max(head) / min(base) if min(base) > 0 else math.inf
+    return low, high
 
 
 def compare_paired(
