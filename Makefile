@@ -118,16 +118,15 @@ lint: deps
 	packer fmt -check packer/
 	CHECKPOINT_DISABLE=1 packer validate -syntax-only packer/  # full validation: tests/backends/test_image.py
 
-# Two passes: the tests that touch only their own temporary files on two workers (pytest-xdist), then
-# those that share the machine (marked root: loop devices, mounts, cgroups, swap) one at a time
-# (pytest's exit status 5: PYTEST_ARGS chose no test of that pass). `make test` (CI): one process.
+# One pytest on two workers (pytest-xdist, --dist loadgroup): the tests that share the machine (marked
+# root, system or image: loop devices, mounts, cgroups, swap, /var/tmp/fsmatrix, VMs) all on one worker,
+# in turn, while the tests that touch only their own temporary files run beside them (tests/conftest.py).
 CHECK_MARKS := not slow and not image and not system
 check: lint
-	$(BIN)/pytest -n 2 -m "$(CHECK_MARKS) and not root" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/pytest -m "$(CHECK_MARKS) and root" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -n 2 --dist loadgroup -m "$(CHECK_MARKS)" $(PYTEST_ARGS)
 
 test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-act: lint act
 	$(BIN)/pytest -m act $(PYTEST_ARGS)

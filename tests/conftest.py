@@ -86,6 +86,31 @@ def vms_under(directory: Path) -> list[tuple[int, str]]:
 
 
 FSMATRIX = [sys.executable, "-m", "fsmatrix"]
+
+
+def invoke(*args: str, env: Mapping[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
+    """`fsmatrix ARGS` in this process (click's CliRunner), its exit status, stdout and stderr as a
+    subprocess's would be: for tests of what a command says, without a new interpreter's imports each
+    time. A test of the process itself (signals, exit paths, the installed command) runs ``FSMATRIX``.
+    An exception that would have been a traceback is raised here, so the test fails on it. What the
+    command line sets for its process (the SIGTERM handler, a store URL taken from the environment)
+    is put back afterwards."""
+    from click.testing import CliRunner
+
+    from fsmatrix import cli
+    from fsmatrix.results.store import url as store_url
+
+    taken, on_sigterm = list(store_url._taken), signal.getsignal(signal.SIGTERM)
+    try:
+        done = CliRunner().invoke(cli.main, list(args), env=env, catch_exceptions=True)
+    finally:
+        store_url._taken[:] = taken
+        signal.signal(signal.SIGTERM, on_sigterm)
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception
+    return subprocess.CompletedProcess([*FSMATRIX, *args], done.exit_code, done.stdout, done.stderr)
+
+
 IMAGE_TEST_TIMEOUT = 3600  # includes building the guest image when it is not cached
 
 
@@ -117,12 +142,18 @@ needs_root = pytest.mark.root(reason="needs root: losetup, mkfs and mount")
 
 VM_TESTS = Path(__file__).resolve().parent / "vm"
 
+# Tests that share the machine (loop devices, mounts, cgroups, swap, /var/tmp/fsmatrix, VMs): under
+# pytest-xdist's `--dist loadgroup` they all go to one worker, one at a time, while the other workers
+# run the tests that touch only their own temporary files (Makefile: check, test).
+MACHINE_MARKS = ("root", "system", "image")
+MACHINE_GROUP = "machine"
+
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test under tests/vm/ boots a guest: it gets the marker ``image``. A test marked ``image``
     anywhere else is refused: it belongs under tests/vm/. A test marked ``root`` is skipped unless
-    this is root (``make check`` runs those in a serial pass of their own: they share the machine)."""
+    this is root. Tests marked root, system or image share the machine: they run on one worker, in turn."""
     misplaced = []
     for item in items:
         if item.path.is_relative_to(VM_TESTS):
@@ -132,6 +163,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         root = item.get_closest_marker("root")
         if root is not None and os.geteuid() != 0:
             item.add_marker(pytest.mark.skip(reason=root.kwargs.get("reason", "needs root")))
+        if any(item.get_closest_marker(mark) for mark in MACHINE_MARKS):
+            item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
     if misplaced:
         raise pytest.UsageError("tests that boot a guest belong under tests/vm/: " + ", ".join(misplaced))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -18,7 +18,13 @@ from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, RaceSettings
 from fsmatrix.matrix import groups as matrix_groups
 from fsmatrix.results import store
-from fsmatrix.results.verdict import metrics, race, stats
+from fsmatrix.results.verdict import metrics
+
+if TYPE_CHECKING:
+    from fsmatrix.results.verdict.race import RaceStep
+
+# The race's statistics (results.verdict.race and .stats) import scipy, a second of start-up: they are
+# imported where a race begins or looks, so every command that imports runs starts without them.
 
 RACE_FILE = store.RACE_FILE
 RACE_FORMAT = 1
@@ -53,6 +59,8 @@ def race_values(docs: list[store.Result], metric: str) -> list[float | None]:
 
 
 def _new_race(cells: list[MatrixCell], groups: list[RaceGroup], settings: RaceSettings) -> dict[str, Any]:
+    from fsmatrix.results.verdict import stats
+
     return {
         "format_version": RACE_FORMAT,
         "settings": settings.to_dict(),
@@ -99,7 +107,7 @@ def race_look(
     r: int,
     settings: RaceSettings,
     alpha: float,
-) -> tuple[race.RaceStep, dict[str, dict[str, Any]], bool]:
+) -> tuple[RaceStep, dict[str, dict[str, Any]], bool]:
     """One comparison group's look after round ``r`` of a race: ``race.race_step`` on the group's
     ``samples`` (every member's primary-metric values so far, in the group's order), with the cells
     ``left`` records as retired or skipped passed as retired. Returns the step, the cells that leave
@@ -107,6 +115,8 @@ def race_look(
     group is still open (some cell other than the best is undecided and ``r`` is not the last round;
     a closed group's remaining cells leave as "best" or "remained"). Pure: ``left`` is not changed.
     ``fsmatrix run --race`` and the replay benchmark (``fsmatrix.bench.race``) both decide with it."""
+    from fsmatrix.results.verdict import race
+
     members = list(samples)
     out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
     step = race.race_step(

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -45,8 +46,12 @@ from fsmatrix.backends import BACKENDS
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell, shards
 from fsmatrix.results import store
-from fsmatrix.results.render import answer_text, markdown
-from fsmatrix.results.verdict import answer
+
+if TYPE_CHECKING:
+    from fsmatrix.results.verdict import answer
+
+# The report's modules (results.render, .verdict) import scipy and matplotlib, a second of start-up:
+# imported where a report is written, so `fsmatrix run` refuses a bad matrix at once.
 
 COMMANDS = ("sbatch", "squeue", "scancel")  # what submitting, waiting and cancelling take
 SUBMISSION = "submission.json"
@@ -376,6 +381,8 @@ def collect(sub: Submission, results_root: Path | None = None, echo: Callable[[s
             shutil.rmtree(run_dir / cell_id, ignore_errors=True)
     copied, same = store.merge(sources, root)
     echo(f"merged {copied} result documents into {root} ({same} already there)")
+    from fsmatrix.results.render import markdown
+
     path, found = markdown.write_report(run_dir, sub.title)
     return Collected(run_dir=run_dir, report=path, found=found, failed=failed)
 
@@ -383,6 +390,8 @@ def collect(sub: Submission, results_root: Path | None = None, echo: Callable[[s
 def finish(done: Collected, echo: Callable[[str], None]) -> int:
     """The end of a run's output, as the local executor prints it: the failed tasks, the answer's
     first lines, the report's path last; the exit status (0 only when every task ended with 0)."""
+    from fsmatrix.results.render import answer_text
+
     for line in done.failed:
         echo(f"slurm: {line}")
     for line in answer_text.summary_lines(done.found):

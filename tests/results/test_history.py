@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import re
 import shutil
@@ -20,7 +21,7 @@ from typing import Any
 import matplotlib.image
 import pytest
 
-from conftest import FSMATRIX, TEST_DATA
+from conftest import FSMATRIX, TEST_DATA, invoke
 from fsmatrix.backends import image
 from fsmatrix.bench.throwaway_pg import available, cluster
 from fsmatrix.results.render import trends
@@ -33,7 +34,6 @@ from test_store import cli_env
 
 TEMPLATE = json.loads(next(iter(sorted((TEST_DATA / "goldens/threen1/threen1").glob("ext4-*/r1.json")))).read_text())
 FIRST = datetime(2026, 11, 1, 1, 0, tzinfo=UTC)
-CLI_TIMEOUT = 600
 # A drift of 20 % over 60 runs (seeded): Otava 0.8.0 cuts it into four levels, as any step detector must
 # (it has no trend model); pinned so that another Otava or threshold that changes this is noticed.
 DRIFT_CUTS = [17, 40, 48]
@@ -189,9 +189,9 @@ def write_run(run_dir: Path, docs: Sequence[dict[str, Any]]) -> Path:
 
 
 def cli(*args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [*FSMATRIX, *args], capture_output=True, text=True, env=cli_env(), timeout=CLI_TIMEOUT, check=False
-    )
+    """``fsmatrix ARGS`` in this process (conftest.invoke), without the store URL or libpq settings of
+    the environment; ``check``: the exit status it must have."""
+    done = invoke(*args, env={k: None for k in os.environ if k == store_urls.ENV or k.startswith("PG")})
     if check is not None:
         assert done.returncode == check, done.stdout + done.stderr
     return done
@@ -227,9 +227,8 @@ def check_history(url: str, runs: Sequence[Path], tmp: Path) -> None:
     again = cli("results", "push", *map(str, runs), "--store", url)
     assert "0 new, 24 already there" in again.stdout
     assert json.loads(cli("history", "--store", url, "--format", "json").stdout) == answer
-    text = cli("history", "--store", url).stdout
-    assert "1 change points (1 attributed" in text and "gtm.global_buffers 35000 → 64" in text
     failing = cli("history", "--store", url, "--fail-over", "50%", check=1)
+    assert "1 change points (1 attributed" in failing.stdout and "gtm.global_buffers 35000 → 64" in failing.stdout
     assert "worse by more than 50%" in failing.stderr
     cli("history", "--store", url, "--fail-over", "90%")
 

@@ -4,7 +4,8 @@ run.py        run, cleanup
 bisect.py     bisect
 matrix.py     matrix expand / settings
 workload.py   workload NAME (generated from each workload's declaration)
-results.py    compare, report, calibrate, results merge / reindex / push / list
+results.py    compare, report, calibrate
+store.py      results push / list / merge / reindex
 history.py    history
 image.py      image build / path / list / prune / probe-accel
 container.py  container build / tag / prune
@@ -33,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("matrix", "matrix_group"),
     "run": ("run", "run"),
     "cleanup": ("run", "cleanup"),
-    "results": ("results", "results_group"),
+    "results": ("store", "results_group"),
     "workload": ("workload", "workload_group"),
     "image": ("image", "image_group"),
     "container": ("container", "container_group"),

@@ -23,3 +23,22 @@ def writable_directory(path: Path, option: str) -> None:
 def echo_err(message: str) -> None:
     """A progress or status line on stderr (stdout keeps what scripts read: a path, a name)."""
     click.echo(message, err=True)
+
+
+RESULTS_OPTION = click.option(
+    "--results",
+    "results_root",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Results root: where run ids are looked up, and calibrations stored.",
+)
+
+STORE_OPTION = click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="The database store: sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DB (libpq's forms too). "
+    "Default: $FSMATRIX_STORE, else sqlite:///RESULTS/store.sqlite. A password is never shown.",
+)

@@ -18,7 +18,6 @@ from fsmatrix.cli._common import writable_directory
 from fsmatrix.cli.matrix import include_warnings
 from fsmatrix.errors import UserError
 from fsmatrix.results import store
-from fsmatrix.results.render import answer_text, markdown
 from fsmatrix.results.store import database
 from fsmatrix.results.store import url as store_urls
 
@@ -215,6 +214,8 @@ def run(
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started
     console.print(runs.summary_table(summary, cells))
+    from fsmatrix.results.render import answer_text, markdown  # scipy, matplotlib: only for the report (slurm.py)
+
     path, found = markdown.write_report(summary.run_dir, f"{m.name} ({run_id})")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
