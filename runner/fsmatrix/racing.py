@@ -1,15 +1,15 @@
 """Racing (``fsmatrix run --race``): runs in rounds, and after each round the cells that the
 statistics rule out leave. The orchestration and its record (``race.json``: every round's runs and
-decisions, so the same command continues a race); the decision itself is
-``results.verdict.race.race_step``, and ``race_look`` turns one group's step into who leaves.
+decisions, so the same command continues a race); the decisions are ``results.verdict.race``'s:
+``race_step`` on one group after a round, ``race_look`` turning that step into who leaves.
 ``runs.run_matrix`` drives a race through ``run_race`` with its own way to run one cell."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
@@ -19,9 +19,6 @@ from fsmatrix.matrix import MatrixCell, RaceSettings
 from fsmatrix.matrix import groups as matrix_groups
 from fsmatrix.results import store
 from fsmatrix.results.verdict import metrics
-
-if TYPE_CHECKING:
-    from fsmatrix.results.verdict.race import RaceStep
 
 # The race's statistics (results.verdict.race and .stats) import scipy, a second of start-up: they are
 # imported where a race begins or looks, so every command that imports runs starts without them.
@@ -100,64 +97,6 @@ def _load_race(path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
-def race_look(
-    samples: Mapping[str, Sequence[float | None]],
-    direction: str,
-    left: Mapping[str, Mapping[str, Any]],
-    r: int,
-    settings: RaceSettings,
-    alpha: float,
-) -> tuple[RaceStep, dict[str, dict[str, Any]], bool]:
-    """One comparison group's look after round ``r`` of a race: ``race.race_step`` on the group's
-    ``samples`` (every member's primary-metric values so far, in the group's order), with the cells
-    ``left`` records as retired or skipped passed as retired. Returns the step, the cells that leave
-    now (or change how they left: an equivalent cell retired later) as ``left`` entries, and whether the
-    group is still open (some cell other than the best is undecided and ``r`` is not the last round;
-    a closed group's remaining cells leave as "best" or "remained"). Pure: ``left`` is not changed.
-    ``fsmatrix run --race`` and the replay benchmark (``fsmatrix.bench.race``) both decide with it."""
-    from fsmatrix.results.verdict import race
-
-    members = list(samples)
-    out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
-    step = race.race_step(
-        samples,
-        direction,
-        after_round=r,
-        max_rounds=settings.max_repeats,
-        retired=out,
-        delta=settings.delta,
-        alpha=alpha,
-        min_repeats=settings.min_repeats,
-    )
-    leaving: dict[str, dict[str, Any]] = {}
-    for d in step.decisions:
-        now = left.get(d.cell)
-        if d.action == "retire" and (now is None or now["action"] in ("equivalent", "tied")):
-            earlier = f"equivalent after round {now['round']}; now " if now else ""
-            leaving[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
-        elif d.action == "equivalent" and now is None:
-            leaving[d.cell] = {"round": r, "action": "equivalent", "reason": d.reason}
-    still = [m for m in members if m not in left and m not in leaving]
-    undecided = [m for m in still if m != step.best]
-    if r < settings.max_repeats and undecided:
-        return step, leaving, True
-    for m in still:
-        if m == step.best:
-            why = (
-                "the best; every other cell retired or equivalent"
-                if not undecided
-                else f"the best median at max_repeats ({settings.max_repeats})"
-            )
-            leaving[m] = {"round": r, "action": "best", "reason": why}
-        else:
-            leaving[m] = {
-                "round": r,
-                "action": "remained",
-                "reason": f"not decided at max_repeats ({settings.max_repeats})",
-            }
-    return step, leaving, False
-
-
 def run_race(
     run_dir: Path,
     cells: list[MatrixCell],
@@ -173,6 +112,8 @@ def run_race(
     or ties leave. The race is stored in ``run_dir``/race.json after every round, decisions
     included: the same command again continues it (completed rounds are read back, not rerun or
     decided again). Returns the stored race."""
+    from fsmatrix.results.verdict import race
+
     path = run_dir / RACE_FILE
     groups = race_groups(cells)
     state = _new_race(cells, groups, settings)
@@ -209,7 +150,7 @@ def run_race(
                     open_groups += 1
                 continue
             samples = {m: race_values(docs[m], g.metric) for m in members}
-            step, gone, still_open = race_look(samples, g.direction, left, r, settings, state["alpha"])
+            step, gone, still_open = race.race_look(samples, g.direction, left, r, settings, state["alpha"])
             bests.add(step.best)
             record["groups"][g.key] = {
                 "best": step.best,

@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fsmatrix import matrix, racing, runs
+from fsmatrix import matrix, runs
 from fsmatrix.agent import job, jsonfile
 from fsmatrix.bench import race
 from fsmatrix.errors import UserError
+from fsmatrix.results.verdict import race as race_rule
 
 
 def group(medians: dict[str, float], sigma: float, n: int = 15, seed: int = 1) -> race.StoredGroup:
@@ -39,7 +40,7 @@ def test_the_replays_stop_early_and_draw_the_runs_in_different_orders(monkeypatc
     """Fails if a replay used the full data every time, or the stored order instead of a random one."""
     g = group({"fast": 10.0, "slow": 20.0}, sigma=0.03)
     firsts: set[float] = set()
-    real = racing.race_look
+    real = race_rule.race_look
 
     def spy(samples: Any, *args: Any, **kwargs: Any) -> Any:
         for cell, values in samples.items():
@@ -48,7 +49,7 @@ def test_the_replays_stop_early_and_draw_the_runs_in_different_orders(monkeypatc
         firsts.add(samples["fast"][0])
         return real(samples, *args, **kwargs)
 
-    monkeypatch.setattr(racing, "race_look", spy)
+    monkeypatch.setattr(race_rule, "race_look", spy)
     out = race.measure(g, replays=20)
     assert all(r.runs_used < out.runs_fixed for r in out.replays)
     assert all(r.rounds < 15 for r in out.replays)

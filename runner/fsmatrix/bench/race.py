@@ -25,7 +25,7 @@ runs):
 - **Replays** (``--replays``, default 200, seeded with ``--seed``): each draws, per cell, a random
   order of its stored runs (without replacement) and plays the race exactly as ``fsmatrix run
   --race`` does — rounds of every cell still in the race, and after each round
-  ``racing.race_look`` (which calls ``race.race_step``: the same function, settings and
+  ``race.race_look`` (which calls ``race.race_step``: the same function, settings and
   bookkeeping as the runner's) with ``--min-repeats`` (default 3), ``--max-repeats`` (default R,
   the stored runs of the group's cell with the fewest: a replay never uses more than the full
   data) and ``--delta`` (default 5 %); retired and tied cells get no more runs. A replay's
@@ -138,7 +138,7 @@ def replay_once(
 ) -> tuple[frozenset[str], int, int]:
     """One race over ``group``'s runs in a random order per cell (drawn without replacement): its
     survivors, the runs it used and its rounds. Each round gives every cell still in the race its next
-    run, then ``racing.race_look`` decides as ``fsmatrix run --race`` does after that round."""
+    run, then ``race.race_look`` decides as ``fsmatrix run --race`` does after that round."""
     order = {
         c: [float(v) for v in rng.permutation(np.asarray(values, dtype=float))] for c, values in group.samples.items()
     }
@@ -151,7 +151,7 @@ def replay_once(
             if c not in left:
                 drawn[c].append(order[c][len(drawn[c])])
                 used += 1
-        _, leaving, still_open = racing.race_look(drawn, group.direction, left, r, settings, alpha)
+        _, leaving, still_open = race.race_look(drawn, group.direction, left, r, settings, alpha)
         left.update(leaving)
         if not still_open:
             break

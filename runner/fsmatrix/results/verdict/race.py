@@ -57,6 +57,7 @@ import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import optimize
@@ -65,6 +66,9 @@ from scipy import stats as sps
 from fsmatrix.results.verdict import stats
 from fsmatrix.results.verdict.equivalence import _welch_one_sided, tost
 from fsmatrix.results.verdict.groups import DELTA, Values, _better, _check_direction, split_runs
+
+if TYPE_CHECKING:
+    from fsmatrix.matrix import RaceSettings
 
 ACTIONS = ("keep", "retire", "equivalent")
 
@@ -258,3 +262,60 @@ def race_step(
     decisions = tuple(decided[c] for c in samples)
     now_retired = before | {d.cell for d in decisions if d.action == "retire"}
     return RaceStep(after_round, max_rounds, best, level, decisions, frozenset(now_retired))
+
+
+def race_look(
+    samples: Mapping[str, Sequence[float | None]],
+    direction: str,
+    left: Mapping[str, Mapping[str, Any]],
+    r: int,
+    settings: RaceSettings,
+    alpha: float,
+) -> tuple[RaceStep, dict[str, dict[str, Any]], bool]:
+    """One comparison group's look after round ``r`` of a race: ``race_step`` on the group's
+    ``samples`` (every member's primary-metric values so far, in the group's order), with the cells
+    ``left`` records as retired or skipped passed as retired. Returns the step, the cells that leave
+    now (or change how they left: an equivalent cell retired later) as ``left`` entries, and whether the
+    group is still open (some cell other than the best is undecided and ``r`` is not the last round;
+    a closed group's remaining cells leave as "best" or "remained"). Pure: ``left`` is not changed.
+    ``fsmatrix run --race`` (``fsmatrix.racing``) and the replay benchmark (``fsmatrix.bench.race``) both
+    decide with it."""
+    members = list(samples)
+    out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
+    step = race_step(
+        samples,
+        direction,
+        after_round=r,
+        max_rounds=settings.max_repeats,
+        retired=out,
+        delta=settings.delta,
+        alpha=alpha,
+        min_repeats=settings.min_repeats,
+    )
+    leaving: dict[str, dict[str, Any]] = {}
+    for d in step.decisions:
+        now = left.get(d.cell)
+        if d.action == "retire" and (now is None or now["action"] in ("equivalent", "tied")):
+            earlier = f"equivalent after round {now['round']}; now " if now else ""
+            leaving[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
+        elif d.action == "equivalent" and now is None:
+            leaving[d.cell] = {"round": r, "action": "equivalent", "reason": d.reason}
+    still = [m for m in members if m not in left and m not in leaving]
+    undecided = [m for m in still if m != step.best]
+    if r < settings.max_repeats and undecided:
+        return step, leaving, True
+    for m in still:
+        if m == step.best:
+            why = (
+                "the best; every other cell retired or equivalent"
+                if not undecided
+                else f"the best median at max_repeats ({settings.max_repeats})"
+            )
+            leaving[m] = {"round": r, "action": "best", "reason": why}
+        else:
+            leaving[m] = {
+                "round": r,
+                "action": "remained",
+                "reason": f"not decided at max_repeats ({settings.max_repeats})",
+            }
+    return step, leaving, False
