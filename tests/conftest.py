@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fsmatrix.agent.storage import loop as loop_module
 from fsmatrix.agent.storage.devices import read_mounts
 from fsmatrix.backends.qemu.backend import running_vms
 from fsmatrix.results.store import Result
@@ -167,6 +168,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
     if misplaced:
         raise pytest.UsageError("tests that boot a guest belong under tests/vm/: " + ", ".join(misplaced))
+
+
+@pytest.fixture(autouse=True)
+def _only_the_machine_group_attaches_loops(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test outside the group ``machine`` runs beside the machine's tests: attaching a loop device
+    (``storage.loop_devices``, the host backend) fails it with what to do, rather than racing them.
+    Patched by hand, not with ``monkeypatch``: an autouse fixture is set up first and torn down last,
+    and a test's own monkeypatching must be undone before its loop devices are detached."""
+    if any(request.node.get_closest_marker(mark) for mark in MACHINE_MARKS):
+        yield
+        return
+
+    def refuse(image: Path) -> str:
+        raise AssertionError(
+            f"{request.node.nodeid} attaches a loop device ({image}): it shares the machine; mark it root (needs_root)"
+        )
+
+    attach, loop_module.attach = loop_module.attach, refuse
+    try:
+        yield
+    finally:
+        loop_module.attach = attach
 
 
 @pytest.fixture

@@ -13,7 +13,10 @@ import tomllib
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
+from fsmatrix.agent import storage
 
 TESTS = REPO / "tests"
 MODULES = sorted(p for p in TESTS.rglob("test_*.py") if "data" not in p.relative_to(TESTS).parts)
@@ -95,3 +98,13 @@ def test_check_and_test_run_one_pytest_with_the_machine_group() -> None:
     assert '-m "$(CHECK_MARKS)"' in _recipe("check")[0]
     marks = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith("CHECK_MARKS"))
     assert marks.split(":=")[1].strip() == "not slow and not image and not system"
+
+
+def test_a_test_outside_the_machine_group_cannot_attach_a_loop_device(tmp_path: Path) -> None:
+    """conftest's guard: this test is not marked root, so it runs beside the machine's tests."""
+    with (
+        pytest.raises(AssertionError, match="it shares the machine; mark it root"),
+        storage.loop_devices(1, 1, tmp_path),
+    ):
+        pass
+    assert list(tmp_path.iterdir()) == []  # the image file made before the refusal is gone

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import FSMATRIX, vms_under
+from conftest import FSMATRIX, needs_root, vms_under
 from fsmatrix.agent import storage
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
@@ -253,6 +253,7 @@ def test_passthrough_devices_are_the_data_disks(tmp_path: Path) -> None:
         backend._data_disks(_cell(), tmp_path)
 
 
+@needs_root
 def test_passthrough_count_must_match_every_cell(tmp_path: Path) -> None:
     with storage.loop_devices(1, 64 << 20, tmp_path) as devices:
         backend = QemuBackend(workdir=tmp_path / "w", devices=devices)
@@ -266,6 +267,7 @@ def test_passthrough_count_must_match_every_cell(tmp_path: Path) -> None:
     assert not (tmp_path / "w").exists()  # refused before anything was made
 
 
+@needs_root
 def test_passthrough_rechecked_and_held_before_every_run(tmp_path: Path) -> None:
     """A passthrough device mounted on the host after preflight: the next run is recorded as an
     error before any VM starts, and nothing is written to the device. While a run holds the
@@ -307,6 +309,7 @@ def test_qemu_img_failure_is_a_failed_run(tmp_path: Path) -> None:
     assert list((tmp_path / "w").iterdir()) == []
 
 
+@needs_root
 def test_qemu_device_refusals_on_the_command_line(tmp_path: Path) -> None:
     matrix = tmp_path / "m.yaml"
     matrix.write_text("axes: {filesystem: [ext4]}\ndefaults: {workload.threen1: {start: 1, end: 100}}\n")

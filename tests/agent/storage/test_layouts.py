@@ -211,6 +211,7 @@ def test_md_and_vg_names_of_another_run_are_refused(monkeypatch: pytest.MonkeyPa
         stripe.assemble("lvm-stripe", ["/dev/null", "/dev/zero"], 64 << 10, stack)
 
 
+@needs_root
 def test_teardown_finds_an_md_array_over_a_component_through_sysfs(
     loops: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
