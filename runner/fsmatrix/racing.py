@@ -20,8 +20,8 @@ from fsmatrix.matrix import groups as matrix_groups
 from fsmatrix.results import store
 from fsmatrix.results.verdict import metrics
 
-# The race's statistics (results.verdict.race and .stats) import scipy, a second of start-up: they are
-# imported where a race begins or looks, so every command that imports runs starts without them.
+# The race's statistics (results.verdict.race and .stats) import scipy, a second of start-up: run_race
+# imports them, so every command that imports runs starts without them (tests/cli/test_command_loading.py).
 
 RACE_FILE = store.RACE_FILE
 RACE_FORMAT = 1
@@ -55,13 +55,11 @@ def race_values(docs: list[store.Result], metric: str) -> list[float | None]:
     return [metrics.metric_value(d, metric) if d.status == "passed" else None for d in docs]
 
 
-def _new_race(cells: list[MatrixCell], groups: list[RaceGroup], settings: RaceSettings) -> dict[str, Any]:
-    from fsmatrix.results.verdict import stats
-
+def _new_race(cells: list[MatrixCell], groups: list[RaceGroup], settings: RaceSettings, alpha: float) -> dict[str, Any]:
     return {
         "format_version": RACE_FORMAT,
         "settings": settings.to_dict(),
-        "alpha": stats.ALPHA,
+        "alpha": alpha,
         "cells": [c.id for c in cells],
         "groups": [
             {
@@ -112,11 +110,11 @@ def run_race(
     or ties leave. The race is stored in ``run_dir``/race.json after every round, decisions
     included: the same command again continues it (completed rounds are read back, not rerun or
     decided again). Returns the stored race."""
-    from fsmatrix.results.verdict import race
+    from fsmatrix.results.verdict import race, stats
 
     path = run_dir / RACE_FILE
     groups = race_groups(cells)
-    state = _new_race(cells, groups, settings)
+    state = _new_race(cells, groups, settings, stats.ALPHA)
     if path.exists() and not force:
         state = _load_race(path, state)
     by_id = {c.id: c for c in cells}
