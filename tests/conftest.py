@@ -131,8 +131,9 @@ def run_on_qemu(
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    """A run's --workdir for VM tests: on /var/tmp, since cache=none opens the disks with O_DIRECT,
-    which a tmpfs /tmp refuses. A module may define a workdir fixture of its own."""
+    """A run's --workdir (VM tests, host runs, the container's): on /var/tmp, since cache=none and loop
+    files open the disks with O_DIRECT, which a tmpfs /tmp refuses. A module may define a workdir
+    fixture of its own (test_pgbench's checks that nothing is left under it)."""
     with tempfile.TemporaryDirectory(prefix="fsm-", dir="/var/tmp") as d:
         yield Path(d)
 

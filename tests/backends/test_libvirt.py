@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -58,13 +56,6 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    # cache=none opens the disks with O_DIRECT, which a tmpfs /tmp refuses.
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-libvirt-test-", dir="/var/tmp") as d:
-        yield Path(d)
 
 
 def _domains(prefix: str) -> list[str]:

@@ -14,9 +14,7 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -77,13 +75,6 @@ def tag() -> str:
     assert done.returncode == 0, done.stdout + done.stderr
     print(f"container ready in {time.monotonic() - started:.0f} s:\n{done.stderr}")
     return done.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    # Loop files need a filesystem with O_DIRECT (not a tmpfs /tmp).
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-ctr-test-", dir="/var/tmp") as d:
-        yield Path(d)
 
 
 def _nothing_left(workdir: Path) -> None:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +33,6 @@ MATRIX = (
     "name: history-far\naxes:\n  filesystem: [ext4]\ndefaults:\n"
     "  workload.threen1: {start: 1, end: 200000, workers: 4, block: 5000}\n  storage.disk_size: 2G\n"
 )
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-test-", dir="/var/tmp") as d:
-        yield Path(d)
 
 
 def fsmatrix(*args: str, check: int = 0) -> subprocess.CompletedProcess[str]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +21,6 @@ MATRIX = (
     "name: pushed\naxes:\n  filesystem: [ext4]\ndefaults:\n"
     "  workload.threen1: {start: 1, end: 2000, workers: 2, block: 1000}\n  storage.disk_size: 200M\n"
 )
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="fsmatrix-test-", dir="/var/tmp") as d:
-        yield Path(d)
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
