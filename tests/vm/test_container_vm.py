@@ -17,7 +17,6 @@ from test_container import LABEL, SMALL, _check_results, _nothing_left, podman_r
 
 pytestmark = test_container.pytestmark  # root, podman
 tag = test_container.tag  # the fixture: the container image, built or reused
-workdir = test_container.workdir  # the fixture: a run's --workdir under /var/tmp
 
 
 @pytest.mark.image

@@ -12,15 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import test_libvirt
 from conftest import IMAGE_TEST_TIMEOUT
 from fsmatrix.backends import image, libvirtd
 from fsmatrix.backends.libvirt import QEMU_LOG_DIR, LibvirtBackend
 from fsmatrix.matrix import MatrixCell
 from test_libvirt import _cell, _domains, _links, _qemus_on
-
-workdir = test_libvirt.workdir  # the fixture: a run's --workdir under /var/tmp
-
 
 # --------------------------------------------------------------------------------------------
 # booting the image through libvirt
