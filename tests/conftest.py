@@ -151,6 +151,10 @@ MACHINE_MARKS = ("root", "system", "image")
 MACHINE_GROUP = "machine"
 
 
+def shares_the_machine(node: pytest.Item) -> bool:
+    return any(node.get_closest_marker(mark) for mark in MACHINE_MARKS)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test under tests/vm/ boots a guest: it gets the marker ``image``. A test marked ``image``
@@ -165,7 +169,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         root = item.get_closest_marker("root")
         if root is not None and os.geteuid() != 0:
             item.add_marker(pytest.mark.skip(reason=root.kwargs.get("reason", "needs root")))
-        if any(item.get_closest_marker(mark) for mark in MACHINE_MARKS):
+        if shares_the_machine(item):
             item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
     if misplaced:
         raise pytest.UsageError("tests that boot a guest belong under tests/vm/: " + ", ".join(misplaced))
@@ -177,7 +181,7 @@ def _only_the_machine_group_attaches_loops(request: pytest.FixtureRequest) -> It
     (``storage.loop_devices``, the host backend) fails it with what to do, rather than racing them.
     Patched by hand, not with ``monkeypatch``: an autouse fixture is set up first and torn down last,
     and a test's own monkeypatching must be undone before its loop devices are detached."""
-    if any(request.node.get_closest_marker(mark) for mark in MACHINE_MARKS):
+    if shares_the_machine(request.node):
         yield
         return
 

@@ -42,3 +42,11 @@ STORE_OPTION = click.option(
     help="The database store: sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DB (libpq's forms too). "
     "Default: $FSMATRIX_STORE, else sqlite:///RESULTS/store.sqlite. A password is never shown.",
 )
+
+# Store-wide selections: `results list`, `history`, `calibrate`.
+ONLY_OPTION = click.option(
+    "--only", "only", multiple=True, help="Cells whose id matches this glob (repeatable, or comma list)."
+)
+SINCE_OPTION = click.option(
+    "--since", default=None, metavar="DATE", help="Runs started on or after DATE (YYYY-MM-DD[THH:MM], UTC)."
+)

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from fsmatrix.backends import image
-from fsmatrix.cli._common import RESULTS_OPTION, STORE_OPTION, echo_err, writable_directory
+from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION, SINCE_OPTION, STORE_OPTION, echo_err, writable_directory
 from fsmatrix.results import store
 from fsmatrix.results.render import history as history_text
 from fsmatrix.results.render import trends
@@ -27,8 +27,8 @@ def otava_venv() -> Path:
 @click.command("history")
 @STORE_OPTION
 @RESULTS_OPTION
-@click.option("--only", "only", multiple=True, help="Cells whose id matches this glob (repeatable, or comma list).")
-@click.option("--since", default=None, metavar="DATE", help="Runs started on or after DATE (YYYY-MM-DD[THH:MM], UTC).")
+@ONLY_OPTION
+@SINCE_OPTION
 @click.option("--metric", default=None, metavar="NAME", help="This key metric only (default: every key metric).")
 @click.option(
     "--threshold",

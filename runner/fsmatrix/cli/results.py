@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 
 from fsmatrix.backends import BACKENDS
-from fsmatrix.cli._common import RESULTS_OPTION
+from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION
 from fsmatrix.errors import UserError
 from fsmatrix.results import store
 from fsmatrix.results.render import answer_text, calibration_report, comparison, exports, markdown, page
@@ -183,7 +183,7 @@ def _side_or_none(spec: str, results_root: Path) -> sides.Side | None:
     help="Separate batches of RUNS repeats, one after the other: their medians' drift is the noise floor.",
 )
 @RESULTS_OPTION
-@click.option("--only", "only", multiple=True, help="Cells whose id matches this glob (repeatable, or comma list).")
+@ONLY_OPTION
 @click.option(
     "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
 )

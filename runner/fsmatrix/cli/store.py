@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from fsmatrix.cli._common import RESULTS_OPTION, STORE_OPTION
+from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION, SINCE_OPTION, STORE_OPTION
 from fsmatrix.results import store
 from fsmatrix.results.store import database
 from fsmatrix.results.store import url as store_urls
@@ -40,8 +40,8 @@ def push_cmd(run_dirs: tuple[Path, ...], store_url: str | None, results_root: Pa
 @results_group.command("list")
 @STORE_OPTION
 @RESULTS_OPTION
-@click.option("--only", "only", multiple=True, help="Cells whose id matches this glob (repeatable, or comma list).")
-@click.option("--since", default=None, metavar="DATE", help="Runs started on or after DATE (YYYY-MM-DD[THH:MM], UTC).")
+@ONLY_OPTION
+@SINCE_OPTION
 @click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
 def list_cmd(store_url: str | None, results_root: Path, only: tuple[str, ...], since: str | None, fmt: str) -> None:
     """What the store holds: its runs (a run id on a host, one sitting: a run id two nights share is two)."""
