@@ -37,11 +37,10 @@ def test_the_made_run_forms_comparison_groups_with_a_baseline_each(tmp_path: Pat
     from fsmatrix.results import store
 
     bench_results.write_run_dir(tmp_path / "run", 30, bench_results.templates())
-    matrix_json = store.run_matrix(tmp_path / "run")
-    cells = matrix_json["cells"]
-    assert len(cells) == len({c["id"] for c in cells}) == 30
-    assert len({c["group"] for c in cells}) == 3
-    assert sum(c["baseline"] for c in cells) == 3
+    cells = store.run_matrix(tmp_path / "run").cells
+    assert len(cells) == len({c.id for c in cells}) == 30
+    assert len({c.group for c in cells}) == 3
+    assert sum(bool(c.baseline) for c in cells) == 3
     assert len(store.load_results(tmp_path / "run")) == 30 * bench_results.REPEATS
 
 

@@ -28,7 +28,7 @@ from fsmatrix.results.verdict import estimate
 def load(run_dir: Path, root: Path) -> tuple[list[estimate.Accuracy], str | None]:
     """The cells of ``run_dir`` against their estimates from the other runs under ``root``, and the
     host (machine id) the runs were made on."""
-    cells = {e["id"]: e["params"] for e in store.run_matrix(run_dir)["cells"]}
+    cells = {e.id: dict(e.params) for e in store.run_matrix(run_dir).cells}
     passed = [d for d in store.load_results(run_dir) if d.status == "passed" and d.cell_id in cells]
     if not passed:
         raise UserError(f"{run_dir}: no passed run to set against an estimate")

@@ -222,9 +222,9 @@ class RunDir:
 def load_run_dir(path: Path) -> RunDir:
     """The raced comparison groups of a stored run (``matrix.json`` and its result documents), each
     cell's passed values of the primary metric in repeat order. UserError when it is not one."""
-    matrix_json = store.run_matrix(path)
+    matrix = store.run_matrix(path)
     try:
-        cells = [MatrixCell.from_params(e["id"], e["params"]) for e in matrix_json["cells"]]
+        cells = [MatrixCell.from_params(e.id, dict(e.params)) for e in matrix.cells]
     except ValueError as exc:
         raise UserError(f"{path}/matrix.json: cannot read its cells ({exc})") from exc
     docs = store.load_results(path)
@@ -249,7 +249,7 @@ def load_run_dir(path: Path) -> RunDir:
     commits = tuple(sorted({(d.provenance.git_sha or "?")[:10] for d in passed}))
     times = sorted(t for d in passed for t in (d.started_at, d.finished_at) if t)
     started = f"{times[0]} .. {times[-1]}" if times else "?"
-    file = str(matrix_json.get("file"))
+    file = str(matrix.file)
     return RunDir(path, groups, len(passed), (min(counts), max(counts)), hosts, commits, started, file)
 
 

@@ -19,7 +19,8 @@ from fsmatrix.errors import UserError
 from fsmatrix.results import store
 from fsmatrix.results.render import answer_text, calibration_report, comparison, exports, markdown, page
 from fsmatrix.results.store import calibrations, sides
-from fsmatrix.results.verdict import answering, calibrate, environment, gate, stats
+from fsmatrix.results.verdict import calibrate, environment, gate, report, stats
+from fsmatrix.results.verdict.answer import Rule
 
 
 def _out_console() -> Console:
@@ -288,18 +289,19 @@ def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | No
     min_effect = gate.parse_threshold(delta)
     if not 0 < min_effect < 1:
         raise UserError(f"--delta {delta}: expected a percentage above 0 and below 100, such as 5%")
-    docs = store.load_results(directory)  # the exports' rows: the documents as stored
-    seen = environment.with_environment_axes(docs)  # the answer's, the page's and the tables': derived once
     name = title or str(directory)
-    found = None
-    race = store.load_race(directory) if directory.is_dir() else None  # a run directory that raced
-    if html_dir is not None or fmt in ("md", "json"):
-        found = answering.build(seen, store.load_matrix_json(directory), race, delta=min_effect)
+    if html_dir is None and fmt not in ("md", "json"):  # the exports need no answer
+        docs = store.load_results(directory)
+    else:
+        found = report.report(directory, Rule(delta=min_effect))
+        docs = list(found.stored)
     if html_dir is not None:
-        path = page.write_html(seen, name, html_dir, found)
+        path = page.write_html(found, name, html_dir)
         click.echo(f"html report: {path.resolve()}", err=True)
-    if fmt == "json" and found is not None:
-        click.echo(json.dumps({"title": name, "answer": answer_text.to_json(found)}, indent=1, ensure_ascii=False))
+    if fmt == "json":
+        click.echo(
+            json.dumps({"title": name, "answer": answer_text.to_json(found.answer)}, indent=1, ensure_ascii=False)
+        )
     elif fmt == "csv":
         click.echo(exports.runs_csv(docs), nl=False)
     elif fmt == "otava":
@@ -307,4 +309,4 @@ def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | No
     elif fmt == "otava-config":
         click.echo(exports.otava_config(docs, "fsmatrix.csv"), nl=False)
     else:
-        click.echo(markdown.markdown(seen, name, found, race=race), nl=False)
+        click.echo(markdown.markdown(found, name), nl=False)

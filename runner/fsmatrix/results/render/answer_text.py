@@ -7,8 +7,18 @@ from dataclasses import asdict
 from typing import Any
 
 from fsmatrix.agent import jsonfile
-from fsmatrix.results.verdict.answer import VERSION, Answer, GroupResult
-from fsmatrix.results.verdict.words import _pct
+from fsmatrix.results.render.sentences import crash_text, open_advice, race_rule, said
+from fsmatrix.results.render.words import pct
+from fsmatrix.results.verdict.answer import (
+    VERSION,
+    Answer,
+    Configuration,
+    CrashGroup,
+    CrashVerdict,
+    GroupResult,
+    SpeedGroup,
+)
+from fsmatrix.results.verdict.groups import Interval
 
 SUMMARY_LINES = 8  # the run's progress output: this many lines of the answer at most
 
@@ -25,11 +35,12 @@ INTRO = (
 
 
 def intro(answer: Answer) -> str:
-    return INTRO.format(confidence=_pct(answer.confidence), delta=_pct(answer.delta))
+    return INTRO.format(confidence=pct(answer.confidence), delta=pct(answer.delta))
 
 
-def _group_heading(g: GroupResult) -> str:
-    if g.metric is None:
+def group_heading(g: GroupResult) -> str:
+    """A group's heading: its label, and for a speed group the metric and its direction."""
+    if isinstance(g, CrashGroup) or g.metric is None:
         return g.label
     return f"{g.label}: {g.metric_words} ({g.direction} is better)"
 
@@ -44,15 +55,16 @@ def markdown_lines(answer: Answer) -> list[str]:
     if not answer.groups:
         return [*lines, "No results to answer from.", ""]
     for g in answer.groups:
-        lines += [f"### {_group_heading(g)}", "", f"**{g.headline}**", ""]
-        lines += [f"- {_bold_unsafe(s)}" for s in g.details]
+        words = said(g, answer.delta)
+        lines += [f"### {group_heading(g)}", "", f"**{words.headline}**", ""]
+        lines += [f"- {_bold_unsafe(s)}" for s in words.details]
         lines.append("")
     return lines
 
 
 def summary_lines(answer: Answer, limit: int = SUMMARY_LINES) -> list[str]:
     """The answer's first lines, for the end of a run's progress output: each group's headline."""
-    lines = [f"answer: {g.label}: {g.headline}" for g in answer.groups]
+    lines = [f"answer: {g.label}: {said(g, answer.delta).headline}" for g in answer.groups]
     if len(lines) > limit:
         lines = [*lines[: limit - 1], f"answer: ... and {len(lines) - limit + 1} more groups: see the report"]
     return lines
@@ -60,8 +72,66 @@ def summary_lines(answer: Answer, limit: int = SUMMARY_LINES) -> list[str]:
 
 def to_json(answer: Answer) -> dict[str, Any]:
     """The answer as JSON (docs/answer.schema.json): non-finite numbers as null."""
-    doc = {"version": VERSION, **asdict(answer)}
-    for g, group in zip(doc["groups"], answer.groups, strict=True):
-        g["sentences"] = list(group.sentences)
+    doc = {
+        "version": VERSION,
+        "alpha": answer.alpha,
+        "delta": answer.delta,
+        "confidence": answer.confidence,
+        "groups": [_group_json(g, answer.delta) for g in answer.groups],
+    }
     out: dict[str, Any] = jsonfile.strict(doc)
     return out
+
+
+def _interval_json(i: Interval | None) -> dict[str, Any] | None:
+    if i is None:
+        return None
+    return {"value": i.ratio, "ci_low": i.ci_low, "ci_high": i.ci_high, "confidence": i.confidence, "family": i.family}
+
+
+def _configuration_json(c: Configuration) -> dict[str, Any]:
+    doc = asdict(c)
+    doc["to_baseline"], doc["to_leader"] = _interval_json(c.to_baseline), _interval_json(c.to_leader)
+    return doc
+
+
+def _crash_json(v: CrashVerdict) -> dict[str, Any]:
+    doc = asdict(v)
+    for internal in ("infrastructure_statuses", "damage_allowed"):  # in the sentence, not the schema
+        del doc[internal]
+    return {**doc, "text": crash_text(v)}
+
+
+def _group_json(g: GroupResult, delta: float) -> dict[str, Any]:
+    """A group as docs/answer.schema.json has it: a crash group with the speed fields empty."""
+    words, group = said(g, delta), g.group
+    speed = g if isinstance(g, SpeedGroup) else None
+    crash = g if isinstance(g, CrashGroup) else None
+    return {
+        "key": group.key,
+        "label": group.label,
+        "workload": group.workload,
+        "crash_mode": crash.mode if crash else None,
+        "metric": speed.metric if speed else None,
+        "metric_words": speed.metric_words if speed else "",
+        "direction": speed.direction if speed else None,
+        "baseline": group.baseline_name,
+        "baseline_cell": group.baseline.id,
+        "baseline_rule": group.baseline_rule,
+        "verdict": speed.verdict if speed else "crash",
+        "best": speed.best if speed else None,
+        "leader": speed.leader if speed else None,
+        "equivalent": list(speed.equivalent) if speed else [],
+        "not_separated": list(speed.not_separated) if speed else [],
+        "worse": list(speed.worse) if speed else [],
+        "not_enough_data": list(speed.not_enough_data) if speed else [],
+        "configurations": [_configuration_json(c) for c in g.configurations],
+        "regime": asdict(group.regime),
+        "why": asdict(speed.why) if speed and speed.why else None,
+        "crash": [_crash_json(v) for v in crash.crash] if crash else [],
+        "still_open": [{**asdict(o), "advice": open_advice(o, delta)} for o in speed.still_open] if speed else [],
+        "race": race_rule(speed.raced) if speed and speed.raced else None,
+        "headline": words.headline,
+        "details": list(words.details),
+        "sentences": list(words.sentences),
+    }

@@ -18,14 +18,14 @@ matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproduc
 MAX_SERIES_RUNS_PER_CELL = 3  # time-series charts per cell: enough to see run-to-run differences
 
 
-def _svg(fig: Figure) -> str:
+def svg_of(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: inline SVG needs neither
 
 
-def _figure(svg: str, caption: str) -> str:
+def figure(svg: str, caption: str) -> str:
     return f'<figure class="chart">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>'
 
 
@@ -49,7 +49,7 @@ def bar_chart(columns: list[str], rows: list[tuple[str, dict[str, list[float] | 
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _svg(fig)
+    return svg_of(fig)
 
 
 def series_chart(doc: Result) -> str | None:
@@ -86,16 +86,17 @@ def series_chart(doc: Result) -> str | None:
         ax.grid(alpha=0.3)
     busy.legend(fontsize=7, loc="upper right")
     fig.suptitle(f"{doc.cell_id} r{doc.repeat}: {doc.samples.bound or '?'}-bound", fontsize=10)
-    return _svg(fig)
+    return svg_of(fig)
 
 
-def forest_chart(group: answer.GroupResult) -> str | None:
+def forest_chart(group: answer.SpeedGroup) -> str | None:
     """Each configuration's ratio to the baseline (of geometric means) with its interval (a log scale
     when they span more than 4x): a line at 1 (the baseline), the best in green, the equivalent in
     blue, the not separated in olive, the worse in grey, an UNSAFE one in red. None when no
     configuration but the baseline has a ratio."""
     shown = [(c, c.to_baseline) for c in group.configurations if c.to_baseline is not None]
-    if not any(c.name != group.baseline for c, _ in shown):
+    base = group.group.baseline_name
+    if not any(c.name != base for c, _ in shown):
         return None
     fig = Figure(figsize=(7.0, 0.45 * len(shown) + 1.3))
     ax = fig.add_subplot()
@@ -112,18 +113,16 @@ def forest_chart(group: answer.GroupResult) -> str | None:
         else:
             colour = "tab:gray"
         ax.errorbar(
-            [r.value], [y], xerr=[[r.value - r.ci_low], [r.ci_high - r.value]], fmt="o", color=colour, capsize=4
+            [r.ratio], [y], xerr=[[r.ratio - r.ci_low], [r.ci_high - r.ratio]], fmt="o", color=colour, capsize=4
         )
-        tags = [t for t, on in (("baseline", c.name == group.baseline), ("UNSAFE", c.unsafe)) if on]
+        tags = [t for t, on in (("baseline", c.name == base), ("UNSAFE", c.unsafe)) if on]
         labels.append(c.name + (f" ({', '.join(tags)})" if tags else ""))
     ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_yticks(range(len(shown)), labels)
     ends = [e for _, r in shown for e in (r.ci_low, r.ci_high) if e > 0]
     if ends and max(ends) / min(ends) > 4:  # ratios far apart: a log scale keeps 0.5x and 2x alike
         ax.set_xscale("log")
-    ax.set_xlabel(
-        f"{group.metric_words}: × {group.baseline}'s (geometric mean; {group.direction} is better)", fontsize=9
-    )
+    ax.set_xlabel(f"{group.metric_words}: × {base}'s (geometric mean; {group.direction} is better)", fontsize=9)
     ax.set_title(group.label, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return _svg(fig)
+    return svg_of(fig)

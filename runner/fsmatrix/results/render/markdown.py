@@ -20,17 +20,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from fsmatrix.agent import workloads
-from fsmatrix.results import store
 from fsmatrix.results.render import answer_text, crashtable, seed
 from fsmatrix.results.render.race import race_section
 from fsmatrix.results.render.tables import (
     TABLE_LEGEND,
-    _metric_table,
     environment_axis_tables,
     metric_grid,
+    metric_table,
     metric_tables,
     overview_tables,
     relative_speed_tables,
@@ -38,26 +36,18 @@ from fsmatrix.results.render.tables import (
     workload_groups,
 )
 from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import answer, answering, environment, hardware
+from fsmatrix.results.verdict import answer, environment, hardware
 from fsmatrix.results.verdict.environment import environments, explained_by_axes, mixed_environments
+from fsmatrix.results.verdict.report import Report, report
 
 
-def markdown(
-    docs: list[Result],
-    title: str,
-    found: answer.Answer | None = None,
-    matrix_json: dict[str, Any] | None = None,
-    race: dict[str, Any] | None = None,
-) -> str:
-    """The whole report for a set of result documents: the answer first (``found``, or built here
-    from the documents and the run's ``matrix_json``), the race when the run raced (its
-    race.json), then the environment and the tables."""
-    if found is None:
-        found = answering.build(docs, matrix_json, race)
-    docs = environment.with_environment_axes(docs)
-    lines = [f"# fsmatrix report: {title}", "", *answer_text.markdown_lines(found)]
-    if race is not None:
-        lines += race_section(race)
+def markdown(found: Report, title: str) -> str:
+    """The whole report: the answer first, the race when the run raced (its race.json), then the
+    environment and the tables."""
+    docs = found.results
+    lines = [f"# fsmatrix report: {title}", "", *answer_text.markdown_lines(found.answer)]
+    if found.race is not None:
+        lines += race_section(found.race)
     lines += _environment_section(docs)
     by_cell: dict[str, list[Result]] = defaultdict(list)
     for doc in docs:
@@ -130,7 +120,7 @@ def _workload_section(
             lines.append("")
         keys = {m for ds in group.values() for d in ds for m in d.key_metrics}
         for metric, title, direction in tables:
-            table = _metric_table(kind, group, metric, direction) if metric in keys else []
+            table = metric_table(kind, group, metric, direction) if metric in keys else []
             if table:
                 repeats = repeats_note(metric_grid(kind, group, metric)[1])
                 lines += [f"**{title}** ({direction} is better; {repeats})", "", *table, ""]
@@ -159,15 +149,10 @@ def _status_section(by_cell: dict[str, list[Result]]) -> list[str]:
 
 
 def write_report(run_dir: Path, title: str) -> tuple[Path, answer.Answer]:
-    """``run_dir``/report.md, and the answer it opens with (built once from the run's documents and
-    its matrix.json, for the caller to print too)."""
+    """``run_dir``/report.md, and the answer it opens with (for the caller to print too)."""
     path = run_dir / "report.md"
-    docs = environment.with_environment_axes(store.load_results(run_dir))  # once, for the answer and the tables
-    matrix_json = store.load_matrix_json(run_dir)
-    race = store.load_race(run_dir)
-    found = answering.build(docs, matrix_json, race)
-    text = markdown(docs, title, found, matrix_json, race)
+    found = report(run_dir)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(markdown(found, title), encoding="utf-8")
     tmp.replace(path)
-    return path, found
+    return path, found.answer

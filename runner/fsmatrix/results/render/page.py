@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -24,13 +23,15 @@ from fsmatrix.agent import workloads
 from fsmatrix.results.render import answer_text, crashtable, seed, tables
 from fsmatrix.results.render.charts import (
     MAX_SERIES_RUNS_PER_CELL,
-    _figure,
     bar_chart,
+    figure,
     forest_chart,
     series_chart,
 )
+from fsmatrix.results.render.sentences import said
 from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import answer, answering, environment, groups, hardware
+from fsmatrix.results.verdict import answer, environment, groups, hardware
+from fsmatrix.results.verdict.report import Report
 
 matplotlib.rcParams["svg.fonttype"] = "path"  # text as outlines: nothing to fetch, same look everywhere
 matplotlib.rcParams["svg.hashsalt"] = "fsmatrix"  # stable element ids, reproducible output
@@ -76,18 +77,23 @@ def _answer_html(found: answer.Answer) -> list[str]:
     if not found.groups:
         parts.append("<p>No results to answer from.</p>")
     for g in found.groups:
-        heading = g.label if g.metric is None else f"{g.label}: {g.metric_words} ({g.direction} is better)"
-        parts += [f"<h3>{html.escape(heading)}</h3>", f'<p class="headline"><strong>{text(g.headline)}</strong></p>']
-        if g.details:
-            parts.append("<ul>" + "".join(f"<li>{text(s)}</li>" for s in g.details) + "</ul>")
+        words = said(g, found.delta)
+        heading = answer_text.group_heading(g)
+        parts += [
+            f"<h3>{html.escape(heading)}</h3>",
+            f'<p class="headline"><strong>{text(words.headline)}</strong></p>',
+        ]
+        if words.details:
+            parts.append("<ul>" + "".join(f"<li>{text(s)}</li>" for s in words.details) + "</ul>")
     parts.append("</section>")
-    charts = [(g, forest_chart(g)) for g in found.groups if g.metric is not None]
+    speed = [g for g in found.groups if isinstance(g, answer.SpeedGroup) and g.metric is not None]
+    charts = [(g, forest_chart(g)) for g in speed]
     charts = [(g, svg) for g, svg in charts if svg]
     if charts:
         parts += ['<section class="forest" id="forest">', "<h2>Ratio to the baseline</h2>"]
         for g, svg in charts:
             caption = (
-                f"{g.label}: {g.metric_words} of each configuration over {g.baseline}'s, ratio of geometric "
+                f"{g.label}: {g.metric_words} of each configuration over {g.group.baseline_name}'s, ratio of geometric "
                 f"means and its interval (the group's intervals hold together at {found.confidence:.0%})"
             )
             parts.append(f'<figure class="chart forest">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>')
@@ -115,7 +121,7 @@ def _grid_table(
             r = ranked[col]
             notes = [] if r.ratio == 1.0 else [f"{r.ratio:.2f}× the best median"]
             notes += [r.mark] if r.mark and r.mark != "best" else []
-            text = f"{tables._fmt(r.median)}{r.spread}" + (f" ({', '.join(notes)})" if notes else "")
+            text = f"{tables.number(r.median)}{r.spread}" + (f" ({', '.join(notes)})" if notes else "")
             tag = regimes.get((row, col), "")
             text += f" [{tag}]" if tag else ""
             css = {"best": ' class="best"', "not separated": ' class="open"', "equivalent": ' class="equivalent"'}.get(
@@ -133,17 +139,9 @@ def _plain_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def html_report(
-    docs: list[Result],
-    title: str,
-    found: answer.Answer | None = None,
-    matrix_json: dict[str, Any] | None = None,
-) -> str:
-    """The whole page: the answer (``found``, or built here from the documents and ``matrix_json``),
-    the forest plots, then the details collapsed."""
-    if found is None:
-        found = answering.build(docs, matrix_json)
-    docs = environment.with_environment_axes(docs)  # an image axis: side by side in the tables
+def html_report(found: Report, title: str) -> str:
+    """The whole page: the answer, the forest plots, then the details collapsed."""
+    docs = found.results  # an image axis: side by side in the tables
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -152,7 +150,7 @@ def html_report(
         f"<style>{STYLE}</style></head><body>",
         f"<h1>fsmatrix report: {html.escape(title)}</h1>",
     ]
-    parts += _answer_html(found)
+    parts += _answer_html(found.answer)
     parts.append('<details class="details"><summary>Details: environment, tables, charts and runs</summary>')
     parts += _environment(docs)
     legend_shown = False
@@ -189,12 +187,21 @@ def html_report(
                 note = f"{better} is better; {tables.repeats_note(rows)}"
                 parts.append(f"<h4>{html.escape(mtitle)} ({html.escape(note)})</h4>")
                 parts.append(_grid_table(columns, rows, direction, tables.regime_grid(kind, group)))
-                parts.append(_figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))
+                parts.append(figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))
         for rtitle, header, rows_ in [
             *tables.environment_axis_tables(kind, cells),
             *tables.relative_speed_tables(kind, cells),
         ]:
             parts += [f"<h4>{html.escape(rtitle)}</h4>", _plain_table(header, rows_)]
+    parts += _runs_html(docs, by_cell)
+    parts.append("</details>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _runs_html(docs: list[Result], by_cell: dict[str, list[Result]]) -> list[str]:
+    """The seed section, the per-run time series, the crash table and the runs' statuses."""
+    parts: list[str] = []
     parts += seed.html_parts(docs)  # a seed matrix's results beside the seed's published tables
     parts.append("<h2>Per-run time series</h2>")
     parts.append(
@@ -206,7 +213,7 @@ def html_report(
         for doc in shown[:MAX_SERIES_RUNS_PER_CELL]:
             svg = series_chart(doc)
             if svg:
-                parts.append(_figure(svg, f"{cid} repeat {doc.repeat}"))
+                parts.append(figure(svg, f"{cid} repeat {doc.repeat}"))
             else:
                 parts.append(
                     f"<p>{html.escape(cid)} repeat {doc.repeat}: no per-second samples (shorter than 1 s).</p>"
@@ -220,9 +227,7 @@ def html_report(
         ver = ds[0].verification.status or "-"
         status_rows.append([cid, str(len(ds)), statuses, ver, reasons])
     parts.append(_plain_table(["cell", "runs", "status", "verification", "reason"], status_rows))
-    parts.append("</details>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return parts
 
 
 def _environment(docs: list[Result]) -> list[str]:
@@ -238,11 +243,11 @@ def _environment(docs: list[Result]) -> list[str]:
     return out
 
 
-def write_html(docs: list[Result], title: str, out_dir: Path, found: answer.Answer | None = None) -> Path:
+def write_html(found: Report, title: str, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "report.html"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(html_report(docs, title, found), encoding="utf-8")
+    tmp.write_text(html_report(found, title), encoding="utf-8")
     tmp.replace(path)
     return path
 

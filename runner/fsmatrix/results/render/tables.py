@@ -91,7 +91,7 @@ def _storage_label(flat: dict[str, Any]) -> str:
     return f"{flat['filesystem']} ({', '.join(extra)})" if extra else str(flat["filesystem"])
 
 
-def _fmt(value: float) -> str:
+def number(value: float) -> str:
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
@@ -100,10 +100,10 @@ def _fmt(value: float) -> str:
 def _cell_text(ranked: Ranked, regime: str) -> str:
     tag = f" [{regime}]" if regime else ""
     if ranked.mark == "best":
-        return f"**{_fmt(ranked.median)}**{ranked.spread}{tag}"
+        return f"**{number(ranked.median)}**{ranked.spread}{tag}"
     notes = [] if ranked.ratio == 1.0 else [f"{ranked.ratio:.2f}×"]
     notes += [ranked.mark] if ranked.mark else []
-    text = f"{_fmt(ranked.median)}{ranked.spread}"
+    text = f"{number(ranked.median)}{ranked.spread}"
     return text + (f" ({', '.join(notes)})" if notes else "") + tag
 
 
@@ -163,7 +163,7 @@ def environment_axis_tables(kind: str, cells: dict[str, list[Result]]) -> list[t
         header = ["input", "storage", *values, *(f"{v} / {first}" for v in values[1:])]
         rows = []
         for (row, stack), by_value in samples.items():
-            medians = [_fmt(stats.median(by_value[v])) if by_value.get(v) else "-" for v in values]
+            medians = [number(stats.median(by_value[v])) if by_value.get(v) else "-" for v in values]
             ratios = []
             for v in values[1:]:
                 if not by_value.get(first) or not by_value.get(v):
@@ -223,7 +223,7 @@ def regime_grid(kind: str, group: dict[str, list[Result]]) -> dict[tuple[str, st
     return out
 
 
-def _metric_table(kind: str, group: dict[str, list[Result]], metric: str, direction: str) -> list[str]:
+def metric_table(kind: str, group: dict[str, list[Result]], metric: str, direction: str) -> list[str]:
     columns, rows = metric_grid(kind, group, metric)
     if not columns:
         return []
@@ -260,7 +260,7 @@ def overview_tables(kind: str, group: dict[str, list[Result]]) -> list[tuple[str
                     median = stats.median(value)
                     spread = max(value) - min(value)
                     texts.append(
-                        _fmt(median) + (f" ±{100 * spread / 2 / median:.0f}%" if len(value) > 1 and median else "")
+                        number(median) + (f" ±{100 * spread / 2 / median:.0f}%" if len(value) > 1 and median else "")
                     )
                 else:
                     texts.append(str(value))
@@ -315,7 +315,7 @@ def relative_speed_tables(kind: str, cells: dict[str, list[Result]]) -> list[tup
         for flat, values in members:
             med = stats.median(values)
             speed = (reference / med if direction == "lower" else med / reference) if med and reference else 0.0
-            rows.append([str(flat["filesystem"]), *(str(flat[k]) for k in varying), _fmt(med), f"{speed:.0%}"])
+            rows.append([str(flat["filesystem"]), *(str(flat[k]) for k in varying), number(med), f"{speed:.0%}"])
         label = f"{_column_label(flat0)}, input {_row_label(kind, flat0)}"
         out.append((f"Relative speed ({label})", header, rows))
     return out

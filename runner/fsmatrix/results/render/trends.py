@@ -15,7 +15,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from fsmatrix.results.render.charts import _figure, _svg
+from fsmatrix.results.render.charts import figure, svg_of
 from fsmatrix.results.render.history import changed_text, ratio_text
 from fsmatrix.results.render.page import CSP, STYLE
 from fsmatrix.results.verdict.history import History
@@ -44,7 +44,7 @@ def trend_chart(h: History) -> str:
     ax.set_ylabel(f"{s.metric} ({s.direction} is better)", fontsize=8)
     ax.set_title(f"{s.cell_id} — {s.hardware_class}", fontsize=9)
     ax.grid(alpha=0.3)
-    return _svg(fig)
+    return svg_of(fig)
 
 
 def _table(h: History) -> str:
@@ -79,7 +79,7 @@ def group_page(title: str, label: str, histories: Sequence[History]) -> str:
         caption = (
             f"{s.cell_id}, {s.metric}, {s.hardware_class}: {len(s.points)} runs, {len(h.change_points)} change points"
         )
-        parts += [f"<h2>{html.escape(s.cell_id)} · {html.escape(s.metric)}</h2>", _figure(trend_chart(h), caption)]
+        parts += [f"<h2>{html.escape(s.cell_id)} · {html.escape(s.metric)}</h2>", figure(trend_chart(h), caption)]
         parts.append(_table(h))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -25,17 +25,15 @@ from fsmatrix.results.store.files import (
     is_complete,
     iter_result_files,
     load_document,
-    load_matrix_json,
-    load_race,
     load_results,
     result_path,
-    run_matrix,
 )
 from fsmatrix.results.store.index import Index, reindex
 from fsmatrix.results.store.merge import merge
 from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
 from fsmatrix.results.store.published import load as load_published
 from fsmatrix.results.store.published import reproduced
+from fsmatrix.results.store.records import MatrixEntry, Race, RunMatrix, load_race, load_run_matrix, run_matrix
 from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, stored_runs
 
 __all__ = [
@@ -45,7 +43,10 @@ __all__ = [
     "RACE_FILE",
     "UNKNOWN_HOST",
     "Index",
+    "MatrixEntry",
+    "Race",
     "Result",
+    "RunMatrix",
     "comparison_group",
     "document_problem",
     "dotted",
@@ -55,10 +56,10 @@ __all__ = [
     "listing_json",
     "listing_markdown",
     "load_document",
-    "load_matrix_json",
     "load_published",
     "load_race",
     "load_results",
+    "load_run_matrix",
     "merge",
     "parse_since",
     "reindex",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from fsmatrix.agent import jsonfile
 from fsmatrix.agent.job import SCHEMA_VERSION
@@ -57,55 +56,3 @@ def load_results(directory: Path) -> list[Result]:
     if not docs:
         raise UserError(f"no result documents under {directory}")
     return docs
-
-
-def load_matrix_json(directory: Path) -> dict[str, Any] | None:
-    """The expanded matrix a run was made from (``<run>/matrix.json``), for the answer's baselines and
-    the cells' order. Under a results root, every run's ``matrix.json`` in one: the cells of all of
-    them (a cell id once, the first run's), and the ``baseline_rule`` when they agree. None when
-    there is none or it cannot be read: the answer then chooses baselines by cell id."""
-    own = directory / "matrix.json"
-    paths = [own] if own.is_file() else sorted(directory.glob("*/matrix.json"))
-    found = []
-    for path in paths:
-        try:
-            doc = jsonfile.read(path)
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("cells"), list):
-            found.append(doc)
-    if not found:
-        return None
-    if len(found) == 1:
-        return found[0]
-    cells: dict[str, Any] = {}
-    for doc in found:
-        for cell in doc["cells"]:
-            if isinstance(cell, dict) and isinstance(cell.get("id"), str):
-                cells.setdefault(cell["id"], cell)
-    rules = {doc.get("baseline_rule") for doc in found}
-    merged: dict[str, Any] = {"name": ", ".join(str(doc.get("name")) for doc in found), "cells": list(cells.values())}
-    if len(rules) == 1 and None not in rules:
-        merged["baseline_rule"] = rules.pop()
-    return merged
-
-
-def load_race(run_dir: Path) -> dict[str, Any] | None:
-    """The race a run ran (``RUN_DIR/race.json``, written by `fsmatrix run --race`), or None."""
-    path = run_dir / RACE_FILE
-    race: dict[str, Any] | None = jsonfile.read(path) if path.exists() else None
-    return race
-
-
-def run_matrix(run_dir: Path) -> dict[str, Any]:
-    """The expanded matrix of one stored run (``RUN_DIR/matrix.json``), each of its ``cells`` checked
-    to have an ``id`` and ``params``. UserError when ``run_dir`` is not a directory `fsmatrix run` wrote."""
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir}: no such run directory")
-    matrix_json = load_matrix_json(run_dir) if (run_dir / "matrix.json").is_file() else None
-    if matrix_json is None:
-        raise UserError(f"{run_dir}: no matrix.json; expected a directory `fsmatrix run` wrote (RESULTS/RUN_ID)")
-    bad = [c for c in matrix_json["cells"] if not (isinstance(c, dict) and "id" in c and "params" in c)]
-    if bad:
-        raise UserError(f"{run_dir}/matrix.json: cannot read its cells (one without an id and params: {bad[0]!r:.80})")
-    return matrix_json

@@ -17,7 +17,8 @@ from typing import Any
 
 from fsmatrix.errors import UserError
 from fsmatrix.results.store.document import Result
-from fsmatrix.results.store.files import iter_result_files, load_document, run_matrix
+from fsmatrix.results.store.files import iter_result_files, load_document
+from fsmatrix.results.store.records import run_matrix
 
 SITTING_GAP = timedelta(hours=6)
 

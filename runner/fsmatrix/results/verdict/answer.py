@@ -1,18 +1,22 @@
-"""The answer's types: what the runs decided, per comparison group, in sentences a reader can act on.
+"""The answer's types: what the runs decided, per comparison group.
 
 Frozen dataclasses, built by ``answering.build`` (groups and names: ``configurations.py``; speed
-verdicts: ``speed.py``; crash verdicts: ``crash.py``) and rendered by ``render/answer_text.py``
-(Markdown, the run's closing lines, JSON: docs/answer.schema.json) and ``render/page.py`` (HTML,
-forest plots). How it is computed, for people: docs/answer.md.
+verdicts: ``speed.py``; crash verdicts: ``crash.py``). They hold decisions and numbers, no prose: the
+sentences are the renderers' (``render/sentences.py``; Markdown, the run's closing lines and JSON:
+``render/answer_text.py``, docs/answer.schema.json; HTML and forest plots: ``render/page.py``). How it is
+computed, for people: docs/answer.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fsmatrix.results.verdict import groups
-
-DELTA = groups.DELTA
+from fsmatrix.results.verdict.configurations import Group
+from fsmatrix.results.verdict.groups import DELTA, Interval
+from fsmatrix.results.verdict.power import DRAWS
+from fsmatrix.results.verdict.raced import RacedGroup
+from fsmatrix.results.verdict.stats import ALPHA
 
 VERSION = 2  # of the answer's JSON (docs/answer.schema.json): 2 has the four words, no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
@@ -26,18 +30,17 @@ VERDICTS = ("best", "equivalent", "not separated", "single", "not enough data", 
 
 
 @dataclass(frozen=True)
-class Ratio:
-    """A ratio of geometric means (configuration / the other) with its interval, one of the group's
-    ``family`` intervals that hold together at 1 - α (each at ``confidence`` = 1 - α/family)."""
+class Rule:
+    """How the answer decides: the family error α of each group's claims, the minimum effect δ (of the
+    equivalence test and the repeat advice), and the repeat advice's simulated draws per n and seed."""
 
-    value: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    family: int
+    alpha: float = ALPHA
+    delta: float = DELTA
+    draws: int = DRAWS
+    seed: int = 0
 
-    def text(self) -> str:
-        return f"{self.value:.2f}× [{self.ci_low:.2f}, {self.ci_high:.2f}]"
+
+DEFAULT_RULE = Rule()
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ class Configuration:
     runs: int  # passed runs with a value of the metric (a crash group: runs with a crash section)
     failed: int  # runs that did not pass (or passed without the metric)
     median: float | None
-    to_baseline: Ratio | None
-    to_leader: Ratio | None  # against the group's leader; None for the leader and without enough data
+    to_baseline: Interval | None  # one of the group's intervals that hold together at 1 - α
+    to_leader: Interval | None  # against the group's leader; None for the leader and without enough data
     decided_by: str  # "intervals" (groups.compare_group), "race" (the run's race.json), or "" (nothing decided)
     reason: str  # why this status, in words
     regime: str  # "cpu", "io", "mixed" or "" (no samples)
@@ -80,14 +83,6 @@ class Why:
 
 
 @dataclass(frozen=True)
-class Regime:
-    overall: str  # "cpu", "io", "mixed" (each configuration the same), "varies", or "" (no samples)
-    by_configuration: dict[str, str]
-    storage_comparison: bool  # the group's configurations differ in the storage stack
-    disks_not_bottleneck: bool  # a storage comparison in which every configuration was CPU-bound
-
-
-@dataclass(frozen=True)
 class CrashVerdict:
     """What the crash runs of one configuration showed."""
 
@@ -105,7 +100,8 @@ class CrashVerdict:
     mount_s: float | None
     allowed_by: tuple[str, ...]  # the settings that allow a loss ("synchronous_commit=off", "fsync=off")
     problems: tuple[str, ...]  # what went wrong, first line of each distinct reason
-    text: str
+    infrastructure_statuses: tuple[str, ...]  # the statuses of the infrastructure failures, sorted
+    damage_allowed: bool  # its settings allow a damaged database too (fsync=off), not only a loss
 
 
 @dataclass(frozen=True)
@@ -116,22 +112,17 @@ class Open:
     sigma: float  # pooled standard deviation of the pair's logs
     repeats_needed: int | None  # n*; None when more than power.N_MAX
     runs: tuple[int, int]
-    advice: str
 
 
 @dataclass(frozen=True)
-class GroupResult:
-    key: str  # matrix.comparison_group's key
-    label: str
-    workload: str
-    crash_mode: str | None
-    metric: str | None  # the primary metric (None: a crash group)
+class SpeedGroup:
+    """What the runs of a group without a crash block decided on the workload's primary metric."""
+
+    group: Group
+    metric: str | None  # the primary metric (None: no metric known: not enough data)
     metric_words: str
-    direction: str | None
-    baseline: str | None  # a configuration's name
-    baseline_cell: str | None
-    baseline_rule: str  # a key of RULES
-    verdict: str  # one of VERDICTS
+    direction: str
+    verdict: str  # one of VERDICTS but "crash"
     best: str | None  # the leader when nothing is left not separated from it
     leader: str | None  # the best geometric mean among those with enough data (not a ranking by itself)
     equivalent: tuple[str, ...]  # equivalent within ±δ to the leader (verdict "equivalent": the leader too)
@@ -139,23 +130,43 @@ class GroupResult:
     worse: tuple[str, ...]
     not_enough_data: tuple[str, ...]
     configurations: tuple[Configuration, ...]
-    regime: Regime
     why: Why | None
-    crash: tuple[CrashVerdict, ...]
     still_open: tuple[Open, ...]
-    race: str | None  # how the race decided this group (its rule and rounds); None: not raced
-    headline: str
-    details: tuple[str, ...]  # the other sentences, in the order the reports print them
+    raced: RacedGroup | None  # the race's decisions when the race decided this group
+    unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
 
     @property
-    def sentences(self) -> tuple[str, ...]:
-        return (self.headline, *self.details)
+    def label(self) -> str:
+        return self.group.label
 
     def configuration(self, name: str) -> Configuration:
         for c in self.configurations:
             if c.name == name:
                 return c
         raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class CrashGroup:
+    """What the crash runs of a group with a crash block showed, per configuration."""
+
+    group: Group
+    mode: str  # the crash mode
+    configurations: tuple[Configuration, ...]
+    crash: tuple[CrashVerdict, ...]  # in the group's order
+
+    @property
+    def label(self) -> str:
+        return self.group.label
+
+    def configuration(self, name: str) -> Configuration:
+        for c in self.configurations:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+GroupResult = SpeedGroup | CrashGroup
 
 
 @dataclass(frozen=True)

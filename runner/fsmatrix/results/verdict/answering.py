@@ -1,65 +1,42 @@
-"""Building the answer: result documents (and, when there is one, the run's ``matrix.json`` as a
-dict) in, an ``answer.Answer`` out. Crash groups first: their verdicts mark configurations unsafe in
-the speed groups too. How it is computed, for people: docs/answer.md."""
+"""Building the answer: typed result documents (and, when there is one, the run's ``matrix.json`` and
+``race.json``, typed by the store) in, an ``answer.Answer`` out. Crash groups first: their verdicts
+mark configurations unsafe in the speed groups too. How it is computed, for people: docs/answer.md."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import environment, power, stats
-from fsmatrix.results.verdict.answer import Answer, CrashVerdict, GroupResult
-from fsmatrix.results.verdict.configurations import _Cell, _cells, _fingerprint
-from fsmatrix.results.verdict.crash import _crash_group
-from fsmatrix.results.verdict.groups import DELTA
+from fsmatrix.results.store import Race, Result, RunMatrix
+from fsmatrix.results.verdict import configurations, environment
+from fsmatrix.results.verdict.answer import DEFAULT_RULE, Answer, CrashGroup, CrashVerdict, GroupResult, Rule
+from fsmatrix.results.verdict.crash import UNSAFE, crash_group
 from fsmatrix.results.verdict.raced import raced_groups
-from fsmatrix.results.verdict.speed import _speed_group
+from fsmatrix.results.verdict.speed import speed_group
 
 
 def build(
-    docs: Sequence[Result],
-    matrix_json: Mapping[str, Any] | None = None,
-    race: Mapping[str, Any] | None = None,
-    *,
-    delta: float = DELTA,
-    alpha: float = stats.ALPHA,
-    draws: int = power.DRAWS,
-    seed: int = 0,
+    docs: Sequence[Result], matrix: RunMatrix | None = None, race: Race | None = None, rule: Rule = DEFAULT_RULE
 ) -> Answer:
-    """The answer for these result documents (see the module's docstring). ``matrix_json``: the
-    run's ``matrix.json`` (baselines, cell order); ``race``: its ``race.json`` when it raced (a raced
-    group's answer is the race's decisions: raced.py); ``delta``: the minimum effect of the repeat advice
-    and of the equivalence test; ``draws``: the repeat advice's simulated draws per n."""
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), not {delta}")
-    cells = _cells(environment.with_environment_axes(docs), matrix_json)  # an image axis names every image
-    grouped: dict[str, list[_Cell]] = {}
-    for c in cells:
-        grouped.setdefault(c.group_key, []).append(c)
-    has_matrix = matrix_json is not None
-    rule_of_matrix = (matrix_json or {}).get("baseline_rule")
+    """The answer for these result documents (see the module's docstring). ``matrix``: the run's
+    ``matrix.json`` (baselines, cell order); ``race``: its ``race.json`` when it raced (a raced group's
+    answer is the race's decisions: raced.py); ``rule``: α, the minimum effect δ of the equivalence
+    test and the repeat advice, the advice's simulated draws per n."""
+    if not 0 < rule.delta < 1:
+        raise ValueError(f"delta must be in (0, 1), not {rule.delta}")
+    found = configurations.groups(environment.with_environment_axes(docs), matrix)  # an image axis names every image
     # Crash groups first: their verdicts mark configurations unsafe in the speed groups too.
-    crash_results: dict[str, GroupResult] = {}
+    crashed: dict[str, CrashGroup] = {}
     unsafe_elsewhere: dict[tuple[tuple[str, str], ...], tuple[str, CrashVerdict]] = {}
-    for key, members in grouped.items():
-        if any(d.crash is not None for c in members for d in c.docs):
-            result = crash_results[key] = _crash_group(key, members, has_matrix, rule_of_matrix)
-            for c, v in zip(members, result.crash, strict=True):
-                if v.verdict in ("unsafe", "unsafe by design"):
-                    unsafe_elsewhere[_fingerprint(c.flat)] = (result.label, v)
+    for g in found:
+        if any(d.crash is not None for c in g.cells for d in c.docs):
+            result = crashed[g.key] = crash_group(g)
+            for c, v in zip(g.cells, result.crash, strict=True):
+                if v.verdict in UNSAFE:
+                    unsafe_elsewhere[configurations.fingerprint(c.flat)] = (g.label, v)
     races = raced_groups(race)
-    groups = []
-    for key, members in grouped.items():
-        ids = {c.id for c in members}
+    answered: list[GroupResult] = []
+    for g in found:
+        ids = {c.id for c in g.cells}
         raced = next((r for r in races if ids <= set(r.cells)), None)
-        if key in crash_results:
-            groups.append(crash_results[key])
-        else:
-            groups.append(
-                _speed_group(
-                    key, members, has_matrix, rule_of_matrix, unsafe_elsewhere, delta=delta, alpha=alpha,
-                    draws=draws, seed=seed, raced=raced,
-                )
-            )  # fmt: skip
-    return Answer(alpha=alpha, delta=delta, confidence=1 - alpha, groups=tuple(groups))
+        answered.append(crashed[g.key] if g.key in crashed else speed_group(g, rule, unsafe_elsewhere, raced))
+    return Answer(alpha=rule.alpha, delta=rule.delta, confidence=1 - rule.alpha, groups=tuple(answered))

@@ -11,6 +11,9 @@ The baseline is the cell ``matrix.json`` marks ``"baseline": true`` (its ``basel
 whether the matrix named it or it is the cell with every setting at its default); without one, the
 group's first cell in ``matrix.json``'s order; without ``matrix.json``, the first by cell id. Every
 answer says which rule chose it.
+
+``groups`` builds each ``Group`` once (its cells, their names, the baseline and the regime); the speed
+and crash verdicts take it as it is.
 """
 
 from __future__ import annotations
@@ -21,11 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fsmatrix.matrix import flatten
-from fsmatrix.results.store import Result, comparison_group
+from fsmatrix.results.store import Result, RunMatrix, comparison_group
 from fsmatrix.results.verdict import hardware
-from fsmatrix.results.verdict.answer import Regime
 from fsmatrix.results.verdict.metrics import regime
-from fsmatrix.results.verdict.words import _join
 
 # Where a baseline came from: matrix.json's ``baseline_rule`` ("named", "defaults"), or the fallbacks.
 RULES = {
@@ -44,26 +45,82 @@ STORAGE_KEYS = ("filesystem", "mount_options", "mkfs_options")
 STORAGE_PREFIXES = ("storage.", "device.")
 
 
-@dataclass
-class _Cell:
+@dataclass(frozen=True)
+class Regime:
+    overall: str  # "cpu", "io", "mixed" (each configuration the same), "varies", or "" (no samples)
+    by_configuration: dict[str, str]
+    storage_comparison: bool  # the group's configurations differ in the storage stack
+    disks_not_bottleneck: bool  # a storage comparison in which every configuration was CPU-bound
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell's runs, in repeat order, with its flattened settings and its comparison group."""
+
     id: str
-    docs: list[Result]
-    flat: dict[str, Any]
+    docs: tuple[Result, ...]
+    flat: Mapping[str, Any]
     group_key: str
     group_label: str
-    baseline_flag: bool | None
+    baseline_flag: bool | None  # as matrix.json marks it; None: no record
 
 
-def _cells(docs: Sequence[Result], matrix_json: Mapping[str, Any] | None) -> list[_Cell]:
+@dataclass(frozen=True)
+class Group:
+    """A comparison group, built once: its cells in the matrix's order, each one's configuration name
+    and the settings that vary inside the group, the baseline and the rule that chose it, and the
+    regime of its runs."""
+
+    key: str
+    label: str
+    workload: str
+    cells: tuple[Cell, ...]
+    names: Mapping[str, str]  # cell id -> configuration name
+    settings: Mapping[str, dict[str, str]]  # cell id -> the varying settings, dotted key -> value as text
+    baseline: Cell
+    baseline_rule: str  # a key of RULES
+    regime: Regime
+
+    def name(self, cell: Cell) -> str:
+        return self.names[cell.id]
+
+    @property
+    def baseline_name(self) -> str:
+        return self.names[self.baseline.id]
+
+
+def groups(docs: Sequence[Result], matrix: RunMatrix | None) -> list[Group]:
+    """The comparison groups of these results, in the order of their first cells."""
+    grouped: dict[str, list[Cell]] = {}
+    for c in _cells(docs, matrix):
+        grouped.setdefault(c.group_key, []).append(c)
+    return [_group(key, members, matrix) for key, members in grouped.items()]
+
+
+def _group(key: str, members: list[Cell], matrix: RunMatrix | None) -> Group:
+    named = _names(members)
+    names = {cid: name for cid, (name, _) in named.items()}
+    base, rule = _baseline(members, matrix)
+    return Group(
+        key=key,
+        label=members[0].group_label,
+        workload=str(members[0].docs[0].workload),
+        cells=tuple(members),
+        names=names,
+        settings={cid: settings for cid, (_, settings) in named.items()},
+        baseline=base,
+        baseline_rule=rule,
+        regime=_regime(members, named),
+    )
+
+
+def _cells(docs: Sequence[Result], matrix: RunMatrix | None) -> list[Cell]:
     """The cells the documents hold, in matrix.json's order (then by id), with their groups (as
     matrix.json records them, ``group`` and ``group_label``, else ``matrix.comparison_group``'s)."""
     by_cell: dict[str, list[Result]] = defaultdict(list)
     for doc in docs:
         by_cell[str(doc.cell_id)].append(doc)
-    entries: dict[str, Mapping[str, Any]] = {}
-    for entry in (matrix_json or {}).get("cells") or []:
-        if isinstance(entry, Mapping) and isinstance(entry.get("id"), str):
-            entries.setdefault(entry["id"], entry)
+    entries = {e.id: e for e in matrix.cells} if matrix is not None else {}
     order = [cid for cid in entries if cid in by_cell] + sorted(cid for cid in by_cell if cid not in entries)
     # Runs from several hardware classes: each class's runs are compared among themselves only.
     by_class = hardware.split({cid: by_cell[cid] for cid in order})
@@ -76,16 +133,16 @@ def _cells(docs: Sequence[Result], matrix_json: Mapping[str, Any] | None) -> lis
         if section is not None and "crash" not in params:  # a crash result whose params do not say so
             key += f"|crash:{section.get('mode')}"
             label += f" (crash: {section.get('mode')})"
-        entry = entries.get(cid, {})
-        if isinstance(entry.get("group"), str) and entry["group"]:  # as the matrix grouped it
-            key = entry["group"]
-        if isinstance(entry.get("group_label"), str) and entry["group_label"]:
-            label = entry["group_label"]
+        entry = entries.get(cid)
+        flag = entry.baseline if entry is not None else None
+        if entry is not None and entry.group:  # as the matrix grouped it
+            key = entry.group
+        if entry is not None and entry.group_label:
+            label = entry.group_label
         if len(by_class) > 1:
             key += f"|hardware:{klass}"
             label += f" on {klass}"
-        flag = entry.get("baseline")
-        cells.append(_Cell(cid, ds, flatten(params), key, label, flag if isinstance(flag, bool) else None))
+        cells.append(Cell(cid, tuple(ds), flatten(params), key, label, flag))
     return cells
 
 
@@ -95,7 +152,7 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _names(cells: Sequence[_Cell]) -> dict[str, tuple[str, dict[str, str]]]:
+def _names(cells: Sequence[Cell]) -> dict[str, tuple[str, dict[str, str]]]:
     """cell id -> (configuration name, the varying settings) for the cells of one group."""
     keys = list(dict.fromkeys(k for c in cells for k in c.flat))
     varying = [k for k in keys if len({_show(c.flat.get(k, "–")) for c in cells}) > 1]
@@ -117,60 +174,33 @@ def _names(cells: Sequence[_Cell]) -> dict[str, tuple[str, dict[str, str]]]:
     }
 
 
-def _fingerprint(flat: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def fingerprint(flat: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """A configuration's settings without the workload's parameters, the crash block and the timeout:
     what a speed cell and a crash cell of the same stack share."""
     keep = (k for k in flat if not k.startswith(("workload.", "crash.")) and k != "timeout")
     return tuple(sorted((k, _show(flat[k])) for k in keep))
 
 
-def _baseline(members: Sequence[_Cell], has_matrix: bool, rule_of_matrix: Any) -> tuple[_Cell, str]:
+def _baseline(members: Sequence[Cell], matrix: RunMatrix | None) -> tuple[Cell, str]:
+    rule_of_matrix = matrix.baseline_rule if matrix is not None else None
     flagged = [c for c in members if c.baseline_flag]
     if len(flagged) == 1:
         rule = rule_of_matrix if rule_of_matrix in ("named", "defaults") else "recorded"
         return flagged[0], rule
-    if has_matrix:
+    if matrix is not None:
         # The matrix chose one, but not among these cells (a run of some of its cells only).
         absent = not flagged and rule_of_matrix in ("named", "defaults")
         return members[0], "absent" if absent else "first-cell"
     return min(members, key=lambda c: c.id), "first-id"
 
 
-def _baseline_sentence(name: str, rule: str) -> str:
-    verb = "Baseline" if rule == "named" else "Baseline chosen"
-    return f"{verb}: {name} ({RULES[rule]})."
-
-
 def _storage_comparison(settings: Mapping[str, str]) -> bool:
     return any(k in STORAGE_KEYS or k.startswith(STORAGE_PREFIXES) for k in settings)
 
 
-def _regime(members: Sequence[_Cell], names: Mapping[str, tuple[str, dict[str, str]]]) -> Regime:
-    by_config = {names[c.id][0]: regime(c.docs) for c in members}
+def _regime(members: Sequence[Cell], names: Mapping[str, tuple[str, dict[str, str]]]) -> Regime:
+    by_config = {names[c.id][0]: regime(list(c.docs)) for c in members}
     known = {r for r in by_config.values() if r}
     overall = "" if not known else known.pop() if len(known) == 1 and all(by_config.values()) else "varies"
     storage = any(_storage_comparison(settings) for _, settings in names.values())
     return Regime(overall, by_config, storage, storage and overall == "cpu" and len(members) > 1)
-
-
-def _regime_sentence(r: Regime) -> str | None:
-    if r.overall == "cpu":
-        text = "Regime: every configuration was CPU-bound (the sampler's class of most of its runs)"
-        if r.disks_not_bottleneck:
-            text += (
-                ": the disks were not the bottleneck, so these differences are the storage stacks' CPU "
-                "cost, not their disks' speed"
-            )
-        return text + "."
-    if r.overall == "io":
-        return (
-            "Regime: every configuration was IO-bound (the sampler's class of most of its runs): the device "
-            "set the pace."
-        )
-    if r.overall == "mixed":
-        return "Regime: every configuration was mixed, neither CPU- nor IO-bound most of the time."
-    if r.overall == "varies":
-        words = {"cpu": "CPU-bound", "io": "IO-bound", "mixed": "mixed", "": "unknown"}
-        parts = _join([f"{n} {words.get(reg, reg)}" for n, reg in r.by_configuration.items()], list(r.by_configuration))
-        return f"Regime: {parts}."
-    return None

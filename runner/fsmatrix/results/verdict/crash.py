@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from fsmatrix.results.store import Result
 from fsmatrix.results.verdict import stats
-from fsmatrix.results.verdict.answer import Configuration, CrashVerdict, GroupResult
-from fsmatrix.results.verdict.configurations import _baseline, _baseline_sentence, _Cell, _names, _regime
-from fsmatrix.results.verdict.words import _and
+from fsmatrix.results.verdict.answer import Configuration, CrashGroup, CrashVerdict
+from fsmatrix.results.verdict.configurations import Group
 
 INFRASTRUCTURE = ("error", "timeout")  # statuses that are no verdict on a configuration
+UNSAFE = ("unsafe", "unsafe by design")  # the crash verdicts that make a configuration UNSAFE
 
 
 def _allowed_by(flat: Mapping[str, Any]) -> tuple[tuple[str, ...], bool]:
@@ -90,7 +89,7 @@ def crash_verdict(name: str, docs: Sequence[Result], flat: Mapping[str, Any]) ->
         verdict = "no verdict"
     recovery = _seconds([(d.crash or {}).get("recovery_s") for d in runs])
     mount = _seconds([(d.crash or {}).get("mount_s") for d in runs])
-    v = CrashVerdict(
+    return CrashVerdict(
         configuration=name,
         verdict=verdict,
         runs=len(runs),
@@ -105,146 +104,35 @@ def crash_verdict(name: str, docs: Sequence[Result], flat: Mapping[str, Any]) ->
         mount_s=mount,
         allowed_by=allowed,
         problems=tuple(problems),
-        text="",
+        infrastructure_statuses=tuple(sorted(set(infra_statuses))),
+        damage_allowed=damage_allowed,
     )
-    return _with_text(v, sorted(set(infra_statuses)), damage_allowed)
 
 
-def _lost_words(v: CrashVerdict) -> str:
-    of = f" of {v.acknowledged:,}" if v.acknowledged is not None else ""
-    return f"lost {v.lost_commits or 0:,}{of} acknowledged commits in {v.lost_runs} of {v.runs} runs"
-
-
-def _unsafe_reason(v: CrashVerdict) -> str:
-    parts = []
-    if v.lost_runs:
-        parts.append(_lost_words(v))
-    if v.not_recovered:
-        parts.append(f"did not recover in {v.not_recovered} of {v.runs} runs")
-    text = " and ".join(parts) + " after a crash"
-    if v.verdict == "unsafe by design":
-        text += f" (by design: {', '.join(v.allowed_by)} allows it)"
-    return text
-
-
-def _with_text(v: CrashVerdict, infra_statuses: Sequence[str], damage_allowed: bool) -> CrashVerdict:
-    times = []
-    if v.recovery_s is not None:
-        times.append(f"recovery {v.recovery_s:.3g} s")
-    if v.mount_s is not None:
-        times.append(f"mount {v.mount_s:.3g} s")
-    timing = f"; {', '.join(times)} (medians)" if times else ""
-    aside = ""
-    if v.infrastructure or v.not_crashed:
-        bits = []
-        if v.infrastructure:
-            bits.append(f"{v.infrastructure} ended in an infrastructure failure ({', '.join(infra_statuses)})")
-        if v.not_crashed:
-            bits.append(f"{v.not_crashed} never crashed")
-        aside = f" Not counted: {' and '.join(bits)}: no verdict on the configuration."
-    name = v.configuration
-    if v.verdict == "safe":
-        lost = f", no acknowledged commit lost (0 of {v.acknowledged:,})" if v.acknowledged is not None else ""
-        text = f"{name}: recovered in {v.recovered} of {v.runs} runs{lost}{timing}."
-    elif v.verdict == "no verdict":
-        text = f"{name}: no verdict, no run crashed and recovered.{aside}"
-        aside = ""
-    else:
-        parts = []
-        if v.lost_runs:
-            parts.append(_lost_words(v))
-        if v.not_recovered:
-            parts.append(f"did not recover in {v.not_recovered} of {v.runs} runs ({'; '.join(v.problems)})")
-        what = " and ".join(parts)
-        if v.verdict == "unsafe by design":
-            allows = ", ".join(v.allowed_by)
-            text = f"{name}: UNSAFE by design: {what}; {allows} allows that"
-        else:
-            promise = (
-                "its settings (synchronous_commit and fsync on) promise to keep every acknowledged commit"
-                if v.lost_runs and not v.allowed_by
-                else "nothing in its settings allows that"
-            )
-            if v.not_recovered and not damage_allowed and v.allowed_by:
-                promise = f"{', '.join(v.allowed_by)} allows losing the last commits, not a damaged database"
-            text = f"{name}: UNSAFE: {what}; {promise}"
-        text += f"{timing}."
-    return replace(v, text=text + aside)
-
-
-def _crash_group(key: str, members: list[_Cell], has_matrix: bool, rule_of_matrix: Any) -> GroupResult:
-    kind = str(members[0].docs[0].workload)
-    names = _names(members)
-    base_cell, rule = _baseline(members, has_matrix, rule_of_matrix)
-    sections = [d.crash for c in members for d in c.docs if d.crash is not None]
-    mode = str(members[0].flat.get("crash.mode") or sections[0].get("mode") or "crash")
-    verdicts = tuple(crash_verdict(names[c.id][0], c.docs, c.flat) for c in members)
-    reg = _regime(members, names)
-    configs = []
-    for c, v in zip(members, verdicts, strict=True):
-        configs.append(
-            Configuration(
-                name=names[c.id][0],
-                cell=c.id,
-                settings=names[c.id][1],
-                status="crash",
-                runs=v.runs,
-                failed=v.runs - v.recovered,
-                median=v.recovery_s,
-                to_baseline=None,
-                to_leader=None,
-                decided_by="",
-                reason=v.verdict,
-                regime=reg.by_configuration[names[c.id][0]],
-                unsafe=v.verdict in ("unsafe", "unsafe by design"),
-            )
+def crash_group(group: Group) -> CrashGroup:
+    """Each configuration's crash verdict (see the module's docstring)."""
+    sections = [d.crash for c in group.cells for d in c.docs if d.crash is not None]
+    mode = str(group.cells[0].flat.get("crash.mode") or sections[0].get("mode") or "crash")
+    verdicts = tuple(crash_verdict(group.name(c), c.docs, c.flat) for c in group.cells)
+    configs = [
+        Configuration(
+            name=group.name(c),
+            cell=c.id,
+            settings=group.settings[c.id],
+            status="crash",
+            runs=v.runs,
+            failed=v.runs - v.recovered,
+            median=v.recovery_s,
+            to_baseline=None,
+            to_leader=None,
+            decided_by="",
+            reason=v.verdict,
+            regime=group.regime.by_configuration[group.name(c)],
+            unsafe=v.verdict in UNSAFE,
         )
-    unsafe = [v for v in verdicts if v.verdict == "unsafe"]
-    by_design = [v for v in verdicts if v.verdict == "unsafe by design"]
-    safe = [v for v in verdicts if v.verdict == "safe"]
-    parts = []
-    if unsafe:
-        parts.append(
-            f"UNSAFE: {_and([v.configuration for v in unsafe])} (a loss or damage its settings promise not to have)"
-        )
-    if by_design:
-        allows = sorted({a for v in by_design for a in v.allowed_by})
-        parts.append(f"UNSAFE by design: {_and([v.configuration for v in by_design])} ({', '.join(allows)} allows it)")
-    if safe:
-        parts.append(f"recovered from every crash: {_and([v.configuration for v in safe])}")
-    undecided = [v for v in verdicts if v.verdict == "no verdict"]
-    if undecided:
-        parts.append(f"no verdict: {_and([v.configuration for v in undecided])}")
-    headline = f"Crash verdict ({mode}): " + "; ".join(parts) + "."
-    details = [v.text for v in verdicts]
-    details.append(_baseline_sentence(names[base_cell.id][0], rule))
-    return GroupResult(
-        key=key,
-        label=members[0].group_label,
-        workload=kind,
-        crash_mode=mode,
-        metric=None,
-        metric_words="",
-        direction=None,
-        baseline=names[base_cell.id][0],
-        baseline_cell=base_cell.id,
-        baseline_rule=rule,
-        verdict="crash",
-        best=None,
-        leader=None,
-        equivalent=(),
-        not_separated=(),
-        worse=(),
-        not_enough_data=(),
-        configurations=tuple(configs),
-        regime=reg,
-        why=None,
-        crash=verdicts,
-        still_open=(),
-        race=None,
-        headline=headline,
-        details=tuple(details),
-    )
+        for c, v in zip(group.cells, verdicts, strict=True)
+    ]
+    return CrashGroup(group, mode, tuple(configs), verdicts)
 
 
 def recovery_status(section: Mapping[str, Any]) -> str:

@@ -2,37 +2,23 @@
 (``race.py``: retired, or shown equivalent, at round r under its group-sequential error control),
 not a fixed-sample test of the runs it stopped at: those runs were stopped *because* of what they
 showed, and a test that ignores that would neither carry the race's error control nor agree with
-its decisions. Pure: the run's ``race.json`` (as `fsmatrix run --race` writes it) in.
+its decisions. Pure: the run's typed ``race.json`` (``store.Race``) in; the words: ``render/answer_text.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from fsmatrix.results.verdict.words import _pct
+from fsmatrix.results.store import Race
 
-# race.json's "left" actions -> the answer's statuses ("tied" is what races before the answer's
-# version 2 wrote for "equivalent").
+# race.json's "left" actions -> the answer's statuses (store.records has already read "tied" as "equivalent").
 STATUS_OF = {
     "retired": "worse",
     "equivalent": "equivalent",
-    "tied": "equivalent",
     "best": "best",
     "remained": "not separated",
     "skipped": "not enough data",
 }
-
-
-def current_words(text: str) -> str:
-    """A stored race's text in today's words: races before the answer's version 2 wrote "tied" (and
-    "tied set") for what is now "equivalent"."""
-    return text.replace("tied set", "equivalent set").replace("retired or tied", "retired or equivalent")
-
-
-def current_action(action: str) -> str:
-    return "equivalent" if action == "tied" else action
 
 
 @dataclass(frozen=True)
@@ -44,53 +30,35 @@ class RacedCell:
 
 @dataclass(frozen=True)
 class RacedGroup:
+    """A group the race decided: each cell's decision, and what decided them (for the answer's words)."""
+
     cells: dict[str, RacedCell]  # by cell id
-    rule: str  # one sentence: how the race decided
+    why_stopped: str
+    delta: float
+    alpha: float
+    look_alpha: float | None  # Pocock's level α' of every test at the last look (None: not recorded)
 
 
-def raced_groups(race: Mapping[str, Any] | None) -> list[RacedGroup]:
+def raced_groups(race: Race | None) -> list[RacedGroup]:
     """The raced groups of a stored race whose every cell left it with a decision (a race cut short
     decides nothing: its groups are answered by the intervals)."""
-    if not race:
+    if race is None:
         return []
-    left = race.get("left") or {}
-    settings = race.get("settings") or {}
-    alpha = float(race.get("alpha") or 0.05)
-    delta = float(settings.get("delta") or 0.05)
-    stopped = race.get("stopped") or {}
     out = []
-    for g in race.get("groups") or []:
-        if not g.get("raced") or not g.get("metric"):
+    for g in race.groups:
+        if not g.raced or not g.metric:
             continue
-        cells = [str(c) for c in g.get("cells") or []]
-        if not cells or any(c not in left or left[c].get("action") not in STATUS_OF for c in cells):
+        if not g.cells or any(c not in race.left or race.left[c].action not in STATUS_OF for c in g.cells):
             continue
         decided = {
-            c: RacedCell(
-                STATUS_OF[left[c]["action"]],
-                int(left[c].get("round") or 0),
-                current_words(str(left[c].get("reason") or "")),
-            )
-            for c in cells
+            c: RacedCell(STATUS_OF[race.left[c].action], race.left[c].round, race.left[c].reason) for c in g.cells
         }
         if any(d.status == "not separated" for d in decided.values()):  # a best with undecided others is not best
             decided = {
                 c: RacedCell("not separated", d.round, d.reason) if d.status == "best" else d
                 for c, d in decided.items()
             }
-        looks = [
-            float(r["groups"][g["key"]]["look_alpha"])
-            for r in race.get("rounds") or []
-            if g.get("key") in (r.get("groups") or {})
-        ]
-        level = f"Pocock's level α' = {looks[-1]:.2g} per test" if looks else "Pocock's level per test"
-        why = current_words(str(stopped.get("why") or "stopped"))
-        rule = (
-            f"Decided by the race (race.json, {why}): a configuration retired when "
-            f"worse than the best by more than {_pct(delta)} (one-sided Welch's t on logs shifted by "
-            f"ln(1 + {delta:g})), equivalent when TOST shows it within ±{_pct(delta)}, each test at {level} so "
-            f"that all its decisions over every round err with probability at most {_pct(alpha)}; the intervals "
-            "are fixed-sample ones on the runs it stopped at, not adjusted for its stopping."
-        )
-        out.append(RacedGroup(decided, rule))
+        looks = race.look_alpha.get(g.key, ())
+        why = race.stopped.why if race.stopped is not None else "stopped"
+        out.append(RacedGroup(decided, why, race.settings.delta, race.alpha, looks[-1] if looks else None))
     return out

@@ -1,0 +1,42 @@
+"""The one way a report is assembled: results in, a ``Report`` out: the documents as every part of a
+report sees them (an environment axis, such as the guest image, written into their params: derived
+once, here), the run's typed ``matrix.json`` and ``race.json``, and the answer built from them. The
+CLI (`fsmatrix report`, the report `fsmatrix run` writes), the page, the Slurm collector and the
+benchmarks all start here; the renderers take the finished ``Report`` and decide nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fsmatrix.results import store
+from fsmatrix.results.store import Race, Result, RunMatrix
+from fsmatrix.results.verdict import answering, environment
+from fsmatrix.results.verdict.answer import DEFAULT_RULE, Answer, Rule
+
+
+@dataclass(frozen=True)
+class Report:
+    results: environment.WithAxes  # the environment axes in their params: what the tables and the answer show
+    stored: tuple[Result, ...]  # the documents as stored: the exports' rows
+    answer: Answer
+    matrix: RunMatrix | None
+    race: Race | None  # the run's race when it raced
+
+
+def report(directory: Path, rule: Rule = DEFAULT_RULE) -> Report:
+    """The report on every result under ``directory`` (a run directory or a results root; UserError when
+    it holds none), with its matrix.json(s) and, for a run directory that raced, its race."""
+    docs = store.load_results(directory)
+    race = store.load_race(directory) if directory.is_dir() else None
+    return of_results(docs, store.load_run_matrix(directory), race, rule)
+
+
+def of_results(
+    docs: Sequence[Result], matrix: RunMatrix | None = None, race: Race | None = None, rule: Rule = DEFAULT_RULE
+) -> Report:
+    """The report on these results (tests and benchmarks that hold documents rather than a directory)."""
+    seen = environment.with_environment_axes(docs)
+    return Report(seen, tuple(docs), answering.build(seen, matrix, race, rule), matrix, race)
