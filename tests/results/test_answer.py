@@ -23,15 +23,39 @@ from fsmatrix.backends import BackendEntry
 from fsmatrix.cli import main
 from fsmatrix.matrix import MatrixCell, expand_document
 from fsmatrix.results import store
-from fsmatrix.results.render import answer_text, markdown, tables
+from fsmatrix.results.render import answer_text, markdown, sentences, tables
 from fsmatrix.results.render import page as html_page
-from fsmatrix.results.verdict import answer, answering, crash
+from fsmatrix.results.render.sentences import crash_text
+from fsmatrix.results.verdict import answer, answering, crash, report
 
 SCHEMA = json.loads((REPO / "docs" / "answer.schema.json").read_text(encoding="utf-8"))
 DRAWS = 400  # the repeat advice's simulated draws per n: enough to exercise it, quick
 THREEN1 = {"threen1": {"start": 1, "end": 100000, "workers": 2, "block": 5000}}
 PGBENCH = {"pgbench": {"scale": 10, "clients": 4, "threads": 2, "duration": 60}}
 RATIO = re.compile(r"(\d+\.\d+)× ext4's (?:elapsed time|TPS) \[(\d+\.\d+), (\d+\.\d+)\]")
+
+
+def build(
+    docs: list[store.Result],
+    matrix_json: dict[str, Any] | None = None,
+    race: dict[str, Any] | None = None,
+    *,
+    delta: float = 0.05,
+    draws: int = answer.DEFAULT_RULE.draws,
+) -> answer.Answer:
+    """The answer, from a matrix.json and race.json as stored."""
+    matrix = store.RunMatrix.read(matrix_json) if matrix_json is not None else None
+    raced = store.Race.read(race) if race is not None else None
+    return answering.build(docs, matrix, raced, answer.Rule(delta=delta, draws=draws))
+
+
+def said(g: answer.GroupResult, delta: float = 0.05) -> sentences.Said:
+    """What the reports say of a group."""
+    return sentences.said(g, delta)
+
+
+def race_rule(g: answer.GroupResult) -> str | None:
+    return sentences.race_rule(g.raced) if isinstance(g, answer.SpeedGroup) and g.raced is not None else None
 
 
 def cells(doc: dict[str, Any]) -> list[MatrixCell]:
@@ -163,13 +187,13 @@ def put(root: Path, docs: list[dict[str, Any]], matrix_json: dict[str, Any] | No
 
 def test_what_is_not_separated_is_said_and_neither_is_called_best() -> None:
     (ext4, xfs, jfs), docs = demo()
-    found = answering.build(typed(docs), draws=DRAWS)
+    found = build(typed(docs), draws=DRAWS)
     (g,) = found.groups
     assert (g.verdict, g.best, g.not_separated, g.worse) == ("not separated", None, ("ext4", "xfs"), ("jfs",))
-    text = " ".join(g.sentences)
-    assert g.headline.startswith("No single best: ext4 and xfs are not separated on elapsed time")
-    assert "is best" not in text and "tied" not in text and "3 runs each" in g.headline
-    worse = next(s for s in g.details if s.startswith("Worse than"))
+    text = " ".join(said(g).sentences)
+    assert said(g).headline.startswith("No single best: ext4 and xfs are not separated on elapsed time")
+    assert "is best" not in text and "tied" not in text and "3 runs each" in said(g).headline
+    worse = next(s for s in said(g).details if s.startswith("Worse than"))
     low, high = (float(x) for x in re.findall(r"jfs \d\.\d+× \[(\d\.\d+), (\d\.\d+)\]", worse)[0])
     assert 1 < low < high
     # what would settle the pair not separated
@@ -177,7 +201,7 @@ def test_what_is_not_separated_is_said_and_neither_is_called_best() -> None:
     assert pair.configurations == ("ext4", "xfs")
     assert pair.repeats_needed is None or pair.repeats_needed > 3
     assert "To settle: ext4 vs xfs: " in text and "settle ±5 %" in text
-    assert "Baseline chosen: ext4 (first by cell id; no matrix.json)." in g.details
+    assert "Baseline chosen: ext4 (first by cell id; no matrix.json)." in said(g).details
     # every run CPU-bound in a comparison of filesystems: said plainly
     assert g.regime.disks_not_bottleneck and "the disks were not the bottleneck" in text
     assert g.why is not None and (g.why.best, g.why.against) == ("ext4", "jfs")
@@ -186,28 +210,30 @@ def test_what_is_not_separated_is_said_and_neither_is_called_best() -> None:
 
 def test_a_clear_winner_is_named_with_a_ratio_whose_interval_excludes_1() -> None:
     made, docs = winner()
-    (g,) = answering.build(typed(docs), in_order(*made), draws=DRAWS).groups
+    (g,) = build(typed(docs), in_order(*made), draws=DRAWS).groups
     assert (g.verdict, g.best, g.baseline) == ("best", "ext4 data=writeback", "ext4")
-    assert g.headline.startswith("ext4 data=writeback is best: takes 0.80× ext4's elapsed time [")
-    assert g.headline.endswith(", 5 runs each.")
-    ratio, low, high = (float(x) for x in RATIO.search(g.headline).groups())  # type: ignore[union-attr]
+    assert said(g).headline.startswith("ext4 data=writeback is best: takes 0.80× ext4's elapsed time [")
+    assert said(g).headline.endswith(", 5 runs each.")
+    ratio, low, high = (float(x) for x in RATIO.search(said(g).headline).groups())  # type: ignore[union-attr]
     assert low <= ratio <= high < 1
     best = g.configuration("ext4 data=writeback").to_baseline
     assert best is not None and best.ci_high < 1
     assert g.worse == ("ext4", "btrfs") and g.still_open == ()
-    assert "Worse than ext4 data=writeback (elapsed time, × ext4 data=writeback's): ext4 1.25× [" in " ".join(g.details)
+    assert "Worse than ext4 data=writeback (elapsed time, × ext4 data=writeback's): ext4 1.25× [" in " ".join(
+        said(g).details
+    )
     assert not g.regime.disks_not_bottleneck and any(
-        s.startswith("Regime: every configuration was IO-bound") for s in g.details
+        s.startswith("Regime: every configuration was IO-bound") for s in said(g).details
     )
     assert g.why is not None and [f.metric for f in g.why.factors] == ["device_write_bytes_per_op"]  # busy: < 5 %
 
 
 def test_a_higher_is_better_metric_reads_as_a_rate() -> None:
     made, docs = winner("tps")
-    (g,) = answering.build(typed(docs), in_order(*made), draws=DRAWS).groups
+    (g,) = build(typed(docs), in_order(*made), draws=DRAWS).groups
     assert g.metric == "tps" and g.direction == "higher"
-    assert g.headline.startswith("ext4 data=writeback is best: 1.25× ext4's TPS [")
-    _, low, _ = (float(x) for x in RATIO.search(g.headline).groups())  # type: ignore[union-attr]
+    assert said(g).headline.startswith("ext4 data=writeback is best: 1.25× ext4's TPS [")
+    _, low, _ = (float(x) for x in RATIO.search(said(g).headline).groups())  # type: ignore[union-attr]
     assert low > 1
 
 
@@ -217,7 +243,7 @@ def test_configurations_are_named_by_the_settings_that_vary() -> None:
         "defaults": {"workload": THREEN1},
     }
     docs = [d for c in cells(spec) for d in runs(c, [1.0, 1.0, 1.0])]
-    (g,) = answering.build(typed(docs), draws=DRAWS).groups
+    (g,) = build(typed(docs), draws=DRAWS).groups
     assert sorted(c.name for c in g.configurations) == [
         "btrfs, gtm.journal=before",
         "btrfs, gtm.journal=nobefore",
@@ -229,14 +255,14 @@ def test_configurations_are_named_by_the_settings_that_vary() -> None:
 
 def test_the_baseline_is_the_matrix_s_and_the_answer_says_which_rule_chose_it() -> None:
     (ext4, writeback, btrfs), docs = winner()
-    (g,) = answering.build(typed(docs), draws=DRAWS).groups
-    assert (g.baseline, g.baseline_rule) == ("btrfs", "first-id")  # no matrix.json: the first by cell id
-    assert "Baseline chosen: btrfs (first by cell id; no matrix.json)." in g.details
-    (g,) = answering.build(typed(docs), in_order(writeback, btrfs, ext4), draws=DRAWS).groups
-    assert (g.baseline, g.baseline_rule) == ("ext4 data=writeback", "first-cell")
-    (g,) = answering.build(typed(docs), in_order(btrfs, ext4, writeback), draws=DRAWS).groups
-    assert (g.baseline, g.baseline_rule) == ("btrfs", "first-cell")
-    assert "Baseline chosen: btrfs (first cell; the matrix names none)." in g.details
+    (g,) = build(typed(docs), draws=DRAWS).groups
+    assert (g.baseline, g.group.baseline_rule) == ("btrfs", "first-id")  # no matrix.json: the first by cell id
+    assert "Baseline chosen: btrfs (first by cell id; no matrix.json)." in said(g).details
+    (g,) = build(typed(docs), in_order(writeback, btrfs, ext4), draws=DRAWS).groups
+    assert (g.baseline, g.group.baseline_rule) == ("ext4 data=writeback", "first-cell")
+    (g,) = build(typed(docs), in_order(btrfs, ext4, writeback), draws=DRAWS).groups
+    assert (g.baseline, g.group.baseline_rule) == ("btrfs", "first-cell")
+    assert "Baseline chosen: btrfs (first cell; the matrix names none)." in said(g).details
     assert [c.name for c in g.configurations] == ["btrfs", "ext4", "ext4 data=writeback"]  # matrix.json's order
     named = {
         "baseline_rule": "named",
@@ -245,38 +271,40 @@ def test_the_baseline_is_the_matrix_s_and_the_answer_says_which_rule_chose_it() 
             for c in (ext4, writeback, btrfs)
         ],
     }
-    (g,) = answering.build(typed(docs), named, draws=DRAWS).groups
-    assert (g.label, g.baseline, g.baseline_rule) == ("3n+1 by hand", "ext4 data=writeback", "named")
-    assert "Baseline: ext4 data=writeback (named in the matrix)." in g.details
-    assert g.headline.startswith("ext4 data=writeback (the baseline) is best")
+    (g,) = build(typed(docs), named, draws=DRAWS).groups
+    assert (g.label, g.baseline, g.group.baseline_rule) == ("3n+1 by hand", "ext4 data=writeback", "named")
+    assert "Baseline: ext4 data=writeback (named in the matrix)." in said(g).details
+    assert said(g).headline.startswith("ext4 data=writeback (the baseline) is best")
     defaults = {**named, "baseline_rule": "defaults"}
     defaults["cells"] = [{**e, "baseline": e["id"] == ext4.id} for e in named["cells"]]
-    (g,) = answering.build(typed(docs), defaults, draws=DRAWS).groups
-    assert "Baseline chosen: ext4 (every setting at its default)." in g.details
+    (g,) = build(typed(docs), defaults, draws=DRAWS).groups
+    assert "Baseline chosen: ext4 (every setting at its default)." in said(g).details
     # the matrix's baseline was not run (fsmatrix run --only): the first cell, and the answer says why
     absent = {**named, "cells": [{**e, "baseline": False} for e in named["cells"]]}
-    (g,) = answering.build(typed(docs), absent, draws=DRAWS).groups
-    assert "Baseline chosen: ext4 (first cell; the matrix's baseline has no results here)." in g.details
+    (g,) = build(typed(docs), absent, draws=DRAWS).groups
+    assert "Baseline chosen: ext4 (first cell; the matrix's baseline has no results here)." in said(g).details
 
 
 def test_crash_losses_are_unsafe_by_design_or_not_and_infrastructure_failures_are_no_verdict() -> None:
     by, docs = crash_docs()
-    found = answering.build(typed(docs), draws=DRAWS)
+    found = build(typed(docs), draws=DRAWS)
     crash = next(g for g in found.groups if g.verdict == "crash")
     verdicts = {v.configuration: v for v in crash.crash}
     on = verdicts["ext4, postgres.synchronous_commit=on"]
     off = verdicts["ext4, postgres.synchronous_commit=off"]
     xfs = verdicts["xfs, postgres.synchronous_commit=on"]
     assert (on.verdict, on.lost_commits, on.acknowledged, on.allowed_by) == ("unsafe", 3, 4012, ())
-    assert on.text.startswith("ext4, postgres.synchronous_commit=on: UNSAFE: lost 3 of 4,012 acknowledged commits")
-    assert "promise to keep every acknowledged commit" in on.text
+    assert crash_text(on).startswith(
+        "ext4, postgres.synchronous_commit=on: UNSAFE: lost 3 of 4,012 acknowledged commits"
+    )
+    assert "promise to keep every acknowledged commit" in crash_text(on)
     assert (off.verdict, off.allowed_by) == ("unsafe by design", ("synchronous_commit=off",))
-    assert "UNSAFE by design" in off.text and "synchronous_commit=off allows that" in off.text
+    assert "UNSAFE by design" in crash_text(off) and "synchronous_commit=off allows that" in crash_text(off)
     # an error run is no verdict on xfs; its other run counts
     assert (xfs.verdict, xfs.recovered, xfs.infrastructure) == ("safe", 1, 1)
-    assert "1 ended in an infrastructure failure (error)" in xfs.text
-    assert crash.headline.startswith("Crash verdict (power-cut): UNSAFE: ext4, postgres.synchronous_commit=on")
-    assert "UNSAFE by design: ext4, postgres.synchronous_commit=off" in crash.headline
+    assert "1 ended in an infrastructure failure (error)" in crash_text(xfs)
+    assert said(crash).headline.startswith("Crash verdict (power-cut): UNSAFE: ext4, postgres.synchronous_commit=on")
+    assert "UNSAFE by design: ext4, postgres.synchronous_commit=off" in said(crash).headline
     assert {c.name for c in crash.configurations if c.unsafe} == {
         "ext4, postgres.synchronous_commit=on",
         "ext4, postgres.synchronous_commit=off",
@@ -284,14 +312,17 @@ def test_crash_losses_are_unsafe_by_design_or_not_and_infrastructure_failures_ar
     # The fastest stack in the benchmark loses commits under a crash: UNSAFE whatever its speed.
     speed = next(g for g in found.groups if g.verdict != "crash")
     assert speed.best == "ext4, postgres.synchronous_commit=off"
-    assert "is UNSAFE: lost 12 of 4,012 acknowledged commits in 1 of 1 runs after a crash (by design" in speed.headline
-    assert "not the answer, whatever its speed" in speed.headline
-    assert any(s.startswith("UNSAFE: ext4, postgres.synchronous_commit=on: lost 3") for s in speed.details)
+    assert (
+        "is UNSAFE: lost 12 of 4,012 acknowledged commits in 1 of 1 runs after a crash (by design"
+        in said(speed).headline
+    )
+    assert "not the answer, whatever its speed" in said(speed).headline
+    assert any(s.startswith("UNSAFE: ext4, postgres.synchronous_commit=on: lost 3") for s in said(speed).details)
     assert {n for _, n in found.unsafe} >= {"ext4, postgres.synchronous_commit=off"}
     # infrastructure alone: no verdict, never "safe"
     only_error = [d for d in docs if d["cell_id"] == by["xfs-on"].id and d["status"] == "error"]
-    (g,) = answering.build(typed(only_error)).groups
-    assert g.crash[0].verdict == "no verdict" and "infrastructure failure" in g.crash[0].text
+    (g,) = build(typed(only_error)).groups
+    assert g.crash[0].verdict == "no verdict" and "infrastructure failure" in crash_text(g.crash[0])
 
 
 def test_a_database_that_does_not_come_back_is_unsafe() -> None:
@@ -300,7 +331,7 @@ def test_a_database_that_does_not_come_back_is_unsafe() -> None:
     doc.update(status="failed", reason="recovery failed: start: PANIC: could not locate a valid checkpoint record")
     doc["crash"]["steps"] = [{"name": "start", "status": "failed"}]
     v = crash.crash_verdict("xfs", typed([doc]), {"postgres.fsync": True})
-    assert v.verdict == "unsafe" and v.not_recovered == 1 and "PANIC" in v.text
+    assert v.verdict == "unsafe" and v.not_recovered == 1 and "PANIC" in crash_text(v)
     assert crash.crash_verdict("xfs", typed([doc]), {"postgres.fsync": False}).verdict == "unsafe by design"
     # synchronous_commit off allows losing the last commits, not a damaged database
     assert crash.crash_verdict("xfs", typed([doc]), {"postgres.synchronous_commit": "off"}).verdict == "unsafe"
@@ -310,17 +341,17 @@ def test_not_enough_data_and_a_single_configuration() -> None:
     (ext4, xfs, _), docs = demo()
     failing = [d for d in docs if d["cell_id"] == xfs.id]
     failing[0]["status"] = "failed"
-    found = answering.build(typed(docs), draws=DRAWS).groups[0]
-    assert "xfs" in found.not_enough_data and any("xfs (1 of 3 runs failed" in s for s in found.details)
-    (g,) = answering.build(typed([d for d in docs if d["cell_id"] == ext4.id])).groups
-    assert g.verdict == "single" and g.headline.startswith("Only one configuration (ext4): nothing to compare")
-    (g,) = answering.build(typed(runs(ext4, [1.0, 1.1]))).groups
+    found = build(typed(docs), draws=DRAWS).groups[0]
+    assert "xfs" in found.not_enough_data and any("xfs (1 of 3 runs failed" in s for s in said(found).details)
+    (g,) = build(typed([d for d in docs if d["cell_id"] == ext4.id])).groups
+    assert g.verdict == "single" and said(g).headline.startswith("Only one configuration (ext4): nothing to compare")
+    (g,) = build(typed(runs(ext4, [1.0, 1.1]))).groups
     assert g.verdict == "not enough data" and g.best is None
     # the others failing: nothing to compare the one left with, and it is not called fastest
     broken = [dict(d, status="failed") for d in docs if d["cell_id"] != ext4.id]
-    (g,) = answering.build(typed([d for d in docs if d["cell_id"] == ext4.id] + broken)).groups
+    (g,) = build(typed([d for d in docs if d["cell_id"] == ext4.id] + broken)).groups
     assert (g.verdict, g.best) == ("single", None)
-    assert g.headline.startswith("Only ext4 has enough data: nothing to compare it with")
+    assert said(g).headline.startswith("Only ext4 has enough data: nothing to compare it with")
 
 
 def test_an_equivalent_pair_says_so() -> None:
@@ -328,10 +359,10 @@ def test_an_equivalent_pair_says_so() -> None:
     docs = runs(ext4, [10.0, 10.01, 9.99, 10.005, 9.995, 10.0]) + runs(
         xfs, [10.0, 10.012, 9.988, 10.004, 9.996, 10.001]
     )
-    (g,) = answering.build(typed(docs), draws=DRAWS).groups
+    (g,) = build(typed(docs), draws=DRAWS).groups
     assert g.verdict == "equivalent" and g.still_open == () and g.equivalent == ("ext4", "xfs")
-    assert g.headline == "ext4 and xfs are equivalent within ±5 % on elapsed time, 6 runs each."
-    (g,) = answering.build(typed(docs), delta=0.0002, draws=DRAWS).groups  # δ settable: ±0.02 % is not shown
+    assert said(g).headline == "ext4 and xfs are equivalent within ±5 % on elapsed time, 6 runs each."
+    (g,) = build(typed(docs), delta=0.0002, draws=DRAWS).groups  # δ settable: ±0.02 % is not shown
     assert g.verdict == "not separated" and g.equivalent == ()
 
 
@@ -365,22 +396,22 @@ def test_a_raced_group_is_answered_by_the_race_s_decisions() -> None:
     the race's decision, with its round and rule, not a fixed-sample test of the runs it stopped at."""
     ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
     docs = typed(runs(ext4, [10.0, 10.6, 9.5]) + runs(xfs, [12.0, 14.5, 10.5]))
-    (plain,) = answering.build(docs, draws=DRAWS).groups
+    (plain,) = build(docs, draws=DRAWS).groups
     assert plain.verdict == "not separated"  # three runs each: the intervals do not separate them
-    (g,) = answering.build(docs, None, stored_race(xfs, ext4), draws=DRAWS).groups
+    (g,) = build(docs, None, stored_race(xfs, ext4), draws=DRAWS).groups
     assert (g.verdict, g.best, g.worse) == ("best", "ext4", ("xfs",))
     c = g.configuration("xfs")
     assert c.decided_by == "race" and c.reason.startswith("after round 3: 1.3x the best")
-    assert g.race is not None and "Pocock's level α' = 0.0011" in g.race and g.race in g.details
-    assert "xfs: worse after round 3: 1.3x the best" in " ".join(g.details) and g.still_open == ()
+    assert race_rule(g) is not None and "Pocock's level α' = 0.0011" in race_rule(g) and race_rule(g) in said(g).details
+    assert "xfs: worse after round 3: 1.3x the best" in " ".join(said(g).details) and g.still_open == ()
     # a race before the answer's version 2 wrote "tied" for "equivalent"
-    (g,) = answering.build(docs, None, stored_race(xfs, ext4, "tied"), draws=DRAWS).groups
+    (g,) = build(docs, None, stored_race(xfs, ext4, "tied"), draws=DRAWS).groups
     assert g.verdict == "equivalent" and g.equivalent == ("xfs",)
     # a race cut short (a cell without a decision): the intervals answer
     cut = stored_race(xfs, ext4)
     del cut["left"][xfs.id]
-    (g,) = answering.build(docs, None, cut, draws=DRAWS).groups
-    assert g.verdict == "not separated" and g.race is None
+    (g,) = build(docs, None, cut, draws=DRAWS).groups
+    assert g.verdict == "not separated" and race_rule(g) is None
 
 
 def test_the_report_of_a_raced_run_reads_its_race(tmp_path: Path) -> None:
@@ -398,9 +429,9 @@ def test_the_report_of_a_raced_run_reads_its_race(tmp_path: Path) -> None:
 
 def test_summary_lines_are_each_group_s_headline() -> None:
     _, docs = demo()
-    found = answering.build(typed(docs), draws=DRAWS)
+    found = build(typed(docs), draws=DRAWS)
     assert answer_text.summary_lines(found) == [
-        f"answer: threen1 1..100000 w2 b5000 spelled: {found.groups[0].headline}"
+        f"answer: threen1 1..100000 w2 b5000 spelled: {said(found.groups[0]).headline}"
     ]
     many = answer.Answer(0.05, 0.05, 0.95, found.groups * 10)
     lines = answer_text.summary_lines(many, limit=4)
@@ -413,7 +444,9 @@ def test_summary_lines_are_each_group_s_headline() -> None:
 def test_the_markdown_report_opens_with_the_answer_and_prints_the_legend_once() -> None:
     made, docs = demo()
     more_made, more = winner("tps")
-    text = markdown.markdown(typed(docs + more), "t", matrix_json=in_order(*made, *more_made))
+    text = markdown.markdown(
+        report.of_results(typed(docs + more), store.RunMatrix.read(in_order(*made, *more_made))), "t"
+    )
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0] == "## The answer" and headings[1] == "## Environment"
     answer_part = text.split("## Environment")[0]
@@ -451,7 +484,7 @@ def test_the_cli_prints_the_answer_first_and_json_that_matches_the_schema(tmp_pa
 
 def test_the_schema_rejects_what_the_answer_never_writes() -> None:
     _, docs = winner()
-    doc = {"title": "t", "answer": answer_text.to_json(answering.build(typed(docs), draws=DRAWS))}
+    doc = {"title": "t", "answer": answer_text.to_json(build(typed(docs), draws=DRAWS))}
     validator = jsonschema.Draft202012Validator(SCHEMA)
     validator.validate(doc)
     doc["answer"]["groups"][0]["verdict"] = "winner"
@@ -497,7 +530,7 @@ class _Outline(html.parser.HTMLParser):
 def test_the_html_page_opens_with_the_answer_then_forest_plots_then_the_details() -> None:
     _, docs = demo()
     _, more = winner("tps")
-    page = html_page.html_report(typed(docs + more), "t")
+    page = html_page.html_report(report.of_results(typed(docs + more)), "t")
     outline = _Outline()
     outline.feed(page)
     events = outline.events
@@ -526,7 +559,7 @@ def test_the_html_page_in_chromium(tmp_path: Path) -> None:
     _, docs = demo()
     _, more = winner("tps")
     by, crashed = crash_docs()
-    page = html_page.write_html(typed(docs + more + crashed), "t", tmp_path)
+    page = html_page.write_html(report.of_results(typed(docs + more + crashed)), "t", tmp_path)
     shot = tmp_path / "answer.png"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={tmp_path / 'p'}"]
     subprocess.run(

@@ -15,7 +15,7 @@ from conftest import typed
 from fsmatrix.matrix import expand_document
 from fsmatrix.results.render import crashtable, markdown
 from fsmatrix.results.render import page as html_page
-from fsmatrix.results.verdict import crash
+from fsmatrix.results.verdict import crash, report
 
 PG_ON = "ext4-crash-power-cut-pgbench-tpcb-like-s1-c2-ee858ca7"
 PG_FSYNC_OFF = "ext4-crash-power-cut-pgbench-tpcb-like-s1-c2-5af15a88"
@@ -173,10 +173,10 @@ def test_markdown_section() -> None:
 
 
 def test_the_markdown_report_has_the_section_only_with_crash_results() -> None:
-    text = markdown.markdown(typed(_docs()), "t")
+    text = markdown.markdown(report.of_results(typed(_docs())), "t")
     assert "## Crash recovery" in text and "277 of 277" in text
     assert text.index("## Crash recovery") < text.index("## Runs and verification")
-    assert "## Crash recovery" not in markdown.markdown(typed(_docs()[3:]), "t")
+    assert "## Crash recovery" not in markdown.markdown(report.of_results(typed(_docs()[3:])), "t")
 
 
 class _Tables(html.parser.HTMLParser):
@@ -225,7 +225,7 @@ def test_html_section_parses_marks_failed_rows_and_escapes() -> None:
 
 
 def test_the_html_report_has_the_section_only_with_crash_results() -> None:
-    page = html_page.html_report(typed(_docs()), "t")
+    page = html_page.html_report(report.of_results(typed(_docs())), "t")
     assert "<h2>Crash recovery</h2>" in page and "277 of 277" in page
     assert page.index("<h2>Crash recovery</h2>") < page.index("<h2>Runs and verification</h2>")
-    assert "Crash recovery" not in html_page.html_report(typed(_docs()[3:]), "t")
+    assert "Crash recovery" not in html_page.html_report(report.of_results(typed(_docs()[3:])), "t")

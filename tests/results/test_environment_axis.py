@@ -11,8 +11,9 @@ from typing import Any
 
 from conftest import typed
 from fsmatrix.results.render import markdown
+from fsmatrix.results import store
 from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import answering, environment
+from fsmatrix.results.verdict import answering, environment, report
 from test_compare import invoke, make_doc, samples
 
 KERNELS = {"debian12": "6.1.0-40-amd64", "debian13": "6.12.57+deb13-amd64"}
@@ -45,7 +46,7 @@ def _upgrade_docs() -> list[dict[str, Any]]:
 
 
 def test_a_report_puts_the_images_side_by_side() -> None:
-    text = markdown.markdown(typed(_upgrade_docs()), "upgrade")
+    text = markdown.markdown(report.of_results(typed(_upgrade_docs())), "upgrade")
     assert "WARNING" not in text  # the kernels differ because the images do: no mixing
     assert "- image: debian12, debian13 (a setting of the cells: side by side in the tables)" in text
     assert f"- kernel: {KERNELS['debian12']} (debian12), {KERNELS['debian13']} (debian13)" in text
@@ -62,21 +63,23 @@ def test_a_report_puts_the_images_side_by_side() -> None:
     ids = dict.fromkeys(d["cell_id"] for d in _upgrade_docs())
     matrix_json = {"baseline_rule": "defaults", "cells": [{"id": i, "baseline": "debian13" not in i} for i in ids]}
     matrix_json["cells"][2]["baseline"] = False  # xfs on Debian 12: one baseline per group
-    found = answering.build(typed(_upgrade_docs()), matrix_json)
-    assert found.groups[0].baseline == "ext4, image=debian12"
+    found = answering.build(typed(_upgrade_docs()), store.RunMatrix.read(matrix_json))
+    assert found.groups[0].group.baseline_name == "ext4, image=debian12"
     ratio = next(c.to_baseline for c in found.groups[0].configurations if c.name == "ext4, image=debian13")
     assert ratio is not None and ratio.family == 6  # the answer's group: 4 configurations, 6 pairs
     # The table compares each stack's two images alone: a family of one, so a narrower interval, same ratio.
-    assert f"{ratio.value:.2f}× [" in ext4
+    assert f"{ratio.ratio:.2f}× [" in ext4
     assert ratio.ci_low < float(ext4.split("[")[1].split(",")[0])
 
 
 def test_a_report_still_warns_about_a_difference_no_axis_explains() -> None:
     docs = _docs("debian12", "ext4", samples(10.0, seed=1)) + _docs("debian12", "xfs", samples(10.0), kernel="6.9")
-    assert "WARNING: these results come from different environments (kernel)" in markdown.markdown(typed(docs), "t")
+    assert "WARNING: these results come from different environments (kernel)" in markdown.markdown(
+        report.of_results(typed(docs)), "t"
+    )
     # An image axis explains its own kernel only: a second kernel on one image is still a mix.
     mixed = _upgrade_docs() + _docs("debian13", "btrfs", samples(10.0), kernel="6.13-own")
-    assert "different environments (kernel)" in markdown.markdown(typed(mixed), "t")
+    assert "different environments (kernel)" in markdown.markdown(report.of_results(typed(mixed)), "t")
 
 
 def _write(root: Path, run_id: str, docs: list[dict[str, Any]]) -> Path:

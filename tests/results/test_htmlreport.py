@@ -24,6 +24,7 @@ from fsmatrix.cli import main
 from fsmatrix.results import store
 from fsmatrix.results.render import exports
 from fsmatrix.results.render import page as html_page
+from fsmatrix.results.verdict import report
 
 pytestmark = pytest.mark.system  # real host-backend runs, then headless Chromium
 
@@ -108,7 +109,7 @@ EXTERNAL_REFERENCE = re.compile(
 @needs_root
 def test_html_report_renders_with_charts_and_loads_nothing(run_dir: Path, tmp_path: Path) -> None:
     docs = store.load_results(run_dir)
-    page = html_page.write_html(docs, "htmltest", tmp_path / "out")
+    page = html_page.write_html(report.of_results(docs), "htmltest", tmp_path / "out")
     source = page.read_text(encoding="utf-8")
     dom, requested = render(page, tmp_path)
     assert requested == []

@@ -16,7 +16,7 @@ from fsmatrix.cli import main
 from fsmatrix.errors import UserError
 from fsmatrix.results import store
 from fsmatrix.results.render import markdown, tables
-from fsmatrix.results.verdict import groups
+from fsmatrix.results.verdict import groups, report
 
 
 def doc(cell: str, repeat: int, elapsed: float, run_id: str = "r") -> dict:  # type: ignore[type-arg]
@@ -134,14 +134,18 @@ def _fs_docs(filesystem: str, values: list[float], bound: str = "io") -> list[di
 
 def test_report_bolds_a_winner_only_when_the_intervals_separate_it() -> None:
     # make demo's case: jfs 5.03 against ext4 5.19 ±11 %, three runs each: nothing separates them.
-    close = markdown.markdown(typed(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu")), "t")
+    close = markdown.markdown(
+        report.of_results(typed(_fs_docs("jfs", [5.03, 4.9, 5.2]) + _fs_docs("ext4", [5.19, 4.7, 5.8], "cpu"))), "t"
+    )
     tables = close.split("\n## threen1\n")[1].split("## Runs")[0]
     assert "**" not in tables.replace("**Elapsed time (s)**", "")
     assert "5.03 ±3% (not separated) [io]" in close and "5.19 ±11% (1.03×, not separated) [cpu]" in close
     assert "tied" not in close
     assert "**Elapsed time (s)** (lower is better; 3 repeats per entry)" in close
     # Clearly apart: the best is bold, the other "n×, worse".
-    apart = markdown.markdown(typed(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9])), "t")
+    apart = markdown.markdown(
+        report.of_results(typed(_fs_docs("jfs", [5.0, 5.05, 4.95]) + _fs_docs("ext4", [10.0, 10.1, 9.9]))), "t"
+    )
     tables = apart.split("\n## threen1\n")[1]
     assert "**5** ±1% [io]" in tables and "10 ±1% (2.00×, worse) [io]" in tables and "not separated" not in tables
     # One column has nothing to beat.
@@ -172,7 +176,9 @@ def test_rank_copes_with_zeros() -> None:
 
 def test_report_names_the_guest_agents_commit_and_the_host_sides() -> None:
     docs = _fs_docs("xfs", [1.0, 1.1])
-    assert "- fsmatrix commit: unknown" in markdown.markdown(typed(docs), "t")
+    assert "- fsmatrix commit: unknown" in markdown.markdown(report.of_results(typed(docs)), "t")
     for d in docs:
         d["provenance"] = {"git": {"sha": "a" * 40}, "host": {"fsmatrix_git": "b" * 40}}
-    assert f"- fsmatrix commit: guest agent {'a' * 12}; host {'b' * 12}" in markdown.markdown(typed(docs), "t")
+    assert f"- fsmatrix commit: guest agent {'a' * 12}; host {'b' * 12}" in markdown.markdown(
+        report.of_results(typed(docs)), "t"
+    )

@@ -17,7 +17,7 @@ from fsmatrix.agent import workloads
 from fsmatrix.results.render import markdown, seed
 from fsmatrix.results.render import page as html_page
 from fsmatrix.results.store import Result, published
-from fsmatrix.results.verdict import claims
+from fsmatrix.results.verdict import claims, report
 
 SEEDS = REPO / "matrix" / "seeds"
 
@@ -172,10 +172,10 @@ def test_relative_speed_and_higher_is_better(tmp_path: Path) -> None:
 def test_section_in_markdown_and_html_reports(small_000: tuple[Path, list[matrix.MatrixCell]]) -> None:
     run_dir, cells = small_000
     docs = docs_for(run_dir, cells, SEPARATED, "elapsed_s")
-    text = markdown.markdown(typed(docs), "t")
+    text = markdown.markdown(report.of_results(typed(docs)), "t")
     assert text.index("## Against the published results") < text.index("## Runs and verification")
     assert "| ours (elapsed_s: median, runs) |" in text  # our unit, which need not be the seed's
-    page = html_page.html_report(typed(docs), "t")
+    page = html_page.html_report(report.of_results(typed(docs)), "t")
     assert "<h2>Against the published results</h2>" in page
     assert '<td class="holds">holds</td>' in page
     assert page.index("Against the published results") < page.index("Runs and verification")
@@ -186,7 +186,7 @@ def test_no_section_without_a_seed_matrix(tmp_path: Path) -> None:
     run_dir = run_dir_for(tmp_path, path)
     docs = docs_for(run_dir, matrix.load(path).cells, {"ext4-": [1.0, 2.0, 3.0]}, "elapsed_s")
     assert seed.blocks(typed(docs)) == []
-    assert "Against the published results" not in markdown.markdown(typed(docs), "t")
+    assert "Against the published results" not in markdown.markdown(report.of_results(typed(docs)), "t")
 
 
 def test_unreadable_published_data_is_said_not_raised(

@@ -58,9 +58,9 @@ class RunMatrix:
     baseline_rule: str | None
 
     @classmethod
-    def read(cls, doc: Mapping[str, Any]) -> RunMatrix:
+    def read(cls, record: Mapping[str, Any]) -> RunMatrix:
         entries: dict[str, MatrixEntry] = {}
-        for e in _list(doc.get("cells")):
+        for e in _list(record.get("cells")):
             if not isinstance(e, Mapping) or not isinstance(e.get("id"), str) or e["id"] in entries:
                 continue
             group, label, flag = e.get("group"), e.get("group_label"), e.get("baseline")
@@ -71,8 +71,8 @@ class RunMatrix:
                 label if isinstance(label, str) and label else None,
                 flag if isinstance(flag, bool) else None,
             )
-        rule = doc.get("baseline_rule")
-        name, file = doc.get("name"), doc.get("file")
+        rule = record.get("baseline_rule")
+        name, file = record.get("name"), record.get("file")
         return cls(
             name if isinstance(name, str) else None,
             file if isinstance(file, str) else None,
@@ -134,32 +134,32 @@ class Race:
     runs_fixed: int
 
     @classmethod
-    def read(cls, doc: Mapping[str, Any]) -> Race:
-        settings = _mapping(doc.get("settings"))
-        rounds = [r for r in _list(doc.get("rounds")) if isinstance(r, Mapping)]
+    def read(cls, record: Mapping[str, Any]) -> Race:
+        settings = _mapping(record.get("settings"))
+        rounds = [r for r in _list(record.get("rounds")) if isinstance(r, Mapping)]
         looks: dict[str, list[float]] = {}
         for r in rounds:
             for key, g in _mapping(r.get("groups")).items():
                 if isinstance(g, Mapping) and g.get("look_alpha") is not None:
                     looks.setdefault(str(key), []).append(float(g["look_alpha"]))
-        stopped = doc.get("stopped")
+        stopped = record.get("stopped")
         return cls(
             RaceSettingsRecord(
                 _int(settings.get("min_repeats")),
                 _int(settings.get("max_repeats")),
                 float(settings.get("delta") or 0.05),
             ),
-            float(doc.get("alpha") or 0.05),
-            tuple(str(c) for c in _list(doc.get("cells"))),
-            tuple(_group(g) for g in _list(doc.get("groups")) if isinstance(g, Mapping)),
+            float(record.get("alpha") or 0.05),
+            tuple(str(c) for c in _list(record.get("cells"))),
+            tuple(_group(g) for g in _list(record.get("groups")) if isinstance(g, Mapping)),
             len(rounds),
             {k: tuple(v) for k, v in looks.items()},
-            {str(c): _left(v) for c, v in _mapping(doc.get("left")).items() if isinstance(v, Mapping)},
+            {str(c): _left(v) for c, v in _mapping(record.get("left")).items() if isinstance(v, Mapping)},
             Stopped(int(stopped.get("after_round") or 0), current_words(str(stopped.get("why") or "stopped")))
             if isinstance(stopped, Mapping)
             else None,
-            int(doc.get("runs_used") or 0),
-            int(doc.get("runs_fixed") or 0),
+            int(record.get("runs_used") or 0),
+            int(record.get("runs_fixed") or 0),
         )
 
 

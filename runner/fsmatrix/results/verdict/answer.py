@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fsmatrix.results.verdict.configurations import Group
+from fsmatrix.results.verdict.configurations import Group, Regime
 from fsmatrix.results.verdict.groups import DELTA, Interval
 from fsmatrix.results.verdict.power import DRAWS
 from fsmatrix.results.verdict.raced import RacedGroup
@@ -139,6 +139,15 @@ class SpeedGroup:
     def label(self) -> str:
         return self.group.label
 
+    @property
+    def baseline(self) -> str:
+        """The baseline configuration's name."""
+        return self.group.baseline_name
+
+    @property
+    def regime(self) -> Regime:
+        return self.group.regime
+
     def configuration(self, name: str) -> Configuration:
         for c in self.configurations:
             if c.name == name:
@@ -154,10 +163,20 @@ class CrashGroup:
     mode: str  # the crash mode
     configurations: tuple[Configuration, ...]
     crash: tuple[CrashVerdict, ...]  # in the group's order
+    verdict = "crash"  # the group's verdict, as VERDICTS names it
 
     @property
     def label(self) -> str:
         return self.group.label
+
+    @property
+    def baseline(self) -> str:
+        """The baseline configuration's name."""
+        return self.group.baseline_name
+
+    @property
+    def regime(self) -> Regime:
+        return self.group.regime
 
     def configuration(self, name: str) -> Configuration:
         for c in self.configurations:
