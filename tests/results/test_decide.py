@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from fsmatrix.bench import answer as bench_answer
-from fsmatrix.results.verdict import equivalence, groups, power, race, stats
+from fsmatrix.results.verdict import equivalence, groups, power, race, stats, welch
 
 ALPHA = stats.ALPHA
 
@@ -168,14 +168,14 @@ def test_the_simulation_sees_a_rule_without_the_family_correction(monkeypatch: p
 
 
 def test_the_simulation_sees_intervals_narrower_than_labelled(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = groups.welch_intervals
+    real = welch.intervals
 
     def narrow(*args: np.ndarray, **kw: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         low, high, p = real(*args, **kw)  # type: ignore[arg-type]
         mid = (low + high) / 2
         return mid - (high - low) / 4, mid + (high - low) / 4, p
 
-    monkeypatch.setattr(groups, "welch_intervals", narrow)
+    monkeypatch.setattr(welch, "intervals", narrow)
     assert bench_answer.design(2, 5, 0.08, 2000, 0).coverage < 0.9
 
 
@@ -245,7 +245,7 @@ def test_settle_probability_against_a_direct_simulation() -> None:
     for logs, want in ((equal, "equivalent"), (apart, "separated")):
         m, v = logs.mean(axis=2), logs.var(axis=2, ddof=1)
         nn = np.full(4000, float(n))
-        low, high, _ = groups.welch_intervals(m[:, 1] - m[:, 0], v[:, 0], nn, v[:, 1], nn, ALPHA / family)
+        low, high, _ = welch.intervals(m[:, 1] - m[:, 0], v[:, 0], nn, v[:, 1], nn, ALPHA / family)
         rates.append(np.mean((low > -bound) & (high < bound)) if want == "equivalent" else np.mean(low > 0))
     assert power.settle_probability(n, sigma, delta, family) == pytest.approx(min(rates), abs=0.03)
 

@@ -1,5 +1,5 @@
 """What the answer's words are worth: the error rates of its rule, simulated with its own decision
-code (``verdict/groups.decide`` and ``welch_intervals``, on arrays of many groups at once).
+code (``verdict/groups.decide`` and ``welch.intervals``, on arrays of many groups at once).
 
 ``python -m fsmatrix.bench.answer [--trials N] [--seed S] [--format md|json]``: for every design of
 k ∈ {2, 4, 8} configurations × n ∈ {3, 5, 10} runs each × CV ∈ {3, 8, 15} % (log-normal noise, σ of
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fsmatrix.results.verdict import groups, stats
+from fsmatrix.results.verdict import groups, stats, welch
 
 KS = (2, 4, 8)
 NS = (3, 5, 10)
@@ -71,9 +71,7 @@ def _covered(d: groups.Decisions, means: np.ndarray, variances: np.ndarray, n: i
     against_leader = (d.low <= truth_vs_leader) & (truth_vs_leader <= d.high)
     counts = np.full((trials, k), float(n))
     level = stats.ALPHA / groups.family_size(k)
-    low, high, _ = groups.welch_intervals(
-        means - means[:, :1], variances[:, :1], counts[:, :1], variances, counts, level
-    )
+    low, high, _ = welch.intervals(means - means[:, :1], variances[:, :1], counts[:, :1], variances, counts, level)
     truth_vs_base = shift[None, :] - shift[0]
     against_base = (low <= truth_vs_base) & (truth_vs_base <= high)
     ok: np.ndarray = against_leader.all(axis=1) & against_base.all(axis=1)

@@ -44,9 +44,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
-from fsmatrix.results.verdict import stats
+from fsmatrix.results.verdict import stats, welch
 
 DELTA = 0.05  # the default minimum effect: 5 %
 STATUSES = ("best", "equivalent", "not separated", "worse", "not enough data")
@@ -56,7 +55,7 @@ BEST, EQUIVALENT, NOT_SEPARATED, WORSE, NOT_ENOUGH = range(5)
 Values = Sequence[float | None]
 
 
-def _check_direction(direction: str) -> None:
+def check_direction(direction: str) -> None:
     if direction not in ("lower", "higher"):
         raise ValueError(f"direction must be 'lower' or 'higher', not {direction!r}")
 
@@ -67,7 +66,7 @@ def split_runs(values: Values) -> tuple[list[float], int]:
     return passed, len(values) - len(passed)
 
 
-def _better(a: float, b: float, direction: str) -> bool:
+def better(a: float, b: float, direction: str) -> bool:
     return a < b if direction == "lower" else a > b
 
 
@@ -77,23 +76,6 @@ def family_size(k: int) -> int:
 
 
 # ----------------------------------------------------------------------------------- the intervals
-
-
-def welch_intervals(
-    diff: np.ndarray, var_a: np.ndarray, n_a: np.ndarray, var_b: np.ndarray, n_b: np.ndarray, level: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Welch's two-sided interval of a difference of means ``diff`` = mean(b) - mean(a) at confidence
-    1 - ``level``, and its two-sided p-value, elementwise: (low, high, p). Sample variances of 0 on
-    both sides (no noise at all) give a point interval, and p 1 or 0: any difference is real."""
-    se2 = var_a / n_a + var_b / n_b
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df = se2**2 / ((var_a / n_a) ** 2 / (n_a - 1) + (var_b / n_b) ** 2 / (n_b - 1))
-        half = sps.t.isf(level / 2, df) * np.sqrt(se2)
-        p = 2 * sps.t.sf(np.abs(diff) / np.sqrt(se2), df)
-    quiet = se2 <= 1e-24
-    half = np.where(quiet, 0.0, half)
-    p = np.where(quiet, np.where(np.abs(diff) <= 1e-12, 1.0, 0.0), p)
-    return diff - half, diff + half, p
 
 
 @dataclass(frozen=True)
@@ -120,7 +102,7 @@ def decide(
     leader = np.argmin(means, axis=1)  # the first of equals: argmin's first minimum
     rows = np.arange(t)
     lm, lv, ln = means[rows, leader][:, None], variances[rows, leader][:, None], counts[rows, leader][:, None]
-    low, high, p = welch_intervals(means - lm, lv, ln, variances, counts, level)
+    low, high, p = welch.intervals(means - lm, lv, ln, variances, counts, level)
     is_leader = np.zeros((t, k), dtype=bool)
     is_leader[rows, leader] = True
     low, high = np.where(is_leader, 0.0, low), np.where(is_leader, 0.0, high)
@@ -230,7 +212,7 @@ def compare_group(
     A configuration with fewer than ``min_samples`` passed runs, a failed run or a value <= 0 (no
     ratio) is "not enough data" and never the leader: a stack that did not always work is not an
     answer, and its surviving runs are a biased sample."""
-    _check_direction(direction)
+    check_direction(direction)
     if baseline is not None and baseline not in group:
         raise ValueError(f"baseline {baseline!r} is not in the group ({', '.join(group)})")
     if not 0 < delta < 1:
@@ -264,7 +246,7 @@ def compare_group(
         lb = logs[baseline]
         for name in eligible:
             x = logs[name]
-            low, high, p = welch_intervals(
+            low, high, p = welch.intervals(
                 np.array(x.mean() - lb.mean()), np.array(lb.var(ddof=1)), np.array(lb.size),
                 np.array(x.var(ddof=1)), np.array(x.size), alpha / m,
             )  # fmt: skip

@@ -3,7 +3,7 @@
 Otava (``store/otava.py``) says where a series changed and how surely (its t-test's p-value); this
 module says by how much — the ratio of the geometric means after and before, between the
 neighbouring change points, with Welch's 95 % interval on logs, the answer's one method
-(``groups.welch_intervals``; the bootstrap's where a value is <= 0). The interval is descriptive: the
+(``welch.intervals``; the bootstrap's where a value is <= 0). The interval is descriptive: the
 change point was placed where these very runs differ most, so it is no test of the change — Otava's
 p is — and answers never pool history (docs/history.md) — and **what
 changed**: the fields in ``FIELDS`` that differ between the run just before and the run just after.
@@ -24,7 +24,7 @@ import numpy as np
 from fsmatrix.matrix import flatten
 from fsmatrix.results.store.document import Result
 from fsmatrix.results.store.history import Point, Series
-from fsmatrix.results.verdict import groups, stats
+from fsmatrix.results.verdict import stats, welch
 
 NOTHING_RECORDED = "no recorded change (noise, or something fsmatrix does not record)"
 # A change's size is measured over at most this many points either side (within the neighbouring change
@@ -186,7 +186,7 @@ def _size(before: list[float], after: list[float], seed: int) -> tuple[float, fl
         return stats.ratio_of_medians(before, after), low, high
     lb, la = np.log(before), np.log(after)
     diff = float(la.mean() - lb.mean())
-    lo, hi, _ = groups.welch_intervals(
+    lo, hi, _ = welch.intervals(
         np.array(diff), np.array(lb.var(ddof=1)), np.array(lb.size), np.array(la.var(ddof=1)), np.array(la.size),
         stats.ALPHA,
     )  # fmt: skip

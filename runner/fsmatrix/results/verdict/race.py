@@ -63,9 +63,9 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from fsmatrix.results.verdict import stats
-from fsmatrix.results.verdict.equivalence import _welch_one_sided, tost
-from fsmatrix.results.verdict.groups import DELTA, Values, _better, _check_direction, split_runs
+from fsmatrix.results.verdict import stats, welch
+from fsmatrix.results.verdict.equivalence import tost
+from fsmatrix.results.verdict.groups import DELTA, Values, better, check_direction, split_runs
 
 if TYPE_CHECKING:
     from fsmatrix.matrix import RaceSettings
@@ -170,7 +170,7 @@ def _retire_p(best: np.ndarray, cell: np.ndarray, bound: float, level: float) ->
         if np.ptp(np.concatenate([shifted, best])) == 0:
             return 1.0, test
         return float(sps.mannwhitneyu(shifted, best, alternative="greater").pvalue), test
-    return _welch_one_sided(shifted, best, "greater"), test
+    return welch.one_sided(shifted, best, "greater"), test
 
 
 def race_step(
@@ -187,7 +187,7 @@ def race_step(
     """The decisions after round ``after_round`` of a race over one comparison group (see the module's
     docstring). ``samples`` holds every cell of the group, retired ones included (they keep their
     runs, and the group's size K fixes the error budget); ``retired`` the cells retired before."""
-    _check_direction(direction)
+    check_direction(direction)
     if min_repeats < stats.MIN_SAMPLES:
         raise ValueError(f"min_repeats must be at least {stats.MIN_SAMPLES}, not {min_repeats}")
     if max_rounds < min_repeats:
@@ -232,7 +232,7 @@ def race_step(
             eligible.append(cell)
     best: str | None = None
     for cell in eligible:
-        if best is None or _better(stats.median(runs[cell][0]), stats.median(runs[best][0]), direction):
+        if best is None or better(stats.median(runs[cell][0]), stats.median(runs[best][0]), direction):
             best = cell
     if best is not None:
         sign = 1.0 if direction == "lower" else -1.0  # "badness": larger is worse

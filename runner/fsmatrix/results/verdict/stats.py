@@ -31,12 +31,13 @@ interval's level.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
+
+from fsmatrix.results.verdict import welch
 
 ALPHA = 0.05
 MIN_SAMPLES = 3
@@ -127,10 +128,7 @@ def p_value(base: list[float], head: list[float], test: str) -> float:
     lb, lh = np.log(base), np.log(head)
     if np.ptp(lb) == 0 and np.ptp(lh) == 0:
         return 1.0 if lb[0] == lh[0] else 0.0  # no noise at all: any difference is real
-    with warnings.catch_warnings():  # nearly identical values: scipy warns, the p-value is still usable
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = sps.ttest_ind(lb, lh, equal_var=False)
-    p = float(result.pvalue)
+    p = welch.two_sided(lb, lh)
     return 1.0 if math.isnan(p) else p
 
 
