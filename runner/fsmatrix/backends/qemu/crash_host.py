@@ -114,9 +114,6 @@ class HostCrashMode:
 
     mode: str = ""  # the crash.mode it serves (the agent's declaration's name)
 
-    def applies(self, cell: MatrixCell) -> bool:
-        return cell.spec.crash is not None and cell.spec.crash.mode == self.mode
-
     def extra_disks(self, cell: MatrixCell, run_dir: Path, *, create: bool = False) -> list[Disk]:
         """Disks the guest gets after the data disks (made in ``run_dir`` when ``create``)."""
         return []

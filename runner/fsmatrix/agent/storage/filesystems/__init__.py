@@ -77,10 +77,6 @@ class Filesystem:
         return max(0, int(size * (1 - self.overhead_fraction)) - self.overhead_bytes)
 
     @property
-    def needs_device(self) -> bool:
-        return self.device
-
-    @property
     def packages(self) -> tuple[str, ...]:
         """Debian packages with this filesystem's tools (guest image and host)."""
         return ((self.package,) if self.package else ()) + self.host_packages
