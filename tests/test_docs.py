@@ -3,7 +3,11 @@ page and the adding-a-* checklists name modules, registries and fields that exis
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -82,3 +86,205 @@ def test_the_checklists_name_the_registries_and_fields_there_are() -> None:
         assert f"{field}=" in mode and field in CrashMode.__dataclass_fields__
     for hook in ("wrap_data", "measured", "run", "after"):
         assert f"`{hook}" in mode and hasattr(CrashRun, hook)
+
+
+# ------------------------------------------------------------------ architecture.md names what there is
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+SPAN = re.compile(r"`([^`\n]+)`")
+CALL = re.compile(r"^([\w.]+)\(.*\)$")  # `store.load_results(DIR)`: the callee
+IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
+DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+RELATIVE = re.compile(r"^\.[A-Za-z_]\w*$")  # `.gate` in the bench row: a module of the row's package
+DATA_FILE = (".json", ".toml", ".yaml", ".yml", ".md", ".txt", ".log")
+
+
+def _modules() -> list[str]:
+    names = []
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(names)
+
+
+def _path(token: str, bases: list[Path]) -> Path | None:
+    """Where a written path is: below one of ``bases``, the package or the repository."""
+    for base in [*bases, PACKAGE, REPO]:
+        if (base / token.rstrip("/")).exists():
+            return base / token.rstrip("/")
+    return None
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module defines, imports or spells as a string (a command's, a key's), and its
+    classes' members."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name | ast.arg):
+            names.add(node.id if isinstance(node, ast.Name) else node.arg)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+    return names
+
+
+def _under(bases: list[Path]) -> list[Path]:
+    return sorted({p for b in bases for p in ([b] if b.is_file() else b.rglob("*.py"))})
+
+
+def _bare(name: str, bases: list[Path]) -> bool:
+    """A bare name in a table row: a module or package under the row's folders, or a name one of
+    their modules defines or spells."""
+    files = _under(bases)
+    if any(p.stem == name or p.parent.name == name for p in files):
+        return True
+    return any(name in _defined(p) for p in files)
+
+
+def _dotted(name: str) -> bool:
+    """``a.b.c``: a module of the package whose dotted name ends in the first parts and has the rest
+    as attributes (``race.race_step``, ``store.Result.read``), a standard module's attribute
+    (``dataclasses.replace``), or a matrix setting's path (``vm.kernel``)."""
+    from fsmatrix.matrix import schema
+
+    if name in schema.setting_paths():
+        return True
+    parts = name.split(".")
+    modules = _modules()
+    for k in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:k])
+        candidates = [m for m in modules if m == f"fsmatrix.{prefix}" or m == prefix or m.endswith(f".{prefix}")]
+        if not candidates and k == 1 and prefix in sys.stdlib_module_names:
+            candidates = [prefix]
+        for module in candidates:
+            value: object = importlib.import_module(module)
+            try:
+                for attr in parts[k:]:
+                    value = getattr(value, attr)
+            except AttributeError:
+                continue
+            return True
+    return False
+
+
+def _rows(text: str) -> list[tuple[str, list[str]]]:
+    """(section, cells) for every table row and every prose paragraph (one cell, its lines joined:
+    a backticked name may wrap), outside code blocks."""
+    found: list[tuple[str, list[str]]] = []
+    section, fenced = "", False
+    paragraph: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        prose = not fenced and line.strip() and not line.startswith(("```", "#", "|"))
+        if not prose and paragraph:
+            found.append((section, [" ".join(paragraph)]))
+            paragraph = []
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            continue
+        elif line.startswith("#"):
+            section = line.lstrip("#").strip()
+        elif line.startswith("|"):
+            found.append((section, [c.strip() for c in line.strip().strip("|").split("|")]))
+        elif prose:
+            paragraph.append(line.strip())
+    return found
+
+
+def _tokens(cell: str) -> list[str]:
+    out = []
+    for token in SPAN.findall(cell):
+        call = CALL.match(token.strip())
+        out.append(call.group(1) if call else token.strip())
+    return out
+
+
+def _is_path(token: str) -> bool:
+    return "/" in token or token.endswith(".py")
+
+
+def unresolved(text: str) -> list[str]:
+    """The names in an architecture page that name nothing in the tree, as ``section: name``.
+
+    A path (``store/index.py``, ``agent/crash/``, ``runs.py``) must exist below a folder named before
+    it in the same table row, or in the same section's prose (``runner/fsmatrix/results/``, then
+    ``store/index.py``; a row's package column, then its modules), or the package, or the
+    repository. A dotted name (``results.verdict.race.race_look``, ``crash_host.HostCrashMode``,
+    ``store.load_results(DIR)``) must be importable: see ``_dotted``. In a table row, a bare name
+    (``yamlpos``, ``WORKLOADS``, the qemu row's ``cmdline``) and ``.gate`` must be a module under the
+    row's folders and files or a name one of them defines or spells. Commands (with a space),
+    options, placeholders (``NAME``, ``<root>``) and file names of a run (``race.json``) are words,
+    not names."""
+    missing: list[str] = []
+    prose: dict[str, list[Path]] = {}  # a section's prose: the folders and files it named so far
+    for section, cells in _rows(text):
+        row = len(cells) > 1
+        named = [] if row else prose.setdefault(section, [])
+        for token in (t for c in cells for t in _tokens(c)):
+            if any(c.isspace() for c in token) or any(c in token for c in "<>:=\"'-*") or "NAME" in token:
+                continue
+            if token.endswith(DATA_FILE) and "/" not in token:
+                continue  # a file a run writes, pyproject.toml: not the package's
+            folders = [p for p in reversed(named) if p.is_dir()]  # the latest first
+            if _is_path(token):
+                found = _path(token, folders)
+                ok = found is not None
+                if found is not None and found != REPO:
+                    named.append(found)
+            elif RELATIVE.match(token):
+                ok = row and any((f / token[1:]).with_suffix(".py").exists() for f in folders)
+            elif DOTTED.match(token):
+                ok = _dotted(token)
+            elif IDENTIFIER.match(token) and row:
+                ok = _bare(token, [p for p in named if p != PACKAGE] or [PACKAGE])
+            else:
+                continue
+            if not ok:
+                missing.append(f"{section}: {token}")
+    return missing
+
+
+def test_the_architecture_page_names_what_there_is() -> None:
+    missing = unresolved(ARCHITECTURE.read_text())
+    assert missing == [], "docs/architecture.md names what the tree does not have:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize(
+    "made_up",
+    [
+        "`store/ledger.py`",  # a path
+        "`verdict/`: the gate (`gate.py`), the shortcut (`shortcut.py`)",  # a file next to a real one
+        "`results.verdict.race.race_guess`",  # a dotted name's attribute
+        "`fsmatrix.results.ledger`",  # a dotted name's module
+        "| `matrix/` | reading (`read`), guessing (`guess`) |",  # a bare module name in a row
+        "| `bench/` | `.gate`, `.guess` |",  # a relative module
+    ],
+)
+def test_the_architecture_check_sees_a_made_up_name(made_up: str) -> None:
+    text = "## The results room\n\nIn `runner/fsmatrix/results/`:\n\n" + made_up + "\n"
+    assert len(unresolved(text)) == 1, unresolved(text)
+
+
+def _layers_written(text: str) -> list[str]:
+    """Every ``cli > ... > errors`` chain a page writes (wrapped lines joined), as written."""
+    flat = " ".join(text.split())
+    return re.findall(r"\bcli +> +[\w, |>]*?> +errors\b", flat)
+
+
+def test_the_pages_write_the_layers_the_contract_checks() -> None:
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["name"].removeprefix("layers: ") for c in contract if c["id"] == "layers"]
+    for page in ("architecture.md", "development.md"):
+        written = _layers_written((REPO / "docs" / page).read_text())
+        assert written and set(written) == {layers}, f"{page}: {written}, the contract: {layers}"
+
+
+def test_the_layers_check_sees_a_stale_chain() -> None:
+    assert _layers_written("checked: cli > bench >\nruns > agent > errors; and") == [
+        "cli > bench > runs > agent > errors"
+    ]

@@ -34,7 +34,7 @@ from pathlib import Path
 from fsmatrix import __version__
 from fsmatrix.agent import proc
 from fsmatrix.agent.storage.devices import read_mounts
-from fsmatrix.backends.image import Echo, _digest, _log_run, cache_root, git_sha
+from fsmatrix.backends.image import Echo, cache_root, content_hash, git_sha, log_run
 from fsmatrix.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,14 +91,14 @@ def source_files(repo: Path = REPO) -> list[Path]:
 
 
 def base_hash(package_names: Iterable[str]) -> str:
-    return _digest([("packages", " ".join(package_names).encode()), ("recipe", BASE_RECIPE.encode())])
+    return content_hash([("packages", " ".join(package_names).encode()), ("recipe", BASE_RECIPE.encode())])
 
 
 def inputs_hash(package_names: Iterable[str], repo: Path = REPO) -> str:
     """The hash that names the image: the base's inputs and every source file (the Containerfile too)."""
     items = [("base", base_hash(package_names).encode())]
     items += [(str(rel), (repo / rel).read_bytes()) for rel in source_files(repo)]
-    return _digest(items)
+    return content_hash(items)
 
 
 def image_name(digest: str) -> str:
@@ -163,7 +163,7 @@ def build_base(tool: str, package_names: list[str], cache: Path, echo: Echo) -> 
             SUITE, str(rootfs), mirror,
         ]  # fmt: skip
         try:
-            _log_run(cmd, log, BASE_TIMEOUT)
+            log_run(cmd, log, BASE_TIMEOUT)
         except proc.CommandError:
             # Its own log says which package failed; the root goes, the log stays.
             inner = rootfs / "debootstrap" / "debootstrap.log"
@@ -208,7 +208,7 @@ def _unmount_under(root: Path) -> None:
 def wheelhouse(cache: Path, repo: Path, echo: Echo) -> Path:
     """Wheels of fsmatrix's dependencies (and the build backend), made on this host with pip; reused
     while pyproject.toml and the Python version are unchanged."""
-    key = _digest([("pyproject", (repo / "pyproject.toml").read_bytes()), ("python", sys.version.encode())])
+    key = content_hash([("pyproject", (repo / "pyproject.toml").read_bytes()), ("python", sys.version.encode())])
     wheels = cache / "container" / f"wheels-{key}"
     if (wheels / ".complete").exists():
         echo(f"container: wheels: reusing {wheels}")
@@ -223,7 +223,7 @@ def wheelhouse(cache: Path, repo: Path, echo: Echo) -> Path:
     echo(f"container: wheels: pip wheel fsmatrix's dependencies into {wheels}")
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--use-pep517"]
     cmd += ["--wheel-dir", str(partial)]
-    _log_run([*cmd, str(repo), "setuptools>=61", "wheel"], partial / "pip.log", BUILD_TIMEOUT)
+    log_run([*cmd, str(repo), "setuptools>=61", "wheel"], partial / "pip.log", BUILD_TIMEOUT)
     for own in partial.glob("fsmatrix-*.whl"):
         own.unlink()  # fsmatrix itself is installed from its source in the image
     (partial / ".complete").touch()
@@ -293,7 +293,7 @@ def build(force: bool = False, echo: Echo = print, cache: Path | None = None, to
             for key, value in args.items():
                 cmd += ["--build-arg", f"{key}={value}"]
             echo(f"container: {tool} build --network=none {name} (log: {log})")
-            _log_run([*cmd, str(context)], log, BUILD_TIMEOUT)
+            log_run([*cmd, str(context)], log, BUILD_TIMEOUT)
         finally:
             shutil.rmtree(context, ignore_errors=True)
         echo(f"container: built {name} in {time.monotonic() - started:.0f} s")

@@ -56,7 +56,8 @@ def test_confirmation_clears_a_first_batch_regression_that_does_not_hold() -> No
     rnd = _round(1, rng, stand_in=0.0)
     rnd.first["v"] = _side("v", [(d.metrics["elapsed_s"] or 0) * 1.3 for d in rnd.first["a"].docs])
     for form in bench_gate.FORMS:
-        fails = bench_gate.gate_fails((rnd.first["a"], rnd.first["v"]), (rnd.second["a"], rnd.second["v"]), 0.05, form)
+        first, second = (rnd.first["a"], rnd.first["v"]), (rnd.second["a"], rnd.second["v"])
+        fails = bench_gate.judge(first, second, 0.05, form.paired)[1][form]
         assert fails == (form.paired and not form.confirm), form  # unpaired: 5 pairs drifting 20 % hide it
 
 

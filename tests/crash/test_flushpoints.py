@@ -108,8 +108,6 @@ def test_summary_and_snapshot_status() -> None:
     assert flushpoints.summary(points) == "1 of 2 flush points passed; mount 0.2-0.5 s"
     assert flushpoints.snapshot_invalid("0 1048576 snapshot Invalid")
     assert not flushpoints.snapshot_invalid("0 1048576 snapshot 1024/2097152 16")
-    assert flushpoints.parse_snapshot_usage("0 1048576 snapshot 1024/2097152 16") == (1024, 2097152)
-    assert flushpoints.parse_snapshot_usage("0 1048576 snapshot Invalid") is None
 
 
 @needs_root

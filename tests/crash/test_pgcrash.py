@@ -151,8 +151,7 @@ def test_a_process_on_its_way_out_is_not_running(tmp_path: Path) -> None:
 
 def test_file_sink_appends_durably_and_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "acks"
-    sink = pgacks.open_sink(path)
-    assert isinstance(sink, pgacks.FileSink)
+    sink = pgacks.FileSink(path)
     for k in (1, 2, 3):
         sink.record(k)
     sink.close()
@@ -165,11 +164,10 @@ def test_file_sink_appends_durably_and_reads_back(tmp_path: Path) -> None:
 
 
 def test_console_sink_writes_whole_lines_to_a_terminal() -> None:
-    """A pseudo-terminal stands in for /dev/ttyS0: open_sink takes a character device for a console."""
+    """A pseudo-terminal stands in for /dev/ttyS0."""
     master, slave = os.openpty()
     try:
-        sink = pgacks.open_sink(Path(os.ttyname(slave)), tag="r3")
-        assert isinstance(sink, pgacks.ConsoleSink)
+        sink = pgacks.ConsoleSink(Path(os.ttyname(slave)), tag="r3")
         sink.record(41)
         sink.record(42)
         sink.close()

@@ -190,8 +190,3 @@ class Workload(Generic[P, C]):
     def gate_metrics(self) -> tuple[str, ...]:
         """The metrics the regression gate decides on: ``gated``, or just the primary metric."""
         return self.gated or (self.primary,)
-
-    @property
-    def cli_params(self) -> list[declare.Field]:
-        """Parameters that are arguments of `fsmatrix workload NAME` (the others are --set KEY=VALUE)."""
-        return [f for f in declare.fields(self.params) if f.spec.cli]

@@ -74,7 +74,9 @@ def agent_files(repo: Path = REPO) -> list[Path]:
     )
 
 
-def _digest(items: Iterable[tuple[str, bytes]]) -> str:
+def content_hash(items: Iterable[tuple[str, bytes]]) -> str:
+    """16 hex digits of SHA-256 over named contents, in order: what names a cached build (an image,
+    its base, the runner's container image and its layers)."""
     sha = hashlib.sha256()
     for name, data in items:
         # Name and length first: moving bytes between files or renaming a file changes the hash.
@@ -86,7 +88,7 @@ def _digest(items: Iterable[tuple[str, bytes]]) -> str:
 def inputs_hash(repo: Path = REPO, image: str = images.DEFAULT) -> str:
     """The hash that names an image: changes whenever anything that goes into it changes."""
     images.get(image, repo)  # an unknown name is refused, not hashed into an image of nothing
-    return _digest((str(rel), (repo / rel).read_bytes()) for rel in input_files(repo, image))
+    return content_hash((str(rel), (repo / rel).read_bytes()) for rel in input_files(repo, image))
 
 
 def base_hash(pubkey: bytes, repo: Path = REPO, image: str = images.DEFAULT) -> str:
@@ -94,7 +96,7 @@ def base_hash(pubkey: bytes, repo: Path = REPO, image: str = images.DEFAULT) -> 
     the base script, the build key, the disk size (not the tools' paths: Packer's stage checks them)."""
     definition = images.get(image, repo)
     packages = definition.package_list(images.common_packages(repo))
-    return _digest(
+    return content_hash(
         [
             ("suite", definition.suite.encode()),
             (PACKAGES_FILE, "\n".join(packages).encode()),
@@ -309,7 +311,7 @@ def probe_accel(kernel: Path, timeout: float = 30.0, cache: Path | None = None, 
 # building
 
 
-def _log_run(
+def log_run(
     cmd: Sequence[str], log_file: Path, timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> None:
     """Run a long build step with its output in ``log_file``; on failure, the error carries the tail."""
@@ -353,7 +355,7 @@ def build_base(
         str(key.with_suffix(".pub")), str(qcow2), str(kernel), str(DISK_MIB), definition.suite,
     ]  # fmt: skip
     try:
-        _log_run(cmd, Path(f"{work}.log"), BASE_TIMEOUT)
+        log_run(cmd, Path(f"{work}.log"), BASE_TIMEOUT)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the unpacked root (~1 GB); the .debs stay cached
         package_list.unlink(missing_ok=True)
@@ -457,7 +459,7 @@ def _build(paths: ImagePaths, cache: Path, echo: Echo, definition: images.Defini
         started = time.monotonic()
         log_file = paths.qcow2.parent / f"{paths.name}.packer.log"
         echo(f"packer: building {paths.name}, image {definition.name} (log: {log_file}, guest console: {serial_log})")
-        _log_run([*cmd, "."], log_file, PACKER_TIMEOUT, env=env, cwd=PACKER_DIR)
+        log_run([*cmd, "."], log_file, PACKER_TIMEOUT, env=env, cwd=PACKER_DIR)
         echo(f"packer: done in {time.monotonic() - started:.0f} s")
 
         os.replace(output / paths.qcow2.name, paths.qcow2)

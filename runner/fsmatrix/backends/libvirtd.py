@@ -95,8 +95,8 @@ def _alive_as(pid: int, daemon: str) -> bool:
     return os.path.basename(exe.removesuffix(" (deleted)")) == daemon
 
 
-def _our_pids() -> dict[str, int]:
-    """The daemons fsmatrix started that still run: name -> pid."""
+def our_pids() -> dict[str, int]:
+    """The daemons fsmatrix started that still run: name -> pid (empty: none of fsmatrix's runs)."""
     found = {}
     for daemon in DAEMONS:
         try:
@@ -121,8 +121,9 @@ def _locked() -> Iterator[None]:
         yield
 
 
-def _live_leases() -> list[int]:
-    """Processes using the managed daemons (stale leases are removed on the way)."""
+def live_leases() -> list[int]:
+    """The pids of the processes using the managed daemons (stale leases are removed on the way):
+    what `fsmatrix libvirt stop` warns about."""
     pids = []
     for lease in (STATE_DIR / "users").glob("*"):
         if lease.name.isdigit() and Path(f"/proc/{lease.name}").exists():
@@ -158,7 +159,7 @@ def start() -> Daemons:
     """A libvirt daemon answering on URI: the system's when it runs, else fsmatrix's own (started
     here when it does not run yet). Raises UserError when libvirt is not installed or will not start."""
     with _locked():
-        ours = _our_pids()
+        ours = our_pids()
         if reachable():
             if ours:
                 return Daemons(URI, NETNS, started=False)
@@ -225,7 +226,7 @@ def _destroy_domains() -> None:
 
 
 def _stop_locked() -> None:
-    ours = _our_pids()
+    ours = our_pids()
     if "libvirtd" in ours:
         _destroy_domains()
     for daemon in reversed(DAEMONS):
@@ -257,7 +258,7 @@ def _terminate(pid: int, daemon: str) -> None:
 
 def status() -> dict[str, Any]:
     """What runs: uri, whether it answers, whether fsmatrix manages it, the daemons' pids, the namespace."""
-    ours = _our_pids()
+    ours = our_pids()
     answers = reachable()
     version = None
     if answers:
@@ -278,7 +279,7 @@ def status() -> dict[str, Any]:
         "netns_exists": _netns_exists(),
         "netns_created_by_fsmatrix": (STATE_DIR / "netns-created").exists(),
         "kept": (STATE_DIR / "keep").exists(),
-        "users": _live_leases() if STATE_DIR.exists() else [],
+        "users": live_leases() if STATE_DIR.exists() else [],
         "libvirt_version": version,
     }
 
@@ -299,5 +300,5 @@ def running() -> Iterator[Daemons]:
         if daemons.netns is not None:
             with _locked():
                 lease.unlink(missing_ok=True)
-                if not _live_leases() and not (STATE_DIR / "keep").exists():
+                if not live_leases() and not (STATE_DIR / "keep").exists():
                     _stop_locked()

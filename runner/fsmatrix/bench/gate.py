@@ -115,16 +115,6 @@ def judge(
     return result, fails
 
 
-def gate_fails(
-    first: tuple[sides.Side, sides.Side],
-    second: tuple[sides.Side, sides.Side],
-    threshold: float,
-    form: GateForm,
-) -> bool:
-    """Does the gate in ``form`` fail on base/head ``first`` (confirmed on ``second`` if the form confirms)?"""
-    return judge(first, second, threshold, form.paired)[1][form]
-
-
 @dataclass
 class Round:
     """One round's batches: ``first[side]`` and ``second[side]`` for side in a, b, v."""

@@ -32,10 +32,10 @@ def start_command() -> None:
 @libvirt_group.command("stop")
 def stop_command() -> None:
     """Stop the libvirt daemons fsmatrix started (a system libvirtd is left alone)."""
-    users = [pid for pid in libvirtd._live_leases() if pid != os.getpid()] if libvirtd.STATE_DIR.exists() else []
+    users = [pid for pid in libvirtd.live_leases() if pid != os.getpid()] if libvirtd.STATE_DIR.exists() else []
     if users:
         click.echo(f"warning: fsmatrix processes still use them: {users}", err=True)
-    if not libvirtd._our_pids():
+    if not libvirtd.our_pids():
         click.echo("no libvirt daemon of fsmatrix's runs", err=True)
     libvirtd.stop()
 

@@ -125,7 +125,7 @@ def test_registry_describes_every_filesystem() -> None:
     for name in FILESYSTEMS:
         fs = fsmod.get(name)
         assert fs.name == name
-        assert fs.needs_device == (name != "tmpfs")
+        assert fs.device == (name != "tmpfs")
     assert fsmod.get("xfs").mkfs_command("/dev/x", ["-b", "size=1024"]) == [
         "mkfs.xfs",
         "-f",

@@ -166,15 +166,6 @@ def snapshot_invalid(status_text: str) -> bool:
     return "Invalid" in status_text.split()
 
 
-def parse_snapshot_usage(status_text: str) -> tuple[int, int] | None:
-    """(sectors used, sectors total) of a snapshot's copy-on-write area, None if not reported."""
-    for word in status_text.split():
-        used, slash, total = word.partition("/")
-        if slash and used.isdigit() and total.isdigit():
-            return int(used), int(total)
-    return None
-
-
 # --------------------------------------------------------------------------------------------
 # the run
 

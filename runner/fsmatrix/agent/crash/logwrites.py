@@ -553,11 +553,6 @@ def create(name: str, data_device: str, log_device: str) -> str:
     return f"/dev/mapper/{name}"
 
 
-def remove(name: str) -> None:
-    """Remove the target: the kernel logs its final mark and brings the super block's count up to date."""
-    proc.run(["dmsetup", "remove", name])
-
-
 def mark(name: str, label: str) -> None:
     """Log a mark named ``label`` on the target ``name``, in order with the writes completed so far."""
     if not _LABEL.match(label) or len(label) > MAX_MARK_BYTES:

@@ -1,4 +1,8 @@
-"""The host half of a crash mode, behind one protocol the VM backends (qemu, libvirt) offer.
+"""The host half of a crash mode, behind one protocol a VM backend offers (``VmBackend``).
+
+The qemu backend runs every host side. The libvirt backend offers the same protocol (it is a
+``QemuBackend``) but no ``Cut``, so it refuses every mode that has a host side (its ``crash_modes``:
+the modes that need nothing from the host) and takes from here only its ``boot_and_wait``'s types.
 
 A crash mode whose guest side (``fsmatrix.agent.crash``) needs something from outside the VM has a
 host side here: a module in ``backends/qemu/`` that subclasses ``HostCrashMode`` and declares
@@ -109,9 +113,6 @@ class HostCrashMode:
     """A crash mode's host side; every hook's default is "nothing to do on the host"."""
 
     mode: str = ""  # the crash.mode it serves (the agent's declaration's name)
-
-    def applies(self, cell: MatrixCell) -> bool:
-        return cell.spec.crash is not None and cell.spec.crash.mode == self.mode
 
     def extra_disks(self, cell: MatrixCell, run_dir: Path, *, create: bool = False) -> list[Disk]:
         """Disks the guest gets after the data disks (made in ``run_dir`` when ``create``)."""

@@ -6,9 +6,13 @@ SQLAlchemy models and no migration environment, and read the same for both datab
 dialects differ in two column types). A store records its version (``fsmatrix_store``); a newer one
 than ``VERSION`` is refused, an older one is brought up to date by the statements after its version.
 
-Columns: what history queries, typed; the whole document beside them (JSONB in PostgreSQL, text in
-SQLite). ``results.id`` is the document's content hash (database.content_id). The key metrics of each
-result are rows of ``result_metrics`` (a series is one cell's metric over time).
+Columns: a document's identity and provenance, typed, for SQL over the store; fsmatrix itself reads
+the run, cell, repeat, host, status and times (``results list``, one cell's runs, a push's duplicates)
+and keeps the rest for whoever queries the store. The whole document beside them (JSONB in
+PostgreSQL, text in SQLite) is what ``fsmatrix history`` reads: every passed result's (``status``,
+``started_at`` since ``--since``), typed again. ``results.id`` is the document's content hash
+(database.content_id). The key metrics of each result are rows of ``result_metrics``: history's
+values (a series is one cell's metric over time).
 """
 
 from __future__ import annotations

@@ -288,13 +288,5 @@ def clopper_pearson(hits: int, n: int, confidence: float = 0.95) -> tuple[float,
     return float(ci.low), float(ci.high)
 
 
-def log_spread(values: list[float]) -> float:
-    """Between-run spread as a relative figure: exp(sd of ln values) - 1 (0.03 ≈ ±3 %)."""
-    positive = [v for v in values if v > 0]
-    if len(positive) < 2:
-        return 0.0 if len(set(values)) <= 1 else math.inf
-    return float(math.expm1(np.std(np.log(positive), ddof=1)))
-
-
 # The slowdowns a calibration tries, smallest first, to find the smallest one the gate catches.
 EFFECT_GRID = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)

@@ -40,6 +40,18 @@ DEFAULT_JOURNAL_FILESYSTEM = "ext2"
 GeometryReader = Callable[[str | None, Path | None], dict[str, Any]]
 
 
+def device_geometry(name: str, parse: Callable[[str], dict[str, Any]], *command: str) -> GeometryReader:
+    """The ``read_geometry`` of a filesystem whose inspection tool reads it off the device:
+    ``command`` with the device last, its output through ``parse``; ValueError without a device."""
+
+    def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
+        if device is None:
+            raise ValueError(f"{name} geometry needs the device")
+        return parse(proc.output([*command, device], timeout=120))
+
+    return read_geometry
+
+
 def append_options(defaults: Sequence[str], extra: Sequence[str]) -> list[str]:
     """Default mkfs arguments followed by the cell's: the later option wins for most mkfs tools."""
     return [*defaults, *extra]
@@ -75,10 +87,6 @@ class Filesystem:
     def usable_bytes(self, size: int) -> int:
         """What a workload can write to a filesystem made on ``size`` bytes of disk."""
         return max(0, int(size * (1 - self.overhead_fraction)) - self.overhead_bytes)
-
-    @property
-    def needs_device(self) -> bool:
-        return self.device
 
     @property
     def packages(self) -> tuple[str, ...]:

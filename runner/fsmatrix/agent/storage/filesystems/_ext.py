@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
-from fsmatrix.agent.storage.filesystems import Filesystem, colon_fields, leading_int
+from fsmatrix.agent.storage.filesystems import Filesystem, colon_fields, device_geometry, leading_int
 
 # -F: no "proceed anyway?" question (given once, mke2fs still refuses a mounted device).
 # Zero inode tables and journal now: otherwise ext4lazyinit writes them in the background
@@ -76,10 +74,7 @@ def parse_dumpe2fs(text: str) -> dict[str, Any]:
     }
 
 
-def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
-    if device is None:
-        raise ValueError("ext geometry needs the device")
-    return parse_dumpe2fs(proc.output(["dumpe2fs", "-h", device], timeout=120))
+read_geometry = device_geometry("ext", parse_dumpe2fs, "dumpe2fs", "-h")
 
 
 def ext_filesystem(name: str) -> Filesystem:

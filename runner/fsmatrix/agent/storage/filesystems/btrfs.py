@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
-from fsmatrix.agent.storage.filesystems import Filesystem, leading_int
+from fsmatrix.agent.storage.filesystems import Filesystem, device_geometry, leading_int
 
 _FLAG = re.compile(r"[A-Z][A-Z0-9_]+")
 
@@ -50,10 +48,7 @@ def parse_dump_super(text: str) -> dict[str, Any]:
     }
 
 
-def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
-    if device is None:
-        raise ValueError("btrfs geometry needs the device")
-    return parse_dump_super(proc.output(["btrfs", "inspect-internal", "dump-super", device], timeout=120))
+read_geometry = device_geometry("btrfs", parse_dump_super, "btrfs", "inspect-internal", "dump-super")
 
 
 FILESYSTEM = Filesystem(

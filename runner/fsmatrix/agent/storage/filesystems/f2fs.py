@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
-from fsmatrix.agent.storage.filesystems import Filesystem
+from fsmatrix.agent.storage.filesystems import Filesystem, device_geometry
 
 # "log_blocksize                 [0x       c : 12]": name, then hex and decimal of the same value.
 _FIELD = re.compile(r"^(\w+(?:\[\w+\])?)\s+\[0x\s*[0-9a-fA-F]+ : (\d+)\]\s*$")
@@ -53,10 +51,7 @@ def parse_dump_f2fs(text: str) -> dict[str, Any]:
     }
 
 
-def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
-    if device is None:
-        raise ValueError("f2fs geometry needs the device")
-    return parse_dump_f2fs(proc.output(["dump.f2fs", "-d", "1", device], timeout=120))
+read_geometry = device_geometry("f2fs", parse_dump_f2fs, "dump.f2fs", "-d", "1")
 
 
 FILESYSTEM = Filesystem(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
-from fsmatrix.agent.storage.filesystems import Filesystem, colon_fields, leading_int
+from fsmatrix.agent.storage.filesystems import Filesystem, colon_fields, device_geometry, leading_int
 
 
 def parse_nilfs_tune(text: str) -> dict[str, Any]:
@@ -31,10 +29,7 @@ def parse_nilfs_tune(text: str) -> dict[str, Any]:
     }
 
 
-def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
-    if device is None:
-        raise ValueError("nilfs2 geometry needs the device")
-    return parse_nilfs_tune(proc.output(["nilfs-tune", "-l", device], timeout=120))
+read_geometry = device_geometry("nilfs2", parse_nilfs_tune, "nilfs-tune", "-l")
 
 
 FILESYSTEM = Filesystem(

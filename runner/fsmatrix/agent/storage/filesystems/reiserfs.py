@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import proc
-from fsmatrix.agent.storage.filesystems import Filesystem
+from fsmatrix.agent.storage.filesystems import Filesystem, device_geometry
 
 _PATTERNS: dict[str, tuple[re.Pattern[str], Callable[[str], int | str]]] = {
     "block_size": (re.compile(r"^Blocksize:\s*(\d+)", re.M), int),
@@ -38,10 +36,7 @@ def parse_debugreiserfs(text: str) -> dict[str, Any]:
     return geometry
 
 
-def read_geometry(device: str | None, mount_point: Path | None = None) -> dict[str, Any]:
-    if device is None:
-        raise ValueError("reiserfs geometry needs the device")
-    return parse_debugreiserfs(proc.output(["debugreiserfs", device], timeout=120))
+read_geometry = device_geometry("reiserfs", parse_debugreiserfs, "debugreiserfs")
 
 
 FILESYSTEM = Filesystem(

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import os
 import re
-import stat
 import subprocess
 import tempfile
 import threading
@@ -116,15 +115,6 @@ class ConsoleSink:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-def open_sink(path: Path, tag: str | None = None) -> Sink:
-    """A ``ConsoleSink`` for a character device (a tty, the console), else a ``FileSink``."""
-    try:
-        is_device = stat.S_ISCHR(os.stat(path).st_mode)
-    except FileNotFoundError:
-        is_device = False
-    return ConsoleSink(path, tag) if is_device else FileSink(path, tag)
 
 
 def parse_acks(text: str, tag: str | None = None) -> int:

@@ -1,5 +1,5 @@
 """pgbench's parameters (``Params``) and what every step of a run or a recovery shares: the database's
-name, why a raw device is refused, the deadline (``_left``)."""
+name, why a raw device is refused, the deadline (``time_left``)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ class Params:
             )
 
 
-def _left(deadline: float, timeout: float, what: str) -> float:
+def time_left(deadline: float, timeout: float, what: str) -> float:
+    """Seconds left until ``deadline`` (``time.monotonic``) for the next step, ``what``; past it, the
+    run's TimeoutError naming the cell's ``timeout`` and that step."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError(f"pgbench exceeded {timeout:g} s ({what})")

@@ -20,7 +20,7 @@ from fsmatrix.agent.crash import modes as crash_modes
 from fsmatrix.agent.databases import postgres
 from fsmatrix.agent.storage.prepare import Skipped
 from fsmatrix.agent.workloads.pgbench import acks as pgacks
-from fsmatrix.agent.workloads.pgbench.params import DATABASE, RAW_UNSUPPORTED, Params, _left
+from fsmatrix.agent.workloads.pgbench.params import DATABASE, RAW_UNSUPPORTED, Params, time_left
 from fsmatrix.agent.workloads.pgbench.verify import (
     ACCOUNTS_PER_SCALE,
     STATE_KEYS,
@@ -133,7 +133,7 @@ def recover(
             return report(None, None)
         t0 = time.monotonic()
         try:
-            control = postgres.controldata(cluster, timeout=_left(deadline, timeout, "pg_controldata"))
+            control = postgres.controldata(cluster, timeout=time_left(deadline, timeout, "pg_controldata"))
         except proc.CommandError as exc:  # a damaged control file: the start below will say more
             step("controldata", t0, f"pg_controldata cannot read the control file: {_first_line(exc)}")
         else:
@@ -146,7 +146,7 @@ def recover(
         try:
             t0 = time.monotonic()
             try:
-                cluster.start(_left(deadline, timeout, "recovery"), poll=RECOVERY_POLL_S)
+                cluster.start(time_left(deadline, timeout, "recovery"), poll=RECOVERY_POLL_S)
                 started = True
             except RuntimeError as exc:  # the server gave up (a PANIC in recovery): a finding, not an error
                 failed = exc
@@ -170,7 +170,7 @@ def recover(
             cluster.stops.append(cluster.stop()["mode"])
         if started and settings.data_checksums:
             t0 = time.monotonic()
-            step("checksums", t0, postgres.checksums_check(cluster, _left(deadline, timeout, "pg_checksums")))
+            step("checksums", t0, postgres.checksums_check(cluster, time_left(deadline, timeout, "pg_checksums")))
     return report(steps["start"]["log"]["crash_recovery"], cluster)
 
 
@@ -218,7 +218,7 @@ def _verify_recovered(
     t0 = time.monotonic()
     size = int(cluster.value("SELECT sum(pg_database_size(oid)) FROM pg_database"))
     whole = size <= heapallindexed_max_bytes
-    found_amcheck = amcheck_all(cluster, heapallindexed=whole, timeout=_left(deadline, timeout, "pg_amcheck"))
+    found_amcheck = amcheck_all(cluster, heapallindexed=whole, timeout=time_left(deadline, timeout, "pg_amcheck"))
     step("amcheck", t0, found_amcheck, heapallindexed=whole, database_bytes=size)
 
 

@@ -19,7 +19,7 @@ from fsmatrix.agent.contract import Outcome, Workspace
 from fsmatrix.agent.databases import postgres
 from fsmatrix.agent.storage.prepare import Skipped
 from fsmatrix.agent.workloads.pgbench import acks as pgacks
-from fsmatrix.agent.workloads.pgbench.params import DATABASE, RAW_UNSUPPORTED, Params, _left
+from fsmatrix.agent.workloads.pgbench.params import DATABASE, RAW_UNSUPPORTED, Params, time_left
 from fsmatrix.agent.workloads.pgbench.parse import parse_log, parse_output
 from fsmatrix.agent.workloads.pgbench.recover import ack_sink
 from fsmatrix.agent.workloads.pgbench.verify import amcheck, check_run, check_state, read_state
@@ -35,7 +35,7 @@ def _timed(cluster: postgres.Cluster, cmd: list[str], deadline: float, timeout: 
     """Run a client command against the cluster; its wall time. TimeoutError past the deadline."""
     t0 = time.monotonic()
     try:
-        cluster.run(cmd, timeout=_left(deadline, timeout, what), database=DATABASE)
+        cluster.run(cmd, timeout=time_left(deadline, timeout, what), database=DATABASE)
     except proc.CommandError as exc:
         if exc.returncode is None:
             raise TimeoutError(f"pgbench exceeded {timeout:g} s ({what})") from exc
@@ -135,7 +135,7 @@ def run(
             ws.scratch,
             stack,
             extra=extra,
-            timeout=_left(deadline, timeout, "initdb"),
+            timeout=time_left(deadline, timeout, "initdb"),
         )
         t_versions = time.monotonic()
         versions = {"postgres": postgres.version(cluster)}
@@ -144,10 +144,10 @@ def run(
         t0 += time.monotonic() - t_versions  # not part of creating the database
         problems: list[str] = []
         with (
-            cluster.running(min(postgres.START_TIMEOUT_S, _left(deadline, timeout, "server start"))),
+            cluster.running(min(postgres.START_TIMEOUT_S, time_left(deadline, timeout, "server start"))),
             _named_if_the_server_died(cluster, details),
         ):
-            cluster.run([cluster.tool("createdb"), DATABASE], timeout=_left(deadline, timeout, "createdb"))
+            cluster.run([cluster.tool("createdb"), DATABASE], timeout=time_left(deadline, timeout, "createdb"))
             create_s = round(time.monotonic() - t0, 3)
             readback = cluster.settings_readback()
             diffs = postgres.differences(settings.expected(), readback)
@@ -193,7 +193,7 @@ def run(
                 with ws.measure(), contextlib.ExitStack() as acking:
                     if acks is not None:
                         client = acking.enter_context(pgacks.acknowledging(cluster, acks, DATABASE))
-                    out = cluster.run(cmd, timeout=_left(deadline, timeout, "transactions"), check=False,
+                    out = cluster.run(cmd, timeout=time_left(deadline, timeout, "transactions"), check=False,
                                       database=DATABASE, cwd=ws.scratch)  # fmt: skip
             except proc.CommandError as exc:
                 raise TimeoutError(f"pgbench exceeded {timeout:g} s (transactions)") from exc
@@ -225,11 +225,11 @@ def run(
             after = read_state(cluster)
             problems += check_run(summary, latencies)
             problems += check_state(params.script, params.scale, summary.transactions, before, after)
-            found = amcheck(cluster, DATABASE, _left(deadline, timeout, "pg_amcheck"))
+            found = amcheck(cluster, DATABASE, time_left(deadline, timeout, "pg_amcheck"))
             if found:
                 problems.append(found)
         if settings.data_checksums:
-            found = postgres.checksums_check(cluster, _left(deadline, timeout, "pg_checksums"))
+            found = postgres.checksums_check(cluster, time_left(deadline, timeout, "pg_checksums"))
             if found:
                 problems.append(found)
         details["server_log"] = str(cluster.log_file)

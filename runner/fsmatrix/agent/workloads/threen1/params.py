@@ -1,8 +1,9 @@
 """3n+1's parameters (``Params``) and what the run, the verification and the recovery share: the
-routine, the digit words, the database's name, the setup's time."""
+routine, the digit words, the database's name, the setup's time, the deadline (``time_left``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,3 +45,12 @@ class Params:
     @property
     def count(self) -> int:
         return self.end - self.start + 1
+
+
+def time_left(deadline: float, timeout: float) -> float:
+    """Seconds left until ``deadline`` (``time.monotonic``) for the next step of a run or a recovery;
+    past it, the TimeoutError naming the cell's ``timeout``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"3n+1 exceeded {timeout:g} s before the workers started")
+    return left

@@ -47,7 +47,8 @@ class RunOutput:
     shared: Shared
 
 
-def _fields(line: str) -> dict[str, int]:
+def line_fields(line: str) -> dict[str, int]:
+    """The ``key=integer`` fields after a report line's first word (``worker``, ``result``, ``survey``, ...)."""
     fields = {}
     for item in line.split()[1:]:
         key, sep, value = item.partition("=")
@@ -65,7 +66,7 @@ def parse_output(text: str) -> RunOutput:
     errors = []
     for line in text.splitlines():
         if line.startswith("worker "):
-            f = _fields(line)
+            f = line_fields(line)
             workers.append(
                 Worker(
                     id=f["id"],
@@ -84,9 +85,9 @@ def parse_output(text: str) -> RunOutput:
                 )
             )
         elif line.startswith("result "):
-            result = _fields(line)
+            result = line_fields(line)
         elif line.startswith("shared "):
-            shared = _fields(line)
+            shared = line_fields(line)
         elif line.startswith("%"):
             errors.append(line.strip())
     if result is None or shared is None:

@@ -15,9 +15,9 @@ from fsmatrix.agent import crash, proc
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workspace
 from fsmatrix.agent.databases import gtm
-from fsmatrix.agent.workloads.threen1.params import DB_NAME, ROUTINE, SETUP_TIMEOUT, WORDS_FILE, Params
-from fsmatrix.agent.workloads.threen1.parse import _fields
-from fsmatrix.agent.workloads.threen1.run import _left, run
+from fsmatrix.agent.workloads.threen1.params import DB_NAME, ROUTINE, SETUP_TIMEOUT, WORDS_FILE, Params, time_left
+from fsmatrix.agent.workloads.threen1.parse import line_fields
+from fsmatrix.agent.workloads.threen1.run import run
 from fsmatrix.agent.workloads.threen1.verify import SAMPLE_TIMEOUT
 
 
@@ -38,7 +38,7 @@ def survey(db: gtm.Database, params: Params, timeout: float = SAMPLE_TIMEOUT) ->
     line = next((x for x in out.stdout.splitlines() if x.startswith("survey ")), None)
     if out.returncode != 0 or line is None:
         raise proc.CommandError(cmd, out.returncode, out.stdout + out.stderr)
-    f = _fields(line)
+    f = line_fields(line)
     return Survey(entries=f["entries"], started=f["started"], result=f["result"], highest=f["highest"])
 
 
@@ -73,7 +73,7 @@ def recover(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
             with event.step("discard shared memory") as step:
                 step["detail"] = ", ".join(gtm.discard_ipc(db)) or "none left"
             with event.step("mupip journal -recover -backward", recovery=True) as step:
-                said = gtm.journal_recover(db, "backward", timeout=_left(deadline, cell.timeout))
+                said = gtm.journal_recover(db, "backward", timeout=time_left(deadline, cell.timeout))
                 step["detail"] = _journal_said(said)
         elif settings.journal == "nobefore":
             with event.step("discard shared memory") as step:
@@ -81,7 +81,7 @@ def recover(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
             with event.step("restore the backup taken at creation") as step:
                 gtm.restore_backup(db)
             with event.step("mupip journal -recover -forward", recovery=True) as step:
-                said = gtm.journal_recover(db, "forward", timeout=_left(deadline, cell.timeout))
+                said = gtm.journal_recover(db, "forward", timeout=time_left(deadline, cell.timeout))
                 step["detail"] = _journal_said(said)
             with event.step("journaling on again"):
                 gtm.enable_journal(db)
@@ -101,13 +101,13 @@ def recover(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
                     step["detail"] = ", ".join(gtm.discard_ipc(db)) or "none left"
                     gtm.rundown(db)
         with event.step("mupip integ") as step:
-            clean, said = gtm.integ(db, timeout=_left(deadline, cell.timeout))
+            clean, said = gtm.integ(db, timeout=time_left(deadline, cell.timeout))
             step["detail"] = said
         event.check("mupip integ", clean, said if clean else f"the recovered database is damaged: {said}")
         needed = min(params.block, params.count)
         try:  # a damaged database may not even be readable: a finding, and the resume is still tried
             with event.step("survey"):
-                found = survey(db, params, timeout=_left(deadline, cell.timeout))
+                found = survey(db, params, timeout=time_left(deadline, cell.timeout))
         except crash.RecoveryFailed as exc:
             event.check("work reused", False, f"the database cannot be read: {exc}")
         else:
@@ -129,7 +129,9 @@ def recover(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
         raise
     resumed_ws = dataclasses.replace(ws, measure=contextlib.nullcontext, crash=None)  # the resume is not crashed
     with event.step("resume") as step:
-        outcome = run(params, settings, resumed_ws, _left(deadline, cell.timeout), reference=ws.reference, resume=True)
+        outcome = run(
+            params, settings, resumed_ws, time_left(deadline, cell.timeout), reference=ws.reference, resume=True
+        )
         step["detail"] = f"{outcome.metrics['updates']} updates to finish the range"
     event.reused["resume_updates"] = outcome.metrics["updates"]
     outcome.metrics["recovery_s"] = event.recovery_s or 0.0

@@ -17,7 +17,7 @@ from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workspace
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.workloads.threen1 import memory as threen1_memory
-from fsmatrix.agent.workloads.threen1.params import DB_NAME, ROUTINE, SETUP_TIMEOUT, WORDS_FILE, Params
+from fsmatrix.agent.workloads.threen1.params import DB_NAME, ROUTINE, SETUP_TIMEOUT, WORDS_FILE, Params, time_left
 from fsmatrix.agent.workloads.threen1.parse import RunOutput, parse_output
 from fsmatrix.agent.workloads.threen1.verify import (
     SAMPLE_TIMEOUT,
@@ -121,7 +121,7 @@ def run(
         ws.journal,
         scratch / "gtm",
         name=DB_NAME,
-        timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)),
+        timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)),
         pids=lambda: read_pid_file(pid_file),  # the JOB workers detach: the database alone cannot find them
         attach=resume,
         backup=ws.crash is not None and settings.journal == "nobefore" and not resume,
@@ -131,8 +131,8 @@ def run(
         cmd = [db.tool("mumps"), "-run", "main^threen1"]
         cmd += [str(params.start), str(params.end), str(params.workers), str(params.block), params.keys]
         env = db.env({"threen1_words": str(WORDS_FILE), "threen1_pids": str(pid_file), "threen1_jobdir": str(job_dir)})
-        gtm.compile_routine(db, ROUTINE, timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)))
-        zversion = gtm.version(db, timeout=min(SETUP_TIMEOUT, _left(deadline, timeout)))
+        gtm.compile_routine(db, ROUTINE, timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)))
+        zversion = gtm.version(db, timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)))
         header = gtm.dump_gvstat(db)  # the file header, and GT.M's counters before the run
         asked = gtm.readback(gtm.parse_fileheader(header))
         diffs = gtm.differences(settings, asked)
@@ -143,7 +143,7 @@ def run(
         t0 = time.monotonic()
         try:
             with ws.measure():  # the sampler covers the benchmark only, not setup and cleanup
-                out = proc.run(cmd, env=env, input="", timeout=_left(deadline, timeout), check=False, cwd=scratch)
+                out = proc.run(cmd, env=env, input="", timeout=time_left(deadline, timeout), check=False, cwd=scratch)
         except proc.CommandError as exc:
             if exc.returncode is not None:
                 raise
@@ -170,13 +170,6 @@ def run(
         params, settings, db, parsed, asked, final, messages, zversion, parent_wall, cleanup, counters, ref, sample,
         resume,
     )  # fmt: skip
-
-
-def _left(deadline: float, timeout: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError(f"3n+1 exceeded {timeout:g} s before the workers started")
-    return left
 
 
 def _job_errors(job_dir: Path) -> str:

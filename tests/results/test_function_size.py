@@ -1,0 +1,112 @@
+"""The results room's functions stay small enough to read: none over MAX_LINES lines (its ``def``
+line to its last, decorators not counted, its docstring counted) nor over MAX_PARAMETERS parameters
+(``self`` and ``cls`` not counted; keyword-only ones, ``*args`` and ``**kwargs`` counted). Nested
+functions and methods are functions too.
+
+Standalone: ``python tests/results/test_function_size.py [FOLDER]`` prints the offenders in FOLDER
+(default: ``runner/fsmatrix/results``), one ``file:line name: what`` a line.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "runner" / "fsmatrix" / "results"
+MAX_LINES = 80
+MAX_PARAMETERS = 6
+
+
+@dataclass(frozen=True, order=True)
+class Oversized:
+    path: str  # relative to the folder's parent: results/verdict/speed.py
+    line: int
+    name: str  # qualified: Class.method, outer.inner
+    what: str  # "93 lines", "8 parameters"
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} {self.name}: {self.what}"
+
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def parameter_count(node: Function) -> int:
+    a = node.args
+    positional = [*a.posonlyargs, *a.args]
+    if positional and positional[0].arg in ("self", "cls"):
+        positional = positional[1:]
+    return len(positional) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, Function]]:
+    found: list[tuple[str, Function]] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append((prefix + node.name, node))
+            found += _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            found += _functions(node, f"{prefix}{node.name}.")
+        else:
+            found += _functions(node, prefix)
+    return found
+
+
+def oversized(folder: Path = RESULTS) -> list[Oversized]:
+    """Every function in ``folder``'s modules over MAX_LINES lines or MAX_PARAMETERS parameters, sorted."""
+    found: list[Oversized] = []
+    for path in sorted(folder.rglob("*.py")):
+        shown = str(path.relative_to(folder.parent))
+        for name, node in _functions(ast.parse(path.read_text(), filename=str(path))):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_LINES:
+                found.append(Oversized(shown, node.lineno, name, f"{lines} lines"))
+            parameters = parameter_count(node)
+            if parameters > MAX_PARAMETERS:
+                found.append(Oversized(shown, node.lineno, name, f"{parameters} parameters"))
+    return sorted(found)
+
+
+def _listing(found: list[Oversized]) -> str:
+    return "\n".join(map(str, found))
+
+
+def test_no_function_in_the_results_room_is_too_long_or_takes_too_many_parameters() -> None:
+    found = oversized()
+    assert found == [], f"{len(found)} functions over {MAX_LINES} lines or {MAX_PARAMETERS} parameters:\n" + _listing(
+        found
+    )
+
+
+def test_the_check_sees_a_planted_long_function_and_a_wide_one(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    (folder / "store").mkdir(parents=True)
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_LINES - 1))  # with the def line: MAX_LINES
+    text = (
+        f"def fits():\n{body}\n\n"
+        f"def too_long():\n{body}    return 1\n\n\n"
+        "class Store:\n"
+        "    def fits(self, a, b, c, d, e, f): ...\n"
+        "    @classmethod\n"
+        "    def wide(cls, a, b, c, d, *e, f, **g): ...\n\n\n"
+        "def outer(a, /, b, c, d, e, f, g):\n"
+        "    def inner(*args, **kwargs): ...\n"
+    )
+    (folder / "store" / "planted.py").write_text(text)
+    lines = text.splitlines()
+
+    def line(start: str) -> int:
+        return next(n for n, x in enumerate(lines, 1) if x.lstrip().startswith(start))
+
+    assert [str(o) for o in oversized(folder)] == [
+        f"results/store/planted.py:{line('def too_long')} too_long: {MAX_LINES + 1} lines",
+        f"results/store/planted.py:{line('def wide')} Store.wide: 7 parameters",
+        f"results/store/planted.py:{line('def outer')} outer: 7 parameters",
+    ]
+
+
+if __name__ == "__main__":
+    print(_listing(oversized(Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS)))
