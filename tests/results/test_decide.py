@@ -5,6 +5,7 @@ that would settle a pair, and the racing rule with its error control, on seeded 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -247,7 +248,7 @@ def test_settle_probability_against_a_direct_simulation() -> None:
         nn = np.full(4000, float(n))
         low, high, _ = welch.intervals(m[:, 1] - m[:, 0], v[:, 0], nn, v[:, 1], nn, ALPHA / family)
         rates.append(np.mean((low > -bound) & (high < bound)) if want == "equivalent" else np.mean(low > 0))
-    assert power.settle_probability(n, sigma, delta, family) == pytest.approx(min(rates), abs=0.03)
+    assert power.settle_probability(n, sigma, delta, ALPHA / family) == pytest.approx(min(rates), abs=0.03)
 
 
 def test_n_star_pinned_and_first() -> None:
@@ -290,8 +291,15 @@ def test_still_open_counts_the_runs_that_would_settle_each_pair_not_separated() 
 # ----------------------------------------------------------------------------------- racing
 
 
-def step(samples: dict[str, list[float | None]], after_round: int, **kw: object) -> race.RaceStep:
-    return race.race_step(samples, "lower", after_round=after_round, max_rounds=kw.pop("max_rounds", 8), **kw)  # type: ignore[arg-type]
+def step(
+    samples: dict[str, list[float | None]],
+    after_round: int,
+    *,
+    max_rounds: int = 8,
+    retired: frozenset[str] = frozenset(),
+    **look: Any,
+) -> race.RaceStep:
+    return race.race_step(samples, "lower", race.Look(after_round, max_rounds, **look), retired)
 
 
 def test_race_nothing_before_the_minimum() -> None:
@@ -386,9 +394,7 @@ def simulate_race(
         for cell, centre in centres.items():
             if actions[cell] == "keep":
                 samples[cell].append(float(centre * math.exp(rng.normal(0.0, sigma))))
-        s = race.race_step(
-            samples, "lower", after_round=r, max_rounds=rounds, retired=retired, delta=delta, min_repeats=min_repeats
-        )
+        s = race.race_step(samples, "lower", race.Look(r, rounds, min_repeats, delta), retired)
         steps.append(s)
         retired = s.retired
         actions = {d.cell: d.action for d in s.decisions}

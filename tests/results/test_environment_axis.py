@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import typed
-from fsmatrix.results.render import markdown
 from fsmatrix.results import store
+from fsmatrix.results.render import markdown
 from fsmatrix.results.store import Result
 from fsmatrix.results.verdict import answering, environment, report
 from test_compare import invoke, make_doc, samples

@@ -26,7 +26,7 @@ def regression_rate(effect: float, n: int, *, trials: int = 200, threshold: floa
     for t in range(trials):
         base = noisy(rng, n, 10.0)
         head = noisy(rng, n, 10.0 * (1 + effect))
-        c = stats.compare_samples(base, head, "lower", seed=t, resamples=500)
+        c = stats.compare_samples(base, head, "lower", bootstrap=stats.Bootstrap(resamples=500, seed=t))
         hits += stats.is_regression(c, threshold)
     return hits / trials
 

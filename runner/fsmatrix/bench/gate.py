@@ -105,8 +105,9 @@ def judge(
     """The first batch's comparison, and whether each form of the gate with this ``paired`` fails on
     base/head ``first`` (confirmed on ``second`` by the forms that confirm; the second batch is
     compared only when the first found a regression)."""
-    result = gate.compare(*first, threshold=threshold, paired=paired)
-    again = gate.compare(*second, threshold=threshold, paired=paired) if result.regressions else None
+    judging = gate.Judging(threshold, paired=paired)
+    result = gate.compare(*first, judging)
+    again = gate.compare(*second, judging) if result.regressions else None
     fails = {
         form: (gate.Confirmed(result, again).exit_status() if form.confirm and again else result.exit_status()) == 1
         for form in FORMS

@@ -114,9 +114,7 @@ def full_data_decision(
 ) -> tuple[frozenset[str], str | None]:
     """The cells the race's rule does not retire at one look at all the stored runs, and the best."""
     n = min(len(v) for v in group.samples.values())
-    step = race.race_step(
-        group.samples, group.direction, after_round=n, max_rounds=n, delta=delta, alpha=alpha, min_repeats=n
-    )
+    step = race.race_step(group.samples, group.direction, race.Look(n, n, n, delta, alpha))
     return frozenset(d.cell for d in step.decisions if d.action != "retire"), step.best
 
 

@@ -135,15 +135,8 @@ def _race(
     alpha: float,
     min_rounds: int,
 ) -> race.RaceStep:
-    return race.race_step(
-        {k: list(v) for k, v in samples.items()},
-        direction,
-        after_round=after_round,
-        max_rounds=max_rounds,
-        delta=delta,
-        alpha=alpha,
-        min_repeats=min_rounds,
-    )
+    look = race.Look(after_round, max_rounds, min_rounds, delta, alpha)
+    return race.race_step({k: list(v) for k, v in samples.items()}, direction, look)
 
 
 def judge_ends(

@@ -111,16 +111,8 @@ def compare_cmd(
     floors = calibrate.noise_floors([calibrations.load(p) for p in cal_paths])
 
     def judge(base_side: sides.Side, head_side: sides.Side) -> gate.CompareResult:
-        return gate.compare(
-            base_side,
-            head_side,
-            threshold=limit,
-            alpha=alpha,
-            allow_env_diff=allow_env_diff,
-            noise_floors=floors,
-            paired=paired,
-            across=crossing,
-        )
+        judging = gate.Judging(limit, alpha, floors, paired)
+        return gate.compare(base_side, head_side, judging, allow_env_diff=allow_env_diff, across=crossing)
 
     result = judge(b, h)
     if flagged_to is not None:

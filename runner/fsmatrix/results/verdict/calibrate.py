@@ -299,7 +299,7 @@ def _gate_rates(
     for i, j in batch_pairs(len(batches)):
         base, head = sides.Side(labels[i], batches[i]), sides.Side(labels[j], batches[j])
         for outcomes, pair_floors in ((without, {}), (with_floors, floors)):
-            result = gate.compare(base, head, threshold=threshold, alpha=alpha, noise_floors=pair_floors)
+            result = gate.compare(base, head, gate.Judging(threshold, alpha, pair_floors))
             outcomes.append(result.exit_status() == 1)
     return {"without_floors": _rate(without), "with_floors": _rate(with_floors)}
 

@@ -16,10 +16,11 @@ explain may differ.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fsmatrix.errors import UserError
+from fsmatrix.results.store import Result
 from fsmatrix.results.store.sides import Side
 from fsmatrix.results.verdict import stats
 from fsmatrix.results.verdict.environment import (
@@ -76,22 +77,56 @@ class CompareResult:
 # ----------------------------------------------------------------------------------- compare
 
 
+@dataclass(frozen=True)
+class Judging:
+    """How ``compare`` judges each row: the gate's threshold (None: no gate), α, the noise floor of
+    each (cell, metric) from stored calibrations, and whether the sides ran in pairs (repeat i of BASE
+    next to repeat i of HEAD: ``stats.compare_paired``)."""
+
+    threshold: float | None = None
+    alpha: float = stats.ALPHA
+    noise_floors: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    paired: bool = False
+
+
 def compare(
     base: Side,
     head: Side,
+    judging: Judging | None = None,
     *,
-    threshold: float | None = None,
-    alpha: float = stats.ALPHA,
     allow_env_diff: bool = False,
-    noise_floors: dict[tuple[str, str], float] | None = None,
-    paired: bool = False,
     across: Sequence[Across] = (),
 ) -> CompareResult:
     """Compare every cell present on both sides; UserError on incomparable environments, and on
-    different things under test (ACROSS with ``told_by``) unless ``across`` names them. ``paired``:
-    the sides ran in pairs, repeat i of BASE next to repeat i of HEAD (``stats.compare_paired``).
-    ``across``: what is compared on purpose; for an environment axis, BASE's cells at one value
-    against HEAD's at another (``across_sides``). The environment keys they explain may differ, no other."""
+    different things under test (ACROSS with ``told_by``) unless ``across`` names them. ``across``:
+    what is compared on purpose; for an environment axis, BASE's cells at one value against HEAD's at
+    another (``across_sides``). The environment keys they explain may differ, no other."""
+    judging = judging or Judging()
+    base, head, result = _comparable(base, head, judging.threshold, allow_env_diff, across)
+    bc, hc = base.by_cell(), head.by_cell()
+    common = sorted(set(bc) & set(hc))
+    result.only_base = sorted(set(bc) - set(hc))
+    result.only_head = sorted(set(hc) - set(bc))
+    if not common:
+        raise UserError(f"{base.label} and {head.label} have no cell in common")
+    for cell_id in common:
+        result.rows += _rows(cell_id, bc[cell_id], hc[cell_id], judging)
+    # A few declared metrics per cell decide, and all of those tests are corrected together: k
+    # uncorrected tests at alpha would cry wolf up to k times as often. The other metrics (rates
+    # derived from the same time, device counters) explain a verdict; they never fail the gate.
+    decisive = [r for r in result.rows if r.gated]
+    for row, p_holm in zip(decisive, stats.holm([r.comparison.p_value for r in decisive]), strict=True):
+        row.p_holm = p_holm
+        row.comparison = stats.decide(row.comparison, p_holm, alpha=judging.alpha, noise_floor=row.noise_floor)
+        row.regression = judging.threshold is not None and stats.is_regression(row.comparison, judging.threshold)
+    return result
+
+
+def _comparable(
+    base: Side, head: Side, threshold: float | None, allow_env_diff: bool, across: Sequence[Across]
+) -> tuple[Side, Side, CompareResult]:
+    """The sides as compared (an environment axis crossed: each side's cells at its value) and the
+    result's record of what differs; UserError for what may not be compared."""
     names = [a.axis for a in across]
     if len(set(names)) != len(names):
         raise UserError(f"--across: each name once ({', '.join(names)})")
@@ -122,39 +157,29 @@ def compare(
             f"refusing to compare results from different environments (use --allow-env-diff to compare anyway{hint}):\n"
             + format_env_diffs(refused)
         )
-    bc, hc = base.by_cell(), head.by_cell()
-    common = sorted(set(bc) & set(hc))
-    result.only_base = sorted(set(bc) - set(hc))
-    result.only_head = sorted(set(hc) - set(bc))
-    if not common:
-        raise UserError(f"{base.label} and {head.label} have no cell in common")
-    floors = noise_floors or {}
-    for cell_id in common:
-        docs = bc[cell_id] + hc[cell_id]
-        gated = gate_metrics(docs)
-        for metric, direction in compared_metrics(docs).items():
-            floor = floors.get((cell_id, metric), 0.0)
-            if paired:
-                pairs = metric_pairs(bc[cell_id], hc[cell_id], metric)
-                c = stats.compare_paired(pairs, direction, alpha=alpha, noise_floor=floor)
-            else:
-                c = stats.compare_samples(
-                    metric_values(bc[cell_id], metric),
-                    metric_values(hc[cell_id], metric),
-                    direction,
-                    alpha=alpha,
-                    noise_floor=floor,
-                )
-            result.rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated))
-    # A few declared metrics per cell decide, and all of those tests are corrected together: k
-    # uncorrected tests at alpha would cry wolf up to k times as often. The other metrics (rates
-    # derived from the same time, device counters) explain a verdict; they never fail the gate.
-    decisive = [r for r in result.rows if r.gated]
-    for row, p_holm in zip(decisive, stats.holm([r.comparison.p_value for r in decisive]), strict=True):
-        row.p_holm = p_holm
-        row.comparison = stats.decide(row.comparison, p_holm, alpha=alpha, noise_floor=row.noise_floor)
-        row.regression = threshold is not None and stats.is_regression(row.comparison, threshold)
-    return result
+    return base, head, result
+
+
+def _rows(cell_id: str, base: list[Result], head: list[Result], judging: Judging) -> list[Row]:
+    """One row per metric the cell's runs on both sides have."""
+    docs = base + head
+    gated = gate_metrics(docs)
+    rows = []
+    for metric, direction in compared_metrics(docs).items():
+        floor = judging.noise_floors.get((cell_id, metric), 0.0)
+        if judging.paired:
+            pairs = metric_pairs(base, head, metric)
+            c = stats.compare_paired(pairs, direction, alpha=judging.alpha, noise_floor=floor)
+        else:
+            c = stats.compare_samples(
+                metric_values(base, metric),
+                metric_values(head, metric),
+                direction,
+                alpha=judging.alpha,
+                noise_floor=floor,
+            )
+        rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated))
+    return rows
 
 
 @dataclass

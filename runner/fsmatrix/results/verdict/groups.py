@@ -191,12 +191,18 @@ class GroupAnswer:
         return asdict(self)
 
 
-def _interval(
-    other: str, low: float, high: float, diff: float, p: float, sign: float, m: int, alpha: float
-) -> Interval:
-    """A badness-log interval as a ratio of the metric's values (the sign undone)."""
-    ends = sorted((math.exp(sign * low), math.exp(sign * high)))
-    return Interval(other, math.exp(sign * diff), ends[0], ends[1], p, 1 - alpha / m, m)
+@dataclass(frozen=True)
+class _Family:
+    """A group's intervals: the badness sign (-1 when higher is better), m, and α."""
+
+    sign: float
+    m: int
+    alpha: float
+
+    def interval(self, other: str, low: float, high: float, diff: float, p: float) -> Interval:
+        """A badness-log interval as a ratio of the metric's values (the sign undone)."""
+        ends = sorted((math.exp(self.sign * low), math.exp(self.sign * high)))
+        return Interval(other, math.exp(self.sign * diff), ends[0], ends[1], p, 1 - self.alpha / self.m, self.m)
 
 
 def compare_group(
@@ -226,6 +232,7 @@ def compare_group(
     sign = 1.0 if direction == "lower" else -1.0  # badness: larger is worse
     logs = {name: sign * np.log(runs[name][0]) for name in eligible}
     m = family_size(len(eligible))
+    family = _Family(sign, m, alpha)
     leader: str | None = None
     statuses: dict[str, str] = {}
     against: dict[str, Interval] = {}
@@ -238,9 +245,7 @@ def compare_group(
         for i, name in enumerate(eligible):
             statuses[name] = STATUSES[int(d.status[0, i])]
             diff = float(means[0, i] - means[0, int(d.leader[0])])
-            against[name] = _interval(
-                leader, float(d.low[0, i]), float(d.high[0, i]), diff, float(d.p[0, i]), sign, m, alpha
-            )
+            against[name] = family.interval(leader, float(d.low[0, i]), float(d.high[0, i]), diff, float(d.p[0, i]))
     to_base: dict[str, Interval] = {}
     if baseline in logs:
         lb = logs[baseline]
@@ -254,7 +259,7 @@ def compare_group(
                 to_base[name] = Interval(baseline, 1.0, 1.0, 1.0, math.nan, 1 - alpha / m, m)
                 continue
             diff = float(x.mean() - lb.mean())
-            to_base[name] = _interval(baseline, float(low), float(high), diff, float(p), sign, m, alpha)
+            to_base[name] = family.interval(baseline, float(low), float(high), diff, float(p))
     standings = []
     for name, (passed, failed) in runs.items():
         med = stats.median(passed) if passed else math.nan

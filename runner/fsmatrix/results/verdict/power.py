@@ -36,21 +36,14 @@ TARGET = 0.8  # the share of draws whose interval must be narrow enough
 # Pure and seeded: a report builds the same answer for its Markdown, its JSON and its page.
 @functools.lru_cache(maxsize=4096)
 def settle_probability(
-    n: int,
-    sigma: float,
-    delta: float,
-    family: int = 1,
-    *,
-    alpha: float = stats.ALPHA,
-    draws: int = DRAWS,
-    seed: int = 0,
+    n: int, sigma: float, delta: float, level: float = stats.ALPHA, *, draws: int = DRAWS, seed: int = 0
 ) -> float:
     """The smaller of two shares of ``draws`` seeded draws of two samples of n logs with standard
-    deviation σ: with equal means, the Welch interval at 1 - α/``family`` lies inside ±ln(1+δ); with
-    means ln(1+δ) apart, it excludes 0."""
-    if n < 2 or sigma < 0 or not 0 < delta < 1 or family < 1:
+    deviation σ: with equal means, the Welch interval at 1 - ``level`` (α/m for one of a family of m)
+    lies inside ±ln(1+δ); with means ln(1+δ) apart, it excludes 0."""
+    if n < 2 or sigma < 0 or not 0 < delta < 1 or not 0 < level < 1:
         raise ValueError(
-            f"settle_probability needs n >= 2, sigma >= 0, 0 < delta < 1, family >= 1: {n}, {sigma}, {delta}, {family}"
+            f"settle_probability needs n >= 2, sigma >= 0, 0 < delta < 1, 0 < level < 1: {n}, {sigma}, {delta}, {level}"
         )
     if sigma == 0:
         return 1.0
@@ -58,7 +51,7 @@ def settle_probability(
     v1, v2 = (sigma**2 * rng.chisquare(n - 1, size=draws) / (n - 1) for _ in range(2))
     se2 = (v1 + v2) / n
     df = se2**2 / ((v1 / n) ** 2 / (n - 1) + (v2 / n) ** 2 / (n - 1))
-    half = sps.t.isf(alpha / family / 2, df) * np.sqrt(se2)
+    half = sps.t.isf(level / 2, df) * np.sqrt(se2)
     noise = rng.normal(0.0, sigma * math.sqrt(2 / n), size=draws)
     bound = math.log1p(delta)
     equivalent = np.abs(noise) + half < bound  # equal means
@@ -67,20 +60,13 @@ def settle_probability(
 
 
 def repeats_needed(
-    sigma: float,
-    delta: float,
-    family: int = 1,
-    *,
-    target: float = TARGET,
-    alpha: float = stats.ALPHA,
-    draws: int = DRAWS,
-    seed: int = 0,
+    sigma: float, delta: float, family: int = 1, *, alpha: float = stats.ALPHA, draws: int = DRAWS, seed: int = 0
 ) -> int | None:
-    """n*: the smallest n in N_MIN..N_MAX with ``settle_probability(n, ...) >= target``; None: more."""
+    """n*: the smallest n in N_MIN..N_MAX with ``settle_probability(n, ...) >= TARGET``; None: more."""
     if not 0 < delta < 1 or not sigma >= 0:
         raise ValueError(f"repeats_needed needs 0 < delta < 1 and sigma >= 0 (got {delta}, {sigma})")
     for n in range(N_MIN, N_MAX + 1):
-        if settle_probability(n, sigma, delta, family, alpha=alpha, draws=draws, seed=seed) >= target:
+        if settle_probability(n, sigma, delta, alpha / family, draws=draws, seed=seed) >= TARGET:
             return n
     return None
 

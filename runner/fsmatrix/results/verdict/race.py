@@ -173,95 +173,115 @@ def _retire_p(best: np.ndarray, cell: np.ndarray, bound: float, level: float) ->
     return welch.one_sided(shifted, best, "greater"), test
 
 
+@dataclass(frozen=True)
+class Look:
+    """One look of a race at a group: after round ``after_round`` of at most ``max_rounds``, deciding
+    nothing before ``min_repeats`` runs, with the minimum effect δ and the race's family error α."""
+
+    after_round: int
+    max_rounds: int
+    min_repeats: int = stats.MIN_SAMPLES
+    delta: float = DELTA
+    alpha: float = stats.ALPHA
+
+    def check(self) -> None:
+        if self.min_repeats < stats.MIN_SAMPLES:
+            raise ValueError(f"min_repeats must be at least {stats.MIN_SAMPLES}, not {self.min_repeats}")
+        if self.max_rounds < self.min_repeats:
+            raise ValueError(f"max_rounds ({self.max_rounds}) must be at least min_repeats ({self.min_repeats})")
+        if not 1 <= self.after_round <= self.max_rounds:
+            raise ValueError(f"after_round must be in 1..{self.max_rounds}, not {self.after_round}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), not {self.delta}")
+
+
 def race_step(
-    samples: Mapping[str, Values],
-    direction: str,
-    *,
-    after_round: int,
-    max_rounds: int,
-    retired: Collection[str] = frozenset(),
-    delta: float = DELTA,
-    alpha: float = stats.ALPHA,
-    min_repeats: int = stats.MIN_SAMPLES,
+    samples: Mapping[str, Values], direction: str, look: Look, retired: Collection[str] = frozenset()
 ) -> RaceStep:
-    """The decisions after round ``after_round`` of a race over one comparison group (see the module's
-    docstring). ``samples`` holds every cell of the group, retired ones included (they keep their
-    runs, and the group's size K fixes the error budget); ``retired`` the cells retired before."""
+    """The decisions of ``look`` at one comparison group (see the module's docstring). ``samples`` holds
+    every cell of the group, retired ones included (they keep their runs, and the group's size K fixes
+    the error budget); ``retired`` the cells retired before."""
     check_direction(direction)
-    if min_repeats < stats.MIN_SAMPLES:
-        raise ValueError(f"min_repeats must be at least {stats.MIN_SAMPLES}, not {min_repeats}")
-    if max_rounds < min_repeats:
-        raise ValueError(f"max_rounds ({max_rounds}) must be at least min_repeats ({min_repeats})")
-    if not 1 <= after_round <= max_rounds:
-        raise ValueError(f"after_round must be in 1..{max_rounds}, not {after_round}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), not {delta}")
+    look.check()
     unknown = set(retired) - set(samples)
     if unknown:
         raise ValueError(f"retired cells not in the group: {', '.join(sorted(unknown))}")
-    looks = max_rounds - min_repeats + 1
-    level = look_alpha(alpha, len(samples), looks, min_repeats)
+    level = look_alpha(look.alpha, len(samples), look.max_rounds - look.min_repeats + 1, look.min_repeats)
     before = frozenset(retired)
     runs = {cell: split_runs(values) for cell, values in samples.items()}
-
-    def record(cell: str, action: str, reason: str, figures: tuple[float, float, float] | None = None) -> CellDecision:
-        ratio, p_retire, p_equivalent = figures or (math.nan, math.nan, math.nan)
-        return CellDecision(cell, action, reason, len(runs[cell][0]), ratio, p_retire, p_equivalent)
-
-    if after_round < min_repeats:
+    if look.after_round < look.min_repeats:
         early = tuple(
-            record(c, "retire", "retired earlier")
+            _record(c, runs, "retire", "retired earlier")
             if c in before
-            else record(c, "keep", f"nothing before the minimum of {min_repeats} runs")
+            else _record(c, runs, "keep", f"nothing before the minimum of {look.min_repeats} runs")
             for c in samples
         )
-        return RaceStep(after_round, max_rounds, None, level, early, before)
-
-    decided: dict[str, CellDecision] = {}
-    eligible = []
-    for cell, (passed, failed) in runs.items():
-        bad = failed + sum(v <= 0 for v in passed)
-        if cell in before:
-            decided[cell] = record(cell, "retire", "retired earlier")
-        elif bad:
-            why = f"{bad} of {len(passed) + failed} runs failed or measured <= 0: a cell whose runs fail never wins"
-            decided[cell] = record(cell, "retire", why)
-        elif len(passed) < min_repeats:
-            decided[cell] = record(cell, "keep", f"{len(passed)} runs: nothing before the minimum of {min_repeats}")
-        else:
-            eligible.append(cell)
+        return RaceStep(look.after_round, look.max_rounds, None, level, early, before)
+    decided, eligible = _undecidable(runs, before, look.min_repeats)
     best: str | None = None
     for cell in eligible:
         if best is None or better(stats.median(runs[cell][0]), stats.median(runs[best][0]), direction):
             best = cell
     if best is not None:
-        sign = 1.0 if direction == "lower" else -1.0  # "badness": larger is worse
-        best_bad = sign * np.log(runs[best][0])
-        bound = math.log1p(delta)
-        decided[best] = record(best, "keep", f"current best of {len(eligible)}", (1.0, math.nan, math.nan))
-        for cell in eligible:
-            if cell == best:
-                continue
-            values = runs[cell][0]
-            ratio = stats.ratio_of_medians(runs[best][0], values)
-            p_retire, test = _retire_p(best_bad, sign * np.log(values), bound, level)
-            p_equivalent = tost(runs[best][0], values, delta).p_value
-            text = (
-                f"{ratio:.3f}x the best, p = {p_retire:.2g} ({test}) for worse by more than {delta:.0%}, "
-                f"TOST p = {p_equivalent:.2g}, α' = {level:.2g}: "
-            )
-            if p_retire < level and p_equivalent < level:
-                action, text = "keep", text + "conflicting tests, no decision"
-            elif p_retire < level:
-                action, text = "retire", text + f"significantly worse by more than {delta:.0%}"
-            elif p_equivalent < level:
-                action, text = "equivalent", text + f"equivalent to the best within ±{delta:.0%}"
-            else:
-                action, text = "keep", text + "not decided yet"
-            decided[cell] = record(cell, action, text, (ratio, p_retire, p_equivalent))
+        decided[best] = _record(best, runs, "keep", f"current best of {len(eligible)}", (1.0, math.nan, math.nan))
+        for cell in (c for c in eligible if c != best):
+            decided[cell] = _against_best(cell, best, runs, direction, (look.delta, level))
     decisions = tuple(decided[c] for c in samples)
     now_retired = before | {d.cell for d in decisions if d.action == "retire"}
-    return RaceStep(after_round, max_rounds, best, level, decisions, frozenset(now_retired))
+    return RaceStep(look.after_round, look.max_rounds, best, level, decisions, frozenset(now_retired))
+
+
+Runs = Mapping[str, tuple[list[float], int]]  # cell -> (passed runs' values, failed runs)
+
+
+def _record(
+    cell: str, runs: Runs, action: str, reason: str, figures: tuple[float, float, float] | None = None
+) -> CellDecision:
+    ratio, p_retire, p_equivalent = figures or (math.nan, math.nan, math.nan)
+    return CellDecision(cell, action, reason, len(runs[cell][0]), ratio, p_retire, p_equivalent)
+
+
+def _undecidable(runs: Runs, before: frozenset[str], min_repeats: int) -> tuple[dict[str, CellDecision], list[str]]:
+    """The decisions that need no test (retired earlier, failing runs, too few runs), and the cells left."""
+    decided: dict[str, CellDecision] = {}
+    eligible = []
+    for cell, (passed, failed) in runs.items():
+        bad = failed + sum(v <= 0 for v in passed)
+        if cell in before:
+            decided[cell] = _record(cell, runs, "retire", "retired earlier")
+        elif bad:
+            why = f"{bad} of {len(passed) + failed} runs failed or measured <= 0: a cell whose runs fail never wins"
+            decided[cell] = _record(cell, runs, "retire", why)
+        elif len(passed) < min_repeats:
+            decided[cell] = _record(
+                cell, runs, "keep", f"{len(passed)} runs: nothing before the minimum of {min_repeats}"
+            )
+        else:
+            eligible.append(cell)
+    return decided, eligible
+
+
+def _against_best(cell: str, best: str, runs: Runs, direction: str, levels: tuple[float, float]) -> CellDecision:
+    """One cell against the current best: retired, equivalent or kept (``levels``: δ and α')."""
+    delta, level = levels
+    sign = 1.0 if direction == "lower" else -1.0  # "badness": larger is worse
+    values = runs[cell][0]
+    ratio = stats.ratio_of_medians(runs[best][0], values)
+    p_retire, test = _retire_p(sign * np.log(runs[best][0]), sign * np.log(values), math.log1p(delta), level)
+    p_equivalent = tost(runs[best][0], values, delta).p_value
+    text = (
+        f"{ratio:.3f}x the best, p = {p_retire:.2g} ({test}) for worse by more than {delta:.0%}, "
+        f"TOST p = {p_equivalent:.2g}, α' = {level:.2g}: "
+    )
+    if p_retire < level and p_equivalent < level:
+        action, text = "keep", text + "conflicting tests, no decision"
+    elif p_retire < level:
+        action, text = "retire", text + f"significantly worse by more than {delta:.0%}"
+    elif p_equivalent < level:
+        action, text = "equivalent", text + f"equivalent to the best within ±{delta:.0%}"
+    else:
+        action, text = "keep", text + "not decided yet"
+    return _record(cell, runs, action, text, (ratio, p_retire, p_equivalent))
 
 
 def race_look(
@@ -283,14 +303,7 @@ def race_look(
     members = list(samples)
     out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
     step = race_step(
-        samples,
-        direction,
-        after_round=r,
-        max_rounds=settings.max_repeats,
-        retired=out,
-        delta=settings.delta,
-        alpha=alpha,
-        min_repeats=settings.min_repeats,
+        samples, direction, Look(r, settings.max_repeats, settings.min_repeats, settings.delta, alpha), out
     )
     leaving: dict[str, dict[str, Any]] = {}
     for d in step.decisions:

@@ -52,6 +52,17 @@ BOOTSTRAP_MIN = 5
 
 
 @dataclass(frozen=True)
+class Bootstrap:
+    """The percentile bootstrap's resamples per interval and its seed (the same data, the same interval)."""
+
+    resamples: int = BOOTSTRAP_RESAMPLES
+    seed: int = 0
+
+
+DEFAULT_BOOTSTRAP = Bootstrap()
+
+
+@dataclass(frozen=True)
 class Comparison:
     """One metric of one cell, BASE against HEAD."""
 
@@ -148,10 +159,7 @@ def compare_samples(
     *,
     alpha: float = ALPHA,
     noise_floor: float = 0.0,
-    min_samples: int = MIN_SAMPLES,
-    test: str = "auto",
-    seed: int = 0,
-    resamples: int = BOOTSTRAP_RESAMPLES,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> Comparison:
     """Compare two samples of one metric; ``direction`` is ``lower`` or ``higher`` (which is better).
 
@@ -162,7 +170,7 @@ def compare_samples(
     base = [float(v) for v in base]
     head = [float(v) for v in head]
     nb, nh = len(base), len(head)
-    if nb < min_samples or nh < min_samples:
+    if nb < MIN_SAMPLES or nh < MIN_SAMPLES:
         mb = median(base) if base else math.nan
         mh = median(head) if head else math.nan
         ratio = ratio_of_medians(base, head) if base and head else math.nan
@@ -172,10 +180,12 @@ def compare_samples(
     ratio = ratio_of_medians(base, head)
     interval = "bootstrap" if min(nb, nh) >= BOOTSTRAP_MIN else "range"
     if interval == "bootstrap":
-        low, high = bootstrap_ratio_ci(base, head, confidence=1 - alpha, resamples=resamples, seed=seed)
+        low, high = bootstrap_ratio_ci(
+            base, head, confidence=1 - alpha, resamples=bootstrap.resamples, seed=bootstrap.seed
+        )
     else:
         low, high = _runs_range(base, head)
-    chosen = choose_test(nb, nh, alpha) if test == "auto" else test
+    chosen = choose_test(nb, nh, alpha)
     if chosen == "welch-log" and min(min(base), min(head)) <= 0:
         chosen = "mann-whitney"  # logs need positive values: name the test that really ran
     p = p_value(base, head, chosen)
@@ -199,7 +209,6 @@ def compare_paired(
     *,
     alpha: float = ALPHA,
     noise_floor: float = 0.0,
-    min_samples: int = MIN_SAMPLES,
 ) -> Comparison:
     """Compare (BASE, HEAD) pairs of one metric (see the module's docstring): the geometric mean of the
     pairs' ratios, its t-interval and the paired t-test on the log ratios. A pair with a value <= 0 has
@@ -210,8 +219,8 @@ def compare_paired(
     base = [float(b) for b, _ in pairs]
     head = [float(h) for _, h in pairs]
     n = len(pairs)
-    if n < min_samples or min(base + head) <= 0:
-        return compare_samples(base, head, direction, alpha=alpha, noise_floor=noise_floor, min_samples=min_samples)
+    if n < MIN_SAMPLES or min(base + head) <= 0:
+        return compare_samples(base, head, direction, alpha=alpha, noise_floor=noise_floor)
     logs = np.log(np.asarray(head)) - np.log(np.asarray(base))
     mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
     if sd <= 1e-12:  # no noise at all (up to rounding): any difference is real
