@@ -92,6 +92,7 @@ def _load_race(path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
                 f"{path}: the stored race has other {key} ({stored.get(key)!r}, now {fresh[key]!r}); "
                 "rerun with --force to start a new race, or give another --run-id"
             )
+    stored["left"] = {cell: store.current_left(entry) for cell, entry in (stored.get("left") or {}).items()}
     return stored
 
 
@@ -188,19 +189,17 @@ def run_race(
     return state
 
 
-def race_summary_lines(state: dict[str, Any]) -> list[str]:
+def race_summary_lines(race: store.Race) -> list[str]:
     """The race for people: its rounds, who left when and why, and the runs it saved."""
-    stopped = state.get("stopped") or {}
-    rounds = len(state.get("rounds", []))
-    used, fixed = int(state.get("runs_used", 0)), int(state.get("runs_fixed", 0))
-    saved = fixed - used
-    head = f"race: {rounds} round{'s' if rounds != 1 else ''}"
-    head += f", stopped: {stopped['why']}" if stopped else ", not finished (run the same command again to go on)"
-    lines = [head + f"; {used} runs of the fixed design's {fixed} ({saved} saved, {saved / max(fixed, 1):.0%})"]
-    for cell_id in state.get("cells", []):
-        leaving = state.get("left", {}).get(cell_id)
+    saved = race.runs_fixed - race.runs_used
+    head = f"race: {race.rounds} round{'s' if race.rounds != 1 else ''}"
+    head += f", stopped: {race.stopped.why}" if race.stopped else ", not finished (run the same command again to go on)"
+    share = saved / max(race.runs_fixed, 1)
+    lines = [head + f"; {race.runs_used} runs of the fixed design's {race.runs_fixed} ({saved} saved, {share:.0%})"]
+    for cell_id in race.cells:
+        leaving = race.left.get(cell_id)
         if leaving:
-            lines.append(f"  {cell_id}: {leaving['action']} after round {leaving['round']}: {leaving['reason']}")
+            lines.append(f"  {cell_id}: {leaving.action} after round {leaving.round}: {leaving.reason}")
         else:
             lines.append(f"  {cell_id}: still racing")
     return lines

@@ -154,7 +154,7 @@ def test_a_clear_loser_is_retired_at_the_minimum_and_the_race_ends(tmp_path: Pat
     }
     assert (stored["runs_used"], stored["runs_fixed"]) == (6, 16)
     assert runs_of(tmp_path) == {"ext4": 3, "xfs": 3}
-    lines = racing.race_summary_lines(stored)
+    lines = racing.race_summary_lines(store.Race.read(stored))
     assert "6 runs of the fixed design's 16 (10 saved, 62%)" in lines[0]
 
 

@@ -15,8 +15,8 @@ runs):
   (``after_round = max_rounds = min_repeats = R``, R the stored runs of the group's cell with the
   fewest): the same δ, and one look's error budget α / (3 · K(K-1)/2), as the fixed design of R
   runs a cell looks once. That is {the best} ∪
-  the cells tied with it within ±δ ∪ the cells the data cannot place (neither shown worse by more
-  than δ nor equivalent) — the counterpart of a race's survivors (best, tied, and "remained" at
+  the cells equivalent to it within ±δ ∪ the cells the data cannot place (neither shown worse by more
+  than δ nor equivalent) — the counterpart of a race's survivors (best, equivalent, and "remained" at
   ``max_repeats``): the cells *not shown worse than the best by more than δ* on all the data.
   ``groups.compare_group``'s answer (the best and the cells not significantly different from it,
   with no δ) is a different question — a cell 2 % slower than the best on many runs is "worse"
@@ -28,7 +28,7 @@ runs):
   ``race.race_look`` (which calls ``race.race_step``: the same function, settings and
   bookkeeping as the runner's) with ``--min-repeats`` (default 3), ``--max-repeats`` (default R,
   the stored runs of the group's cell with the fewest: a replay never uses more than the full
-  data) and ``--delta`` (default 5 %); retired and tied cells get no more runs. A replay's
+  data) and ``--delta`` (default 5 %); retired and equivalent cells get no more runs. A replay's
   survivors are the cells not retired when its race stops.
 
 Prints Markdown: a provenance line (date, git commit, the run directories, their repeats and

@@ -220,7 +220,7 @@ def run(
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
     if summary.race is not None:
-        for line in race_summary_lines(summary.race):
+        for line in race_summary_lines(store.Race.read(summary.race)):
             click.echo(line)
     if pusher is not None:
         pusher.push(summary.run_dir, last=True)

@@ -33,7 +33,15 @@ from fsmatrix.results.store.merge import merge
 from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
 from fsmatrix.results.store.published import load as load_published
 from fsmatrix.results.store.published import reproduced
-from fsmatrix.results.store.records import MatrixEntry, Race, RunMatrix, load_race, load_run_matrix, run_matrix
+from fsmatrix.results.store.records import (
+    MatrixEntry,
+    Race,
+    RunMatrix,
+    current_left,
+    load_race,
+    load_run_matrix,
+    run_matrix,
+)
 from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, stored_runs
 
 __all__ = [
@@ -48,6 +56,7 @@ __all__ = [
     "Result",
     "RunMatrix",
     "comparison_group",
+    "current_left",
     "document_problem",
     "dotted",
     "hardware_class",

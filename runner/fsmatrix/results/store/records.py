@@ -18,8 +18,15 @@ from fsmatrix.agent import jsonfile
 from fsmatrix.errors import UserError
 from fsmatrix.results.store.files import RACE_FILE
 
-# A race's "left" actions: why a cell left the race (racing.py writes them).
-LEFT_ACTIONS = ("retired", "equivalent", "best", "remained", "skipped")
+# A race's "left" actions, what racing.py writes when a cell leaves the race, and the answer's status
+# each one is (verdict/groups.STATUSES): the race's words for what happened, the answer's for what it means.
+STATUS_OF_ACTION = {
+    "retired": "worse",
+    "equivalent": "equivalent",
+    "best": "best",
+    "remained": "not separated",
+    "skipped": "not enough data",
+}
 
 
 def current_words(text: str) -> str:
@@ -103,11 +110,16 @@ class RaceGroupRecord:
 
 @dataclass(frozen=True)
 class Left:
-    """How and when a cell left the race: ``action`` one of LEFT_ACTIONS, after ``round``."""
+    """How and when a cell left the race: ``action`` a key of STATUS_OF_ACTION, after ``round``."""
 
     action: str
     round: int
     reason: str
+
+    @property
+    def status(self) -> str | None:
+        """The answer's status for this action (None: an action this fsmatrix does not know)."""
+        return STATUS_OF_ACTION.get(self.action)
 
 
 @dataclass(frozen=True)
@@ -177,6 +189,14 @@ def _group(g: Mapping[str, Any]) -> RaceGroupRecord:
         tuple(str(c) for c in _list(g.get("cells"))),
         bool(g.get("raced")),
     )
+
+
+def current_left(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored "left" entry of race.json in today's words: for `fsmatrix run --race` continuing a race
+    stored before the answer's version 2 ("tied" -> "equivalent")."""
+    action = str(entry.get("action"))
+    reason = current_words(str(entry.get("reason") or ""))
+    return {**entry, "action": "equivalent" if action == "tied" else action, "reason": reason}
 
 
 def _left(v: Mapping[str, Any]) -> Left:

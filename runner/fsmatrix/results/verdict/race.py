@@ -308,7 +308,7 @@ def race_look(
     leaving: dict[str, dict[str, Any]] = {}
     for d in step.decisions:
         now = left.get(d.cell)
-        if d.action == "retire" and (now is None or now["action"] in ("equivalent", "tied")):
+        if d.action == "retire" and (now is None or now["action"] == "equivalent"):
             earlier = f"equivalent after round {now['round']}; now " if now else ""
             leaving[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
         elif d.action == "equivalent" and now is None:

@@ -11,15 +11,6 @@ from dataclasses import dataclass
 
 from fsmatrix.results.store import Race
 
-# race.json's "left" actions -> the answer's statuses (store.records has already read "tied" as "equivalent").
-STATUS_OF = {
-    "retired": "worse",
-    "equivalent": "equivalent",
-    "best": "best",
-    "remained": "not separated",
-    "skipped": "not enough data",
-}
-
 
 @dataclass(frozen=True)
 class RacedCell:
@@ -48,11 +39,9 @@ def raced_groups(race: Race | None) -> list[RacedGroup]:
     for g in race.groups:
         if not g.raced or not g.metric:
             continue
-        if not g.cells or any(c not in race.left or race.left[c].action not in STATUS_OF for c in g.cells):
+        if not g.cells or any(c not in race.left or race.left[c].status is None for c in g.cells):
             continue
-        decided = {
-            c: RacedCell(STATUS_OF[race.left[c].action], race.left[c].round, race.left[c].reason) for c in g.cells
-        }
+        decided = {c: RacedCell(str(race.left[c].status), race.left[c].round, race.left[c].reason) for c in g.cells}
         if any(d.status == "not separated" for d in decided.values()):  # a best with undecided others is not best
             decided = {
                 c: RacedCell("not separated", d.round, d.reason) if d.status == "best" else d
