@@ -137,8 +137,9 @@ class Interval:
 
 
 @dataclass(frozen=True)
-class Standing:
-    """One configuration of a group: its status and its intervals against the leader and the baseline."""
+class IntervalStanding:
+    """One configuration as the group's intervals place it: its status and its intervals against the
+    leader and the baseline (the answer's ``Configuration`` is built from it, or from the race's decision)."""
 
     config: str
     status: str  # one of STATUSES
@@ -151,16 +152,18 @@ class Standing:
 
 
 @dataclass(frozen=True)
-class GroupAnswer:
+class IntervalDecision:
+    """What a group's intervals decide (``compare_group``): the leader and every configuration's standing."""
+
     direction: str
     alpha: float
     delta: float
     baseline: str | None
     leader: str | None  # the best geometric mean among those with enough data; None without any
     family: int  # m = k(k-1)/2: the intervals that hold together at 1 - α
-    standings: tuple[Standing, ...]  # in the group's order
+    standings: tuple[IntervalStanding, ...]  # in the group's order
 
-    def standing(self, config: str) -> Standing:
+    def standing(self, config: str) -> IntervalStanding:
         for s in self.standings:
             if s.config == config:
                 return s
@@ -213,7 +216,7 @@ def compare_group(
     alpha: float = stats.ALPHA,
     delta: float = DELTA,
     min_samples: int = stats.MIN_SAMPLES,
-) -> GroupAnswer:
+) -> IntervalDecision:
     """The statuses of ``group``'s configurations and their intervals (see the module's docstring).
     A configuration with fewer than ``min_samples`` passed runs, a failed run or a value <= 0 (no
     ratio) is "not enough data" and never the leader: a stack that did not always work is not an
@@ -271,7 +274,9 @@ def compare_group(
             else:
                 why = f"{len(passed)} runs"
             why += f" (at least {min_samples} passed runs, none failed, needed)"
-            standings.append(Standing(name, "not enough data", len(passed), failed, med, why, None, to_base.get(name)))
+            standings.append(
+                IntervalStanding(name, "not enough data", len(passed), failed, med, why, None, to_base.get(name))
+            )
             continue
         status, a = statuses[name], against[name]
         if name == leader:
@@ -282,8 +287,8 @@ def compare_group(
                 f"({_pct_text(a.confidence)} each, {m} intervals at {_pct_text(1 - alpha)} together), "
                 f"Welch p = {a.p_value:.3g}: {status}"
             )
-        standings.append(Standing(name, status, len(passed), failed, med, why, a, to_base.get(name)))
-    return GroupAnswer(direction, alpha, delta, baseline, leader, m, tuple(standings))
+        standings.append(IntervalStanding(name, status, len(passed), failed, med, why, a, to_base.get(name)))
+    return IntervalDecision(direction, alpha, delta, baseline, leader, m, tuple(standings))
 
 
 def _pct_text(fraction: float) -> str:

@@ -24,7 +24,7 @@ from scipy import stats as sps
 
 from fsmatrix.results.verdict import stats
 from fsmatrix.results.verdict.equivalence import pooled_log_sd
-from fsmatrix.results.verdict.groups import GroupAnswer, Values, split_runs
+from fsmatrix.results.verdict.groups import IntervalDecision, Values, split_runs
 
 N_MIN, N_MAX = 3, 30  # the advice's range: more than N_MAX is "more than 30"
 
@@ -82,7 +82,7 @@ class OpenPair:
 
 
 def still_open(
-    answer: GroupAnswer, group: Mapping[str, Values], *, draws: int = DRAWS, seed: int = 0
+    answer: IntervalDecision, group: Mapping[str, Values], *, draws: int = DRAWS, seed: int = 0
 ) -> tuple[OpenPair, ...]:
     """For each configuration ``compare_group`` left not separated from the leader: n* at the pair's
     pooled σ with the group's family of m intervals."""

@@ -131,7 +131,7 @@ def speed_group(
 
 
 def _configuration(
-    group: Group, c: Cell, metric: str | None, decided: groups.GroupAnswer | None, raced: RacedGroup | None
+    group: Group, c: Cell, metric: str | None, decided: groups.IntervalDecision | None, raced: RacedGroup | None
 ) -> Configuration:
     name = group.name(c)
     s = decided.standing(name) if decided else None
