@@ -23,6 +23,7 @@ from fsmatrix.results.verdict.answer import (
 )
 from fsmatrix.results.verdict.configurations import RULES, Regime
 from fsmatrix.results.verdict.crash import UNSAFE
+from fsmatrix.results.verdict.outliers import RULE, Outlier
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
 
@@ -136,6 +137,8 @@ def _speed_details(
     for name, (label, v) in g.unsafe.items():
         if name not in answered:
             details.append(f"UNSAFE: {name}: {unsafe_reason(v)} in {label}; not an answer, whatever its speed.")
+    if g.outliers:
+        details.append(outlier_sentence(g.outliers, g.metric_words))
     details.append(baseline_sentence(g.group.baseline_name, g.group.baseline_rule))
     regime_text = regime_sentence(g.group.regime)
     if regime_text:
@@ -199,6 +202,12 @@ def open_advice(o: Open, delta: float) -> str:
         f"{o.repeats_needed} runs per configuration would settle ±{pct(delta)}: equivalent if equal, separated if "
         f"{pct(delta)} apart, {pct(power.TARGET)} of the time each ({sigma}; {now})"
     )
+
+
+def outlier_sentence(found: Sequence[Outlier], words: str) -> str:
+    """The runs outside their configuration's spread, named, and kept in every figure."""
+    listed = join([f"{o.configuration} r{o.repeat} {o.ratio:.2f}× the median of its other runs" for o in found])
+    return f"Outlier runs on {words} ({RULE}; kept in every figure above): {listed}."
 
 
 def why_sentence(why: Why) -> str | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from fsmatrix.results.verdict.configurations import Group, Regime
 from fsmatrix.results.verdict.groups import DELTA, Interval
+from fsmatrix.results.verdict.outliers import Outlier
 from fsmatrix.results.verdict.power import DRAWS
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.stats import ALPHA
@@ -133,6 +134,7 @@ class SpeedGroup:
     why: Why | None
     still_open: tuple[Open, ...]
     raced: RacedGroup | None  # the race's decisions when the race decided this group
+    outliers: tuple[Outlier, ...]  # runs outside their configuration's other runs' spread (outliers.RULE), kept
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
 
     @property

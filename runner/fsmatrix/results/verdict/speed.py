@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from fsmatrix.agent import workloads
-from fsmatrix.results.verdict import groups, metrics, power, stats
+from fsmatrix.results.verdict import groups, metrics, outliers, power, stats
 from fsmatrix.results.verdict.answer import Configuration, CrashVerdict, Factor, Open, Rule, SpeedGroup, Why
 from fsmatrix.results.verdict.configurations import Cell, Group, fingerprint
 from fsmatrix.results.verdict.raced import RacedGroup
@@ -121,6 +121,7 @@ def speed_group(
         why=None,
         still_open=_still_open(pairs, by_config),
         raced=raced,
+        outliers=tuple(o for c in group.cells if metric for o in _outliers(group.name(c), c, metric)),
         unsafe={
             group.name(c): unsafe_elsewhere[fingerprint(c.flat)]
             for c in group.cells
@@ -128,6 +129,13 @@ def speed_group(
         },
     )
     return _with_why(g)
+
+
+def _outliers(name: str, c: Cell, metric: str) -> tuple[outliers.Outlier, ...]:
+    runs = [
+        (d.repeat, v) for d in c.docs if d.status == "passed" and (v := metrics.metric_value(d, metric)) is not None
+    ]
+    return outliers.outliers(name, runs)
 
 
 def _configuration(
