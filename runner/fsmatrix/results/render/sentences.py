@@ -26,6 +26,7 @@ from fsmatrix.results.verdict.crash import UNSAFE
 from fsmatrix.results.verdict.outliers import RULE, Outlier
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
+from fsmatrix.results.verdict.work import Work
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,8 @@ def _speed_details(
     for name, (label, v) in g.unsafe.items():
         if name not in answered:
             details.append(f"UNSAFE: {name}: {unsafe_reason(v)} in {label}; not an answer, whatever its speed.")
+    if g.work is not None and g.work.differences:
+        details.append(work_sentence(g.work, g.metric_words))
     if g.outliers:
         details.append(outlier_sentence(g.outliers, g.metric_words))
     details.append(baseline_sentence(g.group.baseline_name, g.group.baseline_rule))
@@ -201,6 +204,23 @@ def open_advice(o: Open, delta: float) -> str:
     return (
         f"{o.repeats_needed} runs per configuration would settle ±{pct(delta)}: equivalent if equal, separated if "
         f"{pct(delta)} apart, {pct(power.TARGET)} of the time each ({sigma}; {now})"
+    )
+
+
+def work_sentence(w: Work, words: str) -> str:
+    """What the configurations' work per operation separates where time does not."""
+    parts = []
+    for d in w.differences:
+        listed = join(
+            [f"{n} {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]" for n, r in d.more], [n for n, _ in d.more]
+        )
+        parts.append(f"{d.words} (× {d.least}'s): {listed}")
+    compared = len(w.compared)
+    return (
+        f"Work, where {words} does not decide (the same rule per work metric, {compared} metric"
+        f"{'s' if compared != 1 else ''} whose intervals hold together at {pct(w.confidence)}): "
+        + "; ".join(parts)
+        + "."
     )
 
 

@@ -18,6 +18,7 @@ from fsmatrix.results.verdict.outliers import Outlier
 from fsmatrix.results.verdict.power import DRAWS
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.stats import ALPHA
+from fsmatrix.results.verdict.work import Work
 
 VERSION = 2  # of the answer's JSON (docs/answer.schema.json): 2 has the four words, no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
@@ -135,6 +136,7 @@ class SpeedGroup:
     still_open: tuple[Open, ...]
     raced: RacedGroup | None  # the race's decisions when the race decided this group
     outliers: tuple[Outlier, ...]  # runs outside their configuration's other runs' spread (outliers.RULE), kept
+    work: Work | None  # the work per operation, compared where time does not decide (not separated, equivalent)
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
 
     @property

@@ -267,12 +267,7 @@ def compare_group(
     for name, (passed, failed) in runs.items():
         med = stats.median(passed) if passed else math.nan
         if name not in statuses:
-            if failed:
-                why = f"{failed} of {len(passed) + failed} runs failed"
-            elif passed and min(passed) <= 0:
-                why = "a run measured <= 0, which has no ratio"
-            else:
-                why = f"{len(passed)} runs"
+            why = _not_enough(passed, failed)
             why += f" (at least {min_samples} passed runs, none failed, needed)"
             standings.append(
                 IntervalStanding(name, "not enough data", len(passed), failed, med, why, None, to_base.get(name))
@@ -289,6 +284,15 @@ def compare_group(
             )
         standings.append(IntervalStanding(name, status, len(passed), failed, med, why, a, to_base.get(name)))
     return IntervalDecision(direction, alpha, delta, baseline, leader, m, tuple(standings))
+
+
+def _not_enough(passed: list[float], failed: int) -> str:
+    """Why a configuration has not enough data, the first of: failed runs, a value <= 0, too few runs."""
+    if failed:
+        return f"{failed} of {len(passed) + failed} runs failed"
+    if passed and min(passed) <= 0:
+        return "a run measured <= 0, which has no ratio"
+    return f"{len(passed)} runs"
 
 
 def _pct_text(fraction: float) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from fsmatrix.agent import workloads
-from fsmatrix.results.verdict import groups, metrics, outliers, power, stats
+from fsmatrix.results.verdict import groups, metrics, outliers, power, stats, work
 from fsmatrix.results.verdict.answer import Configuration, CrashVerdict, Factor, Open, Rule, SpeedGroup, Why
 from fsmatrix.results.verdict.configurations import Cell, Group, fingerprint
 from fsmatrix.results.verdict.raced import RacedGroup
@@ -121,6 +121,13 @@ def speed_group(
         why=None,
         still_open=_still_open(pairs, by_config),
         raced=raced,
+        work=(
+            work.work(
+                group, [c.name for c in configs if c.status != "not enough data"], alpha=rule.alpha, delta=rule.delta
+            )
+            if verdict in ("not separated", "equivalent")
+            else None
+        ),
         outliers=tuple(o for c in group.cells if metric for o in _outliers(group.name(c), c, metric)),
         unsafe={
             group.name(c): unsafe_elsewhere[fingerprint(c.flat)]

@@ -1,0 +1,54 @@
+"""The work per operation where time does not decide (results/verdict/work.py): the same rule as the
+time answer per work metric, α split over the metrics, and the answer's sentence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import typed
+from fsmatrix.results.render import sentences
+from fsmatrix.results.verdict import answering, work
+from test_answer import THREEN1, cells, runs
+
+TIMES = [10.0, 10.8, 9.4]  # three runs each: time does not separate the two
+
+
+def with_work(docs: list[dict[str, Any]], written: list[float]) -> list[dict[str, Any]]:
+    for doc, value in zip(docs, written, strict=True):
+        doc["metrics"]["device_write_bytes_per_op"] = value
+    return docs
+
+
+def two(ext4_written: list[float], xfs_written: list[float]) -> Any:
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    docs = with_work(runs(ext4, TIMES), ext4_written) + with_work(runs(xfs, [t * 1.02 for t in TIMES]), xfs_written)
+    (g,) = answering.build(typed(docs)).groups
+    return g
+
+
+def test_work_separates_what_time_does_not_and_the_answer_says_so_with_its_interval() -> None:
+    g = two([4000.0, 4010.0, 3990.0], [7600.0, 7610.0, 7590.0])
+    assert g.verdict == "not separated" and g.work is not None
+    (d,) = g.work.differences
+    assert (d.metric, d.least, [n for n, _ in d.more]) == ("device_write_bytes_per_op", "ext4", ["xfs"])
+    ratio = d.more[0][1]
+    assert ratio.ci_low < 1.9 < ratio.ci_high and ratio.ci_low > 1.8
+    line = next(s for s in sentences.said(g, 0.05).details if s.startswith("Work, where elapsed time does not decide"))
+    assert "device bytes written per operation (× ext4's): xfs 1.90× [" in line and "together at 95 %" in line
+
+
+def test_each_work_metric_is_judged_at_alpha_over_the_metrics_compared() -> None:
+    g = two([4000.0, 4010.0, 3990.0], [7600.0, 7610.0, 7590.0])
+    assert g.work is not None and g.work.compared == tuple(m for m in work.WORK_METRICS if m in g.work.compared)
+    (d,) = g.work.differences
+    # one pair (family 1) at α / (metrics compared): the interval's own level says so
+    assert d.more[0][1].confidence == 1 - 0.05 / len(g.work.compared)
+
+
+def test_no_work_sentence_when_the_work_is_the_same_or_not_measured() -> None:
+    same = two([4000.0, 4010.0, 3990.0], [4001.0, 4009.0, 3992.0])
+    assert same.work is not None and same.work.differences == ()
+    assert not any(s.startswith("Work,") for s in sentences.said(same, 0.05).details)
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    (bare,) = answering.build(typed(runs(ext4, TIMES) + runs(xfs, TIMES))).groups
+    assert bare.work is not None and bare.work.compared == ()  # absent, never taken as 0
