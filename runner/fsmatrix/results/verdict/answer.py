@@ -117,27 +117,11 @@ class Open:
 
 
 @dataclass(frozen=True)
-class SpeedGroup:
-    """What the runs of a group without a crash block decided on the workload's primary metric."""
+class Answered:
+    """What every group's answer has: the group, and its configurations as the answer places them."""
 
     group: Group
-    metric: str | None  # the primary metric (None: no metric known: not enough data)
-    metric_words: str
-    direction: str
-    verdict: str  # one of VERDICTS but "crash"
-    best: str | None  # the leader when nothing is left not separated from it
-    leader: str | None  # the best geometric mean among those with enough data (not a ranking by itself)
-    equivalent: tuple[str, ...]  # equivalent within ±δ to the leader (verdict "equivalent": the leader too)
-    not_separated: tuple[str, ...]  # the leader and every one not separated from it, in the group's order
-    worse: tuple[str, ...]
-    not_enough_data: tuple[str, ...]
     configurations: tuple[Configuration, ...]
-    why: Why | None
-    still_open: tuple[Open, ...]
-    raced: RacedGroup | None  # the race's decisions when the race decided this group
-    outliers: tuple[Outlier, ...]  # runs outside their configuration's other runs' spread (outliers.RULE), kept
-    work: Work | None  # the work per operation, compared where time does not decide (not separated, equivalent)
-    unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
 
     @property
     def label(self) -> str:
@@ -160,33 +144,34 @@ class SpeedGroup:
 
 
 @dataclass(frozen=True)
-class CrashGroup:
+class SpeedGroup(Answered):
+    """What the runs of a group without a crash block decided on the workload's primary metric."""
+
+    metric: str | None  # the primary metric (None: no metric known: not enough data)
+    metric_words: str
+    direction: str
+    verdict: str  # one of VERDICTS but "crash"
+    best: str | None  # the leader when nothing is left not separated from it
+    leader: str | None  # the best geometric mean among those with enough data (not a ranking by itself)
+    equivalent: tuple[str, ...]  # equivalent within ±δ to the leader (verdict "equivalent": the leader too)
+    not_separated: tuple[str, ...]  # the leader and every one not separated from it, in the group's order
+    worse: tuple[str, ...]
+    not_enough_data: tuple[str, ...]
+    why: Why | None
+    still_open: tuple[Open, ...]
+    raced: RacedGroup | None  # the race's decisions when the race decided this group
+    outliers: tuple[Outlier, ...]  # runs outside their configuration's other runs' spread (outliers.RULE), kept
+    work: Work | None  # the work per operation, compared where time does not decide (not separated, equivalent)
+    unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
+
+
+@dataclass(frozen=True)
+class CrashGroup(Answered):
     """What the crash runs of a group with a crash block showed, per configuration."""
 
-    group: Group
     mode: str  # the crash mode
-    configurations: tuple[Configuration, ...]
     crash: tuple[CrashVerdict, ...]  # in the group's order
     verdict = "crash"  # the group's verdict, as VERDICTS names it
-
-    @property
-    def label(self) -> str:
-        return self.group.label
-
-    @property
-    def baseline(self) -> str:
-        """The baseline configuration's name."""
-        return self.group.baseline_name
-
-    @property
-    def regime(self) -> Regime:
-        return self.group.regime
-
-    def configuration(self, name: str) -> Configuration:
-        for c in self.configurations:
-            if c.name == name:
-                return c
-        raise KeyError(name)
 
 
 GroupResult = SpeedGroup | CrashGroup

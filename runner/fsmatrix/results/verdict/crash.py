@@ -132,7 +132,7 @@ def crash_group(group: Group) -> CrashGroup:
         )
         for c, v in zip(group.cells, verdicts, strict=True)
     ]
-    return CrashGroup(group, mode, tuple(configs), verdicts)
+    return CrashGroup(group=group, configurations=tuple(configs), mode=mode, crash=verdicts)
 
 
 def recovery_status(section: Mapping[str, Any]) -> str:
