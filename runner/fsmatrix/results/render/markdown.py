@@ -33,6 +33,7 @@ from fsmatrix.results.render.tables import (
     overview_tables,
     relative_speed_tables,
     repeats_note,
+    tabled,
     workload_groups,
 )
 from fsmatrix.results.store import Result
@@ -118,9 +119,8 @@ def _workload_section(
             lines += [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(row) + " |" for row in rows]
             lines.append("")
-        keys = {m for ds in group.values() for d in ds for m in d.key_metrics}
         for metric, title, direction in tables:
-            table = metric_table(kind, group, metric, direction) if metric in keys else []
+            table = metric_table(kind, group, metric, direction) if tabled(group, metric) else []
             if table:
                 repeats = repeats_note(metric_grid(kind, group, metric)[1])
                 lines += [f"**{title}** ({direction} is better; {repeats})", "", *table, ""]

@@ -172,9 +172,8 @@ def html_report(found: Report, title: str) -> str:
                 parts.append(f"<h3>{html.escape(heading)}</h3>")
             for otitle, header, rows_ in tables.overview_tables(kind, group):
                 parts += [f"<h4>{html.escape(otitle)}</h4>", _plain_table(header, rows_)]
-            keys = {m for ds in group.values() for d in ds for m in d.key_metrics}
             for metric, mtitle, direction in metrics:
-                if metric not in keys:
+                if not tables.tabled(group, metric):
                     continue
                 columns, rows = tables.metric_grid(kind, group, metric)
                 if not columns:

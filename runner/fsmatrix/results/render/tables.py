@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from fsmatrix.agent import workloads
+from fsmatrix.agent.job import WORK_METRICS
 from fsmatrix.matrix import flatten
 from fsmatrix.results.store import Result
 from fsmatrix.results.verdict import environment, groups, hardware, stats
@@ -62,15 +63,30 @@ def _row_label(kind: str, flat: dict[str, Any]) -> str:
     return workload.label({k: flat[f"workload.{kind}.{k}"] for k in workload.row_keys})
 
 
+# The work per operation (agent/job.py's WORK_METRICS), tabled after each workload's own metrics
+# wherever its runs measured it: the low-noise companions of time, side by side with it.
+WORK_TABLES = [(m, words[:1].upper() + words[1:], better) for m, (words, better) in WORK_METRICS.items()]
+
+
 def metric_tables(by_cell: dict[str, list[Result]]) -> dict[str, list[tuple[str, str, str]]]:
-    """The tables of every workload these results hold: registered ones in registry order, then others."""
+    """The tables of every workload these results hold: registered ones in registry order, then others;
+    each followed by the work tables."""
     kinds = dict.fromkeys(ds[0].workload for ds in by_cell.values())
     tables = {k: v for k, v in METRIC_TABLES.items() if k in kinds}
     for kind in kinds:
         if kind not in tables:
             keys = {m: d for ds in by_cell.values() if ds[0].workload == kind for m, d in ds[0].key_metrics.items()}
             tables[kind] = [(m, m, d) for m, d in keys.items()]
-    return tables
+    return {kind: [*listed, *(t for t in WORK_TABLES if t not in listed)] for kind, listed in tables.items()}
+
+
+def tabled(group: dict[str, list[Result]], metric: str) -> bool:
+    """Whether ``metric`` gets a table for these cells: a key metric of theirs, or a work metric some
+    passed run of theirs measured."""
+    docs = [d for ds in group.values() for d in ds]
+    if any(metric in d.key_metrics for d in docs):
+        return True
+    return metric in WORK_METRICS and any(d.status == "passed" and metric in d.metrics for d in docs)
 
 
 def _column_label(flat: dict[str, Any]) -> str:
