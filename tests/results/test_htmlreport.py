@@ -115,10 +115,12 @@ def test_html_report_renders_with_charts_and_loads_nothing(run_dir: Path, tmp_pa
     assert requested == []
     assert 'http-equiv="Content-Security-Policy"' in dom and "default-src 'none'" in dom
     figures = re.findall(r'<figure class="chart">\s*<svg.*?</svg>\s*<figcaption>(.*?)</figcaption>', dom, re.S)
-    # per sync_io group: elapsed, read rate, update rate, worker CPU; then one series chart per run
+    # per sync_io group: elapsed, read rate, update rate, worker CPU, then the device bytes written and read
+    # per operation (the work tables); then one series chart per run
     bars = [f for f in figures if "whiskers" in f]
     series = [f for f in figures if "repeat" in f]
-    assert len(bars) == 2 * 4, figures
+    assert len(bars) == 2 * 6, figures
+    assert sum("Device bytes written per operation" in f for f in bars) == 2
     sampled = [d for d in docs if d.samples.series]  # a run shorter than 1 s may have no sample
     assert len(series) == len(sampled) >= REPEATS, figures
     assert all("<path" in svg for svg in re.findall(r"<svg.*?</svg>", dom, re.S))  # drawn, not empty
