@@ -118,6 +118,22 @@ def test_a_directory_that_is_no_cgroup_is_not_counted_and_says_why(tmp_path: Pat
     assert all("on no cgroup mount" in reason for reason in summary["unavailable"].values())
 
 
+def test_a_counter_that_cannot_be_read_is_not_available_from_then_on() -> None:
+    """Counting is never worth failing a run for: a counter whose read returns nothing a counter
+    returns (here /dev/null's 0 bytes) says so, and the run goes on."""
+    event = counters.EVENTS[3]
+    with open(os.devnull, "rb") as null:
+        run = counters.RunCounters(None, (event,))
+        run.fds = {event.name: [os.dup(null.fileno())]}
+        with run.measured():
+            pass
+        run.__exit__(None, None, None)
+    assert run.fds == {}
+    assert run.counts() == {
+        event.name: Count(None, reason="the counter could not be read: a counter read returned 0 bytes; expected 24")
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # the real thing: root, a cgroup of our own, perf_event_open
 

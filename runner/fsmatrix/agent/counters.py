@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import logging
 import os
 import platform
@@ -212,6 +213,7 @@ def open_error(event: Event, code: int, *, root: bool, paranoid: str | None) -> 
 # the system calls
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
@@ -346,7 +348,7 @@ class RunCounters:
         try:
             self._open()
             self._start = self._read()
-        except OSError as exc:  # counting is never worth failing a run for: say why there is none
+        except (OSError, ValueError) as exc:  # counting is never worth failing a run for: say why there is none
             self._close()
             self.opened = []
             self.unavailable = {e.name: f"the counters could not be set up: {exc}" for e in self.events}
@@ -355,9 +357,6 @@ class RunCounters:
     def __exit__(self, *exc: object) -> None:
         try:
             self._end = self._read()
-        except OSError as error:
-            self.opened = []
-            self.unavailable = {e.name: f"the counters could not be read: {error}" for e in self.events}
         finally:
             self._close()
 
@@ -413,7 +412,15 @@ class RunCounters:
             return
 
     def _read(self) -> dict[str, list[Reading]]:
-        return {name: [decode_read(os.read(fd, READ_SIZE)) for fd in fds] for name, fds in self.fds.items()}
+        """Every open counter's per-CPU readings; one that cannot be read is not available from then on
+        (counting is never worth failing a run for)."""
+        out = {}
+        for name, fds in self.fds.items():
+            try:
+                out[name] = [decode_read(os.read(fd, READ_SIZE)) for fd in fds]
+            except (OSError, ValueError) as exc:
+                self.unavailable[name] = f"the counter could not be read: {exc}"
+        return out
 
     def _close(self) -> None:
         for fds in self.fds.values():
