@@ -30,9 +30,20 @@ def test_parse_proc_stat() -> None:
 def test_parse_diskstats_counts_512_byte_sectors() -> None:
     stats = sampler.parse_diskstats(DISKSTATS)
     assert stats["loop0"] == sampler.DiskCounters(
-        reads=120, read_bytes=2400 * 512, writes=64, write_bytes=512 * 512, busy_ms=40
+        reads=120, read_bytes=2400 * 512, writes=64, write_bytes=512 * 512, busy_ms=40, flushes=0
     )
-    assert stats["vda"].writes == 3000 and stats["vda"].busy_ms == 8000
+    assert stats["vda"].writes == 3000 and stats["vda"].busy_ms == 8000 and stats["vda"].flushes == 500
+
+
+def test_flush_requests_only_where_the_kernel_reports_them() -> None:
+    """Linux 5.5+ appends flush requests (fields 16-17); before it there are none to read: None, not 0,
+    and None in every sum and difference with it."""
+    new = sampler.parse_diskstats((TEST_DATA / "sampler" / "diskstats" / "host-linux-6.18.txt").read_text())
+    old = sampler.parse_diskstats((TEST_DATA / "sampler" / "diskstats" / "linux-4.18-5.4-format.txt").read_text())
+    assert new["vda"].flushes == 44105 and old["vda"].flushes is None
+    assert (new["vda"] - sampler.ZERO).flushes == 44105
+    assert (old["vda"] + sampler.ZERO).flushes is None and (new["vda"] - old["vda"]).flushes is None
+    assert (old["vda"] - old["vda"]).writes == 0  # the other counters as before
 
 
 @pytest.mark.parametrize("case", golden_cases("sampler/diskstats"))
@@ -67,8 +78,28 @@ def _sample_writes(tmp_path: Path) -> None:
     assert len(summary["series"]) >= 3
     assert summary["cpu_s"]["user"] + summary["cpu_s"]["system"] > 1.0  # one core kept busy ~2 s
     assert summary["io"]["write_bytes"] > 0, f"no writes seen on {root_device}"
+    # The fsync reaches the disk as a flush request where the kernel counts them (5.5+) and the disk
+    # has a volatile write cache to flush (virtio's here: "write back").
+    if (
+        _write_cache(root_device) == "write back"
+        and sampler.parse_diskstats(_proc_diskstats())[root_device].flushes is not None
+    ):
+        assert summary["io"]["flushes"] >= 1, summary["io"]
     assert summary["bound"] in ("cpu", "io", "mixed")
     assert all(set(x) >= {"t", "cpu_pct", "write_bytes_s", "class"} for x in summary["series"])
+
+
+def _proc_diskstats() -> str:
+    return Path("/proc/diskstats").read_text()
+
+
+def _write_cache(device: str) -> str | None:
+    """The disk's write cache mode ("write back", "write through"), or None (a partition: its disk's)."""
+    block = Path("/sys/class/block") / device
+    for queue in (block / "queue", block.resolve().parent / "queue"):
+        if (queue / "write_cache").exists():
+            return (queue / "write_cache").read_text().strip()
+    return None
 
 
 def _device_of(path: Path) -> str:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import cgroup, crash, provenance, storage
+from fsmatrix.agent import cgroup, counters, crash, provenance, storage, work
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workspace
 from fsmatrix.agent.crash import modes as crash_modes
@@ -50,31 +50,40 @@ def key_metrics(cell: Cell) -> dict[str, str]:
     return chosen
 
 
-def _device_metrics(cell: Cell, outcome: Outcome, samples: dict[str, Any]) -> dict[str, float | int]:
+def _device_metrics(
+    cell: Cell, outcome: Outcome, samples: dict[str, Any]
+) -> tuple[dict[str, float | int | None], dict[str, str]]:
+    """The sampler's and the counters' metrics of a run, and why those of ``work.WORK_METRICS`` that
+    are None were not measured ({metric: reason}: the document's ``metrics_unavailable``)."""
     io = samples["io"]
     cpu = samples["cpu_s"]
-    metrics: dict[str, float | int] = {
+    user, system = cpu["user"] + cpu["nice"], cpu["system"] + cpu["irq"] + cpu["softirq"]
+    metrics: dict[str, float | int | None] = {
         "device_read_bytes": io["read_bytes"],
         "device_write_bytes": io["write_bytes"],
         "device_reads": io["reads"],
         "device_writes": io["writes"],
         "device_busy_pct": io["busy_pct"],
-        "cpu_user_s": cpu["user"] + cpu["nice"],
-        "cpu_system_s": cpu["system"] + cpu["irq"] + cpu["softirq"],
+        "cpu_user_s": user,
+        "cpu_system_s": system,
         "cpu_iowait_s": cpu["iowait"],
     }
     # CPU-seconds of the run's own processes (its cgroup: GT.M's detached workers and a database
     # server included, the neighbours not); the machine-wide figure only where no cgroup could be made.
     own = samples.get("run_cpu_s")
-    busy = own["user"] + own["system"] if own else metrics["cpu_user_s"] + metrics["cpu_system_s"]
+    busy = own["user"] + own["system"] if own else user + system
     metrics["cpu_busy_s"] = round(busy, 3)
     # "Per operation": what one operation is, the workload declares (a database update, an I/O request).
     # A crash cell's outcome counts the resumed work, not the crashed part the samples cover.
-    ops = cell.declaration.operations(outcome.metrics) if cell.crash is None else None
+    if cell.crash is not None:
+        ops, why = None, work.CRASH_CELL
+    else:
+        ops = cell.declaration.operations(outcome.metrics)
+        why = f"the workload reported no operations (one operation: a {cell.declaration.operation})"
     if ops:
-        metrics["device_write_bytes_per_op"] = round(io["write_bytes"] / ops, 3)
-        metrics["device_read_bytes_per_op"] = round(io["read_bytes"] / ops, 3)
-    return metrics
+        metrics["operations"] = ops
+    per_op, unavailable = work.per_op(samples, ops, why)
+    return {**metrics, **per_op}, unavailable
 
 
 def result_document(
@@ -104,6 +113,8 @@ def result_document(
         "finished_at": None,
         "duration_s": None,
         "metrics": {},
+        # Why a metric of work.WORK_METRICS is None: {metric: reason} (not measured is never 0).
+        "metrics_unavailable": {},
         "key_metrics": key_metrics(cell),
         "verification": {"status": "not-run"},
         "details": {},
@@ -207,6 +218,7 @@ def run_job(
                 Sampler(prepared.diskstat_names) as sampler,
                 Sampler(prepared.component_diskstat_names) as parts,
                 cgroup.RunCpu() as run_cpu,
+                counters.RunCounters(run_cpu.directory) as run_counters,
             ):
                 database_dirs = [prepared.data, prepared.journal]
 
@@ -218,7 +230,7 @@ def run_job(
                         if crashing is not None
                         else contextlib.nullcontext()
                     )
-                    with sampler.measured(), parts.measured(), run_cpu.measured(), crash_clock:
+                    with sampler.measured(), parts.measured(), run_cpu.measured(), run_counters.measured(), crash_clock:
                         yield
 
                 workspace = Workspace(
@@ -238,6 +250,8 @@ def run_job(
             # The run's own processes (a cgroup), beside the machine-wide cpu_s: see _device_metrics.
             samples["run_cpu_s"] = run_cpu.seconds()
             samples["run_cpu_source"] = run_cpu.source
+            # What the run's own processes made the CPU and the kernel do (perf counters on its cgroup).
+            samples["counters"] = run_counters.summary()
             if prepared.component_diskstat_names:
                 samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
         if crashing is not None and outcome is not None:  # unmounted: what the mode does after the run
@@ -248,7 +262,8 @@ def run_job(
         if outcome is None:  # the crash phase alone: the recover phase judges the run
             result["reason"] = "crashed; the recovery is a separate phase (job.run_recovery)"
         else:
-            result["metrics"] = {**outcome.metrics, **_device_metrics(cell, outcome, samples)}
+            device_metrics, result["metrics_unavailable"] = _device_metrics(cell, outcome, samples)
+            result["metrics"] = {**outcome.metrics, **device_metrics}
             _judge(result, outcome, event)
     except (CrashNotInjected, crash.RecoveryFailed) as exc:
         result["status"], result["reason"] = "failed", _failure(exc, event)

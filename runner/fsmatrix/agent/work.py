@@ -1,0 +1,91 @@
+"""What the storage stack did per unit of work: the per-operation metrics run_job adds to every
+workload's metrics, beside time.
+
+One operation is what the workload declares (``Workload.operation``: a 3n+1 database update, a
+sysbench/fio IO request, a pgbench transaction). Divided by their count: what the data devices
+did (bytes, IO requests and flush requests, from /proc/diskstats: ``sampler``) and what the run's
+own processes did (fsync and fdatasync calls, CPU instructions and cycles, context switches: perf
+counters on its cgroup, ``counters``), all over the measured window. Counts like these move far less
+than wall time on a busy machine.
+
+``WORK_METRICS`` lists them, in one place (the results side imports it; lower is better for all).
+Every one is in a run's ``metrics``: a number, or None when it was not measured, and then its
+reason is in the document's ``metrics_unavailable`` (never 0 for "not measured").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fsmatrix.agent.contract import Metric
+
+WORK_METRICS: tuple[Metric, ...] = (
+    Metric("device_write_bytes_per_op", "Device bytes written per operation", "bytes/op", "lower"),
+    Metric("device_read_bytes_per_op", "Device bytes read per operation", "bytes/op", "lower"),
+    Metric("device_ios_per_op", "Device IO requests per operation", "IOs/op", "lower"),
+    Metric("device_write_ios_per_op", "Device write requests per operation", "IOs/op", "lower"),
+    Metric("device_read_ios_per_op", "Device read requests per operation", "IOs/op", "lower"),
+    Metric("device_flushes_per_op", "Device flush requests per operation", "flushes/op", "lower"),
+    Metric("fsyncs_per_op", "fsync and fdatasync calls per operation", "calls/op", "lower"),
+    Metric("instructions_per_op", "CPU instructions per operation", "instructions/op", "lower"),
+    Metric("cycles_per_op", "CPU cycles per operation", "cycles/op", "lower"),
+    Metric("context_switches_per_op", "Context switches per operation", "switches/op", "lower"),
+)
+
+NO_FLUSHES = "the kernel does not report flush requests in /proc/diskstats (Linux 5.5+ does)"
+CRASH_CELL = "a crash cell: its outcome counts the resumed work, not the crashed part these totals cover"
+
+
+def totals(samples: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Over the measured window, for each of ``WORK_METRICS``: the total it divides by the operations
+    (None where not measured) and why not ({metric: reason})."""
+    io = samples["io"]
+    counters = samples.get("counters") or {}
+    counts = counters.get("counts") or {}
+    missing = counters.get("unavailable") or {}
+    values: dict[str, float | None] = {
+        "device_write_bytes_per_op": io["write_bytes"],
+        "device_read_bytes_per_op": io["read_bytes"],
+        "device_ios_per_op": io["reads"] + io["writes"],
+        "device_write_ios_per_op": io["writes"],
+        "device_read_ios_per_op": io["reads"],
+        "device_flushes_per_op": io.get("flushes"),
+    }
+    reasons = {} if values["device_flushes_per_op"] is not None else {"device_flushes_per_op": NO_FLUSHES}
+    events = {
+        "fsyncs_per_op": ("fsync", "fdatasync"),
+        "instructions_per_op": ("instructions",),
+        "cycles_per_op": ("cycles",),
+        "context_switches_per_op": ("context_switches",),
+    }
+    for metric, names in events.items():
+        found = [counts.get(n) for n in names]
+        if all(isinstance(v, int | float) for v in found):
+            values[metric] = sum(v for v in found if v is not None)
+        else:
+            values[metric] = None
+            why = [missing.get(n) or "not counted" for n, v in zip(names, found, strict=True) if v is None]
+            reasons[metric] = "; ".join(dict.fromkeys(why))
+    return values, reasons
+
+
+def per_op(
+    samples: Mapping[str, Any], operations: float | None, no_operations: str
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """``WORK_METRICS`` over ``operations`` (None or 0: none, ``no_operations`` says why): their values
+    (None where not measured) and the reasons for the Nones."""
+    values, reasons = totals(samples)
+    out: dict[str, float | None] = {}
+    for metric in WORK_METRICS:
+        total = values[metric.name]
+        if not operations:
+            out[metric.name] = None
+            reasons[metric.name] = no_operations
+        elif total is None:
+            out[metric.name] = None
+        elif metric.name in ("device_write_bytes_per_op", "device_read_bytes_per_op"):
+            out[metric.name] = round(total / operations, 3)  # as these two were always written
+        else:
+            out[metric.name] = float(f"{total / operations:.6g}")
+    return out, {m.name: reasons[m.name] for m in WORK_METRICS if out[m.name] is None}
