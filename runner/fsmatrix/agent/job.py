@@ -33,14 +33,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-# The work a run's storage stack did per unit of work (what the workload declares one operation is):
-# metric -> (the answer's words for it, which direction is better). Low-noise companions of time.
-WORK_METRICS: dict[str, tuple[str, str]] = {
-    "device_write_bytes_per_op": ("device bytes written per operation", "lower"),
-    "device_read_bytes_per_op": ("device bytes read per operation", "lower"),
-}
-
-
 def key_metrics(cell: Cell) -> dict[str, str]:
     """The metrics a comparison looks at for this cell's workload, with their better direction
     (the workload's primary metric first)."""

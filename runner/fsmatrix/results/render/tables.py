@@ -16,12 +16,12 @@ from collections import defaultdict
 from typing import Any
 
 from fsmatrix.agent import workloads
-from fsmatrix.agent.job import WORK_METRICS
+from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.matrix import flatten
 from fsmatrix.results.store import Result
 from fsmatrix.results.verdict import environment, groups, hardware, stats
 from fsmatrix.results.verdict.groups import Ranked, rank
-from fsmatrix.results.verdict.metrics import regime
+from fsmatrix.results.verdict.metrics import metric_value, regime
 
 # Per workload, from its declaration: which metrics get a table (name, title, direction), and the
 # parameters that name a row. A workload the registry does not know (an old result) still gets a
@@ -65,7 +65,8 @@ def _row_label(kind: str, flat: dict[str, Any]) -> str:
 
 # The work per operation (agent/job.py's WORK_METRICS), tabled after each workload's own metrics
 # wherever its runs measured it: the low-noise companions of time, side by side with it.
-WORK_TABLES = [(m, words[:1].upper() + words[1:], better) for m, (words, better) in WORK_METRICS.items()]
+WORK_TABLES = [(m.name, m.title, m.better) for m in WORK_METRICS]
+WORK_NAMES = frozenset(m.name for m in WORK_METRICS)
 
 
 def metric_tables(by_cell: dict[str, list[Result]]) -> dict[str, list[tuple[str, str, str]]]:
@@ -82,11 +83,13 @@ def metric_tables(by_cell: dict[str, list[Result]]) -> dict[str, list[tuple[str,
 
 def tabled(group: dict[str, list[Result]], metric: str) -> bool:
     """Whether ``metric`` gets a table for these cells: a key metric of theirs, or a work metric some
-    passed run of theirs measured."""
+    passed run of theirs measured above 0 (a table of zeros says nothing)."""
     docs = [d for ds in group.values() for d in ds]
     if any(metric in d.key_metrics for d in docs):
         return True
-    return metric in WORK_METRICS and any(d.status == "passed" and metric in d.metrics for d in docs)
+    return metric in WORK_NAMES and any(
+        d.status == "passed" and (v := metric_value(d, metric)) is not None and v > 0 for d in docs
+    )
 
 
 def _column_label(flat: dict[str, Any]) -> str:

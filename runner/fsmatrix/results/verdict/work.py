@@ -13,11 +13,11 @@ metric not available in a guest, such as CPU instructions under TCG, is absent, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fsmatrix.agent.job import WORK_METRICS
-from fsmatrix.results.verdict import groups, metrics
+from fsmatrix.agent.work import WORK_METRICS
+from fsmatrix.results.verdict import groups, metrics, stats
 from fsmatrix.results.verdict.configurations import Group
 from fsmatrix.results.verdict.groups import Interval
 
@@ -46,9 +46,13 @@ def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> W
     """The work comparison of the configurations ``names`` (those with enough data on time)."""
     cells = {group.name(c): c for c in group.cells if group.name(c) in names}
     per_metric: dict[str, dict[str, groups.Values]] = {}
-    for metric in WORK_METRICS:
+    for metric in (m.name for m in WORK_METRICS):
         values = {n: metrics.metric_values(list(c.docs), metric) for n, c in cells.items()}
-        measured: dict[str, groups.Values] = {n: v for n, v in values.items() if v}
+        # Compared where two configurations or more can be (enough runs that measured it, none <= 0):
+        # which metrics count is fixed by what was measured, never by what the values show.
+        measured: dict[str, groups.Values] = {
+            n: v for n, v in values.items() if len(v) >= stats.MIN_SAMPLES and min(v) > 0
+        }
         if len(measured) >= 2:
             per_metric[metric] = measured
     if not per_metric:
@@ -73,6 +77,7 @@ def _difference(metric: str, decided: groups.IntervalDecision) -> WorkDifference
     return WorkDifference(metric, words_of(metric), decided.leader, more, equivalent)
 
 
-def words_of(metric: str, table: Mapping[str, tuple[str, str]] = WORK_METRICS) -> str:
-    """A work metric in the answer's words ("device bytes written per operation")."""
-    return table[metric][0] if metric in table else metric
+def words_of(metric: str) -> str:
+    """A work metric in the answer's words ("device bytes written per operation", "CPU instructions ...")."""
+    title = next((m.title for m in WORK_METRICS if m.name == metric), metric)
+    return title if title[:2].isupper() else title[:1].lower() + title[1:]
