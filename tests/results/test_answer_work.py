@@ -52,3 +52,21 @@ def test_no_work_sentence_when_the_work_is_the_same_or_not_measured() -> None:
     ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
     (bare,) = answering.build(typed(runs(ext4, TIMES) + runs(xfs, TIMES))).groups
     assert bare.work is not None and bare.work.compared == ()  # absent, never taken as 0
+
+
+def test_the_json_carries_the_work_and_the_decision_and_meets_the_schema() -> None:
+    import jsonschema
+
+    from fsmatrix.results.render import answer_text
+    from test_answer import SCHEMA
+
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    written = [4000.0, 4010.0, 3990.0]
+    docs = with_work(runs(ext4, TIMES), written) + with_work(runs(xfs, TIMES), [w * 1.9 for w in written])
+    doc = {"title": "t", "answer": answer_text.to_json(answering.build(typed(docs)))}
+    jsonschema.validate(doc, SCHEMA)
+    (g,) = doc["answer"]["groups"]
+    assert doc["answer"]["version"] == 3
+    assert g["decided"] == {"on_time": False, "on_work": ["device_write_bytes_per_op"]}
+    (d,) = g["work"]["differences"]
+    assert d["least"] == "ext4" and d["more"][0]["configuration"] == "xfs" and d["more"][0]["ci_low"] > 1.8

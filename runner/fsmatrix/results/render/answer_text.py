@@ -19,6 +19,7 @@ from fsmatrix.results.verdict.answer import (
     SpeedGroup,
 )
 from fsmatrix.results.verdict.groups import Interval
+from fsmatrix.results.verdict.work import Work
 
 SUMMARY_LINES = 8  # the run's progress output: this many lines of the answer at most
 
@@ -95,6 +96,25 @@ def _configuration_json(c: Configuration) -> dict[str, Any]:
     return doc
 
 
+def _work_json(w: Work) -> dict[str, Any]:
+    differences = [
+        {
+            "metric": d.metric,
+            "words": d.words,
+            "least": d.least,
+            "more": [{"configuration": n, **(_interval_json(r) or {})} for n, r in d.more],
+            "equivalent": list(d.equivalent),
+        }
+        for d in w.differences
+    ]
+    return {
+        "compared": list(w.compared),
+        "decided": list(w.decided),
+        "confidence": w.confidence,
+        "differences": differences,
+    }
+
+
 def _crash_json(v: CrashVerdict) -> dict[str, Any]:
     doc = asdict(v)
     for internal in ("infrastructure_statuses", "damage_allowed"):  # in the sentence, not the schema
@@ -131,6 +151,9 @@ def _group_json(g: GroupResult, delta: float) -> dict[str, Any]:
         "crash": [_crash_json(v) for v in crash.crash] if crash else [],
         "still_open": [{**asdict(o), "advice": open_advice(o, delta)} for o in speed.still_open] if speed else [],
         "race": race_rule(speed.raced) if speed and speed.raced else None,
+        "decided": {"on_time": speed.decided_on_time, "on_work": list(speed.decided_on_work)} if speed else None,
+        "work": _work_json(speed.work) if speed and speed.work else None,
+        "outliers": [asdict(o) for o in speed.outliers] if speed else [],
         "headline": words.headline,
         "details": list(words.details),
         "sentences": list(words.sentences),

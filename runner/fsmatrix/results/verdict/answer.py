@@ -20,7 +20,7 @@ from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.stats import ALPHA
 from fsmatrix.results.verdict.work import Work
 
-VERSION = 2  # of the answer's JSON (docs/answer.schema.json): 2 has the four words, no "tied"
+VERSION = 3  # of the answer's JSON (docs/answer.schema.json): 3 adds decided, work and outliers; 2 had no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
 # A speed group: "best" (one configuration best, every other worse or equivalent within ±δ),
 # "equivalent" (every configuration equivalent within ±δ to the leader), "not separated" (some
@@ -163,6 +163,16 @@ class SpeedGroup(Answered):
     outliers: tuple[Outlier, ...]  # runs outside their configuration's other runs' spread (outliers.RULE), kept
     work: Work | None  # the work per operation, compared where time does not decide (not separated, equivalent)
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
+
+    @property
+    def decided_on_time(self) -> bool:
+        """Every pair decided on the primary metric: one best (the others worse or equivalent), or all equivalent."""
+        return self.verdict in ("best", "equivalent")
+
+    @property
+    def decided_on_work(self) -> tuple[str, ...]:
+        """The work metrics on which every pair is decided (compared where time does not decide)."""
+        return self.work.decided if self.work is not None else ()
 
 
 @dataclass(frozen=True)

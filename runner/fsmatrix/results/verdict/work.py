@@ -39,6 +39,7 @@ class Work:
 
     compared: tuple[str, ...]
     differences: tuple[WorkDifference, ...]
+    decided: tuple[str, ...]  # the compared metrics on which every pair is decided (none left not separated)
     confidence: float  # 1 - α: every interval over every compared metric together
 
 
@@ -56,15 +57,17 @@ def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> W
         if len(measured) >= 2:
             per_metric[metric] = measured
     if not per_metric:
-        return Work((), (), 1 - alpha)
+        return Work((), (), (), 1 - alpha)
     level = alpha / len(per_metric)
-    found = []
+    found, settled = [], []
     for metric, measured_values in per_metric.items():
         decided = groups.compare_group(measured_values, "lower", alpha=level, delta=delta)
         difference = _difference(metric, decided)
         if difference is not None:
             found.append(difference)
-    return Work(tuple(per_metric), tuple(found), 1 - alpha)
+        if decided.leader is not None and not decided.not_separated:
+            settled.append(metric)
+    return Work(tuple(per_metric), tuple(found), tuple(settled), 1 - alpha)
 
 
 def _difference(metric: str, decided: groups.IntervalDecision) -> WorkDifference | None:
