@@ -91,9 +91,10 @@ def _speed_headline(
             return f"Only one configuration ({only.name}): nothing to compare; {figures}.", details
         return f"Only {only.name} has enough data: nothing to compare it with; {figures}.", details
     if g.verdict == "not separated":
+        stop = f" ({stop_words(g.raced)})" if g.raced is not None and not g.raced.decided else ""
         headline = (
-            f"No single best: {and_list(g.not_separated)} are not separated on {words}, {runs}"
-            f"{_settle_text(g.still_open, delta)}."
+            f"No single best: {and_list(g.not_separated)} are not separated on {words}, {runs}{stop}"
+            f"{_settle_text(g.still_open, delta)}{_settle_time(g.settle_s)}."
         )
         others = [n for n in g.not_separated if n != leader]
         if others:
@@ -192,6 +193,31 @@ def _settle_text(still_open: Sequence[Open], delta: float) -> str:
     return f"; {max(n for n in needed if n is not None)} runs per configuration would settle ±{pct(delta)}"
 
 
+def _settle_time(seconds: float | None) -> str:
+    """ " (about 40 min more of runs)": what the runs that would settle it would take."""
+    if seconds is None or seconds <= 0:
+        return ""
+    return f" (about {duration(seconds)} more of runs)"
+
+
+def duration(seconds: float) -> str:
+    """A time for people: "45 s", "12 min", "2.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def stop_words(raced: RacedGroup) -> str:
+    """Why a race ended before deciding a group."""
+    if raced.stop_reason == "budget" and raced.budget_s is not None:
+        return f"the race stopped at its {duration(raced.budget_s)} budget after round {raced.rounds}"
+    if raced.stop_reason == "max_repeats":
+        return f"the race reached its last round, {raced.rounds}, undecided"
+    return f"the race stopped undecided: {raced.why_stopped}"
+
+
 def open_advice(o: Open, delta: float) -> str:
     """What would settle a pair not separated within ±``delta``."""
     runs_a, runs_b = o.runs
@@ -250,8 +276,13 @@ def race_rule(raced: RacedGroup) -> str:
         else ("Pocock's level per test")
     )
     d = raced.delta
+    head = (
+        f"Decided by the race (race.json, {raced.why_stopped})"
+        if raced.decided
+        else f"Not decided by the race ({stop_words(raced)}); what it did decide stands"
+    )
     return (
-        f"Decided by the race (race.json, {raced.why_stopped}): a configuration retired when "
+        f"{head}: a configuration retired when "
         f"worse than the best by more than {pct(d)} (one-sided Welch's t on logs shifted by "
         f"ln(1 + {d:g})), equivalent when TOST shows it within ±{pct(d)}, each test at {level} so "
         f"that all its decisions over every round err with probability at most {pct(raced.alpha)}; the intervals "

@@ -96,6 +96,7 @@ class RaceSettingsRecord:
     min_repeats: int | None
     max_repeats: int | None
     delta: float
+    budget_s: float | None
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class RaceGroupRecord:
     direction: str
     cells: tuple[str, ...]
     raced: bool
+    decided: bool | None  # every cell left decided (None: not raced, or a race.json from before it was recorded)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,8 @@ class Left:
 @dataclass(frozen=True)
 class Stopped:
     after_round: int
-    why: str
+    why: str  # for people
+    reason: str | None  # "decided", "max_repeats" or "budget" (None: a race.json from before it was recorded)
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,7 @@ class Race:
                 _int(settings.get("min_repeats")),
                 _int(settings.get("max_repeats")),
                 float(settings.get("delta") or 0.05),
+                float(settings["budget_s"]) if isinstance(settings.get("budget_s"), int | float) else None,
             ),
             float(record.get("alpha") or 0.05),
             tuple(str(c) for c in _list(record.get("cells"))),
@@ -167,7 +171,11 @@ class Race:
             len(rounds),
             {k: tuple(v) for k, v in looks.items()},
             {str(c): _left(v) for c, v in _mapping(record.get("left")).items() if isinstance(v, Mapping)},
-            Stopped(int(stopped.get("after_round") or 0), current_words(str(stopped.get("why") or "stopped")))
+            Stopped(
+                int(stopped.get("after_round") or 0),
+                current_words(str(stopped.get("why") or "stopped")),
+                str(stopped["reason"]) if stopped.get("reason") else None,
+            )
             if isinstance(stopped, Mapping)
             else None,
             int(record.get("runs_used") or 0),
@@ -188,6 +196,7 @@ def _group(g: Mapping[str, Any]) -> RaceGroupRecord:
         str(g.get("direction") or "lower"),
         tuple(str(c) for c in _list(g.get("cells"))),
         bool(g.get("raced")),
+        g["decided"] if isinstance(g.get("decided"), bool) else None,
     )
 
 

@@ -162,6 +162,7 @@ class SpeedGroup(Answered):
     raced: RacedGroup | None  # the race's decisions when the race decided this group
     outliers: tuple[Outlier, ...]  # runs outside their configuration's other runs' spread (outliers.RULE), kept
     work: Work | None  # the work per operation, compared where time does not decide (not separated, equivalent)
+    settle_s: float | None  # the run time the runs that would settle the open pairs would take (None: unknown)
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
 
     @property

@@ -21,13 +21,19 @@ class RacedCell:
 
 @dataclass(frozen=True)
 class RacedGroup:
-    """A group the race decided: each cell's decision, and what decided them (for the answer's words)."""
+    """A group every cell of which left the race: each cell's decision, and what decided them (for the
+    answer's words). ``decided`` False: the race stopped (its budget spent, or its last round) with
+    some cells not separated from the best: those are "not separated", the others' decisions stand."""
 
     cells: dict[str, RacedCell]  # by cell id
     why_stopped: str
     delta: float
     alpha: float
     look_alpha: float | None  # Pocock's level α' of every test at the last look (None: not recorded)
+    decided: bool
+    stop_reason: str | None  # race.json's stopped.reason: "decided", "max_repeats", "budget" (None: not recorded)
+    rounds: int  # the rounds the race ran
+    budget_s: float | None
 
 
 def raced_groups(race: Race | None) -> list[RacedGroup]:
@@ -48,6 +54,19 @@ def raced_groups(race: Race | None) -> list[RacedGroup]:
                 for c, d in decided.items()
             }
         looks = race.look_alpha.get(g.key, ())
-        why = race.stopped.why if race.stopped is not None else "stopped"
-        out.append(RacedGroup(decided, why, race.settings.delta, race.alpha, looks[-1] if looks else None))
+        stopped = race.stopped
+        settled = g.decided if g.decided is not None else all(d.status != "not separated" for d in decided.values())
+        out.append(
+            RacedGroup(
+                decided,
+                stopped.why if stopped is not None else "stopped",
+                race.settings.delta,
+                race.alpha,
+                looks[-1] if looks else None,
+                settled,
+                stopped.reason if stopped is not None else None,
+                race.rounds,
+                race.settings.budget_s,
+            )
+        )
     return out

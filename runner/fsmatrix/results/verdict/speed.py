@@ -101,10 +101,11 @@ def speed_group(
     # The pairs not separated and the runs that would settle each.
     pairs = (
         power.still_open(decided, values, draws=rule.draws, seed=rule.seed)
-        if decided is not None and open_ and raced is None
+        if decided is not None and open_ and (raced is None or not raced.decided)
         else ()
     )
     by_config = {c.name: c for c in configs}
+    still = _still_open(pairs, by_config)
     g = SpeedGroup(
         group=group,
         metric=metric,
@@ -119,7 +120,8 @@ def speed_group(
         not_enough_data=of_status["not enough data"],
         configurations=configs,
         why=None,
-        still_open=_still_open(pairs, by_config),
+        still_open=still,
+        settle_s=_settle_seconds(group, still, by_config),
         raced=raced,
         work=(
             work.work(
@@ -143,6 +145,18 @@ def _outliers(name: str, c: Cell, metric: str) -> tuple[outliers.Outlier, ...]:
         (d.repeat, v) for d in c.docs if d.status == "passed" and (v := metrics.metric_value(d, metric)) is not None
     ]
     return outliers.outliers(name, runs)
+
+
+def _settle_seconds(group: Group, still: Sequence[Open], by_config: Mapping[str, Configuration]) -> float | None:
+    """The run time of the runs that would settle every open pair: each configuration in one brought to
+    the most runs any pair needs, at the median duration of the group's passed runs (None: unknown)."""
+    needed = [o.repeats_needed for o in still]
+    durations = [float(d.duration_s) for c in group.cells for d in c.docs if d.status == "passed" and d.duration_s]
+    if not needed or any(n is None for n in needed) or not durations:
+        return None
+    target = max(n for n in needed if n is not None)
+    names = {n for o in still for n in o.configurations}
+    return sum(max(0, target - by_config[n].runs) for n in names) * stats.median(durations)
 
 
 def _configuration(
