@@ -26,8 +26,8 @@ not within ±δ (the boundary, exactly δ apart, counts as not within). Both rul
 5 % family-wise per group; the race's promise is the stronger (a retired cell is worse by more than
 δ), so this count, the weaker claim's, holds it to the same yardstick as fixed repeats.
 
-``--trials`` groups per design (default 400; the 36 designs take about a minute and a half on one
-core of the build machine). Deterministic for a seed.
+``--trials`` groups per design (default 400: the 36 designs take about two minutes on one core of the
+2-core build machine, the race's looks most of it). Deterministic for a seed.
 """
 
 from __future__ import annotations
