@@ -8,7 +8,9 @@ if [ "$(id -u)" -ne 0 ]; then
   exec sudo --preserve-env=GITHUB_STEP_SUMMARY,FSMATRIX_IN_CONTAINER,FSMATRIX_ENGINE bash "$0" "$@"
 fi
 matrix=$1 backend=$2 cells=$3 results=$4 repeats=${5:-}
-args=(run "$matrix" --backend "$backend" --only "$cells" --results "$results" --run-id matrix)
+# --no-race: a shard is one job's part of the matrix and the merge keeps no race, so fixed repeats
+# (the matrix's repeat, or REPEATS), as `fsmatrix run --executor slurm` runs its tasks.
+args=(run "$matrix" --backend "$backend" --only "$cells" --results "$results" --run-id matrix --no-race)
 if [ -n "$repeats" ]; then
   args+=(--repeat "$repeats")
 fi

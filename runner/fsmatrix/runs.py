@@ -67,12 +67,16 @@ def run_matrix(
     race: RaceSettings | None = None,
     after_round: Callable[[], None] | None = None,
     settings: BuildSettings | None = None,
+    plan: str | None = None,
 ) -> RunSummary:
-    """Every selected cell ``repeat`` times (``order``: cell by cell, or in rounds), or, with ``race``,
-    a race: rounds until the statistics leave one cell or one equivalent set per comparison group (see
-    ``racing.run_race``); ``repeat`` is then ignored for ``race.max_repeats``. ``after_round``: called after each
-    round of a run in rounds or a race (``fsmatrix run --push`` pushes then). ``settings``: the build's
-    settings (``run --settings``), recorded in each result's ``provenance.settings``."""
+    """Every selected cell ``repeat`` times (``order``: cell by cell, or in rounds: ``fsmatrix run``'s
+    default), or, with ``race``, a race: rounds until the statistics leave one cell or one equivalent set
+    per comparison group, ``race.max_repeats`` or its budget (see ``racing.run_race``); ``repeat`` is then
+    ignored for ``race.max_repeats``. What to run is the caller's choice (``fsmatrix run``:
+    ``racing.design``; ``plan``: its line for people, printed once the backend's checks passed).
+    ``after_round``: called after each round of a run in rounds or a race (``fsmatrix run --push`` pushes
+    then). ``settings``: the build's settings (``run --settings``), recorded in each result's
+    ``provenance.settings``."""
     run_dir = results_root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     jsonfile.write_atomic(
@@ -95,6 +99,8 @@ def run_matrix(
     else:
         todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
         total = len(todo)
+    if plan is not None:
+        console.print(plan, markup=False, highlight=False)
     found = cell_estimates(results_root, cells)
     left = [(c, r) for c, r in todo if force or not store.is_complete(store.result_path(run_dir, c.id, r))]
     eta = EstimatedTime(found, [c.id for c, _ in left]) if race is None else None

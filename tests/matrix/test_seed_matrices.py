@@ -83,7 +83,8 @@ def test_expand_cli_takes_a_scale() -> None:
     path = next(p for p in SEED_MATRICES if p.name == "gtm-3n1-filesystems.yaml")
     result = CliRunner().invoke(main, ["matrix", "expand", str(path), "--scale", "small"])
     assert result.exit_code == 0, result.output
-    assert "gtm-3n1-filesystems-small: 6 cells × 3 repeats" in result.output
+    # Its six filesystems are one comparison group: raced by default, every cell at least its repeat (3).
+    assert "gtm-3n1-filesystems-small: 6 cells × a race of 3 to 10 repeats" in result.output
     bad = CliRunner().invoke(main, ["matrix", "expand", str(path), "--scale", "tiny"])
     assert bad.exit_code == 2
     assert "unknown scale 'tiny'; this file has: small" in bad.output

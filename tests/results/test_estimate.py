@@ -131,8 +131,10 @@ def test_expand_shows_each_cells_estimate_and_the_total(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["matrix", "expand", str(path), "--results", str(root)])
     assert result.exit_code == 0, result.output
     assert "15 s (median of 2 runs)" in result.stdout and "15 s (from ext4, 2 runs)" in result.stdout
-    # 3 cells × 3 repeats × 15 s
-    assert f"estimated 2 min 15 s for 9 runs (3 cells × 3), from the runs in {root} on this host" in result.stdout
+    # The 3 cells are a comparison group, raced by default: at most 10 repeats (3 × 10 × 15 s), the
+    # matrix's 3 at least.
+    assert f"at most estimated 7 min 30 s for 30 runs (3 cells × 10), from the runs in {root}" in result.stdout
+    assert "race: 3 to 10 repeats a cell" in result.stdout
 
 
 class Instant:

@@ -24,10 +24,10 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from conftest import FSMATRIX, needs_root
+from conftest import FSMATRIX, invoke, needs_root
 from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import job
-from fsmatrix.cli import run as cli_run
+from fsmatrix.backends import BACKENDS, BackendEntry
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, RaceSettings
 from fsmatrix.results import store
@@ -151,7 +151,10 @@ def test_a_clear_loser_is_retired_at_the_minimum_and_the_race_ends(tmp_path: Pat
     assert stored["stopped"] == {
         "after_round": 3,
         "why": "one cell or one equivalent set left in every comparison group",
+        "reason": "decided",
     }
+    (group,) = stored["groups"]
+    assert (group["raced"], group["decided"], group["closed_after_round"]) == (True, True, 3)
     assert (stored["runs_used"], stored["runs_fixed"]) == (6, 16)
     assert runs_of(tmp_path) == {"ext4": 3, "xfs": 3}
     lines = racing.race_summary_lines(store.Race.read(stored))
@@ -179,8 +182,9 @@ def test_an_undecided_race_ends_at_max_repeats(tmp_path: Path) -> None:
     # 3 % apart with 10 % noise: neither worse by more than 5 % nor shown within ±5 % in 4 runs.
     stored = race(tmp_path, Drawn({"ext4": (10.0, 0.1), "xfs": (10.3, 0.1)}), ["ext4", "xfs"], RaceSettings(3, 4))
     assert sorted(a for a, _ in left(stored).values()) == ["best", "remained"]
-    assert stored["stopped"] == {"after_round": 4, "why": "max_repeats (4) reached"}
+    assert stored["stopped"] == {"after_round": 4, "why": "max_repeats (4) reached", "reason": "max_repeats"}
     assert stored["runs_used"] == stored["runs_fixed"] == 8
+    assert [(g["decided"], g["closed_after_round"]) for g in stored["groups"]] == [(False, 4)]
 
 
 def test_a_retired_cell_never_comes_back(tmp_path: Path) -> None:
@@ -247,9 +251,16 @@ def test_a_cell_whose_runs_fail_never_wins(tmp_path: Path) -> None:
 def test_the_budget_stops_the_race(tmp_path: Path) -> None:
     laws: dict[str, Law | Callable[[int], Law]] = {"ext4": (10.0, 0.1), "xfs": (10.3, 0.1)}
     stored = race(tmp_path, Drawn(laws, duration_s=100.0), ["ext4", "xfs"], RaceSettings(3, 8, budget_s=500.0))
-    assert stored["stopped"] == {"after_round": 3, "why": "the budget (500 s) was spent: the runs took 600 s"}
+    assert stored["stopped"] == {
+        "after_round": 3,
+        "why": "the budget (500 s) was spent: the runs took 600 s",
+        "reason": "budget",
+    }
     assert sorted(left(stored).values()) == [("best", 3), ("remained", 3)]
     assert stored["runs_used"] == 6
+    assert [g["decided"] for g in stored["groups"]] == [False]
+    read = store.Race.read(stored).stopped  # what the report reads: stopped.why, unchanged
+    assert read is not None and (read.after_round, read.why) == (3, stored["stopped"]["why"])
 
 
 def test_resume_mid_race_continues_the_same_race(tmp_path: Path) -> None:
@@ -314,19 +325,77 @@ def test_report_has_a_race_section(tmp_path: Path) -> None:
 
 
 def test_race_flag_and_race_key() -> None:
+    """racing.design, ``fsmatrix run``'s rule: a comparison group races by default; --repeat N and
+    --no-race run fixed repeats; --race --repeat N is a race of at most N."""
     m = _matrix(["ext4", "xfs"])  # repeat 1, no race:
-    assert cli_run._race_settings(m, Path("m.yaml"), None, None) is None
-    with pytest.raises(UserError, match=r"--race: the matrix's repeat \(1\) is below the race's min_repeats \(3\)"):
-        cli_run._race_settings(m, Path("m.yaml"), True, None)
-    assert cli_run._race_settings(m, Path("m.yaml"), True, 5) == RaceSettings(3, 5, 0.05, None)
+    plan = racing.design(m, m.cells)
+    assert (plan.race, plan.repeat) == (RaceSettings(3, 10, 0.05, None), 10)
+    assert plan.why == (
+        "race: 3 to 10 repeats a cell, δ 5%, no time budget "
+        "(the default with a comparison group; --repeat N or --no-race: fixed repeats)"
+    )
+    assert racing.design(m, m.cells, repeat=5) == racing.Design(None, 5, "fixed repeats: 5 a cell (--repeat 5)")
+    assert racing.design(m, m.cells, race=False) == racing.Design(None, 1, "fixed repeats: 1 a cell (--no-race)")
+    assert racing.design(m, m.cells, race=True, repeat=5).race == RaceSettings(3, 5, 0.05, None)
+    with pytest.raises(UserError, match=r"--repeat 2 is below the race's min_repeats \(3\)"):
+        racing.design(m, m.cells, race=True, repeat=2)
+    assert racing.design(m, m.cells, budget_s=1800.0).race == RaceSettings(3, 10, 0.05, 1800.0)
+    assert "budget 30 min" in racing.design(m, m.cells, budget_s=1800.0).why
     text = "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\nrepeat: 5\n"
+    five = matrix.expand_document(matrix.yamlpos.load(text), "m.yaml")
+    # The matrix's repeat is the race's minimum: every cell runs at least that often.
+    assert racing.design(five, five.cells).race == RaceSettings(5, 10, 0.05, None)
+    many = matrix.expand_document(matrix.yamlpos.load(text.replace("repeat: 5", "repeat: 12")), "m.yaml")
+    assert racing.design(many, many.cells).race == RaceSettings(12, 12, 0.05, None)
     raced = matrix.expand_document(matrix.yamlpos.load(text + "race: {delta: 0.1, budget: 2h}\n"), "m.yaml")
-    assert raced.race == RaceSettings(3, 5, 0.1, 7200.0)
-    assert cli_run._race_settings(raced, Path("m.yaml"), None, None) == raced.race
-    assert cli_run._race_settings(raced, Path("m.yaml"), False, None) is None
-    assert cli_run._race_settings(raced, Path("m.yaml"), True, 8) == RaceSettings(3, 8, 0.1, 7200.0)
-    scaled = text + "scales:\n  small:\n    race: {max_repeats: 4, budget: 90}\n"
-    assert matrix.expand_document(matrix.yamlpos.load(scaled), "m.yaml", "small").race == RaceSettings(3, 4, 0.05, 90)
+    assert raced.race == RaceSettings(5, 10, 0.1, 7200.0)
+    assert racing.design(raced, raced.cells).race == raced.race
+    assert racing.design(raced, raced.cells, budget_s=60.0).race == RaceSettings(5, 10, 0.1, 60.0)
+    assert racing.design(raced, raced.cells, race=False).race is None
+    assert racing.design(raced, raced.cells, repeat=8) == racing.Design(None, 8, "fixed repeats: 8 a cell (--repeat 8)")
+    assert racing.design(raced, raced.cells, race=True, repeat=8).race == RaceSettings(5, 8, 0.1, 7200.0)
+    scaled = text + "scales:\n  small:\n    race: {min_repeats: 3, max_repeats: 4, budget: 90}\n"
+    small = matrix.expand_document(matrix.yamlpos.load(scaled), "m.yaml", "small")
+    assert small.race == RaceSettings(3, 4, 0.05, 90)
+
+
+def test_budget_with_fixed_repeats_is_refused_and_a_matrix_without_groups_runs_fixed_repeats() -> None:
+    m = _matrix(["ext4", "xfs"])
+    with pytest.raises(UserError, match=r"--budget limits a race, and --repeat 4 \(fixed repeats\) runs fixed"):
+        racing.design(m, m.cells, repeat=4, budget_s=60.0)
+    with pytest.raises(UserError, match="--budget limits a race, and --no-race runs fixed repeats"):
+        racing.design(m, m.cells, race=False, budget_s=60.0)
+    # Every group a single cell (one filesystem, two inputs): nothing to race, whatever is asked.
+    single = _matrix(["ext4"], ends=(100, 200))
+    for asked in ({}, {"race": True}, {"budget_s": 60.0}):
+        plan = racing.design(single, single.cells, **asked)  # type: ignore[arg-type]
+        assert plan.race is None and plan.repeat == 1
+        assert "no comparison group of two or more cells to race" in plan.why
+    # --only keeps one cell of the group: nothing to race either.
+    assert racing.design(m, m.cells[:1]).race is None
+    # Only crash groups: their runs measure recoveries, not a speed to race on.
+    crash = matrix.expand_document(
+        matrix.yamlpos.load(
+            "axes:\n  filesystem: [ext4, xfs]\n"
+            "defaults: {workload.threen1: {start: 1, end: 100}, crash: {mode: kill, after_s: 1}}\nrepeat: 2\n"
+        ),
+        "m.yaml",
+    )
+    assert racing.design(crash, crash.cells) == racing.Design(
+        None, 2, "fixed repeats: 2 a cell (no comparison group of two or more cells to race)"
+    )
+
+
+def test_slurm_runs_fixed_repeats_when_the_race_is_only_the_default() -> None:
+    m = _matrix(["ext4", "xfs"])
+    plan = racing.design(m, m.cells, one_machine=False)
+    assert (plan.race, plan.repeat) == (None, 1)
+    assert "--executor slurm: a race decides between rounds on one machine" in plan.why
+    raced = matrix.expand_document(matrix.yamlpos.load(RACE_BASE + "race: {}\n"), "m.yaml")
+    with pytest.raises(UserError, match=r"the matrix races \(the matrix's race:\).*give --no-race"):
+        racing.design(raced, raced.cells, one_machine=False)
+    with pytest.raises(UserError, match="--budget limits a race; --executor slurm runs fixed repeats"):
+        racing.design(m, m.cells, one_machine=False, budget_s=60.0)
 
 
 RACE_BASE = "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\nrepeat: 5\n"
@@ -335,7 +404,7 @@ RACE_BASE = "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {sta
 @pytest.mark.parametrize(
     ("race_text", "why"),
     [
-        ("race: {min_repeats: 6}", ":5: race: max_repeats defaults to the matrix's repeat (5), below min_repeats (6)"),
+        ("race: {max_repeats: 4}", ":5: race.max_repeats 4 is below min_repeats, which is the matrix's repeat (5)"),
         ("race: {min_repeats: 4, max_repeats: 3}", ":5: race.min_repeats 4 is above max_repeats 3"),
         ("race: {max_repeats: 2}", ":5: race.max_repeats 2 must be an integer from 3 to 1000"),
         ("race: {max_repeats: 4, min_repeats: 5}", ":5: race.min_repeats 5 is above max_repeats 4"),
@@ -352,14 +421,22 @@ def test_bad_race_refused_by_expand(tmp_path: Path, race_text: str, why: str) ->
     assert why in line
 
 
-def test_race_flag_on_a_matrix_of_one_repeat_refused(tmp_path: Path) -> None:
+def test_bad_race_options_refused(tmp_path: Path) -> None:
+    """``fsmatrix run``'s race options: one line, exit status 2, nothing run."""
     path = tmp_path / "m.yaml"
     path.write_text("axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\n")
     args = ("--results", str(tmp_path / "r"), "--workdir", str(tmp_path / "w"))
-    line = refused("run", str(path), "--race", *args)
-    assert f"{path}: --race: the matrix's repeat (1) is below the race's min_repeats (3); give --repeat N" in line
     assert "--repeat 2 is below the race's min_repeats (3)" in refused(
         "run", str(path), "--race", "--repeat", "2", *args
+    )
+    for bad in ("soon", "0", "-5m", "30 minutes", "1d"):
+        line = refused("run", str(path), "--budget", bad, *args)
+        assert f"--budget '{bad}' must be a duration > 0: seconds (e.g. 1800) or a number with s, m or h" in line
+    assert "--budget limits a race, and --no-race runs fixed repeats" in refused(
+        "run", str(path), "--no-race", "--budget", "1h", *args
+    )
+    assert "--order cells is for fixed repeats; a race runs in rounds" in refused(
+        "run", str(path), "--order", "cells", *args
     )
     assert not (tmp_path / "r").exists()
 
@@ -369,6 +446,140 @@ def test_bad_race_in_a_scale_refused(tmp_path: Path) -> None:
     path.write_text(RACE_BASE + "scales:\n  small:\n    race: {budget: -1h}\n")
     with pytest.raises(UserError, match=r"m.yaml:7: race.budget '-1h' must be a duration > 0"):
         matrix.load(path, "small")
+
+
+# --------------------------------------------------------------------------------------------
+# `fsmatrix run` races by default (issue 45): the command in this process, its backend a Drawn one
+
+
+TWO = "name: m\naxes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\n"
+
+
+@pytest.fixture
+def drawn_host(monkeypatch: pytest.MonkeyPatch) -> Callable[[Drawn], None]:
+    """``--backend host`` made to run ``Drawn`` instead: the command's own rule, runs and race.json."""
+
+    def use(backend: Drawn) -> None:
+        monkeypatch.setitem(BACKENDS, "host", BackendEntry("host", "drawn", False, lambda workdir, devices: backend))
+
+    return use
+
+
+def run_cli(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    done = invoke("run", str(path), "--results", str(tmp_path / "r"), "--workdir", str(tmp_path / "w"), *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_a_matrix_with_a_comparison_group_races_by_default(tmp_path: Path, drawn_host: Any) -> None:
+    backend = Drawn({"ext4": FAST, "xfs": SLOW})
+    drawn_host(backend)
+    done = run_cli(tmp_path, TWO)
+    assert "race: 3 to 10 repeats a cell, δ 5%, no time budget (the default with a comparison group" in done.stderr
+    stored = json.loads((tmp_path / "r" / "m" / racing.RACE_FILE).read_text())
+    assert stored["settings"] == {"min_repeats": 3, "max_repeats": 10, "delta": 0.05, "budget_s": None}
+    assert stored["stopped"]["reason"] == "decided" and stored["stopped"]["after_round"] == 3
+    assert left(stored) == {"xfs": ("retired", 3), "ext4": ("best", 3)}
+    assert backend.calls == [("ext4", 1), ("xfs", 1), ("ext4", 2), ("xfs", 2), ("ext4", 3), ("xfs", 3)]
+    assert "race: 3 rounds, stopped: one cell or one equivalent set left in every comparison group" in done.stdout
+    assert "6 runs of the fixed design's 20 (14 saved, 70%)" in done.stdout
+    assert done.stdout.splitlines()[-1].startswith("report: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "repeats"), [(("--repeat", "4"), 4), (("--no-race",), 2), (("--no-race", "--repeat", "3"), 3)]
+)
+def test_repeat_or_no_race_runs_fixed_repeats_in_rounds(
+    tmp_path: Path, drawn_host: Any, args: tuple[str, ...], repeats: int
+) -> None:
+    backend = Drawn({"ext4": FAST, "xfs": SLOW})
+    drawn_host(backend)
+    done = run_cli(tmp_path, TWO + "repeat: 2\n", *args)
+    assert f"fixed repeats: {repeats} a cell" in done.stderr
+    assert not (tmp_path / "r" / "m" / racing.RACE_FILE).exists() and "race: " not in done.stdout
+    # Rounds by default: every cell once per round.
+    assert backend.calls == [(fs, r) for r in range(1, repeats + 1) for fs in ("ext4", "xfs")]
+    assert runs_of(tmp_path / "r", "m") == {"ext4": repeats, "xfs": repeats}
+
+
+def test_order_cells_stays_available(tmp_path: Path, drawn_host: Any) -> None:
+    backend = Drawn({"ext4": FAST, "xfs": SLOW})
+    drawn_host(backend)
+    run_cli(tmp_path, TWO + "repeat: 2\n", "--no-race", "--order", "cells")
+    assert backend.calls == [("ext4", 1), ("ext4", 2), ("xfs", 1), ("xfs", 2)]
+
+
+def test_a_matrix_without_a_comparison_group_runs_fixed_repeats(tmp_path: Path, drawn_host: Any) -> None:
+    backend = Drawn({"ext4": FAST})
+    drawn_host(backend)
+    text = "name: m\naxes:\n  filesystem: [ext4]\n  workload.threen1.end: [100, 200]\n"
+    done = run_cli(tmp_path, text + "defaults: {workload.threen1: {start: 1}}\nrepeat: 2\n", "--budget", "1h")
+    assert "fixed repeats: 2 a cell (no comparison group of two or more cells to race; --budget does not apply)" in (
+        done.stderr
+    )
+    assert not (tmp_path / "r" / "m" / racing.RACE_FILE).exists()
+    assert [r for _, r in backend.calls] == [1, 1, 2, 2]  # in rounds
+
+
+def test_the_budget_stops_the_default_race_and_a_larger_one_continues_it(tmp_path: Path, drawn_host: Any) -> None:
+    # Two cells of 100 s a run: 200 s a round. A 250 s budget is spent after round 2 (400 s), before
+    # anything can be decided (the minimum is 3 runs).
+    laws: dict[str, Law | Callable[[int], Law]] = {"ext4": FAST, "xfs": SLOW}
+    drawn_host(Drawn(laws, duration_s=100.0))
+    done = run_cli(tmp_path, TWO, "--budget", "250s")
+    assert "race: 3 to 10 repeats a cell, δ 5%, budget 250 s" in done.stderr
+    path = tmp_path / "r" / "m" / racing.RACE_FILE
+    stored = json.loads(path.read_text())
+    assert stored["settings"]["budget_s"] == 250.0
+    assert stored["stopped"] == {
+        "after_round": 2,
+        "why": "the budget (250 s) was spent: the runs took 400 s",
+        "reason": "budget",
+    }
+    (group,) = stored["groups"]
+    assert (group["decided"], group["closed_after_round"]) == (False, 2)
+    assert left(stored) == {"ext4": ("remained", 2), "xfs": ("remained", 2)}  # no best before the minimum
+    assert "stopped: the budget (250 s) was spent" in done.stdout
+    # The same command again: the race stays stopped, nothing runs.
+    again = Drawn(laws, duration_s=100.0)
+    drawn_host(again)
+    run_cli(tmp_path, TWO, "--budget", "250s")
+    assert again.calls == [] and json.loads(path.read_text()) == stored
+    # A larger budget: the race goes on from round 3 and is decided there.
+    more = Drawn(laws, duration_s=100.0)
+    drawn_host(more)
+    run_cli(tmp_path, TWO, "--budget", "2h")
+    stored = json.loads(path.read_text())
+    assert more.calls == [("ext4", 3), ("xfs", 3)]
+    assert stored["settings"]["budget_s"] == 7200.0
+    assert stored["stopped"]["reason"] == "decided" and stored["groups"][0]["decided"] is True
+    assert left(stored) == {"xfs": ("retired", 3), "ext4": ("best", 3)}
+
+
+def test_a_cell_alone_in_its_group_runs_the_race_minimum_and_does_not_hold_the_race(tmp_path: Path) -> None:
+    """A raced matrix's group of one cell (and a crash group) is not raced: it runs every round up to
+    the race's minimum and leaves; the raced groups decide when the race stops."""
+    m = matrix.expand_document(
+        matrix.yamlpos.load(
+            "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\n"
+            "include:\n  - {filesystem: btrfs, workload: {threen1: {start: 1, end: 300}}}\n"
+        ),
+        "m.yaml",
+    )
+    backend = Drawn({"ext4": (10.0, 0.1), "xfs": (10.3, 0.1), "btrfs": FAST})
+    summary = runs.run_matrix(
+        m, m.cells, backend, results_root=tmp_path, run_id="r", repeat=1, force=False,
+        console=Console(file=io.StringIO()), race=RaceSettings(4, 6),
+    )  # fmt: skip
+    stored = summary.race
+    assert stored is not None
+    assert runs_of(tmp_path) == {"ext4": 6, "xfs": 6, "btrfs": 4}
+    alone = next(g for g in stored["groups"] if len(g["cells"]) == 1)
+    assert (alone["raced"], alone["decided"], alone["closed_after_round"]) == (False, None, 4)
+    assert left(stored)["btrfs"] == ("remained", 4)
+    assert stored["stopped"]["reason"] == "max_repeats"
 
 
 # --------------------------------------------------------------------------------------------

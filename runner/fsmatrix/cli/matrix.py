@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import images, matrix, runs
+from fsmatrix import images, matrix, racing, runs
 from fsmatrix.agent import kernel
 from fsmatrix.backends import image
 from fsmatrix.errors import UserError
@@ -68,9 +68,10 @@ def expand(
     else:
         named = m.baseline_rule == matrix.NAMED_RULE
         rule = "named by the file's baseline" if named else "fewest settings off their defaults"
+        plan = racing.design(m, cells)  # what `fsmatrix run` runs without --race, --no-race or --repeat
         repeats = f"{m.repeat} repeats"
-        if m.race is not None:
-            r = m.race
+        if plan.race is not None:
+            r = plan.race
             budget = f", budget {r.budget_s:g} s" if r.budget_s is not None else ""
             repeats = f"a race of {r.min_repeats} to {r.max_repeats} repeats (delta {r.delta:g}{budget})"
         table = Table(
@@ -102,10 +103,12 @@ def expand(
                 found[c.id].show(),
             )
         Console(width=None if sys.stdout.isatty() else 200).print(table)
-        repeats_each = m.race.max_repeats if m.race is not None else m.repeat
-        whole = estimate.total(found, {c.id: repeats_each for c in cells})
-        shape = f"{len(cells)} cells × {repeats_each}"
-        click.echo(f"{whole.show(at_most=m.race is not None)} ({shape}), from the runs in {results_root} on this host")
+        whole = estimate.total(found, {c.id: plan.repeat for c in cells})
+        shape = f"{len(cells)} cells × {plan.repeat}"
+        click.echo(
+            f"{whole.show(at_most=plan.race is not None)} ({shape}), from the runs in {results_root} on this host"
+        )
+        click.echo(plan.why)
         for effect in m.includes:
             click.echo(effect.describe())
     include_warnings(m)

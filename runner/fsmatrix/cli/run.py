@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import sys
 from collections.abc import Callable
@@ -41,7 +40,10 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
 @click.option("--results", "results_root", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
 @click.option("--run-id", default=None, help="Results go to RESULTS/RUN_ID (default: the matrix name).")
 @click.option(
-    "--repeat", type=click.IntRange(1, matrix.MAX_REPEAT), default=None, help="Override the matrix's repeat count."
+    "--repeat",
+    type=click.IntRange(1, matrix.MAX_REPEAT),
+    default=None,
+    help="Run every cell exactly N times: fixed repeats, no race (with --race: the race's maximum repeats).",
 )
 @click.option("--scale", default=None, help="Run at this one of the file's `scales` (e.g. small; matrix/README.md).")
 @click.option(
@@ -70,11 +72,11 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
 )
 @click.option(
     "--order",
-    type=click.Choice(["cells", "rounds"]),
-    default="cells",
-    show_default=True,
-    help="cells: every repeat of a cell, then the next cell; rounds: every cell once per round, so a change "
-    "in the machine's load falls on all cells alike (use it when cells are compared with each other).",
+    type=click.Choice(["rounds", "cells"]),
+    default=None,
+    help="Fixed repeats' order. rounds (the default): every cell once per round, so a change in the machine's "
+    "load falls on all cells alike; cells: every repeat of a cell, then the next cell. A race always runs in "
+    "rounds.",
 )
 @click.option(
     "--device",
@@ -87,11 +89,21 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     "--race/--no-race",
     "race",
     default=None,
-    help="Race: rounds of every cell still in the race, and after each round from the minimum repeats on, "
-    "cells significantly worse than their group's best by more than delta leave, and cells equivalent to it "
-    "stop as equivalent (docs/statistics-and-gate.md, 'Racing'). Default: race when the matrix has `race:` "
-    "(its settings; without it --race uses min 3, max the repeat count, delta 5 %, no budget). "
-    "--repeat sets the maximum repeats of a race.",
+    help="Race (the default for a matrix whose cells form a comparison group: two or more cells of one "
+    "workload and input): rounds of every cell still in the race; after each round from the minimum repeats "
+    "on, cells significantly worse than their group's best by more than delta leave, and cells equivalent to "
+    "it stop; the race stops when every group is decided, at the maximum repeats or when the budget is spent "
+    "(docs/statistics-and-gate.md, 'Racing'). Settings: the matrix's `race:`, else min the matrix's repeat "
+    "(at least 3), max 10, delta 5 %, no budget. --no-race, or --repeat N without --race: fixed repeats. "
+    "A matrix without a comparison group, and --executor slurm, run fixed repeats.",
+)
+@click.option(
+    "--budget",
+    "budget",
+    default=None,
+    metavar="DURATION",
+    help="A race's time budget (e.g. 90s, 30m, 2h, or seconds): the race stops at the end of the first round "
+    "after which its runs took this long in all; replaces the matrix's race.budget.",
 )
 @click.option("--yes", is_flag=True, help="Do not ask before formatting --device.")
 @workdir_option("Scratch space for a run: loop image files and mount points (host), overlays and disks (qemu).")
@@ -137,9 +149,10 @@ def run(
     force: bool,
     push: bool,
     store_url: str | None,
-    order: str,
+    order: str | None,
     devices: tuple[str, ...],
     race: bool | None,
+    budget: str | None,
     yes: bool,
     workdir: Path,
     executor: str,
@@ -150,8 +163,7 @@ def run(
     sbatch_args: tuple[str, ...],
 ) -> None:
     """Run the cells of matrix FILE and store one result per repeat."""
-    from fsmatrix import runs
-    from fsmatrix.racing import race_summary_lines
+    from fsmatrix import racing, runs
 
     slurm_only = {"--shared": shared is not None, "--shard-size": shard_size is not None, "--detach": detach}
     slurm_only["--sbatch-arg"] = bool(sbatch_args)
@@ -160,27 +172,33 @@ def run(
     elif any(slurm_only.values()):
         given = ", ".join(option for option, on in slurm_only.items() if on)
         raise UserError(f"{given}: for --executor slurm only")
+    budget_s = _budget(budget)
     build = matrix.read_settings(settings_file) if settings_file else None
     m = matrix.load(file, scale, build)
     pusher = Pusher(store_urls.resolve(store_url, results_root)) if push else None  # bad URLs before any run
     if store_url is not None and not push:
         raise UserError("--store names where --push pushes: give --push too")
-    racing = _race_settings(m, file, race, repeat)
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
+    chosen_design = racing.design(
+        m, cells, race=race, repeat=repeat, budget_s=budget_s, one_machine=executor != "slurm"
+    )
+    if chosen_design.race is not None and order == "cells":
+        raise UserError("--order cells is for fixed repeats; a race runs in rounds: give --no-race (or --repeat N) too")
+    order = order or "rounds"
     for effect in m.includes:
         console.print(effect.describe(), markup=False, highlight=False)
     include_warnings(m)
     writable_directory(results_root, "--results")
     if executor == "slurm" and shared is not None:
-        if racing is not None:
-            raise UserError("the matrix races (race:), deciding across every cell: give --no-race for --executor slurm")
-        args = ["--backend", backend, "--workdir", str(workdir.resolve()), "--repeat", str(repeat or m.repeat)]
+        console.print(chosen_design.why, markup=False, highlight=False)
+        fixed = chosen_design.repeat
+        args = ["--backend", backend, "--workdir", str(workdir.resolve()), "--repeat", str(fixed)]
         args += ["--order", order, "--no-race"]
         sys.exit(
             _run_on_slurm(
-                m, cells, shared, run_id or m.name, backend, repeat or m.repeat, results_root, shard_size,
+                m, cells, shared, run_id or m.name, backend, fixed, results_root, shard_size,
                 [*args, *(["--scale", scale] if scale else [])], force, detach, kvm_gres, sbatch_args, settings_file,
             )
         )  # fmt: skip
@@ -203,13 +221,14 @@ def run(
             chosen,
             results_root=results_root,
             run_id=run_id,
-            repeat=repeat or m.repeat,
+            repeat=chosen_design.repeat,
             force=force,
             console=console,
             order=order,
-            race=racing,
+            race=chosen_design.race,
             after_round=(lambda: pusher.push(results_root / run_id)) if pusher else None,
             settings=build,
+            plan=chosen_design.why,
         )
     finally:
         chosen.close()  # e.g. the libvirt backend stops the daemons it started
@@ -220,7 +239,7 @@ def run(
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
     if summary.race is not None:
-        for line in race_summary_lines(store.Race.read(summary.race)):
+        for line in racing.race_summary_lines(store.Race.read(summary.race)):
             click.echo(line)
     if pusher is not None:
         pusher.push(summary.run_dir, last=True)
@@ -306,23 +325,17 @@ def _run_on_slurm(
     return slurm.finish(slurm.collect(sub, results_root, console.print), click.echo)
 
 
-def _race_settings(m: matrix.Matrix, file: Path, race: bool | None, repeat: int | None) -> matrix.RaceSettings | None:
-    """The race to run: the matrix's ``race:`` (or the defaults with --race), its maximum repeats
-    --repeat when given; None: the fixed design (--no-race, or no ``race:`` without --race)."""
-    if race is False or (race is None and m.race is None):
+def _budget(value: str | None) -> float | None:
+    """``--budget``'s seconds (None: not given); UserError, one line, for what is not a duration > 0."""
+    if value is None:
         return None
-    settings = m.race or matrix.RaceSettings(max_repeats=max(m.repeat, matrix.RACE_MIN_REPEATS))
-    if repeat is not None:
-        if repeat < settings.min_repeats:
-            raise UserError(f"--repeat {repeat} is below the race's min_repeats ({settings.min_repeats})")
-        settings = dataclasses.replace(settings, max_repeats=repeat)
-    elif m.race is None and m.repeat < settings.min_repeats:
+    seconds = matrix.parse_duration(value)
+    if seconds is None:
         raise UserError(
-            f"--race: the matrix's repeat ({m.repeat}) is below the race's min_repeats ({settings.min_repeats}); "
-            "give --repeat N (the race's maximum repeats, N >= 3) or a race: with max_repeats",
-            file=str(file),
+            f"--budget {value!r} must be a duration > 0: seconds (e.g. 1800) or a number with s, m or h "
+            "(e.g. 90s, 30m, 2h)"
         )
-    return settings
+    return seconds
 
 
 def _confirm_devices(devices: list[str], yes: bool) -> None:

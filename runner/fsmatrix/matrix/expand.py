@@ -116,7 +116,7 @@ class Matrix:
     # every group of the whole matrix (whatever a selection keeps), and how they were chosen.
     baselines: dict[str, str] = field(default_factory=dict)
     baseline_rule: str = DEFAULTS_RULE
-    race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: no race unless --race
+    race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: the default race (racing.design)
     includes: list[IncludeEffect] = field(default_factory=list)  # what each ``include`` entry did
 
     def is_baseline(self, cell: MatrixCell) -> bool:

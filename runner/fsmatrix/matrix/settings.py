@@ -20,6 +20,7 @@ from fsmatrix.matrix.read import read_file
 MAX_REPEAT = 1_000
 RACE_KEYS = ("min_repeats", "max_repeats", "delta", "budget")
 RACE_MIN_REPEATS = 3  # race.race_step decides nothing before the third run (stats.MIN_SAMPLES)
+RACE_MAX_REPEATS = 10  # a race's last round when the matrix does not say (or its repeat, when higher)
 RACE_DELTA = 0.05
 
 
@@ -28,7 +29,7 @@ class RaceSettings:
     """``race:``: runs go in rounds and cells that the statistics rule out leave (runs.py, results/verdict/race.py)."""
 
     min_repeats: int = RACE_MIN_REPEATS  # nothing is decided before every cell has this many runs
-    max_repeats: int = RACE_MIN_REPEATS  # the race's last round (default: the matrix's repeat)
+    max_repeats: int = RACE_MAX_REPEATS  # the race's last round
     delta: float = RACE_DELTA  # the minimum effect: worse by more than this retires, within ±this ties
     budget_s: float | None = None  # stop at the first round's end after the runs took this long
 
@@ -36,9 +37,18 @@ class RaceSettings:
         return asdict(self)
 
 
+def default_race(repeat: int) -> RaceSettings:
+    """The race of a matrix without ``race:`` (``fsmatrix run`` races a matrix with a comparison group
+    by default): every cell at least the matrix's ``repeat`` runs (and at least ``RACE_MIN_REPEATS``),
+    at most ``RACE_MAX_REPEATS`` (or that minimum, when higher), δ 5 %, no budget."""
+    low = max(RACE_MIN_REPEATS, repeat)
+    return RaceSettings(low, max(RACE_MAX_REPEATS, low))
+
+
 def race_settings(value: Any, repeat: int, where: Any, fail: Any) -> RaceSettings:
     """A ``race:`` mapping (None or ``{}``: the defaults) checked; ``where(key)`` is the line of a key.
-    ``max_repeats`` defaults to ``repeat``."""
+    The defaults are ``default_race(repeat)``'s: ``min_repeats`` the matrix's ``repeat`` (at least 3),
+    ``max_repeats`` 10 (or ``min_repeats``, when higher)."""
     if value is None:
         value = {}
     if not isinstance(value, dict):
@@ -57,17 +67,15 @@ def race_settings(value: Any, repeat: int, where: Any, fail: Any) -> RaceSetting
             )
         return int(v)
 
-    low = count("min_repeats", RACE_MIN_REPEATS)
-    if "max_repeats" in value:
-        high = count("max_repeats", repeat)
-    elif repeat < low:
+    defaults = default_race(repeat)
+    low = count("min_repeats", defaults.min_repeats)
+    high = count("max_repeats", max(RACE_MAX_REPEATS, low))
+    if low > high and "min_repeats" not in value:
         raise fail(
-            f"race: max_repeats defaults to the matrix's repeat ({repeat}), below min_repeats ({low}); "
-            "set race.max_repeats (or repeat) to at least min_repeats",
-            where(None),
+            f"race.max_repeats {high} is below min_repeats, which is the matrix's repeat ({low}): a race runs "
+            "every cell at least `repeat` times; set race.min_repeats (at least 3), or a lower repeat",
+            where("max_repeats"),
         )
-    else:
-        high = repeat
     if low > high:
         raise fail(
             f"race.min_repeats {low} is above max_repeats {high}; min_repeats must be at most max_repeats",

@@ -345,7 +345,7 @@ def test_pgbench_cells_on_the_host_backend(tmp_path: Path, workdir: Path) -> Non
     matrix.write_text(CELLS)
     results = tmp_path / "results"
     out = subprocess.run(
-        [*FSMATRIX, "run", str(matrix), "--results", str(results), "--workdir", str(workdir)],
+        [*FSMATRIX, "run", str(matrix), "--results", str(results), "--workdir", str(workdir), "--no-race"],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr  # the wal_buffers cell fails, the others pass
