@@ -28,7 +28,10 @@ from fsmatrix.results.verdict import metrics
 # imports them, so every command that imports runs starts without them (tests/cli/test_command_loading.py).
 
 RACE_FILE = store.RACE_FILE
-RACE_FORMAT = 1
+# 2: a cell is retired when shown worse than the best at all (``retire_margin`` 0, the answer's "worse");
+# 1 retired it only when worse by more than δ. A race of another format is not continued (--force).
+RACE_FORMAT = 2
+RETIRE_MARGIN = 0.0
 # Why a race stopped (race.json's ``stopped.reason``): every raced group decided, the last round
 # (``max_repeats``) reached with some group undecided, or the time budget spent.
 STOP_REASONS = ("decided", "max_repeats", "budget")
@@ -160,6 +163,7 @@ def design(
 def _new_race(cells: list[MatrixCell], groups: list[RaceGroup], settings: RaceSettings, alpha: float) -> dict[str, Any]:
     return {
         "format_version": RACE_FORMAT,
+        "retire_margin": RETIRE_MARGIN,
         "settings": settings.to_dict(),
         "alpha": alpha,
         "cells": [c.id for c in cells],

@@ -22,10 +22,10 @@ def outcomes(row: race_sim.Row) -> dict[str, tuple[float, float, float]]:
 
 
 def test_a_clear_loser_leaves_early_and_every_rule_decides_rightly() -> None:
-    # 3 configurations 20 % apart at 3 % noise: the race retires the losers at its first looks, 11.5
+    # 3 configurations 20 % apart at 3 % noise: the race retires the losers at its first looks, 10.4
     # runs of the 30 that 10 repeats take; 3 repeats leave a tenth of the groups undecided.
     assert outcomes(race_sim.design(3, 0.03, 0.20, trials=60)) == {
-        "race": (11.52, 1.0, 0.0),
+        "race": (10.4, 1.0, 0.0),
         "fixed 3": (9.0, 0.9, 0.0),
         "fixed 5": (15.0, 1.0, 0.0),
         "fixed 10": (30.0, 1.0, 0.0),
@@ -34,14 +34,14 @@ def test_a_clear_loser_leaves_early_and_every_rule_decides_rightly() -> None:
 
 def test_equal_configurations_are_shown_equivalent_or_left_open() -> None:
     # Two equal configurations: at 3 % noise the race shows half of them equivalent (within ±5 %) with
-    # 17.7 runs; at 8 % it cannot by 10 runs and runs them all. A fixed rule's "worse" is wrong here.
+    # 17.5 runs; at 8 % it almost never can by 10 runs and runs them all. Any "worse" is wrong here.
     assert outcomes(race_sim.design(2, 0.03, 0.0, trials=60)) == {
-        "race": (17.73, 0.5, 0.0),
+        "race": (17.47, 0.533, 0.033),
         "fixed 3": (6.0, 0.1, 0.033),
         "fixed 5": (10.0, 0.417, 0.017),
         "fixed 10": (20.0, 0.95, 0.033),
     }
-    assert outcomes(race_sim.design(2, 0.08, 0.0, trials=60))["race"] == (20.0, 0.0, 0.0)
+    assert outcomes(race_sim.design(2, 0.08, 0.0, trials=60))["race"] == (19.93, 0.017, 0.017)
 
 
 def test_the_same_seed_gives_the_same_rows() -> None:

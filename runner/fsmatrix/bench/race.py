@@ -15,13 +15,11 @@ runs):
   (``after_round = max_rounds = min_repeats = R``, R the stored runs of the group's cell with the
   fewest): the same δ, and one look's error budget α / (3 · K(K-1)/2), as the fixed design of R
   runs a cell looks once. That is {the best} ∪
-  the cells equivalent to it within ±δ ∪ the cells the data cannot place (neither shown worse by more
-  than δ nor equivalent) — the counterpart of a race's survivors (best, equivalent, and "remained" at
-  ``max_repeats``): the cells *not shown worse than the best by more than δ* on all the data.
-  ``groups.compare_group``'s answer (the best and the cells not significantly different from it,
-  with no δ) is a different question — a cell 2 % slower than the best on many runs is "worse"
-  there and survives a race with δ = 5 % — so it is printed beside the decision for reference,
-  never compared with the replays.
+  the cells equivalent to it within ±δ ∪ the cells the data cannot place (neither shown worse nor
+  equivalent) — the counterpart of a race's survivors (best, equivalent, and "remained" at
+  ``max_repeats``): the cells *not shown worse than the best* on all the data.
+  ``groups.compare_group``'s answer (one look at α/m over the pairs, not the race's level) is printed
+  beside the decision for reference, never compared with the replays.
 - **Replays** (``--replays``, default 200, seeded with ``--seed``): each draws, per cell, a random
   order of its stored runs (without replacement) and plays the race exactly as ``fsmatrix run
   --race`` does — rounds of every cell still in the race, and after each round

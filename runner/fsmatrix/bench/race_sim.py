@@ -23,8 +23,9 @@ share with a **wrong decision** (with its exact 95 % Clopper-Pearson interval): 
 called worse than the one it was judged against (fixed: the leader; the race: the best at the look
 that retired it) while it is truly not worse than it, or called equivalent to it while it is truly
 not within ±δ (the boundary, exactly δ apart, counts as not within). Both rules promise at most α =
-5 % family-wise per group; the race's promise is the stronger (a retired cell is worse by more than
-δ), so this count, the weaker claim's, holds it to the same yardstick as fixed repeats.
+5 % family-wise per group, with the same words: the race retires a cell shown worse than the best
+(``racing.RETIRE_MARGIN`` 0; races before 2026-12-03 retired only beyond δ, a stronger claim that
+decided far fewer groups).
 
 ``--trials`` groups per design (default 400: the 36 designs take about two minutes on one core of the
 2-core build machine, the race's looks most of it). Deterministic for a seed.

@@ -135,7 +135,7 @@ def _race(
     alpha: float,
     min_rounds: int,
 ) -> race.RaceStep:
-    look = race.Look(after_round, max_rounds, min_rounds, delta, alpha)
+    look = race.Look(after_round, max_rounds, min_rounds, delta, alpha, margin=delta)  # a regression beyond δ
     return race.race_step({k: list(v) for k, v in samples.items()}, direction, look)
 
 

@@ -14,9 +14,7 @@ def race_section(race: Race) -> list[str]:
         f"{race.rounds} rounds ({s.min_repeats} to {s.max_repeats} repeats, minimum effect {s.delta:.0%}); "
         + (f"stopped: {race.stopped.why}" if race.stopped is not None else "not finished")
         + f". {race.runs_used} runs of the fixed design's {race.runs_fixed} ({race.runs_fixed - race.runs_used} "
-        "saved). A retired cell was significantly worse than its group's best by more than the minimum effect (a "
-        "one-sided Welch's t on logs shifted by ln(1 + δ), at Pocock's level); an equivalent one shown within that "
-        "effect of it by TOST (docs/statistics-and-gate.md, 'Racing').",
+        f"saved). A retired cell was {_retired(race.retire_margin)} by TOST (docs/statistics-and-gate.md, 'Racing').",
         "",
         "| cell | left after round | why |",
         "|---|---|---|",
@@ -29,3 +27,15 @@ def race_section(race: Race) -> list[str]:
         else:
             lines.append(f"| {cell_id} | - | still racing |")
     return [*lines, ""]
+
+
+def _retired(margin: float) -> str:
+    if margin:
+        return (
+            "significantly worse than its group's best by more than the minimum effect (a one-sided Welch's t on "
+            "logs shifted by ln(1 + δ), at Pocock's level); an equivalent one shown within that effect of it"
+        )
+    return (
+        "significantly worse than its group's best (a one-sided Welch's t on logs, at Pocock's level); an "
+        "equivalent one shown within the minimum effect of it"
+    )

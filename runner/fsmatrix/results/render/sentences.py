@@ -268,6 +268,14 @@ def why_sentence(why: Why) -> str | None:
     return f"What differs, {why.best} against {why.against} (ratio of medians): {', '.join(parts)}."
 
 
+def retired_when(margin: float) -> str:
+    """The race's retire test in words (races before 2026-12-03 retired only beyond δ)."""
+    if margin:
+        shifted = f"one-sided Welch's t on logs shifted by ln(1 + {margin:g})"
+        return f"worse than the best by more than {pct(margin)} ({shifted})"
+    return "shown worse than the best (one-sided Welch's t on logs)"
+
+
 def race_rule(raced: RacedGroup) -> str:
     """One sentence: how the race decided a group."""
     level = (
@@ -282,9 +290,8 @@ def race_rule(raced: RacedGroup) -> str:
         else f"Not decided by the race ({stop_words(raced)}); what it did decide stands"
     )
     return (
-        f"{head}: a configuration retired when "
-        f"worse than the best by more than {pct(d)} (one-sided Welch's t on logs shifted by "
-        f"ln(1 + {d:g})), equivalent when TOST shows it within ±{pct(d)}, each test at {level} so "
+        f"{head}: a configuration retired when {retired_when(raced.retire_margin)}, equivalent when TOST shows it "
+        f"within ±{pct(d)}, each test at {level} so "
         f"that all its decisions over every round err with probability at most {pct(raced.alpha)}; the intervals "
         "are fixed-sample ones on the runs it stopped at, not adjusted for its stopping."
     )

@@ -139,6 +139,7 @@ class Race:
 
     settings: RaceSettingsRecord
     alpha: float
+    retire_margin: float  # a cell was retired when worse than the best by more than this (0: worse at all)
     cells: tuple[str, ...]
     groups: tuple[RaceGroupRecord, ...]
     rounds: int
@@ -166,6 +167,10 @@ class Race:
                 float(settings["budget_s"]) if isinstance(settings.get("budget_s"), int | float) else None,
             ),
             float(record.get("alpha") or 0.05),
+            # races of format 1 retired a cell only when worse by more than δ
+            float(record["retire_margin"])
+            if isinstance(record.get("retire_margin"), int | float)
+            else (float(settings.get("delta") or 0.05)),
             tuple(str(c) for c in _list(record.get("cells"))),
             tuple(_group(g) for g in _list(record.get("groups")) if isinstance(g, Mapping)),
             len(rounds),

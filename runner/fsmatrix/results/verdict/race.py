@@ -6,15 +6,17 @@ planned maximum of R rounds and a minimum of r0 repeats (>= ``MIN_SAMPLES``):
 - a cell with a failed run (or a value <= 0, which has no ratio) is retired: a cell whose runs fail
   never wins (a rule, not a statistical decision: it spends no α);
 - the current best is the cell with the best median among the others; each other cell j is
-  *retired* when it is significantly worse than the best by more than δ — a one-sided test of the
-  null hypothesis "j is at most δ worse" (on logs, in the metric's direction: H0: μj - μbest <=
-  ln(1+δ)), Welch's t-test on logs shifted by ln(1+δ), or Mann-Whitney on them when the test
-  choice at the adjusted level allows it — and *equivalent* when TOST shows it within ±δ of the best
-  within ±δ; otherwise kept. A retired cell never comes back (the caller passes the retired set;
+  *retired* when it is significantly worse than the best by more than the look's ``margin`` — a
+  one-sided test of the null hypothesis "j is at most that much worse" (on logs, in the metric's
+  direction: H0: μj - μbest <= ln(1 + margin)), Welch's t-test on logs shifted by ln(1 + margin), or
+  Mann-Whitney on them when the test choice at the adjusted level allows it; the race's margin is 0
+  (shown worse: the answer's "worse"), bisect's δ (a regression is slower by more than δ) — and
+  *equivalent* when TOST shows it within ±δ of the best and it is not retired; otherwise kept. A
+  retired cell never comes back (the caller passes the retired set;
   it is returned unchanged plus the new ones).
 
 Error control across rounds and cells. A wrong decision is the rejection of a true null hypothesis:
-retiring a cell that is not worse than the current best by more than δ, or tying one that is not
+retiring a cell that is not worse than the current best by more than the margin, or tying one that is not
 within ±δ of it. The current best is chosen from the data, so each comparison "j against the
 current best" is one of the K(K-1)/2 unordered pairs, and for a pair the race can make three
 decisions (retire one, retire the other, tie), each a one-sided test (TOST's rejection needs both of
@@ -30,9 +32,8 @@ integration (``crossing_probability``). Every one-sided test at every look then 
 α' = 1 - Φ(c) (``look_alpha``). A test made at only some of the looks (the pair is compared only
 while one of its cells is the best) crosses no more often. So the family-wise error — the
 probability that a race ever retires or ties a cell wrongly, over all rounds and cells — is at most
-α. A cell within δ of the truly best cell is, a fortiori, within δ of the current best (no cell is
-truly better than the truly best), so the truly best cell and every cell within δ of it survive the
-race with probability at least 1 - α.
+α. No cell is truly better than the truly best, so the truly best cell (and, with a margin, every
+cell within the margin of it) survives the race with probability at least 1 - α.
 
 What this rests on: Pocock's boundary is exact for normal statistics with known variance; the race
 applies its nominal level α' to each look's p-value (Welch's t on logs, or Mann-Whitney), the
@@ -80,7 +81,7 @@ class CellDecision:
     reason: str
     n: int  # passed runs
     ratio: float  # median ratio to the current best (this / best), nan when not compared
-    p_retire: float  # one-sided p of "worse than the best by more than δ", nan when not tested
+    p_retire: float  # one-sided p of "worse than the best by more than the margin", nan when not tested
     p_equivalent: float  # TOST p against the best, nan when not tested
 
 
@@ -183,6 +184,7 @@ class Look:
     min_repeats: int = stats.MIN_SAMPLES
     delta: float = DELTA
     alpha: float = stats.ALPHA
+    margin: float = 0.0  # retire a cell worse than the best by more than this (0: worse at all, the answer's "worse")
 
     def check(self) -> None:
         if self.min_repeats < stats.MIN_SAMPLES:
@@ -225,7 +227,7 @@ def race_step(
     if best is not None:
         decided[best] = _record(best, runs, "keep", f"current best of {len(eligible)}", (1.0, math.nan, math.nan))
         for cell in (c for c in eligible if c != best):
-            decided[cell] = _against_best(cell, best, runs, direction, (look.delta, level))
+            decided[cell] = _against_best(cell, best, runs, direction, (look.delta, look.margin, level))
     decisions = tuple(decided[c] for c in samples)
     now_retired = before | {d.cell for d in decisions if d.action == "retire"}
     return RaceStep(look.after_round, look.max_rounds, best, level, decisions, frozenset(now_retired))
@@ -261,22 +263,24 @@ def _undecidable(runs: Runs, before: frozenset[str], min_repeats: int) -> tuple[
     return decided, eligible
 
 
-def _against_best(cell: str, best: str, runs: Runs, direction: str, levels: tuple[float, float]) -> CellDecision:
-    """One cell against the current best: retired, equivalent or kept (``levels``: δ and α')."""
-    delta, level = levels
+def _against_best(cell: str, best: str, runs: Runs, direction: str, levels: tuple[float, float, float]) -> CellDecision:
+    """One cell against the current best: retired, equivalent or kept (``levels``: δ, the retire margin
+    and α'). Worse and within ±δ at once (a cell 2 % behind, shown so): worse, as the answer says it."""
+    delta, margin, level = levels
     sign = 1.0 if direction == "lower" else -1.0  # "badness": larger is worse
     values = runs[cell][0]
     ratio = stats.ratio_of_medians(runs[best][0], values)
-    p_retire, test = _retire_p(sign * np.log(runs[best][0]), sign * np.log(values), math.log1p(delta), level)
+    p_retire, test = _retire_p(sign * np.log(runs[best][0]), sign * np.log(values), math.log1p(margin), level)
     p_equivalent = tost(runs[best][0], values, delta).p_value
+    worse = f"worse by more than {margin:.0%}" if margin else "worse"
     text = (
-        f"{ratio:.3f}x the best, p = {p_retire:.2g} ({test}) for worse by more than {delta:.0%}, "
+        f"{ratio:.3f}x the best, p = {p_retire:.2g} ({test}) for {worse}, "
         f"TOST p = {p_equivalent:.2g}, α' = {level:.2g}: "
     )
-    if p_retire < level and p_equivalent < level:
+    if margin and p_retire < level and p_equivalent < level:
         action, text = "keep", text + "conflicting tests, no decision"
     elif p_retire < level:
-        action, text = "retire", text + f"significantly worse by more than {delta:.0%}"
+        action, text = "retire", text + f"significantly {worse}"
     elif p_equivalent < level:
         action, text = "equivalent", text + f"equivalent to the best within ±{delta:.0%}"
     else:

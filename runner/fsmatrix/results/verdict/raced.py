@@ -34,6 +34,7 @@ class RacedGroup:
     stop_reason: str | None  # race.json's stopped.reason: "decided", "max_repeats", "budget" (None: not recorded)
     rounds: int  # the rounds the race ran
     budget_s: float | None
+    retire_margin: float  # retired when worse than the best by more than this (0: worse at all)
 
 
 def raced_groups(race: Race | None) -> list[RacedGroup]:
@@ -67,6 +68,7 @@ def raced_groups(race: Race | None) -> list[RacedGroup]:
                 stopped.reason if stopped is not None else None,
                 race.rounds,
                 race.settings.budget_s,
+                race.retire_margin,
             )
         )
     return out
