@@ -85,7 +85,14 @@ def test_the_command_prints_every_design(capsys: pytest.CaptureFixture[str]) -> 
     assert set(doc["rows"][0]["fixed"]) == {"3", "5", "10"}
     assert race_sim.main(["--trials", "1", "--max-repeats", "5"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].startswith("| k | CV | Δ | race (3..5): runs | decided | wrong [95 % CI] |")
+    assert table[0].startswith("| k | CV | Δ | race (3..5): runs | decided | runs per decided | wrong [95 % CI] |")
+    assert table[0].endswith(" best fixed: runs per decided |") and "runs per decided group than the best" in table[-1]
     assert len([line for line in table if line.startswith("| ")]) == 37
     assert race_sim.main(["--trials", "0"]) == 2 and "--trials 0" in capsys.readouterr().err
     assert race_sim.main(["--max-repeats", "11"]) == 2
+
+
+def test_runs_per_decided_group_is_runs_over_the_share_decided() -> None:
+    o = race_sim.Outcome(runs=12.0, decided=0.5, wrong=0.0, wrong_ci=(0.0, 0.1))
+    assert race_sim.per_decided(o) == 24.0
+    assert math.isinf(race_sim.per_decided(race_sim.Outcome(6.0, 0.0, 0.0, (0.0, 0.1))))
