@@ -32,7 +32,7 @@ from fsmatrix import racing
 from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend, hostinfo
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, comparison_group
+from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, group_of
 from fsmatrix.results import store
 from fsmatrix.results.store import past_runs
 from fsmatrix.results.verdict import estimate
@@ -264,7 +264,7 @@ def matrix_record(
     adds its settings (``race``; ``repeat`` is then its maximum repeats)."""
     entries = []
     for c in cells:
-        group = comparison_group(c.spec)
+        group = group_of(c.spec)
         entries.append(
             {
                 "id": c.id,

@@ -55,7 +55,7 @@ def expand(
         entries = [
             {
                 "id": c.id,
-                "group": matrix.comparison_group(c.spec).key,
+                "group": matrix.group_of(c.spec).key,
                 "baseline": m.is_baseline(c),
                 **c.params,
                 **({"runner": {"labels": list(c.runner)}} if c.runner else {}),

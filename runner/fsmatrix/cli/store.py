@@ -48,7 +48,7 @@ def list_cmd(store_url: str | None, results_root: Path, only: tuple[str, ...], s
     after = store.parse_since(since) if since else None
     url = store_urls.resolve(store_url, results_root)
     with database.Store.open(url) as opened:
-        runs = store.stored_runs(opened.index_rows(after), only)
+        runs = store.sittings(opened.index_rows(after), only)
     total = sum(r.documents for r in runs)
     if fmt == "json":
         click.echo(json.dumps(store.listing_json(total, runs), indent=1))

@@ -36,7 +36,7 @@ from fsmatrix.results.store.merge import merge
 from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
 from fsmatrix.results.store.published import load as load_published
 from fsmatrix.results.store.published import reproduced
-from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, stored_runs
+from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, sittings
 
 __all__ = [
     "COMPLETE",
@@ -66,5 +66,5 @@ __all__ = [
     "result_path",
     "run_documents",
     "run_matrix",
-    "stored_runs",
+    "sittings",
 ]
