@@ -39,12 +39,13 @@ SERIES = 1_000
 SERIES_POINTS = 100
 REPEATS = 3
 SEED = 39
+TEMPLATE_ID = "template"  # every made point's document: a real host-backend result
 
 
 def made_series(count: int, length: int, seed: int) -> list[Series]:
-    """``count`` series of ``length`` points: noise of 3 %, a 20 % step every fifth of the series."""
+    """``count`` series of ``length`` points: noise of 3 %, a 20 % step every fifth of the series (each
+    point's document: ``TEMPLATE_ID``)."""
     rng = random.Random(seed)
-    template = Result.read(bench_results.made_document(0, bench_results.templates()))
     start = datetime(2026, 1, 1, tzinfo=UTC)
     out = []
     for s in range(count):
@@ -52,18 +53,21 @@ def made_series(count: int, length: int, seed: int) -> list[Series]:
         for i in range(length):
             level = 1.2 ** (i * 5 // length)
             when = (start + timedelta(minutes=i)).isoformat()
-            points.append(Point(when, f"run-{i}", 1, rng.gauss(level, 0.03 * level), "bench", template))
+            points.append(Point(when, f"run-{i}", 1, rng.gauss(level, 0.03 * level), "bench", TEMPLATE_ID))
         out.append(Series(f"cell-{s}", "elapsed_s", "lower", "bench", "group", "group", tuple(points)))
     return out
 
 
 def measure(series: Sequence[Series], python: Path, repeats: int) -> dict[str, Any]:
     detect_s, decide_s, found = [], [], 0
+    template = {TEMPLATE_ID: Result.read(bench_results.made_document(0, bench_results.templates()))}
     for _ in range(repeats):
         t0 = time.perf_counter()
         _, points = otava.detect(python, [s.values for s in series])
         t1 = time.perf_counter()
-        decided = [history.history(s, [(f.index, f.p) for f in p]) for s, p in zip(series, points, strict=True)]
+        decided = [
+            history.history(s, [(f.index, f.p) for f in p], template) for s, p in zip(series, points, strict=True)
+        ]
         t2 = time.perf_counter()
         detect_s.append(t1 - t0)
         decide_s.append(t2 - t1)
