@@ -80,9 +80,9 @@ def run_matrix(
     )
     backend.preflight(cells)
     try:
-        index = store.Index(results_root)
+        index = store.Index(results_root)  # a store it cannot open says why itself (UserError)
     except sqlite3.Error as exc:
-        raise UserError(f"--results {results_root}: cannot open its index.sqlite ({exc}): is the disk full?") from exc
+        raise UserError(f"--results {results_root}: cannot open its store.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
     if race is not None:
         total = len(cells) * race.max_repeats
@@ -134,9 +134,9 @@ def run_matrix(
                         eta.finish(cell.id)
                     try:
                         index.add(run_id, written, path)
-                    except sqlite3.Error as exc:
-                        # The result file is written; `fsmatrix results reindex` rebuilds the index later.
-                        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
+                    except (sqlite3.Error, UserError) as exc:
+                        # The result file is written; `fsmatrix results reindex` adds it to the store later.
+                        log.warning("%s: not added to the store (%s); run `fsmatrix results reindex`", path, exc)
                     doc = store.Result.read(written, path)
                 summary.counts[doc.status] = summary.counts.get(doc.status, 0) + 1
                 summary.docs.setdefault(cell.id, []).append(doc)
@@ -356,8 +356,8 @@ def run_repeat(
             index.add(run_id, doc, path)
         finally:
             index.close()
-    except sqlite3.Error as exc:
-        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
+    except (sqlite3.Error, UserError) as exc:
+        log.warning("%s: not added to the store (%s); run `fsmatrix results reindex`", path, exc)
     return store.Result.read(doc, path)
 
 

@@ -13,8 +13,8 @@ from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION, SINCE_OPTION, STOR
 from fsmatrix.results import store
 from fsmatrix.results.render import history as history_text
 from fsmatrix.results.render import trends
-from fsmatrix.results.store import database, otava
 from fsmatrix.results.store import history as stored_history
+from fsmatrix.results.store import otava
 from fsmatrix.results.store import url as store_urls
 from fsmatrix.results.verdict import gate
 from fsmatrix.results.verdict import history as decide
@@ -91,7 +91,7 @@ def history(
         writable_directory(html_dir, "--html")
     url = store_urls.resolve(store_url, results_root)
     selection = stored_history.Selection(only, after, metric, hardware_class, group)
-    with database.Store.open(url) as opened:
+    with store.open_store(url, results_root) as opened:
         series = stored_history.load_series(opened, selection)
         python = otava.ensure(otava_venv(), echo_err)
         version, detected = otava.detect(python, [s.values for s in series], max_pvalue=threshold)

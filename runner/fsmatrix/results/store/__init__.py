@@ -1,9 +1,9 @@
-"""The store: where result documents live and how they are found — run folders, the SQLite index of
-a results root, merging CI shards, a side of a comparison. Documents enter here and nowhere else.
+"""The store: where result documents live and how they are found — run folders, a results root's
+store (its one SQLite), merging CI shards, a side of a comparison. Documents enter here and nowhere else.
 
 Layout under a results root::
 
-    <root>/index.sqlite                       the index (rebuildable from the files)
+    <root>/store.sqlite                       its store: every document, by column (fillable from the files)
     <root>/<run-id>/matrix.json               the expanded matrix this run was made from
     <root>/<run-id>/<cell-id>/r<N>.json       one result document per repeat
     <root>/<run-id>/<cell-id>/r<N>.log        the agent's log for that repeat
@@ -31,7 +31,7 @@ from fsmatrix.results.store.files import (
     result_path,
     run_matrix,
 )
-from fsmatrix.results.store.index import Index, reindex
+from fsmatrix.results.store.index import Index, open_root, open_store, reindex
 from fsmatrix.results.store.merge import merge
 from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
 from fsmatrix.results.store.published import load as load_published
@@ -60,6 +60,8 @@ __all__ = [
     "load_race",
     "load_results",
     "merge",
+    "open_root",
+    "open_store",
     "parse_since",
     "reindex",
     "reproduced",

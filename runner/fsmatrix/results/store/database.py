@@ -27,7 +27,7 @@ from typing import Any
 from fsmatrix.errors import UserError
 from fsmatrix.results.store import schema
 from fsmatrix.results.store.document import Result, comparison_group, hardware_class
-from fsmatrix.results.store.url import StoreURL, check_local
+from fsmatrix.results.store.url import StoreURL, check_local, network_filesystem
 
 BATCH = 500  # documents per transaction
 BUSY_TIMEOUT_MS = 60_000  # an SQLite writer waits this long for another before failing
@@ -147,9 +147,11 @@ class Store:
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, url: StoreURL) -> Iterator[Store]:
-        """The store at ``url``, created (empty database) or migrated to this fsmatrix's schema."""
-        connection = _sqlite(url) if url.scheme == "sqlite" else _postgresql(url)
+    def open(cls, url: StoreURL, *, network_ok: bool = False) -> Iterator[Store]:
+        """The store at ``url``, created (empty database) or migrated to this fsmatrix's schema.
+        ``network_ok``: an SQLite file on a network filesystem is taken, without WAL (a results root's
+        own store, which one `fsmatrix run` writes: a Slurm task's, on the shared directory); else refused."""
+        connection = _sqlite(url, network_ok) if url.scheme == "sqlite" else _postgresql(url)
         store = cls(url, connection)
         try:
             store._prepare()
@@ -356,6 +358,18 @@ class Store:
                 found[str(rid)] = Result.read(_parsed(stored))
         return found
 
+    def parameters(self, ids: Collection[str]) -> dict[str, Any]:
+        """The cell parameters (``params``) of these results' documents, by id, without parsing the rest
+        of each document (the estimates read a few hundred)."""
+        field = "json_extract(document, '$.params')" if self.dialect == "sqlite" else "document->'params'"
+        wanted = sorted(ids)
+        found: dict[str, Any] = {}
+        for start in range(0, len(wanted), BATCH):
+            chunk = wanted[start : start + BATCH]
+            for rid, params in self.select(f"SELECT id, {field} FROM results WHERE id IN ({_marks(chunk)})", chunk):
+                found[str(rid)] = json.loads(params) if isinstance(params, str) else params
+        return found
+
 
 def _parsed(stored: str | Mapping[str, Any]) -> Mapping[str, Any]:
     """A stored document as JSON: SQLite keeps text, PostgreSQL's JSONB comes parsed."""
@@ -366,9 +380,11 @@ def _marks(values: Sequence[Any]) -> str:
     return ",".join("?" * len(values))
 
 
-def _sqlite(url: StoreURL) -> sqlite3.Connection:
+def _sqlite(url: StoreURL, network_ok: bool = False) -> sqlite3.Connection:
     path = url.path
-    check_local(path)
+    remote = network_filesystem(path)
+    if remote is not None and not network_ok:
+        check_local(path)  # refused, in one line
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -377,7 +393,9 @@ def _sqlite(url: StoreURL) -> sqlite3.Connection:
         db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables or schema.META in tables:  # another program's database stays as it is (_prepare refuses it)
+        # another program's database stays as it is (_prepare refuses it); WAL's shared memory needs one
+        # machine's processes, which a network filesystem does not promise
+        if (not tables or schema.META in tables) and remote is None:
             db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA foreign_keys = ON")
     except sqlite3.OperationalError as exc:  # cannot open it (a folder, no permission) or locked
