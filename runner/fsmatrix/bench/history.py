@@ -1,5 +1,7 @@
-"""``fsmatrix history``'s speed: change points over one long series and over many short ones.
+"""``fsmatrix history``'s speed: change points over one long series and over many short ones; or, with
+``--store-documents``, the whole command over a store of that many documents, against an older commit's.
 ``python -m fsmatrix.bench.history [--points N] [--series S] [--series-points P] [--repeats R] [--format md|json]``
+``python -m fsmatrix.bench.history --store-documents N [--store-cells C] [--against COMMIT] [--repeats R]``
 
 Two workloads, each timed ``--repeats`` times (default 3): one series of ``--points`` (default 10,000)
 and ``--series`` (default 1,000) series of ``--series-points`` (default 100) each — seeded values of
@@ -12,6 +14,12 @@ Prints the median and min..max seconds of each part, the change points found, th
 and the load average before and after (a figure taken while other jobs ran is not a figure). Targets
 (issue 39): < 2 s for the long series, < 30 s for the many. Makes Otava's virtualenv first when it
 is missing (``make deps`` does). A bad option is one line (exit status 2).
+
+``--store-documents N`` (issue 46: history on the store's columns) measures ``fsmatrix history`` end to
+end and ``load_series`` alone over an SQLite store of N documents in ``--store-cells`` cells (default
+100), each side's store made by its own code, this tree's against ``--against COMMIT``'s, alternating,
+their outputs compared byte for byte, and the migration of the older side's store timed
+(``bench/history_store.py``). 100,000 documents: about 0.7 GB a store under the temporary directory.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.backends import image
+from fsmatrix.bench import history_store
 from fsmatrix.bench import results as bench_results
 from fsmatrix.errors import UserError, interrupt_on_sigterm
 from fsmatrix.results.store import Result, otava
@@ -111,11 +120,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--series-points", type=int, default=SERIES_POINTS)
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--format", choices=("md", "json"), default="md")
+    parser.add_argument("--store-documents", type=int, default=0, metavar="N", help="time history over a store")
+    parser.add_argument("--store-cells", type=int, default=history_store.CELLS, metavar="C")
+    parser.add_argument("--against", default=None, metavar="COMMIT", help="the code before (--store-documents)")
     args = parser.parse_args(argv)
     try:
         if min(args.points, args.series, args.series_points, args.repeats) < 1:
             raise UserError("--points, --series, --series-points and --repeats must be at least 1")
+        if args.store_documents < 0 or not 1 <= args.store_cells <= (args.store_documents or args.store_cells):
+            raise UserError("--store-documents must be at least 0, --store-cells from 1 to --store-documents")
+        if args.against is not None and not args.store_documents:
+            raise UserError("--against compares a store's history: give --store-documents too")
         python = otava.ensure(image.cache_root() / otava.VENV_NAME, lambda line: print(line, file=sys.stderr))
+        if args.store_documents:
+            found = history_store.measure(args.store_documents, args.store_cells, args.repeats, args.against)
+            print(json.dumps(found, indent=1) if args.format == "json" else history_store.markdown(found), end="")
+            return 0
         long_series = made_series(1, args.points, SEED)
         many = made_series(args.series, args.series_points, SEED + 1)
         measured: dict[str, Any] = {
