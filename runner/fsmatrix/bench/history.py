@@ -19,7 +19,7 @@ is missing (``make deps`` does). A bad option is one line (exit status 2).
 end and ``load_series`` alone over an SQLite store of N documents in ``--store-cells`` cells (default
 100), each side's store made by its own code, this tree's against ``--against COMMIT``'s, alternating,
 their outputs compared byte for byte, and the migration of the older side's store timed
-(``bench/history_store.py``). 100,000 documents: about 0.7 GB a store under the temporary directory.
+(``bench/history_store.py``). 100,000 documents: about 1.1 GB a store under the temporary directory.
 """
 
 from __future__ import annotations
