@@ -32,7 +32,7 @@ from fsmatrix import racing
 from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend, hostinfo
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, comparison_group
+from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, group_of
 from fsmatrix.results import store
 from fsmatrix.results.store import past_runs
 from fsmatrix.results.verdict import estimate
@@ -84,9 +84,9 @@ def run_matrix(
     )
     backend.preflight(cells)
     try:
-        index = store.Index(results_root)
+        index = store.Index(results_root)  # a store it cannot open says why itself (UserError)
     except sqlite3.Error as exc:
-        raise UserError(f"--results {results_root}: cannot open its index.sqlite ({exc}): is the disk full?") from exc
+        raise UserError(f"--results {results_root}: cannot open its store.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
     if race is not None:
         total = len(cells) * race.max_repeats
@@ -140,9 +140,9 @@ def run_matrix(
                         eta.finish(cell.id)
                     try:
                         index.add(run_id, written, path)
-                    except sqlite3.Error as exc:
-                        # The result file is written; `fsmatrix results reindex` rebuilds the index later.
-                        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
+                    except (sqlite3.Error, UserError) as exc:
+                        # The result file is written; `fsmatrix results reindex` adds it to the store later.
+                        log.warning("%s: not added to the store (%s); run `fsmatrix results reindex`", path, exc)
                     doc = store.Result.read(written, path)
                 summary.counts[doc.status] = summary.counts.get(doc.status, 0) + 1
                 summary.docs.setdefault(cell.id, []).append(doc)
@@ -270,7 +270,7 @@ def matrix_record(
     adds its settings (``race``; ``repeat`` is then its maximum repeats)."""
     entries = []
     for c in cells:
-        group = comparison_group(c.spec)
+        group = group_of(c.spec)
         entries.append(
             {
                 "id": c.id,
@@ -362,8 +362,8 @@ def run_repeat(
             index.add(run_id, doc, path)
         finally:
             index.close()
-    except sqlite3.Error as exc:
-        log.warning("%s: not added to the index (%s); run `fsmatrix results reindex`", path, exc)
+    except (sqlite3.Error, UserError) as exc:
+        log.warning("%s: not added to the store (%s); run `fsmatrix results reindex`", path, exc)
     return store.Result.read(doc, path)
 
 

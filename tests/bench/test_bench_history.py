@@ -1,5 +1,7 @@
-"""``python -m fsmatrix.bench.history`` (runner/fsmatrix/bench/history.py), small: it runs real Otava in
-its virtualenv, reports both workloads with the change points it found, and refuses a bad option."""
+"""``python -m fsmatrix.bench.history`` (runner/fsmatrix/bench/history.py, bench/history_store.py), small:
+it runs real Otava in its virtualenv, reports both workloads with the change points it found, times
+`fsmatrix history` over a store made by each side's code (here HEAD's against the working tree's), and
+refuses a bad option."""
 
 from __future__ import annotations
 
@@ -27,3 +29,29 @@ def test_bench_history_bad_option() -> None:
     assert done.returncode == 2 and done.stderr.strip() == (
         "fsmatrix.bench.history: error: --points, --series, --series-points and --repeats must be at least 1"
     )
+
+
+def test_bench_history_over_a_store_against_a_commit() -> None:
+    args = ["--store-documents", "60", "--store-cells", "3", "--against", "HEAD", "--repeats", "1", "--format", "json"]
+    done = subprocess.run([*BENCH, *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout)
+    before, after = measured["sides"]["before"], measured["sides"]["after"]
+    assert before["series"] == after["series"] > 0 and before["points"] == after["points"] > 0
+    assert measured["identical"] and measured["change_points"] >= 0 and measured["documents"] == 60
+    assert after["history_s"]["n"] == 1 and measured["ratio"]["history_s"] > 0 and measured["migration_s"]["n"] == 1
+    assert measured["before"].endswith("(--against HEAD)") and measured["load_before"] and measured["load_after"]
+
+
+def test_bench_history_store_bad_options() -> None:
+    for args, words in [
+        (["--against", "HEAD"], "--against compares a store's history: give --store-documents too"),
+        (["--store-documents", "5", "--store-cells", "0"], "--store-cells from 1 to --store-documents"),
+        (
+            ["--store-documents", "5", "--store-cells", "1", "--against", "not-a-commit-0000"],
+            "--against 'not-a-commit-0000': not a commit",
+        ),
+    ]:
+        done = subprocess.run([*BENCH, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.strip().startswith("fsmatrix.bench.history: error: "), done.stderr
+        assert words in done.stderr

@@ -519,12 +519,10 @@ def test_table_line_and_dmsetup_commands(tmp_path: Path, fake_dmsetup: Path) -> 
     assert lw.create("fsm-lw", str(data), "/dev/vdc") == "/dev/mapper/fsm-lw"
     lw.mark("fsm-lw", "fsmatrix-start")
     assert lw.status("fsm-lw") == lw.Status(17, 4242, True)
-    lw.remove("fsm-lw")
     assert fake_dmsetup.read_text().splitlines() == [
         f"create fsm-lw --table 0 2048 log-writes {data} /dev/vdc",
         "message fsm-lw 0 mark fsmatrix-start",
         "status fsm-lw",
-        "remove fsm-lw",
     ]
     with pytest.raises(ValueError, match="a positive length"):
         lw.table_line("/dev/vdb", "/dev/vdc", 0)

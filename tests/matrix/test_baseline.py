@@ -235,7 +235,7 @@ def test_expand_marks_the_baseline(write_matrix) -> None:  # type: ignore[no-unt
     assert [e["id"] for e in listed] == [c.id for c in m.cells]
     assert {e["id"] for e in listed if e["baseline"]} == set(m.baselines.values())
     assert {e["group"] for e in listed} == set(m.baselines)
-    assert all(e["group"] == matrix.comparison_group(c.spec).key for e, c in zip(listed, m.cells, strict=True))
+    assert all(e["group"] == matrix.group_of(c.spec).key for e, c in zip(listed, m.cells, strict=True))
     table = expand_cli(path).stdout
     assert "baseline" in table and "named by the file's baseline" in table
     marked = [line for line in table.splitlines() if "│ *" in line]
@@ -252,7 +252,7 @@ def test_matrix_json_records_groups_and_baselines(write_matrix) -> None:  # type
     assert record["baseline_rule"] == "defaults" and record["baselines"] == m.baselines
     assert [e["id"] for e in record["cells"]] == [c.id for c in selected]
     for entry, cell in zip(record["cells"], selected, strict=True):
-        group = matrix.comparison_group(cell.spec)
+        group = matrix.group_of(cell.spec)
         assert entry["params"] == cell.params
         assert (entry["group"], entry["group_label"]) == (group.key, group.label)
         assert entry["baseline"] == (m.baselines[group.key] == cell.id)
@@ -278,10 +278,10 @@ def _every_matrix_and_scale() -> list[tuple[Path, str | None]]:
 )
 def test_every_matrix_has_one_baseline_in_every_group(path: Path, scale: str | None) -> None:
     m = matrix.load(path, scale)
-    groups = {matrix.comparison_group(c.spec).key for c in m.cells}
+    groups = {matrix.group_of(c.spec).key for c in m.cells}
     assert set(m.baselines) == groups
     for key, cell_id in m.baselines.items():
         (cell,) = (c for c in m.cells if c.id == cell_id)
-        assert matrix.comparison_group(cell.spec).key == key
+        assert matrix.group_of(cell.spec).key == key
     assert sum(m.is_baseline(c) for c in m.cells) == len(groups)
     assert m.baseline_rule in ("named", "defaults")

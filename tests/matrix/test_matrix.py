@@ -271,11 +271,11 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_comparison_groups_are_the_workload_with_its_parameters(write_matrix) -> None:  # type: ignore[no-untyped-def]
     cells = matrix.load(write_matrix(EXAMPLE)).cells
-    groups = {matrix.comparison_group(c.spec) for c in cells}
+    groups = {matrix.group_of(c.spec) for c in cells}
     # EXAMPLE crosses two 3n+1 inputs with filesystems and journal settings: two questions.
     assert len(groups) == 2
-    by_group = {g: [c.id for c in cells if matrix.comparison_group(c.spec) == g] for g in groups}
+    by_group = {g: [c.id for c in cells if matrix.group_of(c.spec) == g] for g in groups}
     assert all(len({c.split("-")[0] for c in ids}) > 1 for ids in by_group.values())  # stacks differ inside
     crashed = parse_cell({**cells[0].params, "crash": {"mode": "kill", "after_s": 1}})
-    assert matrix.comparison_group(crashed) != matrix.comparison_group(cells[0].spec)
-    assert "crash: kill" in matrix.comparison_group(crashed).label
+    assert matrix.group_of(crashed) != matrix.group_of(cells[0].spec)
+    assert "crash: kill" in matrix.group_of(crashed).label

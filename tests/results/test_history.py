@@ -73,12 +73,16 @@ def step_values(n_before: int, n_after: int, factor: float, seed: int, spread: f
 
 
 def histories(docs: Sequence[dict[str, Any]], python: Path, tmp: Path) -> list[decide.History]:
-    """``docs`` pushed to an SQLite store, read back as series, Otava's change points attributed."""
+    """``docs`` pushed to an SQLite store, read back as series, Otava's change points attributed (from the
+    documents either side of each, as `fsmatrix history` reads them)."""
     with database.Store.open(store_urls.parse(f"sqlite:///{tmp / 'store.sqlite'}")) as opened:
         opened.push([Result.read(d) for d in docs])
         series = stored_history.load_series(opened)
-    _, found = otava.detect(python, [s.values for s in series])
-    return [decide.history(s, [(f.index, f.p) for f in points]) for s, points in zip(series, found, strict=True)]
+        _, detected = otava.detect(python, [s.values for s in series])
+        found = [[(f.index, f.p) for f in points] for points in detected]
+        wanted = {rid for s, cps in zip(series, found, strict=True) for rid in decide.attributed_from(s, cps)}
+        documents = stored_history.documents(opened, wanted)
+    return [decide.history(s, cps, documents) for s, cps in zip(series, found, strict=True)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Result storage: loading with clear errors, merging shard artifacts, rebuilding the index."""
+"""Result storage: loading with clear errors, merging shard artifacts, filling a root's store from its files."""
 
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def test_merge_shards_into_one_root(tmp_path: Path) -> None:
     assert out.exit_code == 0 and "merged 3" in out.output
     assert (merged / "r" / "c1" / "r2.log").read_text() == "log a"
     assert len(store.load_results(merged / "r")) == 3
-    db = sqlite3.connect(merged / "index.sqlite")
-    assert db.execute("select count(*) from runs").fetchone()[0] == 3
+    db = sqlite3.connect(merged / "store.sqlite")  # the root's store: its one SQLite
+    assert db.execute("select count(*) from results").fetchone()[0] == 3
+    assert not (merged / "index.sqlite").exists()
     # merging the same artifacts again changes nothing
     out = CliRunner().invoke(main, ["results", "merge", str(shard_a), "--into", str(merged)])
     assert out.exit_code == 0 and "merged 0" in out.output and "2 already there" in out.output
@@ -77,13 +78,18 @@ def test_merge_never_replaces_a_different_measurement(tmp_path: Path) -> None:
     assert jsonfile.read(tmp_path / "m" / "r" / "c1" / "r1.json")["metrics"]["elapsed_s"] == 1.0
 
 
-def test_reindex_rebuilds_from_documents(tmp_path: Path) -> None:
+def test_reindex_fills_the_store_from_documents(tmp_path: Path) -> None:
     for i in range(1, 4):
         put(tmp_path, doc("c", i, float(i)))
-    (tmp_path / "index.sqlite").write_text("garbage")
+    (tmp_path / "index.sqlite").write_text("garbage")  # an old index that cannot be read: removed
     assert store.reindex(tmp_path) == 3
-    rows = sqlite3.connect(tmp_path / "index.sqlite").execute("select metrics from runs order by repeat").fetchall()
-    assert [json.loads(r[0])["elapsed_s"] for r in rows] == [1.0, 2.0, 3.0]
+    assert not (tmp_path / "index.sqlite").exists()
+    with store.open_root(tmp_path) as opened:
+        rows = opened.select("SELECT document FROM results ORDER BY repeat")
+    assert [json.loads(r[0])["metrics"]["elapsed_s"] for r in rows] == [1.0, 2.0, 3.0]
+    assert store.reindex(tmp_path) == 3  # again: nothing twice
+    with store.open_root(tmp_path) as opened:
+        assert opened.count() == 3
 
 
 def test_loading_bad_results_gives_clear_errors(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ import pytest
 import fsmatrix
 from conftest import FSMATRIX, TEST_DATA
 from fsmatrix.bench.throwaway_pg import PASSWORD_ROLE, Cluster, available, cluster
-from fsmatrix.results.store import database
+from fsmatrix.results.store import database, schema
 from fsmatrix.results.store import url as store_urls
 
 pytestmark = pytest.mark.system
@@ -519,7 +519,7 @@ def test_a_store_of_a_newer_schema_is_refused(store: StoreUnderTest, tmp_path: P
         ("results", "push", str(run), "--store", store.url), ("results", "list", "--store", store.url)
     )
     for done in (push, listed):
-        assert "schema version 99, newer than this fsmatrix's (1)" in one_line_error(done, 2)
+        assert f"schema version 99, newer than this fsmatrix's ({schema.VERSION})" in one_line_error(done, 2)
     assert store.raw_count() == 0
     assert store.raw("SELECT value FROM fsmatrix_store") == [("99",)]
 

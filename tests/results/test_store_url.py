@@ -89,20 +89,20 @@ def test_since_is_utc() -> None:
     assert runs_stored.parse_since("2026-11-28T02:00+01:00") == "2026-11-28T01:00:00+00:00"
 
 
-def test_a_run_id_two_nights_share_is_two_stored_runs() -> None:
+def test_a_run_id_two_nights_share_is_two_sittings() -> None:
     rows = [
         ("nightly", "h1", "a", "2026-11-26T02:00:00+00:00", "2026-11-26T02:10:00+00:00"),
         ("nightly", "h1", "b", "2026-11-26T02:10:00+00:00", "2026-11-26T02:20:00+00:00"),
         ("nightly", "h2", "a", "2026-11-26T02:05:00+00:00", "2026-11-26T02:15:00+00:00"),  # another host
         ("nightly", "h1", "a", "2026-11-27T02:00:00+00:00", "2026-11-27T02:10:00+00:00"),  # the next night
     ]
-    runs = runs_stored.stored_runs(rows)
+    runs = runs_stored.sittings(rows)
     assert [(r.host, r.started[:10], r.cells, r.documents) for r in runs] == [
         ("h1", "2026-11-26", 2, 2),
         ("h2", "2026-11-26", 1, 1),
         ("h1", "2026-11-27", 1, 1),
     ]
-    assert [r.documents for r in runs_stored.stored_runs(rows, ["b"])] == [1]
+    assert [r.documents for r in runs_stored.sittings(rows, ["b"])] == [1]
     listed = runs_stored.listing_json(4, runs)
     assert listed["documents"] == 4 and set(listed["runs"][0]) == {"run_id", "host", "started", "cells", "documents"}
 

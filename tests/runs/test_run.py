@@ -131,8 +131,8 @@ def test_run_stores_verified_results_with_provenance_and_resumes(
     ]
     assert sum(d["metrics"]["device_write_bytes"] for d in gtm_on_devices) > 0
 
-    index = sqlite3.connect(results / "index.sqlite")
-    assert index.execute("select count(*) from runs where run_id='t'").fetchone()[0] == 16
+    index = sqlite3.connect(results / "store.sqlite")  # the results root's store, its one SQLite
+    assert index.execute("select count(*) from results where run_id='t'").fetchone()[0] == 16
     split = next(d for d in docs if d["params"]["storage"]["layout"] == "split-journal")
     readback = split["storage"]["readback"]
     assert readback["data"]["mountinfo"]["fstype"] == "xfs" and readback["journal"]["mountinfo"]["fstype"] == "ext2"

@@ -42,6 +42,10 @@ def test_run_pushes_each_round_and_records_its_settings(tmp_path: Path, workdir:
     assert "pushed 2 result documents to" in done.stderr and "0 new, 2 already there" in done.stderr
     with database.Store.open(store_url.parse(url)) as store:
         assert store.count() == 2
+    # and, as each was written, in the results root's own store: its one SQLite, no index beside it
+    with database.Store.open(store_url.parse(f"sqlite:///{tmp_path / 'r' / 'store.sqlite'}")) as store:
+        assert sorted(r[0] for r in store.select("SELECT run_id FROM results")) == ["pushed", "pushed"]
+    assert not (tmp_path / "r" / "index.sqlite").exists()
     stored = [json.loads(p.read_text()) for p in (tmp_path / "r" / "pushed").glob("*/r*.json")]
     recorded = {json.dumps(d["provenance"]["settings"], sort_keys=True) for d in stored}
     (only,) = recorded

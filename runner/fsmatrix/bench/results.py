@@ -309,7 +309,7 @@ def write_run_dir(run_dir: Path, cells: int, made_from: Sequence[Template]) -> N
     for index in range(cells):
         params, t, config = cell_params(index, made_from)
         spec = parse_cell(params)
-        cell_id, group = matrix.cell_id(spec), matrix.comparison_group(spec)
+        cell_id, group = matrix.cell_id(spec), matrix.group_of(spec)
         baseline = config == 0
         if baseline:
             baselines[group.key] = cell_id

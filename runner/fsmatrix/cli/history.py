@@ -13,8 +13,8 @@ from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION, SINCE_OPTION, STOR
 from fsmatrix.results import store
 from fsmatrix.results.render import history as history_text
 from fsmatrix.results.render import trends
-from fsmatrix.results.store import database, otava
 from fsmatrix.results.store import history as stored_history
+from fsmatrix.results.store import otava
 from fsmatrix.results.store import url as store_urls
 from fsmatrix.results.verdict import gate
 from fsmatrix.results.verdict import history as decide
@@ -30,6 +30,19 @@ def otava_venv() -> Path:
 @ONLY_OPTION
 @SINCE_OPTION
 @click.option("--metric", default=None, metavar="NAME", help="This key metric only (default: every key metric).")
+@click.option(
+    "--hardware-class",
+    "hardware_class",
+    default=None,
+    metavar="CLASS",
+    help="This hardware class only, as history prints it (default: every class).",
+)
+@click.option(
+    "--group",
+    default=None,
+    metavar="LABEL",
+    help="This comparison group only: its label as history prints it (default: every group).",
+)
 @click.option(
     "--threshold",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
@@ -59,6 +72,8 @@ def history(
     only: tuple[str, ...],
     since: str | None,
     metric: str | None,
+    hardware_class: str | None,
+    group: str | None,
     threshold: float,
     fmt: str,
     html_dir: Path | None,
@@ -75,11 +90,16 @@ def history(
     if html_dir is not None:
         writable_directory(html_dir, "--html")
     url = store_urls.resolve(store_url, results_root)
-    with database.Store.open(url) as opened:
-        series = stored_history.load_series(opened, since=after, only=only, metric=metric)
-    python = otava.ensure(otava_venv(), echo_err)
-    version, found = otava.detect(python, [s.values for s in series], max_pvalue=threshold)
-    histories = [decide.history(s, [(f.index, f.p) for f in points]) for s, points in zip(series, found, strict=True)]
+    selection = stored_history.Selection(only, after, metric, hardware_class, group)
+    with store.open_store(url, results_root) as opened:
+        series = stored_history.load_series(opened, selection)
+        python = otava.ensure(otava_venv(), echo_err)
+        version, detected = otava.detect(python, [s.values for s in series], max_pvalue=threshold)
+        found = [[(f.index, f.p) for f in points] for points in detected]
+        # what changed: from the documents either side of each change point, and no other
+        wanted = {rid for s, cps in zip(series, found, strict=True) for rid in decide.attributed_from(s, cps)}
+        documents = stored_history.documents(opened, wanted)
+    histories = [decide.history(s, cps, documents) for s, cps in zip(series, found, strict=True)]
     detector = f"Apache Otava {version}"
     if fmt == "json":
         click.echo(json.dumps(history_text.to_json(histories, detector=detector, threshold=threshold), indent=1))

@@ -43,7 +43,7 @@ def matrix_group() -> None:
     type=click.Path(path_type=Path),
     default=Path("results"),
     show_default=True,
-    help="table: estimate each cell's duration from the runs stored here (its index.sqlite) on this host.",
+    help="table: estimate each cell's duration from the runs stored here (its store.sqlite) on this host.",
 )
 def expand(
     file: Path, fmt: str, only: tuple[str, ...], shard_size: int | None, scale: str | None, results_root: Path
@@ -55,7 +55,7 @@ def expand(
         entries = [
             {
                 "id": c.id,
-                "group": matrix.comparison_group(c.spec).key,
+                "group": matrix.group_of(c.spec).key,
                 "baseline": m.is_baseline(c),
                 **c.params,
                 **({"runner": {"labels": list(c.runner)}} if c.runner else {}),

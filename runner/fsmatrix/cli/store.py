@@ -1,5 +1,5 @@
 """``fsmatrix results``: push to a database store, list it, merge CI artifacts into a results root,
-rebuild its index. No statistics and no rendering: these start in a fraction of a second.
+fill a results root's store from its files. No statistics and no rendering: these start in a fraction of a second.
 
 ``fsmatrix.cli`` wires these into ``main``; they follow its conventions (UserError → exit 2).
 """
@@ -13,13 +13,12 @@ import click
 
 from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION, SINCE_OPTION, STORE_OPTION
 from fsmatrix.results import store
-from fsmatrix.results.store import database
 from fsmatrix.results.store import url as store_urls
 
 
 @click.group("results")
 def results_group() -> None:
-    """Manage results: merge CI artifacts, rebuild the index, push to a store, list a store."""
+    """Manage results: merge CI artifacts, fill a results root's store from its files, push to a store, list a store."""
 
 
 @results_group.command("push")
@@ -31,7 +30,7 @@ def push_cmd(run_dirs: tuple[Path, ...], store_url: str | None, results_root: Pa
     (a document pushed twice is stored once), atomic per batch, safe with many pushers at once."""
     url = store_urls.resolve(store_url, results_root)
     documents = store.run_documents(list(run_dirs))  # every folder checked before anything is written
-    with database.Store.open(url) as opened:
+    with store.open_store(url, results_root) as opened:
         done = opened.push(documents)
     for line in done.lines(url.shown):
         click.echo(line)
@@ -47,8 +46,8 @@ def list_cmd(store_url: str | None, results_root: Path, only: tuple[str, ...], s
     """What the store holds: its runs (a run id on a host, one sitting: a run id two nights share is two)."""
     after = store.parse_since(since) if since else None
     url = store_urls.resolve(store_url, results_root)
-    with database.Store.open(url) as opened:
-        runs = store.stored_runs(opened.index_rows(after), only)
+    with store.open_store(url, results_root) as opened:
+        runs = store.sittings(opened.index_rows(after), only)
     total = sum(r.documents for r in runs)
     if fmt == "json":
         click.echo(json.dumps(store.listing_json(total, runs), indent=1))
@@ -74,5 +73,6 @@ def merge_cmd(sources: tuple[Path, ...], root: Path) -> None:
 @results_group.command("reindex")
 @click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def reindex_cmd(root: Path) -> None:
-    """Rebuild ROOT/index.sqlite from the result documents under ROOT."""
-    click.echo(f"indexed {store.reindex(root)} result documents in {root / 'index.sqlite'}")
+    """Add every result document under ROOT to ROOT/store.sqlite, the results root's store (those already
+    there stay once; an old ROOT/index.sqlite is absorbed and removed)."""
+    click.echo(f"indexed {store.reindex(root)} result documents in {root / store_urls.ROOT_STORE}")

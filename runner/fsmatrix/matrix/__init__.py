@@ -5,7 +5,7 @@ The package by concept, this module only its face (what callers use, re-exported
 - ``expand``: a matrix document's ``axes``, ``exclude``, ``include``, ``defaults`` and scales
   crossed into a ``Matrix`` of cells (GitHub Actions' rules; ``load`` reads a file first);
 - ``ids``: a cell's identity, ``MatrixCell`` and ``cell_id`` (pinned: tests/matrix/test_cell_ids_pinned.py);
-- ``baselines``: comparison groups (``comparison_group``, ``groups``) and each one's baseline cell;
+- ``baselines``: comparison groups (``group_of`` a typed cell, ``groups``) and each one's baseline cell;
 - ``settings``: what a run takes besides its cells: ``race:`` and a build's ``--settings`` file;
 - ``sharding``: the cells as CI jobs or Slurm array tasks;
 - ``flat``: settings as dotted paths with their lines; ``read``: a YAML file within limits;
@@ -14,7 +14,7 @@ The package by concept, this module only its face (what callers use, re-exported
 
 from __future__ import annotations
 
-from fsmatrix.matrix.baselines import DEFAULTS_RULE, NAMED_RULE, Group, comparison_group, group_key, groups
+from fsmatrix.matrix.baselines import DEFAULTS_RULE, NAMED_RULE, Group, group_key, group_of, groups
 from fsmatrix.matrix.expand import (
     MAX_CELLS,
     SCALE_KEYS,
@@ -65,11 +65,11 @@ __all__ = [
     "MatrixCell",
     "RaceSettings",
     "cell_id",
-    "comparison_group",
     "default_race",
     "expand_document",
     "flatten",
     "group_key",
+    "group_of",
     "groups",
     "load",
     "parse_duration",

@@ -1,6 +1,6 @@
 """Comparison groups and their baselines.
 
-Each comparison group (``comparison_group``: one workload with its parameters) has one **baseline**
+Each comparison group (``group_of`` a cell: one workload with its parameters) has one **baseline**
 cell, the one the others are compared to: the cell the file's ``baseline`` names (settings, or a cell
 id glob), or else the cell with the fewest settings off their defaults (``DEFAULTS_RULE``)."""
 
@@ -43,8 +43,9 @@ def group_key(params: Mapping[str, Any]) -> str:
     return f"{workload}|{crashing}"
 
 
-def comparison_group(spec: Cell) -> Group:
-    """The comparison group of a cell (reports, the answer, baselines and racing group cells by it)."""
+def group_of(spec: Cell) -> Group:
+    """The comparison group of a typed cell (reports, the answer, baselines and racing group cells by it).
+    A stored result's, from its parameters as JSON: ``fsmatrix.results.store.comparison_group``."""
     label = spec.declaration.summary(spec.params)
     if spec.crash is not None:
         label += f" (crash: {spec.crash.mode})"
@@ -55,7 +56,7 @@ def groups(cells: list[MatrixCell]) -> dict[str, tuple[Group, list[MatrixCell]]]
     """The cells of each comparison group, in expansion order (groups in order of first cell)."""
     found: dict[str, tuple[Group, list[MatrixCell]]] = {}
     for cell in cells:
-        group = comparison_group(cell.spec)
+        group = group_of(cell.spec)
         found.setdefault(group.key, (group, []))[1].append(cell)
     return found
 

@@ -23,9 +23,9 @@ from fsmatrix.matrix.baselines import (
     DEFAULTS_RULE,
     NAMED_RULE,
     baseline_entry,
-    comparison_group,
     default_baselines,
     default_value,
+    group_of,
     named_baselines,
 )
 from fsmatrix.matrix.flat import (
@@ -112,7 +112,7 @@ class Matrix:
     cells: list[MatrixCell] = field(default_factory=list)
     scale: str | None = None  # the scale it was expanded at (None: the file's own)
     reproduces: list[dict[str, Any]] = field(default_factory=list)  # published tables (seedreport)
-    # Comparison group key (``comparison_group(cell.spec).key``) -> the id of its baseline cell, for
+    # Comparison group key (``group_of(cell.spec).key``) -> the id of its baseline cell, for
     # every group of the whole matrix (whatever a selection keeps), and how they were chosen.
     baselines: dict[str, str] = field(default_factory=dict)
     baseline_rule: str = DEFAULTS_RULE
@@ -121,7 +121,7 @@ class Matrix:
 
     def is_baseline(self, cell: MatrixCell) -> bool:
         """Whether ``cell`` is the baseline of its comparison group."""
-        return self.baselines.get(comparison_group(cell.spec).key) == cell.id
+        return self.baselines.get(group_of(cell.spec).key) == cell.id
 
     def select(self, patterns: list[str] | None) -> list[MatrixCell]:
         """Cells whose id matches any glob (comma-separated lists allowed); all when none given."""

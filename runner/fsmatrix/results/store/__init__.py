@@ -1,9 +1,9 @@
-"""The store: where result documents live and how they are found — run folders, the SQLite index of
-a results root, merging CI shards, a side of a comparison. Documents enter here and nowhere else.
+"""The store: where result documents live and how they are found — run folders, a results root's
+store (its one SQLite), merging CI shards, a side of a comparison. Documents enter here and nowhere else.
 
 Layout under a results root::
 
-    <root>/index.sqlite                       the index (rebuildable from the files)
+    <root>/store.sqlite                       its store: every document, by column (fillable from the files)
     <root>/<run-id>/matrix.json               the expanded matrix this run was made from
     <root>/<run-id>/<cell-id>/r<N>.json       one result document per repeat
     <root>/<run-id>/<cell-id>/r<N>.log        the agent's log for that repeat
@@ -28,7 +28,7 @@ from fsmatrix.results.store.files import (
     load_results,
     result_path,
 )
-from fsmatrix.results.store.index import Index, reindex
+from fsmatrix.results.store.index import Index, open_root, open_store, reindex
 from fsmatrix.results.store.merge import merge
 from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
 from fsmatrix.results.store.published import load as load_published
@@ -42,7 +42,7 @@ from fsmatrix.results.store.records import (
     load_run_matrix,
     run_matrix,
 )
-from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, stored_runs
+from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, sittings
 
 __all__ = [
     "COMPLETE",
@@ -70,11 +70,13 @@ __all__ = [
     "load_results",
     "load_run_matrix",
     "merge",
+    "open_root",
+    "open_store",
     "parse_since",
     "reindex",
     "reproduced",
     "result_path",
     "run_documents",
     "run_matrix",
-    "stored_runs",
+    "sittings",
 ]

@@ -9,7 +9,8 @@ PostgreSQL for a fleet (``url.py`` says which). One schema for both (``schema.py
 - **Concurrent**: ``INSERT ... ON CONFLICT DO NOTHING`` on the identity; SQLite in WAL mode with a
   busy timeout (writers wait for each other instead of failing), PostgreSQL's own locking.
 - A store it cannot reach is one line (``StoreUnreachable``, exit 1); a database that is not an
-  fsmatrix store, or one of a newer schema, is refused (exit 2) before anything is written.
+  fsmatrix store, or one of a newer schema, is refused (exit 2) before anything is written; an older
+  one is migrated (``schema.py``), the columns a migration adds filled from its documents.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import contextlib
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from fsmatrix.errors import UserError
 from fsmatrix.results.store import schema
 from fsmatrix.results.store.document import Result, comparison_group, hardware_class
-from fsmatrix.results.store.url import StoreURL, check_local
+from fsmatrix.results.store.url import StoreURL, check_local, network_filesystem
 
 BATCH = 500  # documents per transaction
 BUSY_TIMEOUT_MS = 60_000  # an SQLite writer waits this long for another before failing
@@ -61,6 +62,7 @@ class Row:
     status: str
     workload: str
     comparison_group: str
+    comparison_label: str
     hardware_class: str
     fsmatrix_commit: str | None
     settings_sha256: str | None
@@ -70,6 +72,7 @@ class Row:
     tools: str  # JSON of the tool versions (GT.M, PostgreSQL, mkfs, fio, sysbench, ...)
     started_at: str | None
     finished_at: str | None
+    duration_s: float | None
     document: str
     metrics: tuple[tuple[str, float, str], ...]  # (key metric, value, direction)
 
@@ -84,6 +87,7 @@ class Row:
             if isinstance(value := result.metrics.get(name), int | float)
         )
         text = canonical(result.document)
+        group, label = comparison_group(result.params, result.workload)
         return cls(
             id=content_id(text),
             run_id=result.run_id,
@@ -92,7 +96,8 @@ class Row:
             host=prov.host.machine_id,
             status=result.status,
             workload=result.workload,
-            comparison_group=comparison_group(result.params, result.workload)[0],
+            comparison_group=group,
+            comparison_label=label,
             hardware_class=hardware_class(result),
             fsmatrix_commit=prov.git_sha,
             settings_sha256=str(settings.get("sha256")) if isinstance(settings, Mapping) else None,
@@ -102,6 +107,7 @@ class Row:
             tools=json.dumps(prov.section.get("tools") or {}, sort_keys=True),
             started_at=result.started_at,
             finished_at=result.finished_at,
+            duration_s=result.duration_s,
             document=text,
             metrics=metrics,
         )
@@ -141,9 +147,11 @@ class Store:
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, url: StoreURL) -> Iterator[Store]:
-        """The store at ``url``, created (empty database) or migrated to this fsmatrix's schema."""
-        connection = _sqlite(url) if url.scheme == "sqlite" else _postgresql(url)
+    def open(cls, url: StoreURL, *, network_ok: bool = False) -> Iterator[Store]:
+        """The store at ``url``, created (empty database) or migrated to this fsmatrix's schema.
+        ``network_ok``: an SQLite file on a network filesystem is taken, without WAL (a results root's
+        own store, which one `fsmatrix run` writes: a Slurm task's, on the shared directory); else refused."""
+        connection = _sqlite(url, network_ok) if url.scheme == "sqlite" else _postgresql(url)
         store = cls(url, connection)
         try:
             store._prepare()
@@ -170,6 +178,26 @@ class Store:
                 )
             for statement in schema.migrations(self.dialect, found or 0):
                 self._execute(statement)
+            if found and found < schema.FILLED_FROM_DOCUMENTS:
+                self._fill_from_documents()
+
+    def _fill_from_documents(self) -> None:
+        """The columns version 2 added, filled from the documents of an older store, ``BATCH`` at a time
+        (by id: the documents are never all in memory at once). In the migration's transaction: a
+        migration stopped halfway leaves the store at its old version."""
+        last = ""
+        while rows := self._execute(
+            "SELECT id, document FROM results WHERE id > ? ORDER BY id LIMIT ?", [last, BATCH]
+        ).fetchall():
+            filled = []
+            for rid, stored in rows:
+                try:
+                    result = Result.read(_parsed(stored))
+                except ValueError:  # checked when it was pushed: an older fsmatrix's that this one cannot read
+                    continue
+                filled.append((comparison_group(result.params, result.workload)[1], result.duration_s, rid))
+            self._execute_many("UPDATE results SET comparison_label = ?, duration_s = ? WHERE id = ?", filled)
+            last = str(rows[-1][0])
 
     def _tables(self) -> set[str]:
         if self.dialect == "sqlite":
@@ -269,13 +297,14 @@ class Store:
         # ON CONFLICT: another pusher may have stored the same document since the SELECT above.
         self._execute_many(
             "INSERT INTO results (id, run_id, cell_id, repeat, host, status, workload, comparison_group, "
-            "hardware_class, fsmatrix_commit, settings_sha256, kernel, image, backend, tools, started_at, "
-            f"finished_at, pushed_at, document) VALUES ({'?, ' * 18}{document_type}) ON CONFLICT (id) DO NOTHING",
+            "comparison_label, hardware_class, fsmatrix_commit, settings_sha256, kernel, image, backend, tools, "
+            f"started_at, finished_at, duration_s, pushed_at, document) VALUES ({'?, ' * 20}{document_type}) "
+            "ON CONFLICT (id) DO NOTHING",
             [
                 (
                     r.id, r.run_id, r.cell_id, r.repeat, r.host, r.status, r.workload, r.comparison_group,
-                    r.hardware_class, r.fsmatrix_commit, r.settings_sha256, r.kernel, r.image, r.backend, r.tools,
-                    r.started_at, r.finished_at, now, r.document,
+                    r.comparison_label, r.hardware_class, r.fsmatrix_commit, r.settings_sha256, r.kernel, r.image,
+                    r.backend, r.tools, r.started_at, r.finished_at, r.duration_s, now, r.document,
                 )
                 for r in fresh
             ],
@@ -314,38 +343,48 @@ class Store:
             ).fetchall()
         ]
 
-    def history_rows(
-        self, since: str | None = None
-    ) -> tuple[list[tuple[str, Mapping[str, Any]]], list[tuple[str, str, str, float]]]:
-        """What ``fsmatrix history`` reads: (result id, document) of every passed result started at or
-        after ``since``, oldest first, and (result id, key metric, direction, value) of their metrics."""
-        where, params = ("AND r.started_at >= ?", [since]) if since else ("", [])
-        documents = [
-            (str(r[0]), json.loads(r[1]) if isinstance(r[1], str) else r[1])  # PostgreSQL's JSONB comes parsed
-            for r in self._execute(
-                f"SELECT r.id, r.document FROM results r WHERE r.status = 'passed' {where} "
-                "ORDER BY r.started_at, r.run_id, r.repeat, r.id",
-                params,
-            ).fetchall()
-        ]
-        metrics = [
-            (str(r[0]), str(r[1]), str(r[2]), float(r[3]))
-            for r in self._execute(
-                "SELECT m.result_id, m.metric, m.direction, m.value FROM result_metrics m "
-                f"JOIN results r ON r.id = m.result_id WHERE r.status = 'passed' {where}",
-                params,
-            ).fetchall()
-        ]
-        return documents, metrics
+    def select(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a query on the store's tables (``?`` for each parameter, in either database): for
+        the store's own readers (``history.py``, ``index.py``), who know its schema."""
+        return [tuple(r) for r in self._execute(sql, params).fetchall()]
+
+    def results(self, ids: Collection[str]) -> dict[str, Result]:
+        """The stored documents of these result ids, typed: only where a reader needs what no column has."""
+        wanted = sorted(ids)
+        found: dict[str, Result] = {}
+        for start in range(0, len(wanted), BATCH):
+            chunk = wanted[start : start + BATCH]
+            for rid, stored in self.select(f"SELECT id, document FROM results WHERE id IN ({_marks(chunk)})", chunk):
+                found[str(rid)] = Result.read(_parsed(stored))
+        return found
+
+    def parameters(self, ids: Collection[str]) -> dict[str, Any]:
+        """The cell parameters (``params``) of these results' documents, by id, without parsing the rest
+        of each document (the estimates read a few hundred)."""
+        field = "json_extract(document, '$.params')" if self.dialect == "sqlite" else "document->'params'"
+        wanted = sorted(ids)
+        found: dict[str, Any] = {}
+        for start in range(0, len(wanted), BATCH):
+            chunk = wanted[start : start + BATCH]
+            for rid, params in self.select(f"SELECT id, {field} FROM results WHERE id IN ({_marks(chunk)})", chunk):
+                found[str(rid)] = json.loads(params) if isinstance(params, str) else params
+        return found
+
+
+def _parsed(stored: str | Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored document as JSON: SQLite keeps text, PostgreSQL's JSONB comes parsed."""
+    return json.loads(stored) if isinstance(stored, str) else stored
 
 
 def _marks(values: Sequence[Any]) -> str:
     return ",".join("?" * len(values))
 
 
-def _sqlite(url: StoreURL) -> sqlite3.Connection:
+def _sqlite(url: StoreURL, network_ok: bool = False) -> sqlite3.Connection:
     path = url.path
-    check_local(path)
+    remote = network_filesystem(path)
+    if remote is not None and not network_ok:
+        check_local(path)  # refused, in one line
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -354,7 +393,9 @@ def _sqlite(url: StoreURL) -> sqlite3.Connection:
         db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables or schema.META in tables:  # another program's database stays as it is (_prepare refuses it)
+        # another program's database stays as it is (_prepare refuses it); WAL's shared memory needs one
+        # machine's processes, which a network filesystem does not promise
+        if (not tables or schema.META in tables) and remote is None:
             db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA foreign_keys = ON")
     except sqlite3.OperationalError as exc:  # cannot open it (a folder, no permission) or locked

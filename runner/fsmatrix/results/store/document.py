@@ -244,10 +244,11 @@ def hardware_class(doc: Result) -> str:
 
 
 def comparison_group(params: Mapping[str, Any], workload: str) -> tuple[str, str]:
-    """matrix.comparison_group's key and label; for parameters this fsmatrix cannot parse (an old
-    result), the same key built from the stored JSON and the workload's name as the label."""
+    """The comparison group of a stored result, from its parameters as JSON: ``matrix.group_of``'s key
+    and label of the cell they parse into; for parameters this fsmatrix cannot parse (an old result),
+    the same key built from the stored JSON and the workload's name as the label."""
     try:
-        group = matrix.comparison_group(parse_cell(params))
+        group = matrix.group_of(parse_cell(params))
     except (ValueError, TypeError, KeyError, AttributeError):
         label = workload + (f" (crash: {params['crash'].get('mode')})" if isinstance(params.get("crash"), dict) else "")
         return matrix.group_key(params), label

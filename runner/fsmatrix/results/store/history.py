@@ -2,32 +2,58 @@
 metric, one point per stored passed run, oldest first. The decisions on them (change points, what
 changed) are the verdicts' (``verdict/history.py``); this module only reads.
 
+It reads the store's columns, not its documents: the cell, the start time, the hardware class, the
+comparison group and the metrics are columns (``schema.py``), and what ``Selection`` asks for is
+SQL's ``WHERE``. A document is read only for what no column holds, what changed at a change point,
+and only the two documents either side of each change point (``documents``).
+
 A series never mixes hardware classes: a cell on two kinds of machine is two series, as in a report.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from fsmatrix.errors import UserError
 from fsmatrix.results.store.database import Store
-from fsmatrix.results.store.document import Direction, Result, comparison_group, hardware_class
+from fsmatrix.results.store.document import Direction, Result
+
+CELLS_PER_QUERY = 500  # cell ids in one ``IN (...)``: far under SQLite's and PostgreSQL's limits on parameters
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What history reads: passed results of the cells matching ``only`` (globs, or comma lists of them;
+    every cell without), started at or after ``since`` (ISO 8601), and, each when given, of the key
+    metric ``metric``, the hardware class ``hardware_class`` and the comparison group ``group`` (its
+    label as history prints it, or its key)."""
+
+    only: Sequence[str] = ()
+    since: str | None = None
+    metric: str | None = None
+    hardware_class: str | None = None
+    group: str | None = None
+
+    @property
+    def patterns(self) -> list[str]:
+        return [p for text in self.only for p in text.split(",") if p]
 
 
 @dataclass(frozen=True)
 class Point:
-    """One stored run of a cell: its value of the series' metric, and the typed result (for what
-    changed between two points)."""
+    """One stored run of a cell: its value of the series' metric, and the id of its stored document
+    (read for what changed at a change point, never for the point itself)."""
 
     time: str
     run_id: str
     repeat: int
     value: float
     host: str | None
-    result: Result
+    result_id: str
 
 
 @dataclass(frozen=True)
@@ -36,7 +62,7 @@ class Series:
     metric: str
     direction: Direction
     hardware_class: str
-    group: str  # the comparison group's key (matrix.comparison_group)
+    group: str  # the comparison group's key (store.comparison_group)
     group_label: str
     points: tuple[Point, ...]
 
@@ -45,49 +71,127 @@ class Series:
         return [p.value for p in self.points]
 
 
-def load_series(
-    store: Store, *, since: str | None = None, only: Sequence[str] = (), metric: str | None = None
-) -> list[Series]:
-    """The store's series, cells matching ``only`` (globs, or comma lists of them; all without), the key
-    metrics or only ``metric``. UserError (exit 2) for a metric that no stored result of those cells has."""
-    patterns = [p for text in only for p in text.split(",") if p]
-    documents, metric_rows = store.history_rows(since)
-    results: dict[str, Result] = {}
-    for result_id, doc in documents:
-        cell_id = doc.get("cell_id")
-        if patterns and not (isinstance(cell_id, str) and any(fnmatch.fnmatchcase(cell_id, p) for p in patterns)):
+COLUMNS = (
+    "r.cell_id, r.hardware_class, m.metric, m.direction, m.value, r.started_at, r.run_id, r.repeat, r.host, "
+    "r.id, r.comparison_group, r.comparison_label"
+)
+FROM = "FROM result_metrics m JOIN results r ON r.id = m.result_id"
+# A selected row's columns by position (COLUMNS' order): rows stay the database's tuples until they are
+# points (a row object each would cost a second in 750,000).
+CELL, CLASS, METRIC, DIRECTION, VALUE, STARTED, RUN, REPEAT, HOST, ID, GROUP, LABEL = range(12)
+
+
+def load_series(store: Store, selection: Selection | None = None) -> list[Series]:
+    """The store's series under ``selection`` (every passed result without), in the order of their
+    (cell, hardware class, metric). UserError (exit 2) for a metric, hardware class or comparison
+    group that no stored result of the selected cells has."""
+    selection = selection or Selection()
+    chunks = _cell_chunks(store, selection)
+    rows = [r for cells in chunks for r in store.select(*_query(COLUMNS, selection, cells))]
+    if not rows:
+        _check_known(store, selection, chunks)
+    return _series(rows)
+
+
+def documents(store: Store, ids: Collection[str]) -> dict[str, Result]:
+    """The stored documents of these points (``Point.result_id``), typed: what changed at a change
+    point is read from them, and from no other point's."""
+    return store.results(ids)
+
+
+def _where(selection: Selection, cells: Sequence[str] | None, *, narrowed: bool = True) -> tuple[str, list[Any]]:
+    """The ``WHERE`` of a selection: passed results started at or after ``since``, of ``cells`` (None:
+    of every cell); ``narrowed``: of its metric, hardware class and group too."""
+    clauses, params = ["r.status = 'passed'"], []
+    if selection.since is not None:
+        # The stored text against ISO 8601 UTC, as before the columns were read (times of other offsets
+        # compare by their text; the points are ordered by their instants, _series)
+        clauses.append("r.started_at >= ?")
+        params.append(selection.since)
+    if cells is not None:
+        clauses.append(f"r.cell_id IN ({','.join('?' * len(cells))})")
+        params += cells
+    if narrowed:
+        for clause, value in (
+            ("m.metric = ?", selection.metric),
+            ("r.hardware_class = ?", selection.hardware_class),
+            ("(r.comparison_label = ? OR r.comparison_group = ?)", selection.group),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                params += [value] * clause.count("?")
+    return " AND ".join(clauses), params
+
+
+def _query(
+    columns: str, selection: Selection, cells: Sequence[str] | None, *, narrowed: bool = True
+) -> tuple[str, list[Any]]:
+    where, params = _where(selection, cells, narrowed=narrowed)
+    return f"SELECT {columns} {FROM} WHERE {where}", params
+
+
+def _cell_chunks(store: Store, selection: Selection) -> list[list[str] | None]:
+    """The cells to select, ``CELLS_PER_QUERY`` a query: ``[None]`` (every cell, one query) without
+    ``only``. Its globs are fnmatch's, as everywhere else in fsmatrix, which neither SQLite's GLOB nor
+    PostgreSQL has exactly: matched here against the stored cell ids (few next to the results), which
+    then select in SQL."""
+    patterns = selection.patterns
+    if not patterns:
+        return [None]
+    where, params = _where(selection, None, narrowed=False)
+    stored = [str(r[0]) for r in store.select(f"SELECT DISTINCT r.cell_id FROM results r WHERE {where}", params)]
+    cells = sorted(c for c in stored if any(fnmatch.fnmatchcase(c, p) for p in patterns))
+    return [cells[i : i + CELLS_PER_QUERY] for i in range(0, len(cells), CELLS_PER_QUERY)]
+
+
+def _check_known(store: Store, selection: Selection, chunks: Sequence[Sequence[str] | None]) -> None:
+    """Nothing selected: a metric, hardware class or group that no result of the selected cells has is
+    bad input (one line, with the ones there are); anything else is an empty history."""
+    patterns = selection.patterns
+    of = " of " + ", ".join(patterns) if patterns else ""
+    for option, columns, given, has in (
+        ("--metric", ("m.metric",), selection.metric, "has it as a key metric"),
+        ("--hardware-class", ("r.hardware_class",), selection.hardware_class, "is of that hardware class"),
+        ("--group", ("r.comparison_label", "r.comparison_group"), selection.group, "is of that comparison group"),
+    ):
+        if given is None:
             continue
-        try:
-            results[result_id] = Result.read(doc)
-        except ValueError:  # the store checked it when it was pushed; an older fsmatrix's may not read
+        known = [_known(store, selection, chunks, column) for column in columns]  # shown: the first (labels)
+        if any(given in values for values in known):
             continue
-    known = sorted({name for result_id, name, _, _ in metric_rows if result_id in results})
-    if metric is not None and metric not in known:
         raise UserError(
-            f"--metric {metric!r}: no stored result{' of ' + ', '.join(patterns) if patterns else ''} has it as a key "
-            f"metric; known: {', '.join(known) or 'none (the store holds no passed result)'}"
+            f"{option} {given!r}: no stored result{of} {has}; "
+            f"known: {', '.join(known[0]) or 'none (the store holds no passed result)'}"
         )
-    classes = {result_id: hardware_class(result) for result_id, result in results.items()}
-    points: dict[tuple[str, str, str], list[Point]] = {}
-    directions: dict[tuple[str, str, str], Direction] = {}
-    for result_id, name, direction, value in metric_rows:
-        result = results.get(result_id)
-        if result is None or (metric is not None and name != metric):
-            continue
-        key = (result.cell_id, classes[result_id], name)
-        directions[key] = "higher" if direction == "higher" else "lower"
-        time = result.started_at or ""
-        points.setdefault(key, []).append(
-            Point(time, result.run_id, result.repeat, value, result.provenance.host.machine_id, result)
-        )
+
+
+def _known(store: Store, selection: Selection, chunks: Sequence[Sequence[str] | None], column: str) -> list[str]:
+    """The values of ``column`` among the selected cells' passed results (whatever their metric, class
+    and group), sorted."""
+    found = {
+        str(r[0])
+        for cells in chunks
+        for r in store.select(*_query(f"DISTINCT {column}", selection, cells, narrowed=False))
+    }
+    return sorted(found)
+
+
+def _series(rows: Sequence[tuple[Any, ...]]) -> list[Series]:
+    """The rows as series, each one's points oldest first: by start time (stores hold times of several
+    offsets), then run id, repeat and id: the same order every time."""
+    by_series: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        by_series.setdefault((row[CELL], row[CLASS], row[METRIC]), []).append(row)
+    instants = {text: _instant(text or "") for text in {row[STARTED] for row in rows}}
     out = []
-    for key in sorted(points):
-        cell_id, klass, name = key
-        # by start time (stores hold times of several offsets), then run id and repeat: the same order every time
-        ordered = tuple(sorted(points[key], key=lambda p: (_instant(p.time), p.run_id, p.repeat)))
-        first = ordered[0].result
-        group, label = comparison_group(first.params, first.workload)
-        out.append(Series(cell_id, name, directions[key], klass, group, label, ordered))
+    for key in sorted(by_series):
+        ordered = sorted(by_series[key], key=lambda r: (instants[r[STARTED]], r[RUN], r[REPEAT], r[ID]))
+        first, newest = ordered[0], ordered[-1]
+        points = tuple(
+            Point(r[STARTED] or "", str(r[RUN]), int(r[REPEAT]), float(r[VALUE]), r[HOST], str(r[ID])) for r in ordered
+        )
+        direction: Direction = "higher" if newest[DIRECTION] == "higher" else "lower"
+        out.append(Series(key[0], key[2], direction, key[1], str(first[GROUP]), str(first[LABEL]), points))
     return out
 
 

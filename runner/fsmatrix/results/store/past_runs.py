@@ -1,18 +1,20 @@
 """The passed runs a results root holds for this host, as much as the ETA and ``timeout: auto`` need
-(``estimate.py`` computes from them). Read through the index, newest first, a bounded number."""
+(``estimate.py`` computes from them). Read from the root's store (``index.py``) by its columns, newest
+first, a bounded number; of those runs only, their cells' parameters from their documents."""
 
 from __future__ import annotations
 
 import json
 import math
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import jsonfile
-from fsmatrix.results.store.files import result_path
+from fsmatrix.errors import UserError
+from fsmatrix.results.store.index import LEGACY_INDEX, open_root
+from fsmatrix.results.store.url import ROOT_STORE
 
 
 @dataclass(frozen=True)
@@ -40,67 +42,62 @@ def stored_runs(
     workloads: Iterable[str] | None = None,
     cell_ids: Iterable[str] | None = None,
 ) -> list[StoredRun]:
-    """The passed runs indexed under ``root`` whose documents say they ran on ``machine_id`` (every
-    run when it is None: this host cannot be told). Only ``workloads`` when given. With ``cell_ids``,
-    the newest RECENT_PER_CELL of each of those cells and the newest RECENT_SIBLINGS of the others
-    (the siblings the fallback looks at). Nothing when there is no index or it cannot be read:
-    estimates are advice, never a reason to stop."""
-    db_path = root / "index.sqlite"
-    if not db_path.is_file():
+    """The passed runs stored under ``root`` that ran on ``machine_id`` (every run when it is None: this
+    host cannot be told). Only ``workloads`` when given. With ``cell_ids``, the newest RECENT_PER_CELL of
+    each of those cells and the newest RECENT_SIBLINGS of the others (the siblings the fallback looks
+    at). Nothing when the root has no store (nor an old index) or it cannot be read: estimates are
+    advice, never a reason to stop."""
+    if not any((root / name).is_file() for name in (ROOT_STORE, LEGACY_INDEX)):
         return []
-    query = "SELECT run_id, cell_id, repeat, path, duration_s FROM runs WHERE status = 'passed' AND duration_s > 0"
-    wanted = sorted(set(workloads)) if workloads is not None else None
-    if wanted is not None:
-        query += f" AND workload IN ({','.join('?' * len(wanted))})"
-    query += " ORDER BY rowid DESC"  # newest first
-    mine = set(cell_ids) if cell_ids is not None else None
+    clauses, params = ["status = 'passed'", "duration_s > 0"], []
+    if machine_id is not None:
+        clauses.append("host = ?")
+        params.append(machine_id)
+    if workloads is not None:
+        wanted = sorted(set(workloads))
+        clauses.append(f"workload IN ({','.join('?' * len(wanted))})")
+        params += wanted
+    # Newest first: a root's store is SQLite, its rowid the order its documents were added in.
+    query = f"SELECT id, run_id, cell_id, duration_s FROM results WHERE {' AND '.join(clauses)} "
+    query += "ORDER BY pushed_at DESC, rowid DESC"
     try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
-        try:
-            rows = list(db.execute(query, wanted or ()))
-        finally:
-            db.close()
-    except sqlite3.Error:
+        with open_root(root) as store:
+            chosen = _newest(store.select(query, params), cell_ids)
+            parameters = store.parameters([str(r[0]) for r in chosen])
+    except (UserError, sqlite3.Error):
         return []
     found = []
-    own: dict[str, int] = {}
-    siblings = 0
-    for run_id, cell_id, repeat, path, duration_s in rows:
-        if mine is not None:
-            if cell_id in mine and own.get(cell_id, 0) >= RECENT_PER_CELL:
-                continue
-            if cell_id not in mine and siblings >= RECENT_SIBLINGS:
-                continue
-        doc = _document(root, run_id, cell_id, repeat, path)
-        if doc is None:
+    for rid, run_id, cell_id, duration_s in chosen:
+        cell = parameters.get(str(rid))
+        if not isinstance(cell, Mapping) or not math.isfinite(float(duration_s)):
             continue
-        host = (doc.get("provenance") or {}).get("host") or {}
-        if machine_id is not None and host.get("machine_id") != machine_id:
-            continue
-        params = doc.get("params")
-        if not isinstance(params, dict) or not math.isfinite(float(duration_s)):
-            continue
-        if mine is not None and cell_id in mine:
-            own[cell_id] = own.get(cell_id, 0) + 1
-        elif mine is not None:
-            siblings += 1
         found.append(
-            StoredRun(cell_id, str(params.get("filesystem")), sibling_key(params), float(duration_s), str(run_id))
+            StoredRun(str(cell_id), str(cell.get("filesystem")), sibling_key(cell), float(duration_s), str(run_id))
         )
     return found
 
 
-def _document(root: Path, run_id: str, cell_id: str, repeat: int, path: str) -> dict[str, Any] | None:
-    """A run's document where the results layout puts it under ``root`` (the index's path may be
-    relative to wherever that run was started), else where the index says."""
-    for candidate in (result_path(root / run_id, cell_id, repeat), Path(path)):
-        try:
-            doc = jsonfile.read(candidate)
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict):
-            return doc
-    return None
+def _newest(rows: Sequence[tuple[Any, ...]], cell_ids: Iterable[str] | None) -> list[tuple[Any, ...]]:
+    """Of (id, run id, cell id, duration) rows, newest first: with ``cell_ids``, the first RECENT_PER_CELL
+    of each of those cells and the first RECENT_SIBLINGS of the others."""
+    if cell_ids is None:
+        return list(rows)
+    mine = set(cell_ids)
+    own: dict[str, int] = {}
+    siblings = 0
+    out = []
+    for row in rows:
+        cell_id = str(row[2])
+        if cell_id in mine:
+            if own.get(cell_id, 0) >= RECENT_PER_CELL:
+                continue
+            own[cell_id] = own.get(cell_id, 0) + 1
+        else:
+            if siblings >= RECENT_SIBLINGS:
+                continue
+            siblings += 1
+        out.append(row)
+    return out
 
 
 # Settings that belong to the filesystem rather than the workload: a run that differs only in them

@@ -1,9 +1,10 @@
 """Run folders into a database store (``fsmatrix results push``), and what a store holds, by run
 (``fsmatrix results list``).
 
-A *stored run* is one sitting of one run id on one host: the documents of a run id and host whose
-start times follow each other with no gap over ``SITTING_GAP`` (a run id that two nights share is two
-stored runs: run ids repeat, nights do not overlap).
+What ``results list`` lists is a *sitting*: one run id on one host at one time, the documents of a
+run id and host whose start times follow each other with no gap over ``SITTING_GAP`` (a run id that
+two nights share is two sittings: run ids repeat, nights do not overlap). Not ``past_runs.StoredRun``,
+one passed run the estimates read.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def parse_since(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class StoredRun:
+class Sitting:
+    """One sitting of a run id on a host, as ``results list`` shows it."""
+
     run_id: str
     host: str | None
     started: str
@@ -54,10 +57,10 @@ class StoredRun:
     documents: int
 
 
-def stored_runs(
+def sittings(
     rows: Sequence[tuple[str, str | None, str, str | None, str | None]], only: Sequence[str] = ()
-) -> list[StoredRun]:
-    """The stored runs among (run id, host, cell id, started, finished) rows in time order, their
+) -> list[Sitting]:
+    """The sittings among (run id, host, cell id, started, finished) rows in time order, their
     cells matching ``only`` (globs; all without)."""
     patterns = [p for text in only for p in text.split(",") if p]
     sittings: dict[tuple[str, str | None], list[list[tuple[str, str | None, str | None]]]] = {}
@@ -74,7 +77,7 @@ def stored_runs(
     for (run_id, host), runs in sittings.items():
         for docs in runs:
             first = min((s for _, s, _ in docs if s), default="")
-            out.append(StoredRun(run_id, host, first, len({c for c, _, _ in docs}), len(docs)))
+            out.append(Sitting(run_id, host, first, len({c for c, _, _ in docs}), len(docs)))
     return sorted(out, key=lambda r: (r.started, r.run_id, r.host or ""))
 
 
@@ -95,7 +98,7 @@ def _time(text: str | None) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def listing_json(total: int, runs: Sequence[StoredRun]) -> dict[str, Any]:
+def listing_json(total: int, runs: Sequence[Sitting]) -> dict[str, Any]:
     return {
         "documents": total,
         "runs": [
@@ -105,7 +108,7 @@ def listing_json(total: int, runs: Sequence[StoredRun]) -> dict[str, Any]:
     }
 
 
-def listing_markdown(shown: str, total: int, runs: Sequence[StoredRun]) -> str:
+def listing_markdown(shown: str, total: int, runs: Sequence[Sitting]) -> str:
     lines = [f"## {shown}: {total:,} documents, {len(runs)} runs", ""]
     if runs:
         lines += ["| run id | host | started | cells | documents |", "|---|---|---|---|---|"]

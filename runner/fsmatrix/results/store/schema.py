@@ -6,19 +6,21 @@ SQLAlchemy models and no migration environment, and read the same for both datab
 dialects differ in two column types). A store records its version (``fsmatrix_store``); a newer one
 than ``VERSION`` is refused, an older one is brought up to date by the statements after its version.
 
-Columns: a document's identity and provenance, typed, for SQL over the store; fsmatrix itself reads
-the run, cell, repeat, host, status and times (``results list``, one cell's runs, a push's duplicates)
-and keeps the rest for whoever queries the store. The whole document beside them (JSONB in
-PostgreSQL, text in SQLite) is what ``fsmatrix history`` reads: every passed result's (``status``,
-``started_at`` since ``--since``), typed again. ``results.id`` is the document's content hash
-(database.content_id). The key metrics of each result are rows of ``result_metrics``: history's
-values (a series is one cell's metric over time).
+Columns: what history and the estimates query, typed; the whole document beside them (JSONB in
+PostgreSQL, text in SQLite), read only where no column says it (what changed at a change point). ``results.id``
+is the document's content hash (database.content_id). The key metrics of each result are rows of
+``result_metrics`` (a series is one cell's metric over time).
+
+Version 2 adds what history and the estimates read from documents before: the comparison group's label
+(``comparison_label``), the run's ``duration_s``, and an index on the metric (``--metric``). A store of
+version 1 gets the columns filled from its documents in the same transaction (``database.Store``:
+the label needs the cell parsed, which SQL cannot do).
 """
 
 from __future__ import annotations
 
 META = "fsmatrix_store"
-VERSION = 1
+VERSION = 2
 
 
 def _types(dialect: str) -> dict[str, str]:
@@ -65,8 +67,21 @@ def _version_1(dialect: str) -> list[str]:
     ]
 
 
+def _version_2(dialect: str) -> list[str]:
+    t = _types(dialect)
+    return [
+        # NOT NULL needs a default for the rows already there; a version-1 store's are filled after
+        "ALTER TABLE results ADD COLUMN comparison_label TEXT NOT NULL DEFAULT ''",
+        f"ALTER TABLE results ADD COLUMN duration_s {t['real']}",
+        "CREATE INDEX result_metrics_metric ON result_metrics (metric)",
+    ]
+
+
 # version -> the statements that bring a store from the version before it to this one
-MIGRATIONS = {1: _version_1}
+MIGRATIONS = {1: _version_1, 2: _version_2}
+
+# A store older than this version has its comparison labels and durations filled from its documents.
+FILLED_FROM_DOCUMENTS = 2
 
 
 def migrations(dialect: str, found: int) -> list[str]:

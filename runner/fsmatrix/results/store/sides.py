@@ -1,15 +1,14 @@
-"""A side of a comparison (BASE or HEAD): a results directory, or a run id in a results root's index."""
+"""A side of a comparison (BASE or HEAD): a results directory, or a run id of a results root."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from fsmatrix.errors import UserError
 from fsmatrix.results.store.document import Result
-from fsmatrix.results.store.files import load_document, load_results
+from fsmatrix.results.store.files import iter_result_files, load_results
 
 
 @dataclass
@@ -25,21 +24,14 @@ class Side:
 
 
 def load_side(spec: str, results_root: Path) -> Side:
-    """A directory of results, or a run id in ``results_root``'s index."""
+    """A directory of results, or a run id of ``results_root``: its run folder (``ROOT/RUN_ID``, where
+    `fsmatrix run` and `results merge` put a run's documents, and its store's rows point)."""
     path = Path(spec)
     if path.exists():
         if not path.is_dir():
             raise UserError(f"{spec}: not a directory of results")
         return Side(spec, load_results(path))
-    index = results_root / "index.sqlite"
-    if index.is_file():
-        db = sqlite3.connect(index)
-        try:
-            paths = [Path(row[0]) for row in db.execute("SELECT path FROM runs WHERE run_id = ?", (spec,))]
-        except sqlite3.DatabaseError as exc:
-            raise UserError(f"{index}: not a readable fsmatrix index ({exc})") from exc
-        finally:
-            db.close()
-        if paths:
-            return Side(spec, [load_document(p) for p in paths])
-    raise UserError(f"{spec}: no such results directory, and no run with that id in {index}")
+    run_dir = results_root / spec
+    if Path(spec).name == spec and spec not in (".", "..") and any(iter_result_files(run_dir)):
+        return Side(spec, load_results(run_dir))
+    raise UserError(f"{spec}: no such results directory, and no run with that id in {results_root}")

@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 from fsmatrix.errors import UserError
 
 ENV = "FSMATRIX_STORE"
+ROOT_STORE = "store.sqlite"  # a results root's own store, its one SQLite (index.py)
 SCHEMES = ("sqlite", "postgresql", "postgres")
 # Filesystems whose locking SQLite cannot trust (its documentation: "SQLite over a network").
 NETWORK_FILESYSTEMS = frozenset(
@@ -106,7 +107,7 @@ def resolve(option: str | None, results_root: Path) -> StoreURL:
     """``--store``, else ``FSMATRIX_STORE`` (taken out of the environment), else SQLite at
     ``RESULTS/store.sqlite``."""
     take_from_environment()
-    text = option or next(iter(_taken), None) or f"sqlite:///{results_root / 'store.sqlite'}"
+    text = option or next(iter(_taken), None) or f"sqlite:///{results_root / ROOT_STORE}"
     return parse(text)
 
 
@@ -128,10 +129,16 @@ def filesystem_of(path: Path) -> str:
     return fstype
 
 
+def network_filesystem(path: Path) -> str | None:
+    """The network filesystem an SQLite file at ``path`` would be on (``nfs4``), or None."""
+    fstype = filesystem_of(path.parent if path.parent.exists() else Path.cwd())
+    return fstype if fstype in NETWORK_FILESYSTEMS else None
+
+
 def check_local(path: Path) -> None:
     """Refuse an SQLite store on a network filesystem (one line)."""
-    fstype = filesystem_of(path.parent if path.parent.exists() else Path.cwd())
-    if fstype in NETWORK_FILESYSTEMS:
+    fstype = network_filesystem(path)
+    if fstype is not None:
         raise UserError(
             f"store sqlite:///{path}: on a network filesystem ({fstype}), where SQLite's locks are not "
             "reliable; put it on a local disk or use a PostgreSQL store"

@@ -1,7 +1,7 @@
 """The answer's groups and configurations: which cells answer one question, what each is called, and
 which is the baseline.
 
-A comparison group is ``matrix.comparison_group``: the same workload with the same parameters and
+A comparison group is ``store.comparison_group`` (``matrix.group_of`` on a typed cell): the same workload with the same parameters and
 the same crash block. A *configuration* is one cell of the group, named by the settings that vary
 inside the group ("xfs", "ext4 data=writeback", "btrfs, gtm.journal=nobefore"). When the runs come
 from several hardware classes (``hardware.py``: a fleet's mixed machines), each group is split by
@@ -116,7 +116,7 @@ def _group(key: str, members: list[Cell], matrix: RunMatrix | None) -> Group:
 
 def _cells(docs: Sequence[Result], matrix: RunMatrix | None) -> list[Cell]:
     """The cells the documents hold, in matrix.json's order (then by id), with their groups (as
-    matrix.json records them, ``group`` and ``group_label``, else ``matrix.comparison_group``'s)."""
+    matrix.json records them, ``group`` and ``group_label``, else ``store.comparison_group``'s)."""
     by_cell: dict[str, list[Result]] = defaultdict(list)
     for doc in docs:
         by_cell[str(doc.cell_id)].append(doc)

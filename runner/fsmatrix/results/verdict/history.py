@@ -8,7 +8,9 @@ change point was placed where these very runs differ most, so it is no test of t
 p is — and answers never pool history (docs/history.md) — and **what
 changed**: the fields in ``FIELDS`` that differ between the run just before and the run just after.
 Only declared fields, never run-local noise (run ids, times, loop devices, values read back): a field
-that differs between two runs of one build would name a culprit at every change point.
+that differs between two runs of one build would name a culprit at every change point. What changed is
+read from the stored documents of those two runs (``attributed_from``: the store reads them, for the
+change points only); every other number is the series' own.
 """
 
 from __future__ import annotations
@@ -145,10 +147,23 @@ class History:
     levels: list[tuple[int, int, float]] = field(default_factory=list)
 
 
-def history(series: Series, found: Sequence[tuple[int, float]]) -> History:
-    """A series with its change points: ``found`` is (index, p) of each, as the detector says."""
+def _indices(series: Series, found: Sequence[tuple[int, float]]) -> list[int]:
+    """The change points' indices the detector found, each once, in order (none at either end)."""
+    return sorted({i for i, _ in found if 0 < i < len(series.points)})
+
+
+def attributed_from(series: Series, found: Sequence[tuple[int, float]]) -> set[str]:
+    """The stored documents what changed is read from (``Point.result_id``): the run just before and the
+    run just after each change point, and no other."""
     points = series.points
-    indices = sorted({i for i, _ in found if 0 < i < len(points)})
+    return {points[i].result_id for index in _indices(series, found) for i in (index - 1, index)}
+
+
+def history(series: Series, found: Sequence[tuple[int, float]], documents: Mapping[str, Result]) -> History:
+    """A series with its change points: ``found`` is (index, p) of each, as the detector says;
+    ``documents``: at least the results ``attributed_from`` names, by id."""
+    points = series.points
+    indices = _indices(series, found)
     p_of = dict(found)
     bounds = [0, *indices, len(points)]
     out = []
@@ -157,6 +172,7 @@ def history(series: Series, found: Sequence[tuple[int, float]]) -> History:
         after_values = [p.value for p in points[index : min(bounds[k + 2], index + SIDE)]]
         ratio, low, high = _size(before_values, after_values, index)
         before, after = points[index - 1], points[index]
+        old, new = documents[before.result_id], documents[after.result_id]
         out.append(
             ChangePoint(
                 index=index,
@@ -166,8 +182,8 @@ def history(series: Series, found: Sequence[tuple[int, float]]) -> History:
                 ratio=ratio,
                 interval=(low, high),
                 p=p_of[index],
-                changed=changed(before.result, after.result),
-                bisect=bisect_command(series, before.result, after.result, ratio),
+                changed=changed(old, new),
+                bisect=bisect_command(series, old, new, ratio),
             )
         )
     levels = [
