@@ -14,7 +14,7 @@ import pytest
 
 from conftest import invoke
 from fsmatrix import cli
-from fsmatrix.cli import store as store_cli
+from fsmatrix.cli import results as store_cli
 from fsmatrix.results.store import url as store_urls
 
 
@@ -35,7 +35,7 @@ def test_starting_the_cli_imports_no_statistics() -> None:
 
 # The commands' modules that must not import numpy, scipy or matplotlib: their reports and races import
 # them where they are written or decided (fsmatrix.racing, fsmatrix.slurm, cli/run.py).
-LIGHT_COMMANDS = ["run", "matrix", "store", "workload", "image", "container", "libvirt", "vagrant", "slurm"]
+LIGHT_COMMANDS = ["run", "matrix", "results", "workload", "image", "container", "libvirt", "vagrant", "slurm"]
 
 
 @pytest.mark.parametrize("module", LIGHT_COMMANDS)
@@ -47,7 +47,7 @@ def test_commands_without_statistics_import_none(module: str) -> None:
 
 
 def test_the_probe_sees_a_command_that_computes() -> None:
-    probe = "import sys, fsmatrix.cli.results; print('scipy' in sys.modules)"
+    probe = "import sys, fsmatrix.cli.compare; print('scipy' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "True"
 

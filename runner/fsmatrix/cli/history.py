@@ -92,15 +92,8 @@ def history(
     url = store_urls.resolve(store_url, results_root)
     selection = stored_history.Selection(only, after, metric, hardware_class, group)
     with store.open_store(url, results_root) as opened:
-        series = stored_history.load_series(opened, selection)
-        python = otava.ensure(otava_venv(), echo_err)
-        version, detected = otava.detect(python, [s.values for s in series], max_pvalue=threshold)
-        found = [[(f.index, f.p) for f in points] for points in detected]
-        # what changed: from the documents either side of each change point, and no other
-        wanted = {rid for s, cps in zip(series, found, strict=True) for rid in decide.attributed_from(s, cps)}
-        documents = stored_history.documents(opened, wanted)
-    histories = [decide.history(s, cps, documents) for s, cps in zip(series, found, strict=True)]
-    detector = f"Apache Otava {version}"
+        found = decide.histories(opened, selection, threshold, otava.ensure(otava_venv(), echo_err))
+    histories, detector = list(found.histories), found.detector
     if fmt == "json":
         click.echo(json.dumps(history_text.to_json(histories, detector=detector, threshold=threshold), indent=1))
     else:

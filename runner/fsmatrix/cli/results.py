@@ -1,5 +1,5 @@
-"""Click commands that read results and answer: ``compare`` (and the regression gate), ``calibrate``,
-``report``. ``fsmatrix results`` (the stores) is in store.py: it imports no statistics.
+"""``fsmatrix results``: push to a database store, list it, merge CI artifacts into a results root,
+fill a results root's store from its files. No statistics and no rendering: these start in a fraction of a second.
 
 ``fsmatrix.cli`` wires these into ``main``; they follow its conventions (UserError → exit 2).
 """
@@ -7,298 +7,72 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from fsmatrix.backends import BACKENDS
-from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION
-from fsmatrix.errors import UserError
+from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION, SINCE_OPTION, STORE_OPTION
 from fsmatrix.results import store
-from fsmatrix.results.render import answer_text, calibration_report, comparison, exports, markdown, page
-from fsmatrix.results.store import calibrations, sides
-from fsmatrix.results.verdict import calibrate, environment, gate, report, stats
-from fsmatrix.results.verdict.answer import Rule
+from fsmatrix.results.store import url as store_urls
 
 
-def _out_console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 200)
+@click.group("results")
+def results_group() -> None:
+    """Manage results: merge CI artifacts, fill a results root's store from its files, push to a store, list a store."""
 
 
-@click.command("compare")
-@click.argument("base")
-@click.argument("head")
+@results_group.command("push")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@STORE_OPTION
 @RESULTS_OPTION
-@click.option(
-    "--fail-on-regression",
-    "threshold",
-    default=None,
-    metavar="THRESHOLD",
-    help="Exit 1 when a key metric is significantly worse by more than THRESHOLD (e.g. 5%).",
-)
-@click.option(
-    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
-)
-@click.option("--allow-env-diff", is_flag=True, help="Compare even when the environments differ (always listed).")
-@click.option(
-    "--calibration",
-    default="auto",
-    show_default=True,
-    help="Noise floors: 'auto' (stored calibrations of HEAD's environment), 'none', or a calibration file.",
-)
-@click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True)
-@click.option(
-    "--paired",
-    is_flag=True,
-    help="BASE and HEAD ran in pairs (repeat i of each back to back, as pr-gate.sh runs them): paired t-test.",
-)
-@click.option(
-    "--confirm",
-    nargs=2,
-    default=None,
-    metavar="BASE2 HEAD2",
-    help="A second, independent batch: a regression fails the gate only when it holds there too.",
-)
-@click.option(
-    "--across",
-    "across",
-    multiple=True,
-    metavar="NAME[=BASE_VALUE,HEAD_VALUE]",
-    help="Compare on purpose what differs, named in the output (repeatable): an environment axis, e.g. "
-    "--across image (each side on one image) or --across image=debian12,debian13 (both in one run), cells "
-    "matched by every other setting; or --across kernel, the same cells under a different vm.kernel file "
-    "(by sha256, as a bisect builds), refused otherwise. Only what it brings (the image, its kernel) may differ.",
-)
-@click.option(
-    "--flagged-to",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write the cells with a regression (first batch) to this file, comma-separated, for `run --only`.",
-)
-def compare_cmd(
-    base: str,
-    head: str,
-    results_root: Path,
-    threshold: str | None,
-    alpha: float,
-    allow_env_diff: bool,
-    calibration: str,
-    fmt: str,
-    paired: bool,
-    confirm: tuple[str, str] | None,
-    across: tuple[str, ...],
-    flagged_to: Path | None,
-) -> None:
-    """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
-
-    Exit status: 0, or 1 when --fail-on-regression is given and exceeded (with --confirm: exceeded in
-    both batches); 2 for bad input.
-    """
-    limit = gate.parse_threshold(threshold) if threshold is not None else None
-    crossing = [environment.parse_across(text) for text in across]
-    if confirm and limit is None:
-        raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
-    b = sides.load_side(base, results_root)
-    h = sides.load_side(head, results_root)
-    if calibration == "none":
-        cal_paths: list[Path] = []
-    elif calibration == "auto":
-        cal_paths = calibrations.find(results_root, environment.env_hash(h.docs))
-    else:
-        cal_paths = [Path(calibration)]
-    floors = calibrate.noise_floors([calibrations.load(p) for p in cal_paths])
-
-    def judge(base_side: sides.Side, head_side: sides.Side) -> gate.CompareResult:
-        judging = gate.Judging(limit, alpha, floors, paired)
-        return gate.compare(base_side, head_side, judging, allow_env_diff=allow_env_diff, across=crossing)
-
-    result = judge(b, h)
-    if flagged_to is not None:
-        flagged_to.write_text(",".join(gate.flagged_cells(result)) + "\n")  # a small control file
-    confirming: gate.Confirmed | None = None
-    if confirm and result.regressions:
-        # No confirmation batch (never run, or its runs all lost) leaves the regression standing.
-        b2, h2 = (_side_or_none(spec, results_root) for spec in confirm)
-        rerun = b2 is not None and h2 is not None and bool(set(b2.by_cell()) & set(h2.by_cell()))
-        confirming = gate.Confirmed(result, judge(b2, h2) if rerun and b2 and h2 else None)
-    elif confirm:
-        confirming = gate.Confirmed(result, None)
-    second = confirming.second if confirming else None
-    if fmt == "json":
-        doc = comparison.to_json(result)
-        if confirming:
-            doc = {
-                **doc,
-                "confirmation": comparison.to_json(second) if second else None,
-                "confirmed": [[r.cell_id, r.metric] for r, _ in confirming.confirmed],
-                "not_confirmed": [[r.cell_id, r.metric] for r, _ in confirming.not_confirmed],
-                "not_rerun": [[r.cell_id, r.metric] for r in confirming.not_rerun],
-                "exit_status": confirming.exit_status(),
-            }
-        click.echo(json.dumps(doc, indent=1))
-    elif fmt == "md":
-        click.echo(comparison.markdown(result), nl=False)
-        if second:
-            click.echo("\n### Confirmation batch\n\n" + comparison.markdown(second), nl=False)
-        if confirming:
-            click.echo("\n" + "".join(f"- {line}\n" for line in comparison.confirmation_lines(confirming)), nl=False)
-    else:
-        out = _out_console()
-        for which in (result, second):
-            if which:
-                out.print(comparison.rich_table(which))
-                for line in comparison.summary_lines(which):
-                    out.print(line, markup=False, highlight=False)
-        for line in comparison.confirmation_lines(confirming) if confirming else []:
-            out.print(line, markup=False, highlight=False)
-    if cal_paths:
-        click.echo(f"noise floors from {', '.join(str(p) for p in cal_paths)}", err=True)
-    sys.exit(confirming.exit_status() if confirming else result.exit_status())
+def push_cmd(run_dirs: tuple[Path, ...], store_url: str | None, results_root: Path) -> None:
+    """Store the result documents of RUN_DIRS (folders `fsmatrix run` wrote) in the store: idempotent
+    (a document pushed twice is stored once), atomic per batch, safe with many pushers at once."""
+    url = store_urls.resolve(store_url, results_root)
+    documents = store.run_documents(list(run_dirs))  # every folder checked before anything is written
+    with store.open_store(url, results_root) as opened:
+        done = opened.push(documents)
+    for line in done.lines(url.shown):
+        click.echo(line)
 
 
-def _side_or_none(spec: str, results_root: Path) -> sides.Side | None:
-    try:
-        return sides.load_side(spec, results_root)
-    except UserError:
-        return None
-
-
-@click.command("calibrate")
-@click.argument("matrix_file", metavar="MATRIX", type=click.Path(path_type=Path))
-@click.option("--runs", type=click.IntRange(3), default=5, show_default=True, help="Runs per batch (N of N-vs-N).")
-@click.option(
-    "--batches",
-    type=click.IntRange(2, len(calibrate.BATCH_LABELS)),
-    default=calibrate.DEFAULT_BATCHES,
-    show_default=True,
-    help="Separate batches of RUNS repeats, one after the other: their medians' drift is the noise floor.",
-)
+@results_group.command("list")
+@STORE_OPTION
 @RESULTS_OPTION
 @ONLY_OPTION
-@click.option(
-    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
-)
-@click.option("--threshold", default="0%", show_default=True, help="The gate threshold to calibrate for.")
-@click.option("--resume", is_flag=True, help="Keep completed batches' runs from an earlier calibration.")
-@click.option("--workdir", type=click.Path(path_type=Path), default=Path("/var/tmp/fsmatrix"), show_default=True)
-@click.option(
-    "--backend",
-    type=click.Choice(list(BACKENDS)),
-    default="host",
-    show_default=True,
-    help="Calibrate the backend the gate will use: a VM backend's noise is not the host's.",
-)
-def calibrate_cmd(
-    matrix_file: Path,
-    runs: int,
-    batches: int,
-    results_root: Path,
-    only: tuple[str, ...],
-    alpha: float,
-    threshold: str,
-    resume: bool,
-    workdir: Path,
-    backend: str,
-) -> None:
-    """Run MATRIX's cells in BATCHES separate batches of RUNS repeats and store this runner's noise:
-    how far batch medians drift apart, the gate's false alarms on real pairs of batches, and the
-    smallest slowdown it can catch."""
-    from fsmatrix import matrix
-    from fsmatrix import runs as runs_mod
-
-    limit = gate.parse_threshold(threshold)
-    m = matrix.load(matrix_file)
-    cells = m.select(list(only))
-    if not cells:
-        raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(matrix_file))
-    console = Console(stderr=True)
-    prefix = f"calibrate-{m.name}-{backend}" if backend != "host" else f"calibrate-{m.name}"
-    run_ids = [f"{prefix}-{calibrate.batch_label(k)}" for k in range(batches)]
-    docs = []
-    ok = True
-    # Separate batches, one after the other, each a full run of the cells: the drift between them
-    # is what a gate comparing a BASE run with a HEAD run faces, not the spread inside one run.
-    chosen = BACKENDS[backend].make(workdir, [])
-    try:
-        for run_id in run_ids:
-            summary = runs_mod.run_matrix(
-                m,
-                cells,
-                chosen,
-                results_root=results_root,
-                run_id=run_id,
-                repeat=runs,
-                force=not resume,
-                console=console,
-            )
-            ok = ok and summary.ok
-            docs.append([d for ds in summary.docs.values() for d in ds])
-    finally:
-        chosen.close()
-    cal = calibrate.calibrate_batches(
-        docs, matrix_name=m.name, runs=runs, run_ids=run_ids, alpha=alpha, threshold=limit
-    )
-    path = calibrations.save(cal, results_root)
-    click.echo(calibration_report.markdown(cal), nl=False)
-    click.echo(f"calibration: {path.resolve()}")
-    if not ok:
-        click.echo("some runs did not pass: their cells have fewer values", err=True)
-    sys.exit(0 if ok else 1)
-
-
-@click.command("report")
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["md", "json", "csv", "otava", "otava-config"]),
-    default="md",
-    show_default=True,
-    help="md: the answer, then Markdown tables (terminals, $GITHUB_STEP_SUMMARY); json: the answer for machines "
-    "(docs/answer.schema.json); csv: one row per run; otava: Apache Otava's CSV; otava-config: an Otava test "
-    "definition for that CSV (file fsmatrix.csv).",
-)
-@click.option(
-    "--html",
-    "html_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="OUT/",
-    help="Also write OUT/report.html: one self-contained page with tables and charts.",
-)
-@click.option("--title", default=None, help="Report title (default: DIRECTORY).")
-@click.option(
-    "--delta",
-    default="5%",
-    show_default=True,
-    help="The answer's minimum effect: a configuration is 'equivalent within ±DELTA' when its interval lies "
-    "inside ±DELTA; one not separated gets the runs per configuration that would settle ±DELTA.",
-)
-def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | None, delta: str) -> None:
-    """Print the answer and the tables for the results under DIRECTORY (a run directory or a results root)."""
-    min_effect = gate.parse_threshold(delta)
-    if not 0 < min_effect < 1:
-        raise UserError(f"--delta {delta}: expected a percentage above 0 and below 100, such as 5%")
-    name = title or str(directory)
-    if html_dir is None and fmt not in ("md", "json"):  # the exports need no answer
-        docs = store.load_results(directory)
-    else:
-        found = report.report(directory, Rule(delta=min_effect))
-        docs = list(found.stored)
-    if html_dir is not None:
-        path = page.write_html(found, name, html_dir)
-        click.echo(f"html report: {path.resolve()}", err=True)
+@SINCE_OPTION
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+def list_cmd(store_url: str | None, results_root: Path, only: tuple[str, ...], since: str | None, fmt: str) -> None:
+    """What the store holds: its runs (a run id on a host, one sitting: a run id two nights share is two)."""
+    after = store.parse_since(since) if since else None
+    url = store_urls.resolve(store_url, results_root)
+    with store.open_store(url, results_root) as opened:
+        runs = store.sittings(opened.index_rows(after), only)
+    total = sum(r.documents for r in runs)
     if fmt == "json":
-        click.echo(
-            json.dumps({"title": name, "answer": answer_text.to_json(found.answer)}, indent=1, ensure_ascii=False)
-        )
-    elif fmt == "csv":
-        click.echo(exports.runs_csv(docs), nl=False)
-    elif fmt == "otava":
-        click.echo(exports.otava_csv(docs), nl=False)
-    elif fmt == "otava-config":
-        click.echo(exports.otava_config(docs, "fsmatrix.csv"), nl=False)
+        click.echo(json.dumps(store.listing_json(total, runs), indent=1))
     else:
-        click.echo(markdown.markdown(found, name), nl=False)
+        click.echo(store.listing_markdown(url.shown, total, runs), nl=False)
+
+
+@results_group.command("merge")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--into",
+    "root",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The results root to merge into (created if missing).",
+)
+def merge_cmd(sources: tuple[Path, ...], root: Path) -> None:
+    """Copy the result documents under SOURCES (e.g. downloaded shard artifacts) into one results root."""
+    copied, same = store.merge(list(sources), root)
+    click.echo(f"merged {copied} result documents into {root} ({same} already there)")
+
+
+@results_group.command("reindex")
+@click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def reindex_cmd(root: Path) -> None:
+    """Add every result document under ROOT to ROOT/store.sqlite, the results root's store (those already
+    there stay once; an old ROOT/index.sqlite is absorbed and removed)."""
+    click.echo(f"indexed {store.reindex(root)} result documents in {root / store_urls.ROOT_STORE}")

@@ -1,8 +1,9 @@
 """The answer's groups and configurations: which cells answer one question, what each is called, and
 which is the baseline.
 
-A comparison group is ``store.comparison_group`` (``matrix.group_of`` on a typed cell): the same workload with the same parameters and
-the same crash block. A *configuration* is one cell of the group, named by the settings that vary
+A comparison group is ``store.comparison_group`` (``matrix.group_of`` on a typed cell): the same
+workload with the same parameters and the same crash block. A *configuration* is one cell of the
+group, named by the settings that vary
 inside the group ("xfs", "ext4 data=writeback", "btrfs, gtm.journal=nobefore"). When the runs come
 from several hardware classes (``hardware.py``: a fleet's mixed machines), each group is split by
 class and its label ends "on <class>": numbers from unlike machines are never ranked together.
