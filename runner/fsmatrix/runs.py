@@ -35,6 +35,7 @@ from fsmatrix.errors import UserError
 from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, group_of
 from fsmatrix.results import store
 from fsmatrix.results.store import past_runs
+from fsmatrix.results.store.database import StoreUnreachable
 from fsmatrix.results.verdict import estimate
 
 log = logging.getLogger("fsmatrix")
@@ -84,9 +85,10 @@ def run_matrix(
     )
     backend.preflight(cells)
     try:
-        index = store.Index(results_root)  # a store it cannot open says why itself (UserError)
-    except sqlite3.Error as exc:
-        raise UserError(f"--results {results_root}: cannot open its store.sqlite ({exc}): is the disk full?") from exc
+        index = store.Index(results_root)  # a store of another schema, or no store at all, says why itself
+    except (sqlite3.Error, StoreUnreachable) as exc:
+        # the root's own file, not a server away: a results root that takes no write is bad input (exit 2)
+        raise UserError(f"--results {results_root}: cannot write its store.sqlite ({exc}): is the disk full?") from exc
     summary = RunSummary(run_dir=run_dir)
     if race is not None:
         total = len(cells) * race.max_repeats
