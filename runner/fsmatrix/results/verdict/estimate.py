@@ -4,7 +4,7 @@ A cell's estimate is the median ``duration_s`` of its own passed runs on this ho
 the same settings); without any, the median of the passed runs of the same workload with the same
 parameters on another filesystem (or with other filesystem options): "from ext4"; else unknown.
 "This host" is ``provenance.host.machine_id`` (backends/hostinfo.py: a hash of the DMI product UUID
-or /etc/machine-id), which the index does not hold: the passed runs' documents are read for it.
+or /etc/machine-id), a column of the results root's store (``store.past_runs``: its ``host``).
 
 The same history gives ``timeout: auto`` its limit (``auto_timeout``): a multiple of the cell's
 slowest stored passed run here, never below a floor.
