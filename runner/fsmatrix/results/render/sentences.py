@@ -27,6 +27,7 @@ from fsmatrix.results.verdict.outliers import RULE, Outlier
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
 from fsmatrix.results.verdict.work import Work
+from fsmatrix.results.verdict.work import words_of as work_words
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ def _speed(g: SpeedGroup, delta: float) -> Said:
         if g.verdict == "equivalent"
         else ()
     )
+    if not g.decided_on_time and g.decided_on_work:
+        decided = and_list([work_words(m) for m in g.decided_on_work])
+        headline += f" Decided on work: {decided} (below)."
     for name in (n for n in answered if n in g.unsafe):
         label, v = g.unsafe[name]
         headline += f" But {name} is UNSAFE: {unsafe_reason(v)} in {label}; not the answer, whatever its speed."
