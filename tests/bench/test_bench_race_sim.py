@@ -86,7 +86,8 @@ def test_the_command_prints_every_design(capsys: pytest.CaptureFixture[str]) -> 
     assert race_sim.main(["--trials", "1", "--max-repeats", "5"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| k | CV | Δ | race (3..5): runs | decided | runs per decided | wrong [95 % CI] |")
-    assert table[0].endswith(" best fixed: runs per decided |") and "Runs per decided group, over the designs" in table[-1]
+    assert table[0].endswith(" best fixed: runs per decided |")
+    assert "Runs per decided group, over the designs" in table[-1]
     assert len([line for line in table if line.startswith("| ")]) == 37
     assert race_sim.main(["--trials", "0"]) == 2 and "--trials 0" in capsys.readouterr().err
     assert race_sim.main(["--max-repeats", "11"]) == 2
