@@ -75,9 +75,7 @@ def test_the_json_carries_the_work_and_the_decision_and_meets_the_schema() -> No
 def test_a_group_decided_on_work_says_so_in_its_headline() -> None:
     g = two([4000.0, 4010.0, 3990.0], [7600.0, 7610.0, 7590.0])
     assert not g.decided_on_time and g.decided_on_work == ("device_write_bytes_per_op",)
-    assert sentences.said(g, 0.05).headline.endswith(
-        " Decided on work: device bytes written per operation (below)."
-    )
+    assert sentences.said(g, 0.05).headline.endswith(" Decided on work: device bytes written per operation (below).")
     same = two([4000.0, 4010.0, 3990.0], [4001.0, 4009.0, 3992.0])  # equivalent within ±5 %: decided too
     assert same.decided_on_work == ("device_write_bytes_per_op",)
     noisy = two([4000.0, 5000.0, 3000.0], [4200.0, 3500.0, 5100.0])
