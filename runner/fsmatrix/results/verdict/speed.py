@@ -16,7 +16,7 @@ are the renderers' (``render/sentences.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from fsmatrix.agent import workloads
@@ -89,7 +89,12 @@ def speed_group(
         if metric
         else None
     )
-    configs = tuple(_configuration(group, c, metric, decided, raced) for c in group.cells)
+    unsafe = {
+        group.name(c): unsafe_elsewhere[fingerprint(c.flat)]
+        for c in group.cells
+        if fingerprint(c.flat) in unsafe_elsewhere
+    }
+    configs = tuple(_configuration(group, c, metric, decided, raced, unsafe) for c in group.cells)
     leader = decided.leader if decided else None
     if raced is not None:
         leader = next((c.name for c in configs if c.status == "best"), None) or next(
@@ -131,11 +136,7 @@ def speed_group(
             else None
         ),
         outliers=tuple(o for c in group.cells if metric for o in _outliers(group.name(c), c, metric)),
-        unsafe={
-            group.name(c): unsafe_elsewhere[fingerprint(c.flat)]
-            for c in group.cells
-            if fingerprint(c.flat) in unsafe_elsewhere
-        },
+        unsafe=unsafe,
     )
     return _with_why(g)
 
@@ -160,7 +161,12 @@ def _settle_seconds(group: Group, still: Sequence[Open], by_config: Mapping[str,
 
 
 def _configuration(
-    group: Group, c: Cell, metric: str | None, decided: groups.IntervalDecision | None, raced: RacedGroup | None
+    group: Group,
+    c: Cell,
+    metric: str | None,
+    decided: groups.IntervalDecision | None,
+    raced: RacedGroup | None,
+    unsafe: Collection[str],
 ) -> Configuration:
     name = group.name(c)
     s = decided.standing(name) if decided else None
@@ -182,7 +188,7 @@ def _configuration(
         decided_by=decided_by,
         reason=reason,
         regime=group.regime.by_configuration[name],
-        unsafe=False,  # set below where a crash group found it unsafe
+        unsafe=name in unsafe,  # a crash group found these settings unsafe
     )
 
 
@@ -208,14 +214,12 @@ def _still_open(pairs: Sequence[power.OpenPair], by_config: Mapping[str, Configu
 
 
 def _with_why(g: SpeedGroup) -> SpeedGroup:
-    """``g`` with its configurations marked unsafe and, where two configurations are set apart, why:
-    the best against the baseline (else the worse one furthest from it)."""
-    configs = tuple(replace(c, unsafe=c.name in g.unsafe) for c in g.configurations)
-    g = replace(g, configurations=configs)
-    eligible = [c for c in configs if c.status != "not enough data"]
+    """``g`` with, where two configurations are set apart, why: the best against the baseline (else the
+    worse one furthest from it)."""
+    eligible = [c for c in g.configurations if c.status != "not enough data"]
     if g.leader is None or g.metric is None or len(eligible) < 2:
         return g
-    by_config = {c.name: c for c in configs}
+    by_config = {c.name: c for c in g.configurations}
     base = g.group.baseline_name
     pair: tuple[str, str] | None = None
     if g.verdict in ("best", "equivalent"):
