@@ -214,12 +214,8 @@ def current_left(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _left(v: Mapping[str, Any]) -> Left:
-    action = str(v.get("action"))
-    return Left(
-        "equivalent" if action == "tied" else action,
-        int(v.get("round") or 0),
-        current_words(str(v.get("reason") or "")),
-    )
+    entry = current_left(v)
+    return Left(entry["action"], int(entry.get("round") or 0), entry["reason"])
 
 
 # ----------------------------------------------------------------------------------- reading them
