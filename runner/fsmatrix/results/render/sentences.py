@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fsmatrix.results.render.words import and_list, join, pct, plain
+from fsmatrix.results.store import Race
 from fsmatrix.results.verdict import power, stats
 from fsmatrix.results.verdict.answer import (
     Configuration,
@@ -215,11 +216,17 @@ def duration(seconds: float) -> str:
 
 def stop_words(raced: RacedGroup) -> str:
     """Why a race ended before deciding a group."""
-    if raced.stop_reason == "budget" and raced.budget_s is not None:
-        return f"the race stopped at its {duration(raced.budget_s)} budget after round {raced.rounds}"
-    if raced.stop_reason == "max_repeats":
-        return f"the race reached its last round, {raced.rounds}, undecided"
-    return f"the race stopped undecided: {raced.why_stopped}"
+    race = raced.race
+    reason = race.stopped.reason if race.stopped is not None else None
+    if reason == "budget" and race.settings.budget_s is not None:
+        return f"the race stopped at its {duration(race.settings.budget_s)} budget after round {race.rounds}"
+    if reason == "max_repeats":
+        return f"the race reached its last round, {race.rounds}, undecided"
+    return f"the race stopped undecided: {_why_stopped(race)}"
+
+
+def _why_stopped(race: Race) -> str:
+    return race.stopped.why if race.stopped is not None else "stopped"
 
 
 def open_advice(o: Open, delta: float) -> str:
@@ -287,16 +294,17 @@ def race_rule(raced: RacedGroup) -> str:
         if raced.look_alpha is not None
         else ("Pocock's level per test")
     )
-    d = raced.delta
+    race = raced.race
+    d = race.settings.delta
     head = (
-        f"Decided by the race (race.json, {raced.why_stopped})"
+        f"Decided by the race (race.json, {_why_stopped(race)})"
         if raced.decided
         else f"Not decided by the race ({stop_words(raced)}); what it did decide stands"
     )
     return (
-        f"{head}: a configuration retired when {retired_when(raced.retire_margin)}, equivalent when TOST shows it "
+        f"{head}: a configuration retired when {retired_when(race.retire_margin)}, equivalent when TOST shows it "
         f"within ±{pct(d)}, each test at {level} so "
-        f"that all its decisions over every round err with probability at most {pct(raced.alpha)}; the intervals "
+        f"that all its decisions over every round err with probability at most {pct(race.alpha)}; the intervals "
         "are fixed-sample ones on the runs it stopped at, not adjusted for its stopping."
     )
 

@@ -26,15 +26,9 @@ class RacedGroup:
     some cells not separated from the best: those are "not separated", the others' decisions stand."""
 
     cells: dict[str, RacedCell]  # by cell id
-    why_stopped: str
-    delta: float
-    alpha: float
-    look_alpha: float | None  # Pocock's level α' of every test at the last look (None: not recorded)
     decided: bool
-    stop_reason: str | None  # race.json's stopped.reason: "decided", "max_repeats", "budget" (None: not recorded)
-    rounds: int  # the rounds the race ran
-    budget_s: float | None
-    retire_margin: float  # retired when worse than the best by more than this (0: worse at all)
+    look_alpha: float | None  # Pocock's level α' of every test at the group's last look (None: not recorded)
+    race: Race  # its settings, α, retire margin, rounds and why it stopped
 
 
 def raced_groups(race: Race | None) -> list[RacedGroup]:
@@ -55,20 +49,6 @@ def raced_groups(race: Race | None) -> list[RacedGroup]:
                 for c, d in decided.items()
             }
         looks = race.look_alpha.get(g.key, ())
-        stopped = race.stopped
         settled = g.decided if g.decided is not None else all(d.status != "not separated" for d in decided.values())
-        out.append(
-            RacedGroup(
-                decided,
-                stopped.why if stopped is not None else "stopped",
-                race.settings.delta,
-                race.alpha,
-                looks[-1] if looks else None,
-                settled,
-                stopped.reason if stopped is not None else None,
-                race.rounds,
-                race.settings.budget_s,
-                race.retire_margin,
-            )
-        )
+        out.append(RacedGroup(decided, settled, looks[-1] if looks else None, race))
     return out
