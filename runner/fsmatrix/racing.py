@@ -220,17 +220,12 @@ def _load_race(path: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
-def _stopped_by_budget(stopped: dict[str, Any] | None) -> bool:
-    if not stopped:
-        return False
-    return stopped.get("reason") == "budget" or str(stopped.get("why", "")).startswith("the budget (")
-
-
 def _reopen(state: dict[str, Any]) -> None:
     """A race the budget stopped goes on when its budget now allows more (larger, or none): the cells
     the stop sent away undecided come back, and the race continues after its last round."""
     stopped = state.get("stopped")
-    if stopped is None or not _stopped_by_budget(stopped) or not state["rounds"]:
+    # A race of this format records why it stopped (older ones are not continued: _same_race).
+    if stopped is None or stopped.get("reason") != "budget" or not state["rounds"]:
         return
     budget = state["settings"].get("budget_s")
     spent = float(state["rounds"][-1].get("runs_s") or 0.0)
@@ -240,9 +235,7 @@ def _reopen(state: dict[str, Any]) -> None:
     state["left"] = {
         cell: entry
         for cell, entry in state["left"].items()
-        if not (
-            entry.get("round") == last and (entry.get("stopped_by") == "budget" or "the budget (" in entry["reason"])
-        )
+        if not (entry.get("round") == last and entry.get("stopped_by") == "budget")
     }
     state["stopped"] = None
 
