@@ -63,7 +63,7 @@ def _row_label(kind: str, flat: dict[str, Any]) -> str:
     return workload.label({k: flat[f"workload.{kind}.{k}"] for k in workload.row_keys})
 
 
-# The work per operation (agent/job.py's WORK_METRICS), tabled after each workload's own metrics
+# The work per operation (agent/work.py's WORK_METRICS), tabled after each workload's own metrics
 # wherever its runs measured it: the low-noise companions of time, side by side with it.
 WORK_TABLES = [(m.name, m.title, m.better) for m in WORK_METRICS]
 WORK_NAMES = frozenset(m.name for m in WORK_METRICS)

@@ -90,7 +90,7 @@ def reindex(root: Path) -> int:
     idempotent); returns how many documents there are."""
     paths = list(iter_result_files(root))
     with open_root(root) as store:
-        for start in range(0, len(paths), BATCH):
+        for start in range(0, len(paths), BATCH):  # a batch of documents read at a time, not all of them
             store.push([_stored_as(load_document(p), p) for p in paths[start : start + BATCH]])
     return len(paths)
 
@@ -117,8 +117,7 @@ def absorb(store: Store, root: Path) -> None:
         result = legacy_document(root, run_id, cell_id, repeat, path)
         if result is not None:
             found.append(dataclasses.replace(result, run_id=run_id))
-    for start in range(0, len(found), BATCH):
-        store.push(found[start : start + BATCH])
+    store.push(found)  # a transaction a batch
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             legacy.with_name(legacy.name + suffix).unlink()
