@@ -324,9 +324,7 @@ def _run_one(
         log.error("%s r%d failed on the host: %s", cell.id, repeat, exc)
         log.debug("%s", traceback.format_exc())
         doc = job.result_document(
-            cell.spec,
-            cell_id=cell.id,
-            repeat=repeat,
+            job.CellRepeat(cell.spec, cell.id, repeat),
             status="error",
             reason=f"host side of the run failed: {type(exc).__name__}: {exc}",
             started_at=started_at,

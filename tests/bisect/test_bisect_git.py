@@ -91,9 +91,7 @@ class StandInBackend:
         keys = cell.params["workload"]["threen1"]["keys"]
         value = self.medians[keys] * float(np.exp(self.rng.normal(0, self.sigma)))
         doc = job.result_document(
-            cell.spec,
-            cell_id=cell.id,
-            repeat=repeat,
+            job.CellRepeat(cell.spec, cell.id, repeat),
             status="passed",
             reason=None,
             started_at=datetime.now(UTC).isoformat(timespec="seconds"),

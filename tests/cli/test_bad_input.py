@@ -204,9 +204,7 @@ def test_unwritable_dir_results_and_workdir(tmp_path: Path) -> None:
 
 def result_doc(**changes: Any) -> dict[str, Any]:
     doc = job.result_document(
-        standalone_cell("threen1", {"start": 1, "end": 10}),
-        cell_id="c1",
-        repeat=1,
+        job.CellRepeat(standalone_cell("threen1", {"start": 1, "end": 10}), "c1", 1),
         status="passed",
         reason=None,
         started_at="2026-01-01T00:00:00+00:00",

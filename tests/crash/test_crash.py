@@ -24,7 +24,7 @@ from fsmatrix.agent import cgroup, crash, proc, storage
 from fsmatrix.agent.crash.injector import Injector, cgroup_members
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.declare import Invalid
-from fsmatrix.agent.job import run_job, run_recovery
+from fsmatrix.agent.job import CellRepeat, Job, run_job, run_recovery
 from fsmatrix.agent.parsing import parse_cell
 from fsmatrix.agent.workloads import threen1
 from fsmatrix.agent.workloads.threen1 import params as threen1_params
@@ -73,7 +73,7 @@ def test_a_cell_without_crash_keeps_its_id_and_json_form() -> None:
 
 def test_a_crash_cell_has_its_own_id_and_the_settings_with_defaults() -> None:
     spec = parse_cell(crash_cell())
-    assert spec.crash == crash.Settings(mode="kill", after_s=1.0, points=10, seed=0)
+    assert spec.crash == crash.CrashSettings(mode="kill", after_s=1.0, points=10, seed=0)
     assert spec.to_dict()["crash"] == {"mode": "kill", "after_s": 1.0, "points": 10, "seed": 0}
     cid = cell_id(spec)
     assert cid.startswith("ext4-crash-kill-threen1-1-300000-w2-")
@@ -125,7 +125,7 @@ def test_a_matrix_file_with_a_bad_crash_setting_names_its_line() -> None:
         expand_document(doc, "m.yaml")
     doc["defaults"] = {"crash.mode": "kill", "crash.after_s": 2.5}
     (cell,) = expand_document(doc, "m.yaml").cells
-    assert cell.spec.crash == crash.Settings(mode="kill", after_s=2.5)
+    assert cell.spec.crash == crash.CrashSettings(mode="kill", after_s=2.5)
 
 
 def test_the_shipped_crash_matrix_expands() -> None:
@@ -268,9 +268,7 @@ def job_dir() -> Iterator[Path]:
 
 def _run(cell: dict[str, Any], base: Path, **kwargs: Any) -> dict[str, Any]:
     with storage.loop_devices(1, 1 << 30, base) as devices:
-        return run_job(
-            parse_cell(cell), cell_id="c", repeat=1, devices=devices, workdir=base / "job", environment={}, **kwargs
-        )
+        return run_job(Job(CellRepeat(parse_cell(cell), "c", 1), devices, base / "job", {}), **kwargs)
 
 
 def _step(doc: dict[str, Any], name: str) -> dict[str, Any]:
@@ -358,17 +356,15 @@ def test_the_recover_phase_mounts_the_crashed_filesystem_and_recovers(job_dir: P
     """The crash phase alone, everything unmounted, then the recover phase on the same devices."""
     with storage.loop_devices(1, 1 << 30, job_dir) as devices:
         crashed = run_job(
-            parse_cell(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
-            environment={}, recover=False,
-        )  # fmt: skip
+            Job(CellRepeat(parse_cell(crash_cell("before")), "c", 1), devices, job_dir / "crash", {}), recover=False
+        )
         assert crashed["status"] == "error" and crashed["reason"].startswith("crashed;"), crashed["reason"]
         assert crashed["crash"]["fired"] and crashed["crash"]["steps"] == []
         assert mounted_under(job_dir) == []
         event = crash.CrashEvent.from_dict(crashed["crash"])
         doc = run_recovery(
-            parse_cell(crash_cell("before")), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
-            environment={}, event=event,
-        )  # fmt: skip
+            Job(CellRepeat(parse_cell(crash_cell("before")), "c", 1), devices, job_dir / "crash", {}), event
+        )
     assert doc["status"] == "passed", doc["reason"]
     assert doc["crash"]["mount_s"] is not None and doc["crash"]["mount_s"] > 0
     assert doc["storage"]["readback"]["data"]["reused"] is True
@@ -385,9 +381,8 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
     mnt = job_dir / "look"
     with storage.loop_devices(1, 1 << 30, job_dir) as devices:
         crashed = run_job(
-            parse_cell(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
-            environment={}, recover=False,
-        )  # fmt: skip
+            Job(CellRepeat(parse_cell(crash_cell(journal)), "c", 1), devices, job_dir / "crash", {}), recover=False
+        )
         assert crashed["crash"]["fired"], crashed["reason"]
         # Between the crash and the recovery: overwrite the journal's start (its file header).
         mnt.mkdir()
@@ -399,9 +394,9 @@ def test_a_damaged_journal_fails_the_run_naming_the_recovery(job_dir: Path, jour
         finally:
             proc.run(["umount", str(mnt)], timeout=60)
         doc = run_recovery(
-            parse_cell(crash_cell(journal)), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "crash",
-            environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]),
-        )  # fmt: skip
+            Job(CellRepeat(parse_cell(crash_cell(journal)), "c", 1), devices, job_dir / "crash", {}),
+            crash.CrashEvent.from_dict(crashed["crash"]),
+        )
     assert doc["status"] == "failed"
     recovery = "mupip journal -recover -" + ("backward" if journal == "before" else "forward")
     assert doc["reason"].startswith(f"recovery failed: {recovery}: "), doc["reason"]

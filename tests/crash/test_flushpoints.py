@@ -224,9 +224,7 @@ def test_a_host_run_without_the_disks_is_an_error_and_leaves_nothing(
     monkeypatch.setattr(flushpoints, "DISK_WAIT_S", 0.5)
     cell = _cell(disk_size="64M")
     with loop_devices(1, 64 << 20, tmp_path) as devices:
-        result = job.run_job(
-            cell.spec, cell_id=cell.id, repeat=1, devices=devices, workdir=tmp_path / "w", environment={}
-        )
+        result = job.run_job(job.Job(job.CellRepeat(cell.spec, cell.id, 1), devices, tmp_path / "w", {}))
     assert result["status"] == "error"
     assert result["reason"].startswith("FlushPointsError: crash.mode 'flush-points' needs the log and scratch")
     assert result["crash"]["points"] == [] and result["crash"]["flush_points"] is None

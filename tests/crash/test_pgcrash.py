@@ -687,8 +687,7 @@ def _crash_step(doc: dict[str, Any], name: str) -> dict[str, Any]:
 @needs_pg
 def test_a_killed_pgbench_cell_recovers_through_run_job(job_dir: Path) -> None:
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
-        doc = job.run_job(parse_cell(crash_cell()), cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
-                          environment={})  # fmt: skip
+        doc = job.run_job(job.Job(job.CellRepeat(parse_cell(crash_cell()), "c", 1), devices, job_dir / "job", {}))
     assert doc["status"] == "passed", doc["reason"]
     section = doc["crash"]
     assert section["fired"] is True and 1.5 <= section["fired_at_s"] < 2.5 and section["kill_source"] == "cgroup"
@@ -718,8 +717,7 @@ def test_a_wal_segment_deleted_between_crash_and_recovery_fails_the_run(job_dir:
     cell = parse_cell(crash_cell())
     look = job_dir / "look"
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
-        crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
-                              recover=False)  # fmt: skip
+        crashed = job.run_job(job.Job(job.CellRepeat(cell, "c", 1), devices, job_dir / "job", {}), recover=False)
         assert crashed["status"] == "error" and crashed["reason"].startswith("crashed;"), crashed["reason"]
         assert crashed["crash"]["fired"] and crashed["crash"]["steps"] == []
         look.mkdir()
@@ -728,8 +726,10 @@ def test_a_wal_segment_deleted_between_crash_and_recovery_fails_the_run(job_dir:
             (look / "pgdata" / "pg_wal" / checkpoint_segment(look / "pgdata")).unlink()
         finally:
             proc.run(["umount", str(look)], timeout=60)
-        doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
-                               environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]))  # fmt: skip
+        doc = job.run_recovery(
+            job.Job(job.CellRepeat(cell, "c", 1), devices, job_dir / "job", {}),
+            crash.CrashEvent.from_dict(crashed["crash"]),
+        )
     assert doc["status"] == "failed", doc
     assert doc["crash"]["mount_s"] is not None
     assert doc["reason"] == (
@@ -756,12 +756,10 @@ def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: py
     database holds: the run fails naming the lost commits and the setting that allows the loss."""
     cell = parse_cell(crash_cell(synchronous_commit="off"))
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
-        crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
-                              recover=False)  # fmt: skip
+        crashed = job.run_job(job.Job(job.CellRepeat(cell, "c", 1), devices, job_dir / "job", {}), recover=False)
         event = crash.CrashEvent.from_dict(crashed["crash"])
         event.acknowledged = pgacks.read_acks(job_dir / "job" / "scratch" / pgrecover.ACKS_FILE) + 1000
-        doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
-                               environment={}, event=event)  # fmt: skip
+        doc = job.run_recovery(job.Job(job.CellRepeat(cell, "c", 1), devices, job_dir / "job", {}), event)
     assert doc["status"] == "failed"
     assert doc["crash"]["lost_commits"] >= 999  # one more row than acknowledged is normal
     assert "synchronous_commit=off" in doc["reason"] and "acknowledged commits are missing" in doc["reason"]
@@ -773,20 +771,20 @@ def test_lost_commits_name_synchronous_commit_off(job_dir: Path, monkeypatch: py
 def test_missing_acknowledgements_fail_the_recovery(job_dir: Path) -> None:
     cell = parse_cell(crash_cell())
     with storage.loop_devices(1, 512 << 20, job_dir) as devices:
-        crashed = job.run_job(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job", environment={},
-                              recover=False)  # fmt: skip
+        crashed = job.run_job(job.Job(job.CellRepeat(cell, "c", 1), devices, job_dir / "job", {}), recover=False)
         (job_dir / "job" / "scratch" / pgrecover.ACKS_FILE).unlink()
         event = crash.CrashEvent.from_dict(crashed["crash"])
-        doc = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
-                               environment={}, event=event)  # fmt: skip
+        doc = job.run_recovery(job.Job(job.CellRepeat(cell, "c", 1), devices, job_dir / "job", {}), event)
         assert doc["status"] == "failed"
         assert doc["reason"].startswith("recovery failed: acknowledged commits: "), doc["reason"]
         assert "is missing" in doc["reason"] and "start" not in [s["name"] for s in doc["crash"]["steps"]]
         # The same with an empty record (nothing acknowledged) passes; its start also removes the
         # killed server's shared memory, which the failed recovery never got to.
         (job_dir / "job" / "scratch" / pgrecover.ACKS_FILE).write_text("")
-        again = job.run_recovery(cell, cell_id="c", repeat=1, devices=devices, workdir=job_dir / "job",
-                                 environment={}, event=crash.CrashEvent.from_dict(crashed["crash"]))  # fmt: skip
+        again = job.run_recovery(
+            job.Job(job.CellRepeat(cell, "c", 1), devices, job_dir / "job", {}),
+            crash.CrashEvent.from_dict(crashed["crash"]),
+        )
     assert again["status"] == "passed", again["reason"]
     assert again["crash"]["acknowledged"] == 0 and again["crash"]["lost_commits"] == 0
 

@@ -39,9 +39,7 @@ def cells_of(tmp_path: Path, text: str = TEXT) -> tuple[Path, dict[str, MatrixCe
 
 def doc_for(cell: MatrixCell, repeat: int, seconds: float, status: str = "passed", host: str | None = HERE) -> Any:
     doc = job.result_document(
-        cell.spec,
-        cell_id=cell.id,
-        repeat=repeat,
+        job.CellRepeat(cell.spec, cell.id, repeat),
         status=status,
         reason=None,
         started_at="2026-11-26T00:00:00+00:00",

@@ -49,7 +49,7 @@ def test_full_data_disk_is_a_failed_run(tmp_path: Path) -> None:
         }
     )
     with loop_devices(1, 96 << 20, tmp_path) as devices:
-        result = job.run_job(cell, cell_id="full", repeat=1, devices=devices, workdir=tmp_path / "w", environment={})
+        result = job.run_job(job.Job(job.CellRepeat(cell, "full", 1), devices, tmp_path / "w", {}))
     assert result["status"] in ("error", "failed") and result["reason"], result
     real = Path(os.path.realpath(tmp_path))
     assert attached_under(real) == [] and mounted_under(real) == []

@@ -67,9 +67,7 @@ class Drawn:
         if callable(law):
             law = law(repeat)
         doc = job.result_document(
-            cell.spec,
-            cell_id=cell.id,
-            repeat=repeat,
+            job.CellRepeat(cell.spec, cell.id, repeat),
             status="passed" if law else "failed",
             reason=None if law else "the workload failed (drawn)",
             started_at="2026-11-26T00:00:00+00:00",

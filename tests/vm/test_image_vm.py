@@ -164,8 +164,8 @@ def test_gtm_runs_a_journaled_threen1(guest_host: Any) -> None:
     cell = expand_document(job, "t").cells[0]
     code = (
         "import json, sys; from pathlib import Path; from fsmatrix.agent.parsing import parse_cell; "
-        "from fsmatrix.agent.job import run_job; cell = parse_cell(json.load(sys.stdin)); "
-        "r = run_job(cell, cell_id='t', repeat=1, devices=[], workdir=Path('/var/tmp/fsmatrix-t'), environment={}); "
+        "from fsmatrix.agent.job import CellRepeat, Job, run_job; cell = parse_cell(json.load(sys.stdin)); "
+        "r = run_job(Job(CellRepeat(cell, 't', 1), devices=[], workdir=Path('/var/tmp/fsmatrix-t'), environment={})); "
         "print(json.dumps({k: r[k] for k in ('status', 'reason', 'verification', 'metrics', 'provenance')}))"
     )
     out = guest_host.check_output("echo %s | python3 -c %s", json.dumps(cell.params), code)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fsmatrix.agent import declare
-from fsmatrix.agent.crash.settings import Settings as CrashSettings
+from fsmatrix.agent.crash.settings import CrashSettings
 from fsmatrix.agent.declare import Invalid, setting
 from fsmatrix.agent.storage.filesystems import FILESYSTEMS, Filesystem
 from fsmatrix.agent.storage.settings import Storage, required_devices

@@ -214,27 +214,17 @@ def run(job_dir: Path, by_id: Path = BY_ID, workdir: Path = WORKDIR) -> dict[str
             **job["environment"],
             "guest": {"data_disks": dict(zip(job["data_serials"], devices, strict=True)), "network": network_state()},
         }
+        run = jobs.Job(
+            jobs.CellRepeat(job["cell"], job["cell_id"], job["repeat"]),
+            devices=devices,
+            workdir=workdir,  # for a recovery, the crashed run's path: journals name files by path
+            environment=environment,
+            reference=job["reference"],
+        )
         if job["phase"] == "recover":
-            result = jobs.run_recovery(
-                job["cell"],
-                cell_id=job["cell_id"],
-                repeat=job["repeat"],
-                devices=devices,
-                workdir=workdir,  # the same path as the crashed run's: journals name files by path
-                environment=environment,
-                event=CrashEvent.from_dict(job["crash"]),
-                reference=job["reference"],
-            )
+            result = jobs.run_recovery(run, CrashEvent.from_dict(job["crash"]))
         else:
-            result = jobs.run_job(
-                job["cell"],
-                cell_id=job["cell_id"],
-                repeat=job["repeat"],
-                devices=devices,
-                workdir=workdir,
-                environment=environment,
-                reference=job["reference"],
-            )
+            result = jobs.run_job(run)
     except (JobError, OSError, ValueError) as exc:
         log.error("job not run: %s", exc)
         result = _error_result(job, f"{type(exc).__name__}: {exc}")

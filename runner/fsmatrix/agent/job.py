@@ -11,7 +11,8 @@ import logging
 import os
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,22 +79,40 @@ def _device_metrics(
     return {**metrics, **per_op}, unavailable
 
 
+@dataclass(frozen=True)
+class CellRepeat:
+    """Which run a result document is of: the cell, its id in the matrix, the repeat's number."""
+
+    cell: Cell
+    cell_id: str
+    repeat: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a cell on this machine, as ``run_job`` and ``run_recovery`` take it: which run,
+    on which data devices, in which working directory (mount points and scratch), the environment
+    the result's provenance records, and ``reference``: ``reference_for(cell)`` if the caller
+    computed it already (a VM backend does, on the host; None: computed before the storage is
+    prepared and the run starts)."""
+
+    run: CellRepeat
+    devices: list[str]
+    workdir: Path
+    environment: dict[str, Any]
+    reference: Mapping[str, Any] | None = None
+
+
 def result_document(
-    cell: Cell,
-    *,
-    cell_id: str,
-    repeat: int,
-    status: str,
-    reason: str | None,
-    started_at: str,
-    provenance: dict[str, Any],
+    run: CellRepeat, *, status: str, reason: str | None, started_at: str, provenance: dict[str, Any]
 ) -> dict[str, Any]:
     """A result document with nothing measured yet: what run_job fills in, and what a backend
     stores for a run that never reached the workload (skipped, timed out, no result from the guest)."""
+    cell = run.cell
     return {
         "schema_version": SCHEMA_VERSION,
-        "cell_id": cell_id,
-        "repeat": repeat,
+        "cell_id": run.cell_id,
+        "repeat": run.repeat,
         "workload": cell.workload,
         "params": cell.to_dict(),
         # The limit this run had, and why: the setting, or (timeout: auto) what it was derived from.
@@ -117,16 +136,14 @@ def result_document(
     }
 
 
-def _started_result(cell: Cell, cell_id: str, repeat: int, environment: dict[str, Any]) -> dict[str, Any]:
+def _started_result(job: Job) -> dict[str, Any]:
     """The result document of a run that starts now (an error until it ends otherwise)."""
     return result_document(
-        cell,
-        cell_id=cell_id,
-        repeat=repeat,
+        job.run,
         status="error",
         reason=None,
         started_at=_now(),
-        provenance={**provenance.collect(), **environment, "tools": {}},
+        provenance={**provenance.collect(), **job.environment, "tools": {}},
     )
 
 
@@ -167,89 +184,28 @@ def _judge(result: dict[str, Any], outcome: Outcome, event: crash.CrashEvent | N
         result["reason"] = "; ".join(problems)
 
 
-def run_job(
-    cell: Cell,
-    *,
-    cell_id: str,
-    repeat: int,
-    devices: list[str],
-    workdir: Path,
-    environment: dict[str, Any],
-    reference: Mapping[str, Any] | None = None,
-    recover: bool = True,
-) -> dict[str, Any]:
-    """Run ``cell`` once and return its result document (the caller stores it).
-
-    ``reference``: ``reference_for(cell)``, if the caller computed it already (a VM backend does, on
-    the host); otherwise it is computed here, before the storage is prepared and the run starts.
+def run_job(job: Job, *, recover: bool = True) -> dict[str, Any]:
+    """Run ``job`` once and return its result document (the caller stores it).
 
     A crash cell (``cell.crash``) is crashed ``crash.after_s`` into its measured part, then its
     workload's ``recover`` hook runs on the same storage; the result gets a ``crash`` section.
     ``recover=False``: stop after the crash (status "error", reason "crashed; ...") and leave the
     crashed database on the devices for ``run_recovery`` (the crash phase alone).
     """
-    result = _started_result(cell, cell_id, repeat, environment)
+    cell = job.run.cell
+    result = _started_result(job)
     event = crash.CrashEvent.for_settings(cell.crash) if cell.crash is not None else None
-    crashing: CrashRun | None = None  # what the cell's crash mode does around the run
     t0 = time.monotonic()
-    try:
-        if reference is None:
-            reference = reference_for(cell)
-        if cell.crash is not None and event is not None:
-            crashing = crash_modes.start(cell.crash, event)
-        with contextlib.ExitStack() as stack:
-            wrap = crashing.wrap_data if crashing is not None else None
-            prepared = stack.enter_context(storage.prepare(cell, devices, workdir / "mnt", wrap_data=wrap))
-            _storage_section(cell, prepared, result)
-            scratch = workdir / "scratch"
-            scratch.mkdir(parents=True, exist_ok=True)
-            log.info("running %s on %s", cell.workload, prepared.data_device if prepared.bare_device else prepared.data)
-            # A stripe is sampled twice: the md / dm device (the headline numbers, what the filesystem
-            # issued) and, separately, its component disks (what reached the disks).
-            with (
-                Sampler(prepared.diskstat_names) as sampler,
-                Sampler(prepared.component_diskstat_names) as parts,
-                cgroup.RunCpu() as run_cpu,
-                counters.RunCounters(run_cpu.directory) as run_counters,
-            ):
-                database_dirs = [prepared.data, prepared.journal]
-
-                @contextlib.contextmanager
-                def measured() -> Iterator[None]:
-                    # A crash cell's clock starts with the measured part, inside the sampler's window.
-                    crash_clock = (
-                        crashing.measured(run_cpu.directory, database_dirs)
-                        if crashing is not None
-                        else contextlib.nullcontext()
-                    )
-                    with sampler.measured(), parts.measured(), run_cpu.measured(), run_counters.measured(), crash_clock:
-                        yield
-
-                workspace = Workspace(
-                    prepared.data,
-                    prepared.journal,
-                    scratch,
-                    measure=measured,
-                    device=prepared.data_device if prepared.bare_device else None,
-                    reference=reference,
-                    crash=event,
-                )
-                if crashing is None:
-                    outcome: Outcome | None = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
-                else:
-                    outcome = crashing.run(cell, workspace, recover)
-            samples = sampler.summary()
-            # The run's own processes (a cgroup), beside the machine-wide cpu_s: see _device_metrics.
-            samples["run_cpu_s"] = run_cpu.seconds()
-            samples["run_cpu_source"] = run_cpu.source
-            # What the run's own processes made the CPU and the kernel do (perf counters on its cgroup).
-            samples["counters"] = run_counters.summary()
-            if prepared.component_diskstat_names:
-                samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
+    with _failures_recorded(result, cell, event, "run"):
+        if job.reference is None:
+            job = replace(job, reference=reference_for(cell))
+        # What the cell's crash mode does around the run.
+        crashing = crash_modes.start(cell.crash, event) if cell.crash is not None and event is not None else None
+        outcome, samples = _prepared_and_measured(job, crashing, recover, result)
         if crashing is not None and outcome is not None:  # unmounted: what the mode does after the run
             # Where the data filesystem was: a database journal names its files by absolute path.
-            data_mount = Path(os.path.realpath(workdir / "mnt")) / "data"
-            crashing.after(cell, data_mount, workdir / "scratch", reference, environment)
+            data_mount = Path(os.path.realpath(job.workdir / "mnt")) / "data"
+            crashing.after(cell, data_mount, job.workdir / "scratch", job.reference, job.environment)
         result["samples"] = samples
         if outcome is None:  # the crash phase alone: the recover phase judges the run
             result["reason"] = "crashed; the recovery is a separate phase (job.run_recovery)"
@@ -257,20 +213,100 @@ def run_job(
             device_metrics, result["metrics_unavailable"] = _device_metrics(cell, outcome, samples)
             result["metrics"] = {**outcome.metrics, **device_metrics}
             _judge(result, outcome, event)
+    _finish(result, event, t0)
+    return result
+
+
+def _prepared_and_measured(
+    job: Job, crashing: CrashRun | None, recover: bool, result: dict[str, Any]
+) -> tuple[Outcome | None, dict[str, Any]]:
+    """Prepare the storage (its section of ``result`` filled in as soon as it is), run the workload
+    under the samplers, and clean the storage up: the outcome (None: the crash phase alone) and the
+    samples. A stripe is sampled twice: the md / dm device (the headline numbers, what the
+    filesystem issued) and, separately, its component disks (what reached the disks)."""
+    cell = job.run.cell
+    wrap = crashing.wrap_data if crashing is not None else None
+    with storage.prepare(cell, job.devices, job.workdir / "mnt", wrap_data=wrap) as prepared:
+        _storage_section(cell, prepared, result)
+        (job.workdir / "scratch").mkdir(parents=True, exist_ok=True)
+        log.info("running %s on %s", cell.workload, prepared.data_device if prepared.bare_device else prepared.data)
+        with (
+            Sampler(prepared.diskstat_names) as sampler,
+            Sampler(prepared.component_diskstat_names) as parts,
+            cgroup.RunCpu() as run_cpu,
+            counters.RunCounters(run_cpu.directory) as run_counters,
+        ):
+            database_dirs = [prepared.data, prepared.journal]
+
+            @contextlib.contextmanager
+            def measured() -> Iterator[None]:
+                # A crash cell's clock starts with the measured part, inside the sampler's window.
+                crash_clock = (
+                    crashing.measured(run_cpu.directory, database_dirs)
+                    if crashing is not None
+                    else contextlib.nullcontext()
+                )
+                with sampler.measured(), parts.measured(), run_cpu.measured(), run_counters.measured(), crash_clock:
+                    yield
+
+            workspace = _workspace(job, prepared, crashing.event if crashing is not None else None, measured)
+            if crashing is None:
+                outcome: Outcome | None = cell.declaration.run_cell(cell, workspace, float(cell.timeout))
+            else:
+                outcome = crashing.run(cell, workspace, recover)
+        samples = sampler.summary()
+        # The run's own processes (a cgroup), beside the machine-wide cpu_s: see _device_metrics.
+        samples["run_cpu_s"] = run_cpu.seconds()
+        samples["run_cpu_source"] = run_cpu.source
+        # What the run's own processes made the CPU and the kernel do (perf counters on its cgroup).
+        samples["counters"] = run_counters.summary()
+        if prepared.component_diskstat_names:
+            samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
+    return outcome, samples
+
+
+def _workspace(
+    job: Job,
+    prepared: storage.PreparedStorage,
+    event: crash.CrashEvent | None,
+    measure: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+) -> Workspace:
+    """Where the workload writes: the prepared filesystems and the scratch directory off them."""
+    return Workspace(
+        prepared.data,
+        prepared.journal,
+        job.workdir / "scratch",
+        measure=measure,
+        device=prepared.data_device if prepared.bare_device else None,
+        reference=job.reference,
+        crash=event,
+    )
+
+
+@contextlib.contextmanager
+def _failures_recorded(result: dict[str, Any], cell: Cell, event: crash.CrashEvent | None, what: str) -> Iterator[None]:
+    """A run (``what``) that fails is recorded in ``result``'s status and reason, and the matrix
+    goes on: a crash not injected or a failed recovery step fails it, storage the machine cannot
+    make skips it, a time limit times it out, anything else is an error."""
+    try:
+        yield
     except (CrashNotInjected, crash.RecoveryFailed) as exc:
         result["status"], result["reason"] = "failed", _failure(exc, event)
     except storage.Skipped as exc:
         result["status"], result["reason"] = "skipped", str(exc)
     except TimeoutError as exc:
         result["status"], result["reason"] = "timeout", str(exc) or f"exceeded {cell.timeout} s"
-    except Exception as exc:  # a failed run is recorded, and the matrix goes on
-        log.debug("run failed:\n%s", traceback.format_exc())
+    except Exception as exc:
+        log.debug("%s failed:\n%s", what, traceback.format_exc())
         result["status"], result["reason"] = "error", f"{type(exc).__name__}: {exc}"
+
+
+def _finish(result: dict[str, Any], event: crash.CrashEvent | None, t0: float) -> None:
+    """The crash section (a crash cell's), when the run finished and how long it took."""
     if event is not None:
         result["crash"] = event.to_dict()
     result["finished_at"] = _now()
     result["duration_s"] = round(time.monotonic() - t0, 3)
-    return result
 
 
 def _failure(exc: Exception, event: crash.CrashEvent | None) -> str:
@@ -282,63 +318,35 @@ def _failure(exc: Exception, event: crash.CrashEvent | None) -> str:
     return "; ".join([f"recovery failed: {exc}", *failed])
 
 
-def run_recovery(
-    cell: Cell,
-    *,
-    cell_id: str,
-    repeat: int,
-    devices: list[str],
-    workdir: Path,
-    environment: dict[str, Any],
-    event: crash.CrashEvent,
-    reference: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The recover phase of a crash cell: mount the filesystems ``devices`` already hold (no mkfs;
-    the mount is timed: ``crash.mount_s``), run the workload's recover hook on the crashed database
-    and return the run's result document, ``crash`` section included.
+def run_recovery(job: Job, event: crash.CrashEvent) -> dict[str, Any]:
+    """The recover phase of a crash cell: mount the filesystems ``job.devices`` already hold (no
+    mkfs; the mount is timed: ``crash.mount_s``), run the workload's recover hook on the crashed
+    database and return the run's result document, ``crash`` section included.
 
     ``event``: the crash as the crash phase recorded it (``CrashEvent.from_dict(doc["crash"])``;
     after a power cut, the host's record of it: mode, after_s, fired, fired_at_s).
-    ``workdir``: the crash phase's (the same path): the filesystems must be mounted where they
+    ``job.workdir``: the crash phase's (the same path): the filesystems must be mounted where they
     were, since a database journal names its files by absolute path (GT.M's does).
     """
-    result = _started_result(cell, cell_id, repeat, environment)
+    cell = job.run.cell
+    result = _started_result(job)
     t0 = time.monotonic()
-    try:
+    with _failures_recorded(result, cell, event, "recovery"):
         hook = cell.declaration.recover
         if cell.crash is None or hook is None:
-            raise ValueError(f"cell {cell_id} has no crash setting: there is nothing to recover")
+            raise ValueError(f"cell {job.run.cell_id} has no crash setting: there is nothing to recover")
         if not event.fired:
             raise not_injected(event)
-        if reference is None:
-            reference = reference_for(cell)
-        with storage.prepare(cell, devices, workdir / "mnt", reuse=True) as prepared:
+        if job.reference is None:
+            job = replace(job, reference=reference_for(cell))
+        with storage.prepare(cell, job.devices, job.workdir / "mnt", reuse=True) as prepared:
             event.mount_s = prepared.readback.get("data", {}).get("mount_s")
             _storage_section(cell, prepared, result)
-            scratch = workdir / "scratch"
-            scratch.mkdir(parents=True, exist_ok=True)
-            workspace = Workspace(
-                prepared.data,
-                prepared.journal,
-                scratch,
-                device=prepared.data_device if prepared.bare_device else None,
-                reference=reference,
-                crash=event,
-            )
+            (job.workdir / "scratch").mkdir(parents=True, exist_ok=True)
+            workspace = _workspace(job, prepared, event)
             log.info("recovering %s on %s (mounted in %s s)", cell.workload, prepared.data, event.mount_s)
             outcome = hook(cell, workspace, event)
         result["metrics"] = dict(outcome.metrics)
         _judge(result, outcome, event)
-    except (CrashNotInjected, crash.RecoveryFailed) as exc:
-        result["status"], result["reason"] = "failed", _failure(exc, event)
-    except storage.Skipped as exc:
-        result["status"], result["reason"] = "skipped", str(exc)
-    except TimeoutError as exc:
-        result["status"], result["reason"] = "timeout", str(exc) or f"exceeded {cell.timeout} s"
-    except Exception as exc:
-        log.debug("recovery failed:\n%s", traceback.format_exc())
-        result["status"], result["reason"] = "error", f"{type(exc).__name__}: {exc}"
-    result["crash"] = event.to_dict()
-    result["finished_at"] = _now()
-    result["duration_s"] = round(time.monotonic() - t0, 3)
+    _finish(result, event, t0)
     return result

@@ -16,7 +16,7 @@ from fsmatrix.agent import declare
 from fsmatrix.agent import options as option_rules
 from fsmatrix.agent.cell import CELL_KEYS, LVM_EXTENT_BYTES, NATIVE, TIMEOUT_AUTO, Cell, Device, Options, Vm
 from fsmatrix.agent.crash import modes as crash_modes
-from fsmatrix.agent.crash.settings import Settings as CrashSettings
+from fsmatrix.agent.crash.settings import CrashSettings
 from fsmatrix.agent.declare import Invalid
 from fsmatrix.agent.storage import filesystems, stripe
 from fsmatrix.agent.storage.settings import SINGLE, SPLIT_JOURNAL, Storage

@@ -37,36 +37,42 @@ NO_FLUSHES = "the kernel does not report flush requests in /proc/diskstats (Linu
 CRASH_CELL = "a crash cell: its outcome counts the resumed work, not the crashed part these totals cover"
 
 
+def total_of(metric: Metric) -> str:
+    """The name of the total ``metric`` divides by the operations: device_write_bytes_per_op's is
+    device_write_bytes (the same count as the run's metric of that name)."""
+    return metric.name.removesuffix("_per_op")
+
+
 def totals(samples: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
-    """Over the measured window, for each of ``WORK_METRICS``: the total it divides by the operations
-    (None where not measured) and why not ({metric: reason})."""
+    """Over the measured window, for each of ``WORK_METRICS``: the total it divides by the operations,
+    keyed by ``total_of`` (None where not measured), and why not ({total: reason})."""
     io = samples["io"]
     counters = samples.get("counters") or {}
     counts = counters.get("counts") or {}
     missing = counters.get("unavailable") or {}
     values: dict[str, float | None] = {
-        "device_write_bytes_per_op": io["write_bytes"],
-        "device_read_bytes_per_op": io["read_bytes"],
-        "device_ios_per_op": io["reads"] + io["writes"],
-        "device_write_ios_per_op": io["writes"],
-        "device_read_ios_per_op": io["reads"],
-        "device_flushes_per_op": io.get("flushes"),
+        "device_write_bytes": io["write_bytes"],
+        "device_read_bytes": io["read_bytes"],
+        "device_ios": io["reads"] + io["writes"],
+        "device_write_ios": io["writes"],
+        "device_read_ios": io["reads"],
+        "device_flushes": io.get("flushes"),
     }
-    reasons = {} if values["device_flushes_per_op"] is not None else {"device_flushes_per_op": NO_FLUSHES}
+    reasons = {} if values["device_flushes"] is not None else {"device_flushes": NO_FLUSHES}
     events = {
-        "fsyncs_per_op": ("fsync", "fdatasync"),
-        "instructions_per_op": ("instructions",),
-        "cycles_per_op": ("cycles",),
-        "context_switches_per_op": ("context_switches",),
+        "fsyncs": ("fsync", "fdatasync"),
+        "instructions": ("instructions",),
+        "cycles": ("cycles",),
+        "context_switches": ("context_switches",),
     }
-    for metric, names in events.items():
+    for total, names in events.items():
         found = [counts.get(n) for n in names]
         if all(isinstance(v, int | float) for v in found):
-            values[metric] = sum(v for v in found if v is not None)
+            values[total] = sum(v for v in found if v is not None)
         else:
-            values[metric] = None
+            values[total] = None
             why = [missing.get(n) or "not counted" for n, v in zip(names, found, strict=True) if v is None]
-            reasons[metric] = "; ".join(dict.fromkeys(why))
+            reasons[total] = "; ".join(dict.fromkeys(why))
     return values, reasons
 
 
@@ -74,18 +80,20 @@ def per_op(
     samples: Mapping[str, Any], operations: float | None, no_operations: str
 ) -> tuple[dict[str, float | None], dict[str, str]]:
     """``WORK_METRICS`` over ``operations`` (None or 0: none, ``no_operations`` says why): their values
-    (None where not measured) and the reasons for the Nones."""
-    values, reasons = totals(samples)
+    (None where not measured) and the reasons for the Nones ({metric: reason})."""
+    values, total_reasons = totals(samples)
     out: dict[str, float | None] = {}
+    reasons: dict[str, str] = {}
     for metric in WORK_METRICS:
-        total = values[metric.name]
+        total = values[total_of(metric)]
         if not operations:
             out[metric.name] = None
             reasons[metric.name] = no_operations
         elif total is None:
             out[metric.name] = None
+            reasons[metric.name] = total_reasons[total_of(metric)]
         elif metric.name in ("device_write_bytes_per_op", "device_read_bytes_per_op"):
             out[metric.name] = round(total / operations, 3)  # as these two were always written
         else:
             out[metric.name] = float(f"{total / operations:.6g}")
-    return out, {m.name: reasons[m.name] for m in WORK_METRICS if out[m.name] is None}
+    return out, reasons

@@ -39,7 +39,7 @@ class HostBackend:
         self.workdir = workdir
         self._host: dict[str, Any] | None = None
         # The devices as preflight resolved them: a path that names another device later is refused.
-        self._resolved: dict[str, storage.Device] = {}
+        self._resolved: dict[str, storage.BlockDevice] = {}
 
     def preflight(self, cells: list[MatrixCell]) -> None:
         if os.geteuid() != 0:
@@ -133,12 +133,7 @@ class HostBackend:
                 size = storage.parse_size(cell.spec.storage.disk_size)
                 devices = stack.enter_context(storage.loop_devices(needed, size, run_dir)) if needed else []
             return job.run_job(
-                cell.spec,
-                cell_id=cell.id,
-                repeat=repeat,
-                devices=devices,
-                workdir=run_dir,
-                environment=self.environment(),
+                job.Job(job.CellRepeat(cell.spec, cell.id, repeat), devices, run_dir, self.environment())
             )
 
     def close(self) -> None:
@@ -148,9 +143,7 @@ class HostBackend:
         """The result document of a run this backend cannot do."""
         now = datetime.now(UTC).isoformat(timespec="seconds")
         doc = job.result_document(
-            cell.spec,
-            cell_id=cell.id,
-            repeat=repeat,
+            job.CellRepeat(cell.spec, cell.id, repeat),
             status="skipped",
             reason=reason,
             started_at=now,

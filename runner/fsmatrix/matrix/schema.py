@@ -49,7 +49,7 @@ def _cell_schema() -> dict[str, Any]:
             },
             "timeout": _timeout_schema(options["timeout"]),
             # No default: a cell without a crash block is never crashed (and keeps its id).
-            "crash": declare.json_schema(crash.Settings, with_default=False),
+            "crash": declare.json_schema(crash.CrashSettings, with_default=False),
             "runner": RUNNER,
         },
     }

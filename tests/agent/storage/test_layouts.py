@@ -22,7 +22,7 @@ import pytest
 from conftest import TEST_DATA, Golden, attached_under, golden_cases, mounted_under
 from fsmatrix.agent import storage
 from fsmatrix.agent.contract import Workspace
-from fsmatrix.agent.job import run_job
+from fsmatrix.agent.job import CellRepeat, Job, run_job
 from fsmatrix.agent.parsing import parse_cell, standalone_cell
 from fsmatrix.agent.sampler import parse_diskstats
 from fsmatrix.agent.storage import devices as devmod
@@ -306,12 +306,14 @@ def test_run_job_raw_fio_result_names_the_device(loops: list[str], tmp_path: Pat
     workdir = tmp_path / "job"
     workdir.mkdir()
     doc = run_job(
-        parse_cell(cell("raw", {"fio": {"pattern": "randread", "file_size": "32M", "runtime": 1}})),
-        cell_id="raw",
-        repeat=1,
-        devices=loops[:1],
-        workdir=workdir,
-        environment={},
+        Job(
+            CellRepeat(
+                parse_cell(cell("raw", {"fio": {"pattern": "randread", "file_size": "32M", "runtime": 1}})), "raw", 1
+            ),
+            loops[:1],
+            workdir,
+            {},
+        )
     )
     assert doc["status"] == "passed", doc["reason"]
     assert doc["storage"]["filesystem"] == "raw" and doc["storage"]["layout"] == "single"

@@ -1,6 +1,6 @@
 """Crash recovery: crash a cell's run on purpose, recover, and prove what survived.
 
-A cell with a ``crash`` block (``Settings``) is crashed ``after_s`` seconds into its *measured*
+A cell with a ``crash`` block (``CrashSettings``) is crashed ``after_s`` seconds into its *measured*
 part (or, for modes that replay, at chosen points), then recovered by its workload's ``recover``
 hook, which checks the database's integrity and resumes the work. The result's ``crash`` section is
 the ``CrashEvent`` (``event.py``).
@@ -22,13 +22,13 @@ Standard library only: the guest runs this too.
 from __future__ import annotations
 
 from fsmatrix.agent.crash.event import MEASURE_START_MARKER, CrashEvent, RecoveryFailed, short
-from fsmatrix.agent.crash.settings import MODES, Settings
+from fsmatrix.agent.crash.settings import MODES, CrashSettings
 
 __all__ = [
     "MEASURE_START_MARKER",
     "MODES",
     "CrashEvent",
+    "CrashSettings",
     "RecoveryFailed",
-    "Settings",
     "short",
 ]

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fsmatrix.agent.crash.settings import Settings
+    from fsmatrix.agent.crash.settings import CrashSettings
 
 log = logging.getLogger("fsmatrix")
 
@@ -70,7 +70,7 @@ class CrashEvent:
     points: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def for_settings(cls, settings: Settings) -> CrashEvent:
+    def for_settings(cls, settings: CrashSettings) -> CrashEvent:
         return cls(mode=settings.mode, after_s=settings.after_s)
 
     @classmethod

@@ -173,7 +173,9 @@ def snapshot_invalid(status_text: str) -> bool:
 class FlushPoints:
     """One flush-points run: the hooks ``job.run_job`` calls, and the replay after the run."""
 
-    def __init__(self, settings: crash.Settings, event: crash.CrashEvent, log_disk: str, scratch_disk: str) -> None:
+    def __init__(
+        self, settings: crash.CrashSettings, event: crash.CrashEvent, log_disk: str, scratch_disk: str
+    ) -> None:
         self.settings = settings
         self.event = event
         self.log_disk = log_disk
@@ -184,7 +186,7 @@ class FlushPoints:
         self._marked: list[str] = []
 
     @classmethod
-    def for_cell(cls, settings: crash.Settings, event: crash.CrashEvent) -> FlushPoints:
+    def for_cell(cls, settings: crash.CrashSettings, event: crash.CrashEvent) -> FlushPoints:
         log_disk, scratch_disk = find_disks()
         return cls(settings, event, log_disk, scratch_disk)
 
@@ -454,7 +456,7 @@ def _remove_dirs(made: list[Path]) -> None:
 class FlushPointsRun(CrashRun):
     """A normal run on a logged data device; the crash states are rebuilt from the log afterwards."""
 
-    def __init__(self, settings: crash.Settings, event: crash.CrashEvent) -> None:
+    def __init__(self, settings: crash.CrashSettings, event: crash.CrashEvent) -> None:
         super().__init__(settings, event)
         self.replays = FlushPoints.for_cell(settings, event)
 

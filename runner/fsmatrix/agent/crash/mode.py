@@ -23,7 +23,7 @@ from fsmatrix.agent.crash.injector import Injector
 if TYPE_CHECKING:
     from fsmatrix.agent.cell import Cell
     from fsmatrix.agent.contract import Outcome, Workspace
-    from fsmatrix.agent.crash.settings import Settings
+    from fsmatrix.agent.crash.settings import CrashSettings
 
 log = logging.getLogger("fsmatrix")
 
@@ -42,7 +42,7 @@ class CrashRun:
 
     kill = False  # whether the crash clock SIGKILLs the run's processes ``after_s`` into the measured part
 
-    def __init__(self, settings: Settings, event: CrashEvent) -> None:
+    def __init__(self, settings: CrashSettings, event: CrashEvent) -> None:
         self.settings = settings
         self.event = event
         self._injector: Injector | None = None
@@ -102,7 +102,7 @@ class CrashMode:
 
     name: str  # the value of the cell's ``crash.mode``
     help: str  # one line for `fsmatrix matrix settings` and the docs
-    start: Callable[[Settings, CrashEvent], CrashRun]  # the run's hooks (a CrashRun subclass)
+    start: Callable[[CrashSettings, CrashEvent], CrashRun]  # the run's hooks (a CrashRun subclass)
     # Why only a VM backend can run it (it stops the machine, or needs disks the VM backend adds);
     # None: the host backend runs it too.
     needs_vm: str | None = None

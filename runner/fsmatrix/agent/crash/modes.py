@@ -9,7 +9,7 @@ import functools
 from fsmatrix.agent import declare
 from fsmatrix.agent.crash.event import CrashEvent
 from fsmatrix.agent.crash.mode import CrashMode, CrashRun
-from fsmatrix.agent.crash.settings import MODES, Settings
+from fsmatrix.agent.crash.settings import MODES, CrashSettings
 
 
 @functools.cache
@@ -20,6 +20,6 @@ def get(name: str) -> CrashMode:
     return declare.member(f"{__package__}.{MODES[name]}", "MODE", CrashMode, name)
 
 
-def start(settings: Settings, event: CrashEvent) -> CrashRun:
+def start(settings: CrashSettings, event: CrashEvent) -> CrashRun:
     """The hooks of one run of a crash cell, as its mode makes them."""
     return get(settings.mode).start(settings, event)

@@ -1,4 +1,4 @@
-"""A cell's ``crash`` block (``Settings``) and the crash modes' names: the registry ``MODES``, as data.
+"""A cell's ``crash`` block (``CrashSettings``) and the crash modes' names: the registry ``MODES``, as data.
 
 At the bottom of the crash package: the cell (``agent/cell.py``) and the crash record (``event.py``)
 use them; ``modes.py`` binds each name to its module's declaration. Standard library only.
@@ -19,7 +19,7 @@ MODES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class Settings:
+class CrashSettings:
     """The cell's ``crash`` block; a cell without one is never crashed."""
 
     mode: str = setting(choices=tuple(MODES), help="kill: SIGKILL the database; power-cut, flush-points: VM backends")

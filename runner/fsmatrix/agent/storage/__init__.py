@@ -5,15 +5,15 @@ Public API (the rest of fsmatrix codes against exactly these names)::
     Skipped, UnsafeDevice, StorageError
     FILESYSTEMS, filesystem_availability(name), parse_size(text), required_devices(cell)
     stripe_geometry(storage), StripeError
-    Device, resolve(path), check_safe_to_format(device, expected=None) -> Device, describe_device(device),
-    kernel_name(device), locked(Device), held_exclusive(Device), host_view_problems()
+    BlockDevice, resolve(path), check_safe_to_format(device, expected=None) -> BlockDevice, describe_device(device),
+    kernel_name(device), locked(BlockDevice), held_exclusive(BlockDevice), host_view_problems()
     loop_devices(count, size_bytes, directory, sparse=True)
     PreparedStorage, prepare(cell, devices, mount_root), format_device(filesystem, device, mkfs_options)
 """
 
 from fsmatrix.agent.declare import parse_size
 from fsmatrix.agent.storage.devices import (
-    Device,
+    BlockDevice,
     UnsafeDevice,
     check_safe_to_format,
     describe_device,
@@ -40,7 +40,7 @@ from fsmatrix.agent.storage.stripe import StripeError
 
 __all__ = [
     "FILESYSTEMS",
-    "Device",
+    "BlockDevice",
     "PreparedStorage",
     "Skipped",
     "StorageError",

@@ -2,7 +2,7 @@
 
 fsmatrix runs mkfs as root, so ``check_safe_to_format`` errs on the side of refusing. It only
 reads (sysfs, /proc, loop ioctls, ``blkid -p``, ``pvs``, a read-only exclusive open); nothing
-changes when it refuses. A device is resolved once to its device number (``Device``) and compared
+changes when it refuses. A device is resolved once to its device number (``BlockDevice``) and compared
 by number at every later step, so /dev/disk/by-id links, device mapper aliases, bind mounts or a
 path re-pointed between the check and mkfs cannot hide a device in use. ``locked`` (BSD flock)
 spans check to mkfs, ``verify_exclusive`` is the last look before mkfs, ``held_exclusive`` keeps a
@@ -456,7 +456,7 @@ def _stack_signatures(path: str, who: str = "it") -> list[str]:
 
 
 @dataclass(frozen=True)
-class Device:
+class BlockDevice:
     """A block device as the kernel knows it: resolved once from the path the user gave, and
     compared by device number at every later step (a path can be re-pointed, a number cannot)."""
 
@@ -472,7 +472,7 @@ class Device:
         return self.path if self.path.endswith(self.name) else f"{self.path} ({self.name})"
 
 
-def resolve(device: str) -> Device:
+def resolve(device: str) -> BlockDevice:
     """The kernel's device behind ``device`` (a /dev path, a by-id link, a second node)."""
     if not os.path.exists(device):
         raise UnsafeDevice(f"refusing to format {device}: it does not exist")
@@ -482,10 +482,10 @@ def resolve(device: str) -> Device:
     name = name_of(_majmin(rdev))
     if name is None:
         raise UnsafeDevice(f"refusing to format {device}: the kernel does not list {_majmin(rdev)} in sysfs")
-    return Device(device, rdev, name)
+    return BlockDevice(device, rdev, name)
 
 
-def _open_same(device: Device, flags: int) -> int:
+def _open_same(device: BlockDevice, flags: int) -> int:
     """Open ``device.path`` with ``flags`` and make sure it is still the same device number."""
     fd = os.open(device.path, flags | os.O_CLOEXEC)
     if os.fstat(fd).st_rdev != device.rdev:
@@ -505,7 +505,7 @@ _EXCLUSIVE: dict[int, list[int]] = {}
 
 
 @contextmanager
-def _held(table: dict[int, list[int]], device: Device, acquire: Callable[[], int]) -> Iterator[None]:
+def _held(table: dict[int, list[int]], device: BlockDevice, acquire: Callable[[], int]) -> Iterator[None]:
     """Keep the descriptor ``acquire()`` opens for ``device`` while the block runs, shared by nested
     blocks of this process (``table``: device number -> [fd, users]); the last one out closes it."""
     held = table.get(device.rdev)
@@ -523,7 +523,7 @@ def _held(table: dict[int, list[int]], device: Device, acquire: Callable[[], int
 
 
 @contextmanager
-def locked(device: Device) -> Iterator[None]:
+def locked(device: BlockDevice) -> Iterator[None]:
     """Hold a BSD flock (LOCK_EX) on ``device`` while the block runs: two fsmatrix runs (or a
     partitioning tool following the same convention, udev included) never work on one device at
     once. Re-entrant within this process. An O_EXCL open cannot be held instead: mkfs opens the
@@ -548,7 +548,7 @@ def locked(device: Device) -> Iterator[None]:
 
 
 @contextmanager
-def held_exclusive(device: Device) -> Iterator[None]:
+def held_exclusive(device: BlockDevice) -> Iterator[None]:
     """Hold ``device`` open with O_EXCL while the block runs (a VM's passthrough disk): the kernel
     then refuses any mount, mkfs, md or swap on it by anyone else. QEMU's own open (no O_EXCL)
     still succeeds. Re-entrant within this process."""
@@ -565,7 +565,7 @@ def held_exclusive(device: Device) -> Iterator[None]:
         yield
 
 
-def verify_exclusive(device: Device) -> None:
+def verify_exclusive(device: BlockDevice) -> None:
     """The last check before mkfs (or mdadm/pvcreate): the path still names the checked device and
     the kernel grants an exclusive open (no mount, swap, md, dm or mkfs appeared since the checks)."""
     if device.rdev in _EXCLUSIVE:
@@ -653,7 +653,7 @@ def _family(name: str, loops: list[LoopBacking], exclude: set[str]) -> tuple[dic
     return family, loop_reasons
 
 
-def _reasons(device: Device, loops: list[LoopBacking], exclude: set[str], depth: int = 0) -> list[str]:
+def _reasons(device: BlockDevice, loops: list[LoopBacking], exclude: set[str], depth: int = 0) -> list[str]:
     """Every reason not to format ``device``; see check_safe_to_format."""
     name = device.name
     family, reasons = _family(name, loops, exclude)
@@ -713,7 +713,7 @@ def _reasons(device: Device, loops: list[LoopBacking], exclude: set[str], depth:
         if me.rdev:
             backing_name = name_of(_majmin(me.rdev))
             if backing_name is not None:
-                backing = Device(f"/dev/{backing_name}", me.rdev, backing_name)
+                backing = BlockDevice(f"/dev/{backing_name}", me.rdev, backing_name)
                 below = _reasons(backing, loops, {*exclude, name}, depth + 1)
                 if not below and _exclusive_open_busy(backing.path):
                     below = ["the kernel reports it busy (exclusive open failed)"]
@@ -743,9 +743,9 @@ def _reasons(device: Device, loops: list[LoopBacking], exclude: set[str], depth:
     return reasons
 
 
-def check_safe_to_format(device: str, expected: Device | None = None) -> Device:
-    """Return the resolved Device, or raise UnsafeDevice unless ``device`` is a block device that
-    nothing uses. ``expected``: the Device an earlier check resolved; the path must still name it.
+def check_safe_to_format(device: str, expected: BlockDevice | None = None) -> BlockDevice:
+    """Return the resolved BlockDevice, or raise UnsafeDevice unless ``device`` is a block device that
+    nothing uses. ``expected``: the BlockDevice an earlier check resolved; the path must still name it.
 
     Refuses: not a block device; mounted (here or in PID 1's mount namespace), itself or anything
     built on it; holding the root filesystem or being the disk it lives on (through partitions,

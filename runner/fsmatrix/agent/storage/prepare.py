@@ -151,7 +151,7 @@ def _split_options(options: str | None) -> list[str]:
 
 
 def format_device(
-    filesystem: str, device: str, mkfs_options: str = "", expected: _devices.Device | None = None
+    filesystem: str, device: str, mkfs_options: str = "", expected: _devices.BlockDevice | None = None
 ) -> dict[str, Any]:
     """mkfs ``device`` with the filesystem's defaults plus ``mkfs_options``; read its geometry back.
 
@@ -258,7 +258,7 @@ def _mount(fstype: str, source: str, mount_point: Path, options: list[str], stac
 def _set_up(
     fs_name: str,
     device: str | None,
-    checked: _devices.Device | None,
+    checked: _devices.BlockDevice | None,
     mkfs_options: str,
     mount_options: str,
     mount_point: Path,

@@ -126,7 +126,7 @@ class QemuBackend:
         self.devices = list(devices or [])
         # Each passthrough block device as preflight resolved it: every run re-checks that the path
         # still names this device and that it is still unused (it may have been mounted meanwhile).
-        self._resolved: dict[str, storage.Device] = {}
+        self._resolved: dict[str, storage.BlockDevice] = {}
         if boot_allowance is None and os.environ.get(ALLOWANCE_ENV):
             try:
                 boot_allowance = float(os.environ[ALLOWANCE_ENV])
@@ -684,9 +684,7 @@ class QemuBackend:
     ) -> dict[str, Any]:
         """A result document made on the host, for a run whose guest produced none."""
         doc = job.result_document(
-            cell.spec,
-            cell_id=cell.id,
-            repeat=repeat,
+            job.CellRepeat(cell.spec, cell.id, repeat),
             status=status,
             reason=reason,
             started_at=started_at,
