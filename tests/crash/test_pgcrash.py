@@ -85,12 +85,14 @@ def test_attach_refuses_a_directory_without_a_cluster_or_with_the_wal_elsewhere(
     settings = postgres.Settings()
     with contextlib.ExitStack() as stack:
         with pytest.raises(FileNotFoundError, match=r"no PostgreSQL cluster in .*/pgdata \(no PG_VERSION\)"):
-            postgres.attach(settings, tmp_path, None, tmp_path / "scratch", stack)
+            postgres.attach(settings, postgres.ClusterLocation(tmp_path, None, tmp_path / "scratch"), stack)
         (tmp_path / "pgdata" / "pg_wal").mkdir(parents=True)
         (tmp_path / "pgdata" / "PG_VERSION").write_text("15\n")
         with pytest.raises(ValueError, match="the cluster's WAL is not on the journal disk"):
-            postgres.attach(settings, tmp_path, tmp_path / "journal", tmp_path / "scratch", stack)
-        cluster = postgres.attach(settings, tmp_path, None, tmp_path / "scratch", stack)
+            postgres.attach(
+                settings, postgres.ClusterLocation(tmp_path, tmp_path / "journal", tmp_path / "scratch"), stack
+            )
+        cluster = postgres.attach(settings, postgres.ClusterLocation(tmp_path, None, tmp_path / "scratch"), stack)
         assert cluster.data == tmp_path.resolve() / "pgdata" and cluster.log_file.name == "postgres-recovery.log"
 
 
@@ -421,7 +423,12 @@ def test_a_balance_changed_behind_pgbench_breaks_the_invariant(crashed: Crashed)
 
     def change(sql: str, crash: bool) -> None:
         with contextlib.ExitStack() as stack:
-            cluster = postgres.attach(settings, crashed.ws.data, None, crashed.ws.scratch, stack, log_name="damage.log")
+            cluster = postgres.attach(
+                settings,
+                postgres.ClusterLocation(crashed.ws.data, None, crashed.ws.scratch),
+                stack,
+                log_name="damage.log",
+            )
             with cluster.running():
                 cluster.query(sql, pgparams.DATABASE)
                 if crash:
@@ -445,7 +452,9 @@ def test_a_corrupted_index_fails_amcheck_of_every_database(crashed: Crashed) -> 
     --all finds it, and so does pg_checksums. (Last of the tests on this cluster: it stays damaged.)"""
     settings = crashed.cell.settings_of(postgres.Settings)
     with contextlib.ExitStack() as stack:
-        cluster = postgres.attach(settings, crashed.ws.data, None, crashed.ws.scratch, stack, log_name="damage.log")
+        cluster = postgres.attach(
+            settings, postgres.ClusterLocation(crashed.ws.data, None, crashed.ws.scratch), stack, log_name="damage.log"
+        )
         with cluster.running():
             path = cluster.value(f"SELECT pg_relation_filepath('{pgacks.TABLE}_pkey')", pgparams.DATABASE)
     index = cluster.data / path
@@ -468,7 +477,7 @@ def _crash_with_acks(
     ``before_kill(cluster)`` called, then every server process SIGKILLed."""
     with contextlib.ExitStack() as stack:
         wal_root = ws.journal if ws.journal != ws.data else None
-        cluster = postgres.create(settings, ws.data, wal_root, ws.scratch, stack)
+        cluster = postgres.create(settings, postgres.ClusterLocation(ws.data, wal_root, ws.scratch), stack)
         with cluster.running():
             cluster.run([cluster.tool("createdb"), pgparams.DATABASE])
             cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgparams.DATABASE],
@@ -556,7 +565,7 @@ def test_a_deleted_checkpoint_segment_keeps_the_server_down() -> None:
         sink = ws.scratch / "acks"
         _crash_with_acks(cell.settings_of(postgres.Settings), ws, sink, lambda cluster: None, with_pgbench=False)
         with contextlib.ExitStack() as stack:
-            cluster = postgres.attach(postgres.Settings(), ws.data, None, ws.scratch, stack)
+            cluster = postgres.attach(postgres.Settings(), postgres.ClusterLocation(ws.data, None, ws.scratch), stack)
             redo_file = postgres.controldata(cluster)["Latest checkpoint's REDO WAL file"]
         (ws.data / "pgdata" / "pg_wal" / redo_file).unlink()
         report = pgrecover.recover_after_crash(cell, ws, pgacks.read_acks(sink), 300)
@@ -619,7 +628,9 @@ def test_the_ack_client_stops_on_an_exception() -> None:
     try:
         with contextlib.ExitStack() as stack:
             (base / "data").mkdir(mode=0o755)
-            cluster = postgres.create(postgres.Settings(), base / "data", None, base / "scratch", stack)
+            cluster = postgres.create(
+                postgres.Settings(), postgres.ClusterLocation(base / "data", None, base / "scratch"), stack
+            )
             with cluster.running():
                 sink = pgacks.FileSink(base / "acks")
                 with pytest.raises(KeyboardInterrupt), pgacks.acknowledging(cluster, sink) as client:
@@ -824,7 +835,9 @@ def test_a_cleanly_stopped_cluster_is_no_crash_recovery() -> None:
     with loop_workspace(cell) as ws:
         ws.scratch.mkdir(parents=True)
         with contextlib.ExitStack() as stack:
-            cluster = postgres.create(cell.settings_of(postgres.Settings), ws.data, None, ws.scratch, stack)
+            cluster = postgres.create(
+                cell.settings_of(postgres.Settings), postgres.ClusterLocation(ws.data, None, ws.scratch), stack
+            )
             with cluster.running():
                 cluster.run([cluster.tool("createdb"), pgparams.DATABASE])
                 cluster.run([cluster.tool("pgbench"), "-i", "-q", "-s", str(SCALE), pgparams.DATABASE],

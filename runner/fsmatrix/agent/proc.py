@@ -28,23 +28,33 @@ class CommandError(RuntimeError):
         super().__init__(f"{' '.join(self.cmd)} {what}" + (f":\n{tail}" if tail else ""))
 
 
+@dataclass(frozen=True)
+class AsUser:
+    """A command run as another user (root dropping privileges): that uid and gid, no
+    supplementary groups."""
+
+    cmd: Sequence[str]
+    uid: int
+    gid: int
+
+
 def run(
-    cmd: Sequence[str],
+    cmd: Sequence[str] | AsUser,
     *,
     timeout: float | None = 600,
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     check: bool = True,
     input: str | None = None,
-    as_user: tuple[int, int] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` and capture its output as text; raise CommandError when it fails and ``check``.
-    ``as_user``: (uid, gid) to run it as, with no supplementary groups (root dropping privileges)."""
-    log.debug("run: %s", " ".join(cmd))
-    uid, gid = as_user if as_user is not None else (None, None)
+    """Run ``cmd`` (as the user an ``AsUser`` names) and capture its output as text; raise
+    CommandError when it fails and ``check``."""
+    user = cmd if isinstance(cmd, AsUser) else None
+    argv = list(cmd.cmd if isinstance(cmd, AsUser) else cmd)
+    log.debug("run: %s", " ".join(argv))
     try:
         proc = subprocess.run(
-            list(cmd),
+            argv,
             capture_output=True,
             text=True,
             errors="replace",
@@ -53,17 +63,17 @@ def run(
             cwd=cwd,
             input=input,
             check=False,
-            user=uid,
-            group=gid,
-            extra_groups=[] if as_user is not None else None,
+            user=user.uid if user is not None else None,
+            group=user.gid if user is not None else None,
+            extra_groups=[] if user is not None else None,
         )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"") if isinstance(exc.stdout, bytes) else ""
-        raise CommandError(cmd, None, out if isinstance(out, str) else out.decode(errors="replace")) from exc
+        raise CommandError(argv, None, out if isinstance(out, str) else out.decode(errors="replace")) from exc
     except FileNotFoundError as exc:
-        raise CommandError(cmd, 127, f"{cmd[0]}: command not found") from exc
+        raise CommandError(argv, 127, f"{argv[0]}: command not found") from exc
     if check and proc.returncode != 0:
-        raise CommandError(cmd, proc.returncode, proc.stdout + proc.stderr)
+        raise CommandError(argv, proc.returncode, proc.stdout + proc.stderr)
     return proc
 
 

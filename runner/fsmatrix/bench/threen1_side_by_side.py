@@ -82,7 +82,9 @@ def run_published(
     program: Path, start: int, end: int, workers: int, block: int, settings: gtm.Settings, base: Path
 ) -> Side:
     """The published program on a fresh database under ``base`` (the routine is compiled from a copy)."""
-    with gtm.opened(settings, base / "data", base / "data", base / "scratch", name="published") as session:
+    with gtm.opened(
+        settings, gtm.DatabaseLocation(base / "data", base / "data", base / "scratch", "published")
+    ) as session:
         db = session.db
         gtm.compile_routine(db, program)
         before = gtm.parse_gvstat(gtm.dump_gvstat(db))

@@ -127,7 +127,9 @@ def test_parse_gvstat_rejects_other_text() -> None:
 
 
 def test_gvstat_counts_a_real_databases_operations(base: Path) -> None:
-    db, _ = gtm.create_database(gtm.Settings(journal="off"), base / "data", base / "data", base / "scratch", name="t")
+    db, _ = gtm.create_database(
+        gtm.Settings(journal="off"), gtm.DatabaseLocation(base / "data", base / "data", base / "scratch", "t")
+    )
     try:
         before = gtm.parse_gvstat(gtm.dump_gvstat(db))
         code = "tstart ()  set ^a=1 tcommit  tstart ()  set x=$get(^a) tcommit  set ^b=$get(^a) if $data(^a)"
@@ -170,7 +172,9 @@ CASES = {
 @pytest.mark.parametrize("name", CASES)
 def test_create_database_reads_back_what_was_asked(base: Path, name: str) -> None:
     settings = gtm.Settings.from_mapping(CASES[name])
-    db, messages = gtm.create_database(settings, base / "data", base / "jnl", base / "scratch", name="t")
+    db, messages = gtm.create_database(
+        settings, gtm.DatabaseLocation(base / "data", base / "jnl", base / "scratch", "t")
+    )
     try:
         back = gtm.readback(gtm.parse_fileheader(gtm.dump_fileheader(db)))
         assert gtm.differences(settings, back) == []
@@ -191,7 +195,7 @@ def test_create_database_refuses_an_existing_file(base: Path) -> None:
     (base / "data").mkdir()
     (base / "data" / "t.dat").write_text("precious")
     with pytest.raises(FileExistsError):
-        gtm.create_database(gtm.Settings(), base / "data", base / "data", base / "scratch", name="t")
+        gtm.create_database(gtm.Settings(), gtm.DatabaseLocation(base / "data", base / "data", base / "scratch", "t"))
     assert (base / "data" / "t.dat").read_text() == "precious"
 
 
@@ -199,7 +203,9 @@ def test_release_stops_detached_processes_and_runs_down(base: Path) -> None:
     """Processes found through the global directory in their environment are stopped, the shared
     memory and semaphores go away, and the directory holds nothing open. Only this database's IPC
     is looked at (another GT.M may run beside the test)."""
-    db, _ = gtm.create_database(gtm.Settings(), base / "data", base / "data", base / "scratch", name="t")
+    db, _ = gtm.create_database(
+        gtm.Settings(), gtm.DatabaseLocation(base / "data", base / "data", base / "scratch", "t")
+    )
     loop = "for  set ^x=$increment(^x) hang 0.01"
     started = [
         subprocess.Popen(
@@ -239,7 +245,9 @@ def test_release_stops_detached_processes_and_runs_down(base: Path) -> None:
 
 def test_rundown_after_sigkill_needs_override(base: Path) -> None:
     """A journaled database whose users were killed is still run down (plain rundown refuses it)."""
-    db, _ = gtm.create_database(gtm.Settings(), base / "data", base / "data", base / "scratch", name="t")
+    db, _ = gtm.create_database(
+        gtm.Settings(), gtm.DatabaseLocation(base / "data", base / "data", base / "scratch", "t")
+    )
     p = subprocess.Popen(
         [db.tool("mumps"), "-run", "%XCMD", "for  set ^x=$increment(^x)"],
         env=db.env(),
@@ -272,7 +280,7 @@ def test_opened_runs_the_database_down_however_the_block_ends(tmp_path: Path) ->
     settings = gtm.Settings(journal="off")
     with (
         pytest.raises(RuntimeError, match="inside the block"),
-        gtm.opened(settings, base / "data", base / "data", base / "scratch", name="t") as s,
+        gtm.opened(settings, gtm.DatabaseLocation(base / "data", base / "data", base / "scratch", "t")) as s,
     ):
         proc.run([s.db.tool("mumps"), "-run", "%XCMD", "set ^x=1"], env=s.db.env(), timeout=60)
         raise RuntimeError("inside the block")

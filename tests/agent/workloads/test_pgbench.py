@@ -99,7 +99,9 @@ def bench() -> Iterator[postgres.Cluster]:
     try:
         with contextlib.ExitStack() as stack:
             (base / "data").mkdir(mode=0o755)
-            cluster = postgres.create(postgres.Settings(), base / "data", None, base / "scratch", stack)
+            cluster = postgres.create(
+                postgres.Settings(), postgres.ClusterLocation(base / "data", None, base / "scratch"), stack
+            )
             with cluster.running():
                 cluster.run([cluster.tool("createdb"), "bench"])
                 pgb = cluster.tool("pgbench")
@@ -229,7 +231,9 @@ def test_checksums_check_finds_a_corrupted_page() -> None:
         with contextlib.ExitStack() as stack:
             (base / "data").mkdir(mode=0o755)
             cluster = postgres.create(
-                postgres.Settings(data_checksums=True), base / "data", None, base / "scratch", stack
+                postgres.Settings(data_checksums=True),
+                postgres.ClusterLocation(base / "data", None, base / "scratch"),
+                stack,
             )
             with cluster.running():
                 assert cluster.settings_readback()["data_checksums"] is True
@@ -455,7 +459,9 @@ def test_kill_leaves_no_process_and_no_shared_memory() -> None:
     try:
         with contextlib.ExitStack() as stack:
             (base / "data").mkdir(mode=0o755)
-            cluster = postgres.create(postgres.Settings(), base / "data", None, base / "scratch", stack)
+            cluster = postgres.create(
+                postgres.Settings(), postgres.ClusterLocation(base / "data", None, base / "scratch"), stack
+            )
             with cluster.running():
                 assert len(cluster.processes()) >= 5  # postmaster, checkpointer, writers, ...
                 shmid = cluster._shmid()

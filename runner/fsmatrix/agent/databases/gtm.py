@@ -179,27 +179,33 @@ def _gtm_errors(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if re.search(r"%(GTM|GDE|SYSTEM)-[EF]-", line)]
 
 
-def create_database(
-    settings: Settings,
-    data_dir: Path,
-    journal_dir: Path,
-    scratch_dir: Path,
-    *,
-    name: str = "gtm",
-    timeout: float = 120.0,
-    dist: Path | None = None,
-) -> tuple[Database, list[str]]:
-    """A fresh database ``data_dir/name.dat`` (journal ``journal_dir/name.mjl``) built from ``settings``.
+@dataclass(frozen=True)
+class DatabaseLocation:
+    """Where a database goes: ``data/name.dat``, its journal ``journal/name.mjl``, and its global
+    directory, compiled routines and $gtm_tmp under ``scratch``."""
 
-    The global directory, objects and $gtm_tmp go under ``scratch_dir``. Refuses to overwrite an
-    existing database file. Returns the database and GT.M's informational/warning messages (e.g.
-    a journal buffer count it adjusted).
+    data: Path
+    journal: Path
+    scratch: Path
+    name: str = "gtm"
+
+    @property
+    def dat(self) -> Path:
+        return self.data.resolve() / f"{self.name}.dat"
+
+
+def create_database(
+    settings: Settings, where: DatabaseLocation, *, timeout: float = 120.0, dist: Path | None = None
+) -> tuple[Database, list[str]]:
+    """A fresh database ``where.dat`` built from ``settings``.
+
+    Refuses to overwrite an existing database file. Returns the database and GT.M's
+    informational/warning messages (e.g. a journal buffer count it adjusted).
     """
-    dat = data_dir.resolve() / f"{name}.dat"
-    if dat.exists():
-        raise FileExistsError(f"{dat} already exists: a 3n+1 run needs a fresh database")
+    if where.dat.exists():
+        raise FileExistsError(f"{where.dat} already exists: a 3n+1 run needs a fresh database")
     deadline = time.monotonic() + timeout
-    db = _global_directory(settings, data_dir, journal_dir, scratch_dir, name, deadline, dist)
+    db = _global_directory(settings, where, deadline, dist)
     messages: list[str] = []
     out = proc.run([db.tool("mupip"), "create"], env=db.env(), input="", timeout=_left(deadline))
     messages += _notable(out.stdout + out.stderr)
@@ -209,36 +215,21 @@ def create_database(
 
 
 def attach_database(
-    settings: Settings,
-    data_dir: Path,
-    journal_dir: Path,
-    scratch_dir: Path,
-    *,
-    name: str = "gtm",
-    timeout: float = 120.0,
-    dist: Path | None = None,
+    settings: Settings, where: DatabaseLocation, *, timeout: float = 120.0, dist: Path | None = None
 ) -> Database:
-    """The existing database ``data_dir/name.dat`` (a crashed one, say), through a new global
-    directory in ``scratch_dir``: nothing in the database or its journal is changed."""
-    dat = data_dir.resolve() / f"{name}.dat"
-    if not dat.is_file():
-        raise FileNotFoundError(f"{dat}: no database to attach to")
-    return _global_directory(settings, data_dir, journal_dir, scratch_dir, name, time.monotonic() + timeout, dist)
+    """The existing database ``where.dat`` (a crashed one, say), through a new global directory in
+    ``where.scratch``: nothing in the database or its journal is changed."""
+    if not where.dat.is_file():
+        raise FileNotFoundError(f"{where.dat}: no database to attach to")
+    return _global_directory(settings, where, time.monotonic() + timeout, dist)
 
 
-def _global_directory(
-    settings: Settings,
-    data_dir: Path,
-    journal_dir: Path,
-    scratch_dir: Path,
-    name: str,
-    deadline: float,
-    dist: Path | None,
-) -> Database:
-    """The Database for ``data_dir/name.dat`` and its global directory (GDE), made in ``scratch_dir``."""
-    for path in (data_dir, journal_dir, scratch_dir):
+def _global_directory(settings: Settings, where: DatabaseLocation, deadline: float, dist: Path | None) -> Database:
+    """The Database for ``where.dat`` and its global directory (GDE), made in ``where.scratch``."""
+    for path in (where.data, where.journal, where.scratch):
         _check_path(path.resolve())
-    data_dir, journal_dir, scratch_dir = data_dir.resolve(), journal_dir.resolve(), scratch_dir.resolve()
+    data_dir, journal_dir, scratch_dir = where.data.resolve(), where.journal.resolve(), where.scratch.resolve()
+    name = where.name
     db = Database(
         dist=dist or locate_dist(),
         gld=scratch_dir / f"{name}.gld",
@@ -518,41 +509,45 @@ class Session:
     cleanup: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Lifecycle:
+    """How ``opened`` treats the database around its block. ``attach``: use the existing database
+    (attach_database) instead of creating one. ``backup``: copy the new database aside before any
+    process opens it (take_backup: what forward recovery starts from). ``pids()``: the processes to
+    stop first when the block ends, e.g. detached JOB workers. ``crashed()``: True when the block
+    ends: a crash was injected on purpose, and the database is left exactly as the crash left it
+    (no rundown) for the recovery."""
+
+    attach: bool = False
+    backup: bool = False
+    pids: Callable[[], Iterable[int]] = tuple
+    crashed: Callable[[], bool] = lambda: False
+
+
+FRESH = Lifecycle()  # a new database, no backup, only its own processes, always run down
+
+
 @contextlib.contextmanager
 def opened(
-    settings: Settings,
-    data: Path,
-    journal: Path,
-    scratch: Path,
-    *,
-    name: str,
-    timeout: float = 300.0,
-    pids: Callable[[], Iterable[int]] = tuple,
-    attach: bool = False,
-    backup: bool = False,
-    crashed: Callable[[], bool] = lambda: False,
+    settings: Settings, where: DatabaseLocation, *, timeout: float = 300.0, lifecycle: Lifecycle = FRESH
 ) -> Iterator[Session]:
     """GT.M's whole lifecycle in one block: the database created from ``settings`` (create_database),
     then, however the block ends (an error, a timeout, Ctrl-C), every process using it stopped —
-    ``pids()``'s first, e.g. detached JOB workers — and the database run down (``release``), so its
-    filesystem can be unmounted. ``session.cleanup`` holds what that did.
-
-    ``attach``: use the existing database instead (attach_database). ``backup``: copy the new
-    database aside before any process opens it (take_backup: what forward recovery starts from).
-    ``crashed()`` True when the block ends: a crash was injected on purpose, and the database is
-    left exactly as the crash left it (no rundown) for the recovery."""
+    ``lifecycle.pids()``'s first — and the database run down (``release``), so its filesystem can
+    be unmounted. ``session.cleanup`` holds what that did. ``lifecycle``: attach instead, back up,
+    leave a crashed database alone."""
     messages: list[str] = []
-    if attach:
-        db = attach_database(settings, data, journal, scratch, name=name, timeout=timeout)
+    if lifecycle.attach:
+        db = attach_database(settings, where, timeout=timeout)
     else:
-        db, messages = create_database(settings, data, journal, scratch, name=name, timeout=timeout)
-        if backup:
+        db, messages = create_database(settings, where, timeout=timeout)
+        if lifecycle.backup:
             take_backup(db)
     session = Session(db, messages)
     try:
         yield session
     finally:
-        session.cleanup = release(db, pids(), keep_crashed=crashed())
+        session.cleanup = release(db, lifecycle.pids(), keep_crashed=lifecycle.crashed())
 
 
 def release(db: Database, pids: Iterable[int] = (), *, keep_crashed: bool = False) -> dict[str, Any]:

@@ -310,14 +310,14 @@ class Cluster:
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run a PostgreSQL tool (as the cluster's owner when ``as_owner``); CommandError on failure."""
+        owned = proc.AsUser(cmd, self.owner.uid, self.owner.gid) if as_owner and self.owner.switch else cmd
         return proc.run(
-            cmd,
+            owned,
             timeout=timeout,
             env=self.env(database),
             cwd=cwd or self.sockets,
             check=check,
             input="",  # no terminal to prompt on (psql, pg_ctl)
-            as_user=(self.owner.uid, self.owner.gid) if as_owner and self.owner.switch else None,
         )
 
     def query(self, sql: str, database: str = SUPERUSER, timeout: float = 600) -> list[list[str]]:
@@ -566,22 +566,31 @@ def _remove_tree(path: Path) -> None:
         path.rmdir()
 
 
+@dataclass(frozen=True)
+class ClusterLocation:
+    """Where a cluster goes: ``data_root/pgdata``, its WAL in ``wal_root/pg_wal`` (None: in the data
+    directory), its sockets and log under ``scratch``."""
+
+    data_root: Path
+    wal_root: Path | None
+    scratch: Path
+
+
 def create(
     settings: Settings,
-    data_root: Path,
-    wal_root: Path | None,
-    scratch: Path,
+    where: ClusterLocation,
     stack: contextlib.ExitStack,
     *,
     extra: Mapping[str, str] | None = None,
     timeout: float = 300,
 ) -> Cluster:
-    """initdb a fresh cluster in ``data_root/pgdata`` (WAL in ``wal_root/pg_wal`` when given).
+    """initdb a fresh cluster in ``where.data_root/pgdata`` (WAL in ``where.wal_root/pg_wal`` when given).
 
     The cluster gets subdirectories owned by its owner: a fresh ext2/3/4 mount point holds
     lost+found, and initdb refuses a directory that is not empty. Raises ValueError when the
     owner cannot reach a directory, FileExistsError when a cluster is already there.
     """
+    data_root, wal_root, scratch = where.data_root, where.wal_root, where.scratch
     owner = Owner.resolve()
     for root in (data_root, wal_root):
         if root is not None:
@@ -614,9 +623,7 @@ def create(
 
 def attach(
     settings: Settings,
-    data_root: Path,
-    wal_root: Path | None,
-    scratch: Path,
+    where: ClusterLocation,
     stack: contextlib.ExitStack,
     *,
     extra: Mapping[str, str] | None = None,
@@ -629,6 +636,7 @@ def attach(
     FileNotFoundError when there is no cluster there; ValueError when its WAL is not where the
     layout puts it (pg_wal must be the symbolic link initdb --waldir made to ``wal_root/pg_wal``).
     """
+    data_root, wal_root, scratch = where.data_root, where.wal_root, where.scratch
     owner = Owner.resolve()
     data = data_root.resolve() / "pgdata"
     if not (data / "PG_VERSION").is_file():

@@ -127,7 +127,9 @@ def recover(
     with contextlib.ExitStack() as stack:
         t0 = time.monotonic()
         try:
-            cluster = postgres.attach(settings, ws.data, _wal_root(ws), ws.scratch, stack, extra=extra)
+            cluster = postgres.attach(
+                settings, postgres.ClusterLocation(ws.data, _wal_root(ws), ws.scratch), stack, extra=extra
+            )
         except FileNotFoundError as exc:  # the crash took the data directory with it: a finding
             step("attach", t0, f"PostgreSQL cannot come back after the crash: {exc}")
             return report(None, None)

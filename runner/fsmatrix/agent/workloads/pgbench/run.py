@@ -130,9 +130,9 @@ def run(
         t0 = time.monotonic()  # create_s: initdb, server start, createdb
         cluster = postgres.create(
             settings,
-            ws.data,
-            ws.journal if ws.journal.resolve() != ws.data.resolve() else None,
-            ws.scratch,
+            postgres.ClusterLocation(
+                ws.data, ws.journal if ws.journal.resolve() != ws.data.resolve() else None, ws.scratch
+            ),
             stack,
             extra=extra,
             timeout=time_left(deadline, timeout, "initdb"),

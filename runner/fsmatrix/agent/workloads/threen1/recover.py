@@ -64,7 +64,7 @@ def recover(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
     deadline = time.monotonic() + cell.timeout
     ws.scratch.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="threen1-recover-", dir=ws.scratch)).resolve()
-    db = gtm.attach_database(settings, ws.data, ws.journal, scratch / "gtm", name=DB_NAME)
+    db = gtm.attach_database(settings, gtm.DatabaseLocation(ws.data, ws.journal, scratch / "gtm", DB_NAME))
     try:
         gtm.compile_routine(db, ROUTINE, timeout=SETUP_TIMEOUT)  # survey^threen1 (touches no database)
         if settings.journal == "before":

@@ -115,17 +115,17 @@ def run(
     job_dir = scratch / "jobs"
     job_dir.mkdir()
     timed_out = False
-    with gtm.opened(
-        settings,
-        ws.data,
-        ws.journal,
-        scratch / "gtm",
-        name=DB_NAME,
-        timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)),
-        pids=lambda: read_pid_file(pid_file),  # the JOB workers detach: the database alone cannot find them
+    lifecycle = gtm.Lifecycle(
         attach=resume,
         backup=ws.crash is not None and settings.journal == "nobefore" and not resume,
+        pids=lambda: read_pid_file(pid_file),  # the JOB workers detach: the database alone cannot find them
         crashed=lambda: ws.crash is not None and ws.crash.fired,
+    )
+    with gtm.opened(
+        settings,
+        gtm.DatabaseLocation(ws.data, ws.journal, scratch / "gtm", DB_NAME),
+        timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)),
+        lifecycle=lifecycle,
     ) as session:
         db = session.db
         cmd = [db.tool("mumps"), "-run", "main^threen1"]
