@@ -31,6 +31,7 @@ from pathlib import Path
 from fsmatrix.agent import proc, provenance
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.workloads.threen1 import run as threen1_run
+from fsmatrix.agent.workloads.threen1.params import Params
 from fsmatrix.errors import interrupt_on_sigterm
 
 PCT = 0.05  # reads, updates, read-only transactions, bytes
@@ -113,7 +114,11 @@ def run_published(
 
 def run_ours(start: int, end: int, workers: int, block: int, keys: str, settings: gtm.Settings, base: Path) -> Side:
     """fsmatrix's 3n+1 (``workload threen1``) on a fresh database under ``base``; it must pass its checks."""
-    out = threen1_run.run_standalone(start, end, workers, block, keys, base, gtm=_as_mapping(settings))
+    out = threen1_run.run_standalone(
+        Params.from_mapping({"start": start, "end": end, "workers": workers, "block": block, "keys": keys}),
+        base,
+        gtm=_as_mapping(settings),
+    )
     if out.verification["status"] != "passed":
         raise RuntimeError(f"fsmatrix's 3n+1 failed its verification: {out.verification['message']}")
     m = out.metrics

@@ -515,10 +515,11 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     """SIGINT to the whole process group (what Ctrl-C does) while the workers run."""
     script = (
         "import signal, sys; from pathlib import Path\n"
-        "from fsmatrix.agent.workloads.threen1 import run as threen1_run\n"
+        "from fsmatrix.agent.workloads.threen1 import Params, run as threen1_run\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "try:\n"
-        "    threen1_run.run_standalone(1, 20_000_000, 3, 50000, 'spelled', Path(sys.argv[1]))\n"
+        "    params = Params(start=1, end=20_000_000, workers=3, block=50000, keys='spelled')\n"
+        "    threen1_run.run_standalone(params, Path(sys.argv[1]))\n"
         "except KeyboardInterrupt:\n"
         "    sys.exit(42)\n"
     )
@@ -542,13 +543,19 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
 
 
 def test_run_standalone_puts_everything_in_its_directory(tmp_path: Path) -> None:
-    out = threen1_run.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db", gtm={"journal": "nobefore"})
+    out = threen1_run.run_standalone(
+        threen1.Params(start=1, end=1000, workers=2, block=100, keys="integer"),
+        tmp_path / "db",
+        gtm={"journal": "nobefore"},
+    )
     assert out.verification["status"] == "passed"
     assert (tmp_path / "db" / "threen1.dat").exists()
     assert (tmp_path / "db" / "threen1.mjl").exists()
     assert list((tmp_path / "db" / ".scratch").glob("threen1-*/parent.out"))
     with pytest.raises(FileExistsError):  # never over an earlier database
-        threen1_run.run_standalone(1, 1000, 2, 100, "integer", tmp_path / "db")
+        threen1_run.run_standalone(
+            threen1.Params(start=1, end=1000, workers=2, block=100, keys="integer"), tmp_path / "db"
+        )
 
 
 @needs_root

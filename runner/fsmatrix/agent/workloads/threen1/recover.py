@@ -129,9 +129,7 @@ def recover(cell: Cell, ws: Workspace, event: crash.CrashEvent) -> Outcome:
         raise
     resumed_ws = dataclasses.replace(ws, measure=contextlib.nullcontext, crash=None)  # the resume is not crashed
     with event.step("resume") as step:
-        outcome = run(
-            params, settings, resumed_ws, time_left(deadline, cell.timeout), reference=ws.reference, resume=True
-        )
+        outcome = run(params, settings, resumed_ws, time_left(deadline, cell.timeout), resume=True)
         step["detail"] = f"{outcome.metrics['updates']} updates to finish the range"
     event.reused["resume_updates"] = outcome.metrics["updates"]
     outcome.metrics["recovery_s"] = event.recovery_s or 0.0

@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,8 @@ from fsmatrix.agent.workloads.threen1.verify import (
 
 log = logging.getLogger("fsmatrix")
 
+PID_FILE = "workers.pids"  # in the run's scratch directory: the parent writes its workers' PIDs there
+
 
 def read_pid_file(path: Path) -> list[int]:
     """Worker PIDs from the parent's ``worker <i> <pid>`` lines (written as it starts them)."""
@@ -43,21 +47,13 @@ def read_pid_file(path: Path) -> list[int]:
 
 def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
     """Run the cell's 3n+1 range on a fresh database in ``ws.data`` (journal in ``ws.journal``)."""
-    return run(cell.typed_params(Params), cell.settings_of(gtm.Settings), ws, timeout, reference=ws.reference)
+    return run(cell.typed_params(Params), cell.settings_of(gtm.Settings), ws, timeout)
 
 
 def run_standalone(
-    start: int,
-    end: int,
-    workers: int,
-    block: int,
-    keys: str,
-    directory: Path,
-    gtm: dict[str, Any] | None = None,
-    timeout: float = 86400,
+    params: Params, directory: Path, gtm: dict[str, Any] | None = None, timeout: float = 86400
 ) -> Outcome:
     """``fsmatrix workload threen1``: database and journal in ``directory``, scratch in ``directory/.scratch``."""
-    params = Params.from_mapping({"start": start, "end": end, "workers": workers, "block": block, "keys": keys})
     settings = _gtm_settings(gtm)
     directory = Path(directory)
     ws = Workspace(data=directory, journal=directory, scratch=directory / ".scratch")
@@ -83,93 +79,126 @@ def _given_reference(params: Params, given: Mapping[str, Any]) -> dict[str, Any]
     return dict(given)
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """What one 3n+1 run left to judge it by: the database, the parent's output (``output``), what
+    GT.M configured before the run (``asked``) and held after it (``final``, a file header), what
+    creating the database said, $zversion, the parent's wall time, what releasing the database did,
+    GT.M's counters over the run and the stored-entries sample's check."""
+
+    db: gtm.Database
+    output: RunOutput
+    asked: dict[str, Any]
+    final: dict[str, Any]
+    messages: list[str]
+    zversion: str
+    parent_wall: float
+    cleanup: dict[str, Any]
+    counters: dict[str, int]
+    sample: dict[str, Any]
+
+
 def run(
     params: Params,
     settings: gtm.Settings,
     ws: Workspace,
     timeout: float,
     *,
-    reference: Mapping[str, Any] | None = None,
     sample_seed: int | None = None,
     resume: bool = False,
 ) -> Outcome:
     """Create the database, run the benchmark, verify, clean up.
 
-    ``reference``: ``expected(params)`` if the caller computed it already; otherwise it is computed
-    here, before the timeout starts counting (it is not part of the run). ``sample_seed``: the
-    seed of the stored-entries sample (default: a fresh one, recorded in the verification).
+    ``ws.reference``: ``expected(params)`` if the caller computed it already; otherwise it is
+    computed here, before the timeout starts counting (it is not part of the run). ``sample_seed``:
+    the seed of the stored-entries sample (default: a fresh one, recorded in the verification).
     ``resume``: run on the database already in ``ws.data`` (recovered after a crash) and go on
     from what it holds; the workers' own answers then cover only what they computed.
 
     A crash cell (``ws.crash``) with nobefore journaling keeps a copy of the new database for
     forward recovery; once the crash has fired the database is left as it is (no rundown).
     """
-    ref = expected(params) if reference is None else _given_reference(params, reference)
+    ref = expected(params) if ws.reference is None else _given_reference(params, ws.reference)
     seed = random.SystemRandom().randrange(2**32) if sample_seed is None else sample_seed
     deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return time_left(deadline, timeout)
+
     threen1_memory.load_digit_words(WORDS_FILE)  # a broken words file fails here, not in 4 workers
     ws.scratch.mkdir(parents=True, exist_ok=True)
     # a directory of its own per run: its global directory path also identifies this run's processes
     scratch = Path(tempfile.mkdtemp(prefix="threen1-", dir=ws.scratch)).resolve()
-    pid_file = scratch / "workers.pids"
-    job_dir = scratch / "jobs"
-    job_dir.mkdir()
-    timed_out = False
+    (scratch / "jobs").mkdir()
     lifecycle = gtm.Lifecycle(
         attach=resume,
         backup=ws.crash is not None and settings.journal == "nobefore" and not resume,
-        pids=lambda: read_pid_file(pid_file),  # the JOB workers detach: the database alone cannot find them
+        pids=lambda: read_pid_file(scratch / PID_FILE),  # the JOB workers detach: the database alone cannot find them
         crashed=lambda: ws.crash is not None and ws.crash.fired,
     )
-    with gtm.opened(
-        settings,
-        gtm.DatabaseLocation(ws.data, ws.journal, scratch / "gtm", DB_NAME),
-        timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)),
-        lifecycle=lifecycle,
-    ) as session:
+    where = gtm.DatabaseLocation(ws.data, ws.journal, scratch / "gtm", DB_NAME)
+    with gtm.opened(settings, where, timeout=min(SETUP_TIMEOUT, left()), lifecycle=lifecycle) as session:
         db = session.db
-        cmd = [db.tool("mumps"), "-run", "main^threen1"]
-        cmd += [str(params.start), str(params.end), str(params.workers), str(params.block), params.keys]
-        env = db.env({"threen1_words": str(WORDS_FILE), "threen1_pids": str(pid_file), "threen1_jobdir": str(job_dir)})
-        gtm.compile_routine(db, ROUTINE, timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)))
-        zversion = gtm.version(db, timeout=min(SETUP_TIMEOUT, time_left(deadline, timeout)))
-        header = gtm.dump_gvstat(db)  # the file header, and GT.M's counters before the run
-        asked = gtm.readback(gtm.parse_fileheader(header))
-        diffs = gtm.differences(settings, asked)
-        if diffs:
-            raise RuntimeError("GT.M did not configure what the cell asks: " + "; ".join(diffs))
-        counters_before = gtm.parse_gvstat(header)
+        zversion, asked, counters_before = _set_up(db, settings, left)
         log.info("threen1 %d..%d, %d workers, block %d, %s keys", *dataclasses.astuple(params))
-        t0 = time.monotonic()
-        try:
-            with ws.measure():  # the sampler covers the benchmark only, not setup and cleanup
-                out = proc.run(cmd, env=env, input="", timeout=time_left(deadline, timeout), check=False, cwd=scratch)
-        except proc.CommandError as exc:
-            if exc.returncode is not None:
-                raise
-            timed_out = True
-        parent_wall = time.monotonic() - t0
-        if not timed_out:
-            (scratch / "parent.out").write_text(out.stdout + out.stderr, encoding="utf-8")
-            if out.returncode != 0:
-                raise proc.CommandError(cmd, out.returncode, out.stdout + out.stderr + _job_errors(job_dir))
+        out, parent_wall = _benchmark(db, params, scratch, ws, left)
+        if out is not None:
             parsed = parse_output(out.stdout)
             header = gtm.dump_gvstat(db)  # before the sample check adds its reads to the counters
             final = gtm.readback(gtm.parse_fileheader(header))
             counters = gtm.counter_delta(counters_before, gtm.parse_gvstat(header))
             entries = sample_entries(params, seed)
             stored = read_steps(db, params.keys, [n for n, _ in entries], timeout=SAMPLE_TIMEOUT)
-    messages, cleanup = session.messages, session.cleanup
-    if timed_out:
+    cleanup = session.cleanup
+    if out is None:
         raise TimeoutError(
             f"3n+1 {params.start}..{params.end} exceeded {timeout:g} s; GT.M processes stopped "
             f"{cleanup['terminated'] + cleanup['killed']}, database run down"
         )
     sample = check_sample(entries, stored, seed)
-    return _outcome(
-        params, settings, db, parsed, asked, final, messages, zversion, parent_wall, cleanup, counters, ref, sample,
-        resume,
+    record = RunRecord(
+        db, parsed, asked, final, session.messages, zversion, parent_wall, cleanup, counters, sample
     )  # fmt: skip
+    return _outcome(params, settings, record, ref, resume)
+
+
+def _set_up(
+    db: gtm.Database, settings: gtm.Settings, left: Callable[[], float]
+) -> tuple[str, dict[str, Any], dict[str, int]]:
+    """Compile the routine, and check GT.M configured what the cell asks: $zversion, the file
+    header's readback, and GT.M's counters before the run."""
+    gtm.compile_routine(db, ROUTINE, timeout=min(SETUP_TIMEOUT, left()))
+    zversion = gtm.version(db, timeout=min(SETUP_TIMEOUT, left()))
+    header = gtm.dump_gvstat(db)  # the file header, and GT.M's counters before the run
+    asked = gtm.readback(gtm.parse_fileheader(header))
+    diffs = gtm.differences(settings, asked)
+    if diffs:
+        raise RuntimeError("GT.M did not configure what the cell asks: " + "; ".join(diffs))
+    return zversion, asked, gtm.parse_gvstat(header)
+
+
+def _benchmark(
+    db: gtm.Database, params: Params, scratch: Path, ws: Workspace, left: Callable[[], float]
+) -> tuple[subprocess.CompletedProcess[str] | None, float]:
+    """The measured part: the parent and its workers over the range. Its output (None: it timed
+    out) and its wall time; CommandError when it failed."""
+    pid_file, job_dir = scratch / PID_FILE, scratch / "jobs"
+    cmd = [db.tool("mumps"), "-run", "main^threen1"]
+    cmd += [str(params.start), str(params.end), str(params.workers), str(params.block), params.keys]
+    env = db.env({"threen1_words": str(WORDS_FILE), "threen1_pids": str(pid_file), "threen1_jobdir": str(job_dir)})
+    t0 = time.monotonic()
+    try:
+        with ws.measure():  # the sampler covers the benchmark only, not setup and cleanup
+            out = proc.run(cmd, env=env, input="", timeout=left(), check=False, cwd=scratch)
+    except proc.CommandError as exc:
+        if exc.returncode is not None:
+            raise
+        return None, time.monotonic() - t0
+    parent_wall = time.monotonic() - t0
+    (scratch / "parent.out").write_text(out.stdout + out.stderr, encoding="utf-8")
+    if out.returncode != 0:
+        raise proc.CommandError(cmd, out.returncode, out.stdout + out.stderr + _job_errors(job_dir))
+    return out, parent_wall
 
 
 def _job_errors(job_dir: Path) -> str:
@@ -182,21 +211,9 @@ def _job_errors(job_dir: Path) -> str:
 
 
 def _outcome(
-    params: Params,
-    settings: gtm.Settings,
-    db: gtm.Database,
-    result: RunOutput,
-    asked: dict[str, Any],
-    final: dict[str, Any],
-    messages: list[str],
-    zversion: str,
-    parent_wall: float,
-    cleanup: dict[str, Any],
-    counters: dict[str, int],
-    reference: dict[str, Any],
-    sample: dict[str, Any],
-    resumed: bool = False,
+    params: Params, settings: gtm.Settings, record: RunRecord, reference: dict[str, Any], resumed: bool = False
 ) -> Outcome:
+    result, db, final, counters = record.output, record.db, record.final, record.counters
     elapsed = result.elapsed_s
     journal_sizes = {p.name: p.stat().st_size for p in gtm.journal_files(db)}
     dat = db.dat.stat()
@@ -222,11 +239,11 @@ def _outcome(
     }
     details: dict[str, Any] = {
         "params": dataclasses.asdict(params),
-        "zversion": zversion,
+        "zversion": record.zversion,
         "gtm": {
             "requested": dataclasses.asdict(settings),
-            "readback": asked,
-            "messages": messages,
+            "readback": record.asked,
+            "messages": record.messages,
             "database_file": str(db.dat),
             "journal_files": journal_sizes,
             "blocks_at_end": {"total": final["total_blocks"], "free": final["free_blocks"]},
@@ -237,12 +254,12 @@ def _outcome(
         "database_allocated_bytes": dat.st_blocks * 512,
         "workers": [dataclasses.asdict(w) for w in result.workers],
         "start_skew_s": result.start_skew_s,
-        "parent_wall_s": round(parent_wall, 3),
-        "cleanup": cleanup,
+        "parent_wall_s": round(record.parent_wall, 3),
+        "cleanup": record.cleanup,
     }
     return Outcome(
         metrics=metrics,
-        verification=verify(params, result, reference, counters, sample, resumed=resumed),
+        verification=verify(params, result, reference, counters, record.sample, resumed=resumed),
         details=details,
-        versions={"gtm": zversion},
+        versions={"gtm": record.zversion},
     )
