@@ -9,7 +9,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,9 @@ def check_after_crash(script: str, scale: int, after: Mapping[str, int]) -> list
     return check_state(script, scale, after["history"], state_before_run(scale), after)
 
 
-def _wal_root(ws: Workspace) -> Path | None:
+def wal_root(ws: Workspace) -> Path | None:
+    """Where the cluster's WAL goes: the journal directory when the layout splits it from the data
+    (None: in the data directory)."""
     return ws.journal if ws.journal.resolve() != ws.data.resolve() else None
 
 
@@ -99,81 +101,105 @@ def recover(
     """
     if acks < 0:
         raise ValueError(f"acknowledged commits cannot be negative: {acks}")
-    deadline = time.monotonic() + timeout
+    found = _Findings(timeout)
     ws.scratch.mkdir(parents=True, exist_ok=True)
-    steps: dict[str, dict[str, Any]] = {}
-    problems: list[str] = []
-    metrics: dict[str, float | int] = {}
     extra = {"max_connections": str(max(100, params.clients + 10))}
-
-    def step(name: str, t0: float, failure: str | None = None, **found: Any) -> None:
-        steps[name] = {"status": "failed" if failure else "passed", "seconds": round(time.monotonic() - t0, 3),
-                       **found}  # fmt: skip
-        if failure:
-            steps[name]["message"] = failure
-            problems.append(failure)
-
-    def report(crash_recovery: bool | None, cluster: postgres.Cluster | None) -> dict[str, Any]:
-        return {
-            "status": "failed" if problems else "passed",
-            "reason": "; ".join(problems) or None,
-            "crash_recovery": crash_recovery,
-            "steps": steps,
-            "metrics": metrics,
-            "server_log": str(cluster.log_file) if cluster else None,
-            "stops": cluster.stops if cluster else [],
-        }
-
     with contextlib.ExitStack() as stack:
         t0 = time.monotonic()
         try:
             cluster = postgres.attach(
-                settings, postgres.ClusterLocation(ws.data, _wal_root(ws), ws.scratch), stack, extra=extra
+                settings, postgres.ClusterLocation(ws.data, wal_root(ws), ws.scratch), stack, extra=extra
             )
         except FileNotFoundError as exc:  # the crash took the data directory with it: a finding
-            step("attach", t0, f"PostgreSQL cannot come back after the crash: {exc}")
-            return report(None, None)
-        t0 = time.monotonic()
-        try:
-            control = postgres.controldata(cluster, timeout=time_left(deadline, timeout, "pg_controldata"))
-        except proc.CommandError as exc:  # a damaged control file: the start below will say more
-            step("controldata", t0, f"pg_controldata cannot read the control file: {_first_line(exc)}")
-        else:
-            step("controldata", t0, state=control.get("Database cluster state", ""),
-                 checkpoint=control.get("Latest checkpoint location"),
-                 checkpoint_redo=control.get("Latest checkpoint's REDO location"))  # fmt: skip
+            found.step("attach", t0, f"PostgreSQL cannot come back after the crash: {exc}")
+            return found.report(None, None)
+        _controldata(cluster, found)
         offset = cluster.log_file.stat().st_size if cluster.log_file.exists() else 0
         started = False
-        failed: Exception | None = None
         try:
-            t0 = time.monotonic()
-            try:
-                cluster.start(time_left(deadline, timeout, "recovery"), poll=RECOVERY_POLL_S)
-                started = True
-            except RuntimeError as exc:  # the server gave up (a PANIC in recovery): a finding, not an error
-                failed = exc
-            recovery_s = round(time.monotonic() - t0, 3)
-            with cluster.log_file.open("rb") as f:
-                f.seek(offset)
-                replay = postgres.parse_recovery_log(f.read().decode(errors="replace"))
+            started = _start(cluster, found, offset)
             if started:
-                step("start", t0, recovery_s=recovery_s, log=replay)
-                metrics["recovery_s"] = recovery_s
-                for name in ("server_s", "sync_s", "redo_s", "redo_bytes", "checkpoint_s"):
-                    if name in replay:
-                        metrics[name] = replay[name]
-            else:
-                why = replay["errors"][0] if replay["errors"] else str(failed)
-                step("start", t0, f"PostgreSQL did not come back after the crash: {why}", log=replay)
-            if started:
-                _verify_recovered(cluster, params, settings, acks, deadline, timeout, heapallindexed_max_bytes,
-                                  step, metrics)  # fmt: skip
+                _verify_recovered(cluster, params, settings, acks, heapallindexed_max_bytes, found)
         finally:
             cluster.stops.append(cluster.stop()["mode"])
         if started and settings.data_checksums:
             t0 = time.monotonic()
-            step("checksums", t0, postgres.checksums_check(cluster, time_left(deadline, timeout, "pg_checksums")))
-    return report(steps["start"]["log"]["crash_recovery"], cluster)
+            found.step("checksums", t0, postgres.checksums_check(cluster, found.left("pg_checksums")))
+    return found.report(found.steps["start"]["log"]["crash_recovery"], cluster)
+
+
+class _Findings:
+    """What ``recover`` found so far: its steps, the problems among them and the metrics, and the
+    time it has left."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.problems: list[str] = []
+        self.metrics: dict[str, float | int] = {}
+
+    def left(self, what: str) -> float:
+        return time_left(self.deadline, self.timeout, what)
+
+    def step(self, name: str, t0: float, failure: str | None = None, **found: Any) -> None:
+        """A step that began at ``t0`` ended now: passed, or failed with ``failure`` (a problem)."""
+        self.steps[name] = {"status": "failed" if failure else "passed", "seconds": round(time.monotonic() - t0, 3),
+                            **found}  # fmt: skip
+        if failure:
+            self.steps[name]["message"] = failure
+            self.problems.append(failure)
+
+    def report(self, crash_recovery: bool | None, cluster: postgres.Cluster | None) -> dict[str, Any]:
+        return {
+            "status": "failed" if self.problems else "passed",
+            "reason": "; ".join(self.problems) or None,
+            "crash_recovery": crash_recovery,
+            "steps": self.steps,
+            "metrics": self.metrics,
+            "server_log": str(cluster.log_file) if cluster else None,
+            "stops": cluster.stops if cluster else [],
+        }
+
+
+def _controldata(cluster: postgres.Cluster, found: _Findings) -> None:
+    """Step ``controldata``: the state the crash left the (stopped) cluster in."""
+    t0 = time.monotonic()
+    try:
+        control = postgres.controldata(cluster, timeout=found.left("pg_controldata"))
+    except proc.CommandError as exc:  # a damaged control file: the start below will say more
+        found.step("controldata", t0, f"pg_controldata cannot read the control file: {_first_line(exc)}")
+    else:
+        found.step("controldata", t0, state=control.get("Database cluster state", ""),
+                   checkpoint=control.get("Latest checkpoint location"),
+                   checkpoint_redo=control.get("Latest checkpoint's REDO location"))  # fmt: skip
+
+
+def _start(cluster: postgres.Cluster, found: _Findings, offset: int) -> bool:
+    """Step ``start``: the server started (PostgreSQL replays its WAL), timed, and what its log
+    says from ``offset`` on; whether it came back."""
+    started = False
+    failed: Exception | None = None
+    t0 = time.monotonic()
+    try:
+        cluster.start(found.left("recovery"), poll=RECOVERY_POLL_S)
+        started = True
+    except RuntimeError as exc:  # the server gave up (a PANIC in recovery): a finding, not an error
+        failed = exc
+    recovery_s = round(time.monotonic() - t0, 3)
+    with cluster.log_file.open("rb") as f:
+        f.seek(offset)
+        replay = postgres.parse_recovery_log(f.read().decode(errors="replace"))
+    if started:
+        found.step("start", t0, recovery_s=recovery_s, log=replay)
+        found.metrics["recovery_s"] = recovery_s
+        for name in ("server_s", "sync_s", "redo_s", "redo_bytes", "checkpoint_s"):
+            if name in replay:
+                found.metrics[name] = replay[name]
+    else:
+        why = replay["errors"][0] if replay["errors"] else str(failed)
+        found.step("start", t0, f"PostgreSQL did not come back after the crash: {why}", log=replay)
+    return started
 
 
 def recovery_outcome(report: Mapping[str, Any]) -> Outcome:
@@ -190,11 +216,8 @@ def _verify_recovered(
     params: Params,
     settings: postgres.Settings,
     acks: int,
-    deadline: float,
-    timeout: float,
     heapallindexed_max_bytes: int,
-    step: Callable[..., None],
-    metrics: dict[str, float | int],
+    found: _Findings,
 ) -> None:
     """The checks of a recovered, running cluster: the read-only ones first (pg_amcheck installs its
     extension)."""
@@ -202,26 +225,28 @@ def _verify_recovered(
     try:
         after = read_state(cluster)
     except proc.CommandError as exc:
-        step("invariant", t0, f"the pgbench tables cannot be read after recovery: {_first_line(exc)}")
+        found.step("invariant", t0, f"the pgbench tables cannot be read after recovery: {_first_line(exc)}")
     else:
-        found = check_after_crash(params.script, params.scale, after)
-        step("invariant", t0, "; ".join(found) or None, state=after)
+        broken = check_after_crash(params.script, params.scale, after)
+        found.step("invariant", t0, "; ".join(broken) or None, state=after)
 
     t0 = time.monotonic()
     try:
         report = pgacks.durability(cluster, acks, DATABASE, settings)
     except proc.CommandError as exc:
-        step("durability", t0, f"the acknowledged commits cannot be read after recovery: {_first_line(exc)}")
+        found.step("durability", t0, f"the acknowledged commits cannot be read after recovery: {_first_line(exc)}")
     else:
         report.pop("status")
-        step("durability", t0, report.pop("message", None), **report)
-        metrics.update(acknowledged=report["acknowledged"], found_commits=report["found"], lost_commits=report["lost"])
+        found.step("durability", t0, report.pop("message", None), **report)
+        found.metrics.update(
+            acknowledged=report["acknowledged"], found_commits=report["found"], lost_commits=report["lost"]
+        )
 
     t0 = time.monotonic()
     size = int(cluster.value("SELECT sum(pg_database_size(oid)) FROM pg_database"))
     whole = size <= heapallindexed_max_bytes
-    found_amcheck = amcheck_all(cluster, heapallindexed=whole, timeout=time_left(deadline, timeout, "pg_amcheck"))
-    step("amcheck", t0, found_amcheck, heapallindexed=whole, database_bytes=size)
+    found_amcheck = amcheck_all(cluster, heapallindexed=whole, timeout=found.left("pg_amcheck"))
+    found.step("amcheck", t0, found_amcheck, heapallindexed=whole, database_bytes=size)
 
 
 def _first_line(exc: proc.CommandError) -> str:
