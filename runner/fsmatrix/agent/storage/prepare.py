@@ -255,19 +255,31 @@ def _mount(fstype: str, source: str, mount_point: Path, options: list[str], stac
     proc.run(command, timeout=300)
 
 
+@dataclass(frozen=True)
+class PlannedFilesystem:
+    """One filesystem of a cell's storage as ``prepare`` makes it: its role (data, journal), the
+    filesystem, its mkfs and mount options, and the size of a filesystem without a device (tmpfs)."""
+
+    role: str
+    filesystem: str
+    mkfs_options: str
+    mount_options: str
+    tmpfs_size: int | None
+
+
 def _set_up(
-    fs_name: str,
+    planned: PlannedFilesystem,
     device: str | None,
     checked: _devices.BlockDevice | None,
-    mkfs_options: str,
-    mount_options: str,
-    mount_point: Path,
-    tmpfs_size: int | None,
+    mount_root: Path,
     stack: ExitStack,
     reuse: bool = False,
 ) -> dict[str, Any]:
-    """mkfs (when the filesystem has a device; not when ``reuse``) and mount one filesystem;
-    return its readback, with the seconds the mount took (``mount_s``: a journal replay after a crash)."""
+    """mkfs (when the filesystem has a device; not when ``reuse``) and mount one filesystem on
+    ``mount_root``/its role; return its readback, with the seconds the mount took (``mount_s``: a
+    journal replay after a crash)."""
+    mount_point = mount_root / planned.role
+    fs_name = planned.filesystem
     fs = filesystems.get(fs_name)
     _make_dir(mount_point, stack)
     options = [*fs.mount_options]
@@ -276,14 +288,14 @@ def _set_up(
         made = {"filesystem": fs_name, "device": device, "mkfs_command": [], "mkfs_version": None, "reused": True}
         source = device
     elif device is not None:
-        made = format_device(fs_name, device, mkfs_options, checked)
+        made = format_device(fs_name, device, planned.mkfs_options, checked)
         source = device
     else:
         made = {"filesystem": fs_name, "device": None, "mkfs_command": [], "mkfs_version": None}
         source = f"fsmatrix-{fs_name}"  # tmpfs has no device; the name marks the mount as ours
-        if tmpfs_size is not None:
-            options.append(f"size={tmpfs_size}")
-    options += _split_options(mount_options)
+        if planned.tmpfs_size is not None:
+            options.append(f"size={planned.tmpfs_size}")
+    options += _split_options(planned.mount_options)
     t0 = time.monotonic()
     _mount(fs_name, source, mount_point, options, stack)
     mount_s = round(time.monotonic() - t0, 3)
@@ -354,105 +366,49 @@ def prepare(
     """
     spec = StorageSpec.of(cell)
     storage = spec.storage
-    layout = storage.layout
-    data_fs = spec.filesystem
-    bare = not filesystems.get(data_fs).mounts
-    journal_fs = storage.journal_on_own_filesystem
-    if bare and journal_fs is not None:
-        raise ValueError(f"filesystem {data_fs} cannot be combined with layout split-journal")
-    if reuse:
-        kept = [n for n in (data_fs, journal_fs) if n and not filesystems.get(n).device]
-        if storage.striped or kept:
-            what = f"layout {layout}" if storage.striped else f"filesystem {kept[0]} (no device keeps it)"
-            raise ValueError(f"cannot reuse the existing filesystem of {what}")
-    needed = required_devices(spec)
-    if len(devices) < needed:
-        raise ValueError(f"this cell needs {needed} block device(s), got {len(devices)}")
-    used = list(devices[:needed])
-    resolved = [_devices.resolve(d) for d in used]
-    if len({d.rdev for d in resolved}) != len(used):
-        raise ValueError(f"the same device was given twice: {used}")
-    # Each device is locked from its first check through mkfs (or, striped, until mdadm / pvcreate,
-    # which open the components exclusively themselves: holding a lock there would only make udev
-    # postpone their events), and compared by device number at every step.
-    locks = ExitStack()
-    try:
-        for device in resolved:
-            locks.enter_context(_devices.locked(device))
-            check_safe_to_format(device.path, device)
-        for name in dict.fromkeys(n for n in (data_fs, journal_fs) if n and filesystems.get(n).mounts):
-            reason = filesystem_availability(name)
-            if reason:
-                raise Skipped(f"{name}: {reason}")
-        striped = storage.striped
-        if striped:
-            stripe_size = stripe_geometry(storage)[1]
-            reason = stripe.availability(layout)
-            if reason:
-                raise Skipped(f"{layout}: {reason}")
-    except BaseException:
-        locks.close()
-        raise
-
-    tmpfs_size = parse_size(storage.disk_size)  # a filesystem without a device is sized by disk_size
+    used, resolved = _devices_to_use(spec, devices, reuse)
+    locks, stripe_size = _locked_and_checked(spec, resolved)
     mount_root = Path(os.path.realpath(mount_root))  # mountinfo shows resolved paths
-    roles = [("data", data_fs, spec.mkfs_options, spec.mount_options)]
-    if journal_fs is not None:
-        roles.append(("journal", journal_fs, "", storage.journal_mount_options))
-
     stack = ExitStack()
     try:
         checked = {device.path: device for device in resolved}
         _make_dir(mount_root, stack)
         readback: dict[str, Any] = {}
         components: list[str] = []
-        if striped:
+        if storage.striped:
             components = used
             for device in resolved:
                 _devices.verify_exclusive(device)
             locks.close()
-            assembled = stripe.assemble(layout, components, stripe_size, stack)
+            assembled = stripe.assemble(storage.layout, components, stripe_size, stack)
             readback["stripe"] = {**assembled.readback, "device_info": describe_device(assembled.device)}
             remaining = iter([assembled.device])
         else:
             remaining = iter(used)
         used_by_role: list[str] = []  # the devices the filesystems (or the raw workload) sit on
         data_device: str | None = None
-        for role, fs_name, mkfs_options, mount_options in roles:
-            role_device = next(remaining) if filesystems.get(fs_name).device else None
-            if role == "data" and role_device is not None and wrap_data is not None:
+        for planned in _planned(spec):
+            role_device = next(remaining) if filesystems.get(planned.filesystem).device else None
+            if planned.role == "data" and role_device is not None and wrap_data is not None:
                 role_device = wrap_data(role_device, stack)
             if role_device is not None:
                 used_by_role.append(role_device)
-            if role == "data":
+            if planned.role == "data":
                 data_device = role_device
-            if not filesystems.get(fs_name).mounts:
+            if filesystems.get(planned.filesystem).mounts:
+                readback[planned.role] = _set_up(
+                    planned, role_device, checked.get(role_device or ""), mount_root, stack, reuse
+                )
+            else:
                 assert role_device is not None
-                _devices.verify_exclusive(checked.get(role_device) or _devices.resolve(role_device))
-                readback[role] = {
-                    "filesystem": fs_name,
-                    "device": role_device,
-                    "size_bytes": describe_device(role_device)["size_bytes"],
-                }
-                continue
-            mount_point = mount_root / role
-            readback[role] = _set_up(
-                fs_name,
-                role_device,
-                checked.get(role_device or ""),
-                mkfs_options,
-                mount_options,
-                mount_point,
-                tmpfs_size,
-                stack,
-                reuse,
-            )
+                readback[planned.role] = _bare(planned.filesystem, role_device, checked)
         locks.close()  # mkfs is done: from here on the mounts (or the raw workload) hold the devices
         # No filesystem (raw): nothing is mounted; the workload gets the empty mount root as its directory.
+        bare = not filesystems.get(spec.filesystem).mounts
         data = mount_root if bare else mount_root / "data"
         yield PreparedStorage(
             data=data,
-            journal=mount_root / "journal" if journal_fs is not None else data,
+            journal=mount_root / "journal" if storage.journal_on_own_filesystem is not None else data,
             readback=readback,
             devices=[describe_device(d) for d in (components or used_by_role)],
             diskstat_names=[kernel_name(d) for d in used_by_role],
@@ -463,3 +419,75 @@ def prepare(
     finally:
         locks.close()
         close_uninterrupted(stack)
+
+
+def _devices_to_use(
+    spec: StorageSpec, devices: Sequence[str], reuse: bool
+) -> tuple[list[str], list[_devices.BlockDevice]]:
+    """The devices the cell's storage takes (the first it needs), resolved; ValueError for storage
+    that cannot be made (or, ``reuse``, reused) or devices that do not do for it."""
+    storage = spec.storage
+    data_fs = spec.filesystem
+    journal_fs = storage.journal_on_own_filesystem
+    if not filesystems.get(data_fs).mounts and journal_fs is not None:
+        raise ValueError(f"filesystem {data_fs} cannot be combined with layout split-journal")
+    if reuse:
+        kept = [n for n in (data_fs, journal_fs) if n and not filesystems.get(n).device]
+        if storage.striped or kept:
+            what = f"layout {storage.layout}" if storage.striped else f"filesystem {kept[0]} (no device keeps it)"
+            raise ValueError(f"cannot reuse the existing filesystem of {what}")
+    needed = required_devices(spec)
+    if len(devices) < needed:
+        raise ValueError(f"this cell needs {needed} block device(s), got {len(devices)}")
+    used = list(devices[:needed])
+    resolved = [_devices.resolve(d) for d in used]
+    if len({d.rdev for d in resolved}) != len(used):
+        raise ValueError(f"the same device was given twice: {used}")
+    return used, resolved
+
+
+def _locked_and_checked(spec: StorageSpec, resolved: list[_devices.BlockDevice]) -> tuple[ExitStack, int]:
+    """Each device locked and checked safe to format (UnsafeDevice), and the filesystems and the
+    layout usable here (Skipped): the locks (the caller closes them) and the stripe size (0 when
+    not striped).
+
+    Each device is locked from its first check through mkfs (or, striped, until mdadm / pvcreate,
+    which open the components exclusively themselves: holding a lock there would only make udev
+    postpone their events), and compared by device number at every step."""
+    storage = spec.storage
+    stripe_size = 0
+    locks = ExitStack()
+    try:
+        for device in resolved:
+            locks.enter_context(_devices.locked(device))
+            check_safe_to_format(device.path, device)
+        names = (spec.filesystem, storage.journal_on_own_filesystem)
+        for name in dict.fromkeys(n for n in names if n and filesystems.get(n).mounts):
+            reason = filesystem_availability(name)
+            if reason:
+                raise Skipped(f"{name}: {reason}")
+        if storage.striped:
+            stripe_size = stripe_geometry(storage)[1]
+            reason = stripe.availability(storage.layout)
+            if reason:
+                raise Skipped(f"{storage.layout}: {reason}")
+    except BaseException:
+        locks.close()
+        raise
+    return locks, stripe_size
+
+
+def _planned(spec: StorageSpec) -> list[PlannedFilesystem]:
+    """The cell's filesystems: data's, and the journal's when it has one of its own."""
+    tmpfs_size = parse_size(spec.storage.disk_size)  # a filesystem without a device is sized by disk_size
+    planned = [PlannedFilesystem("data", spec.filesystem, spec.mkfs_options, spec.mount_options, tmpfs_size)]
+    journal_fs = spec.storage.journal_on_own_filesystem
+    if journal_fs is not None:
+        planned.append(PlannedFilesystem("journal", journal_fs, "", spec.storage.journal_mount_options, tmpfs_size))
+    return planned
+
+
+def _bare(fs_name: str, device: str, checked: dict[str, _devices.BlockDevice]) -> dict[str, Any]:
+    """The readback of a filesystem that is not made (raw): the device, checked still unused."""
+    _devices.verify_exclusive(checked.get(device) or _devices.resolve(device))
+    return {"filesystem": fs_name, "device": device, "size_bytes": describe_device(device)["size_bytes"]}
