@@ -658,25 +658,7 @@ def _reasons(device: BlockDevice, loops: list[LoopBacking], exclude: set[str], d
     name = device.name
     family, reasons = _family(name, loops, exclude)
 
-    try:
-        root_devices = _root_devices()
-    except UnsafeDevice:
-        # An overlay root whose directories this mount namespace cannot see (a container without
-        # the host's pid namespace): no disk can be told apart from the root's, so none is formatted
-        # — except a loop device: a filesystem on one (the root, or an overlay's upper directory) keeps
-        # it mounted, which the mount checks and the exclusive open below see from any namespace, and
-        # its backing file is checked on its own (_loop_reasons). That is what lets fsmatrix's own
-        # loop files work inside a container while --device stays refused there.
-        if not is_loop(name):
-            raise
-        root_devices = set()
-    root_hit = [m for m in family if m in root_devices]
-    if root_hit:
-        reasons.append(f"{family[root_hit[0]]} holds the root filesystem")
-    else:
-        beneath_root = _stacked_below(root_devices)
-        if name in beneath_root:
-            reasons.append(f"the root filesystem lives on it (on {', '.join(sorted(root_devices))})")
+    reasons += _root_reasons(name, family)
 
     own = [name, *partitions(name)]
     for member in own:
@@ -732,6 +714,39 @@ def _reasons(device: BlockDevice, loops: list[LoopBacking], exclude: set[str], d
         else:
             reasons.append(f"{family[by_number[_majmin(what)]]} is open by pid {pid} ({command})")
 
+    reasons += _signature_reasons(device, own, family)
+    return reasons
+
+
+def _root_reasons(name: str, family: dict[str, str]) -> list[str]:
+    """Whether ``name``'s family holds the root filesystem, or the root lives on ``name``."""
+    reasons: list[str] = []
+    try:
+        root_devices = _root_devices()
+    except UnsafeDevice:
+        # An overlay root whose directories this mount namespace cannot see (a container without
+        # the host's pid namespace): no disk can be told apart from the root's, so none is formatted
+        # — except a loop device: a filesystem on one (the root, or an overlay's upper directory) keeps
+        # it mounted, which the mount checks and the exclusive open below see from any namespace, and
+        # its backing file is checked on its own (_loop_reasons). That is what lets fsmatrix's own
+        # loop files work inside a container while --device stays refused there.
+        if not is_loop(name):
+            raise
+        root_devices = set()
+    root_hit = [m for m in family if m in root_devices]
+    if root_hit:
+        reasons.append(f"{family[root_hit[0]]} holds the root filesystem")
+    else:
+        beneath_root = _stacked_below(root_devices)
+        if name in beneath_root:
+            reasons.append(f"the root filesystem lives on it (on {', '.join(sorted(root_devices))})")
+    return reasons
+
+
+def _signature_reasons(device: BlockDevice, own: list[str], family: dict[str, str]) -> list[str]:
+    """The device and its partitions (``own``): an LVM physical volume, or a stack's signature on them."""
+    name = device.name
+    reasons: list[str] = []
     for member in own:
         path = device.path if member == name else f"/dev/{member}"
         if not os.path.exists(path):
