@@ -170,6 +170,20 @@ def snapshot_invalid(status_text: str) -> bool:
 # the run
 
 
+@dataclass(frozen=True)
+class PointRecovery:
+    """How each flush point is recovered: the cell, where a point's filesystem is mounted, the
+    scratch directory (a subdirectory per point), the workload's recover hook and reference values,
+    and ``before_recover(device, index)``, a test's hook called before the recovery."""
+
+    cell: Cell
+    mount_point: Path
+    scratch: Path
+    recover: Callable[[Cell, Workspace, crash.CrashEvent], Outcome]
+    reference: Mapping[str, Any] | None
+    before_recover: Callable[[str, int], None] | None = None
+
+
 class FlushPoints:
     """One flush-points run: the hooks ``job.run_job`` calls, and the replay after the run."""
 
@@ -255,6 +269,7 @@ class FlushPoints:
         the run then fails naming why. ``before_recover(device, index)``: a test's hook, called
         with the mounted point's device before its recovery."""
         event = self.event
+        how = PointRecovery(cell, mount_point, scratch, recover, reference, before_recover)
         if self.status is not None and self.status.logging_disabled:
             raise crash.RecoveryFailed(
                 "log",
@@ -298,7 +313,7 @@ class FlushPoints:
                     lw.replay(wlog, base, entry, target_zeroed=True, first=previous + 1)
                     record.replay_s = round(time.monotonic() - t0, 3)
                     previous = entry
-                    self._one_point(cell, record, base, cow, mount_point, scratch, recover, reference, before_recover)
+                    self._one_point(how, record, base, cow)
                     event.points.append(asdict(record))
                     log.info(
                         "flush point %d (entry %d): %s%s", index, entry, record.verdict,
@@ -321,20 +336,13 @@ class FlushPoints:
         cow = _dm_create(COW, f"0 {cow_sectors} linear {self.scratch_disk} {self.data_sectors}", stack)
         return base, cow
 
-    def _one_point(
-        self,
-        cell: Cell,
-        record: PointRecord,
-        base: str,
-        cow: str,
-        mount_point: Path,
-        scratch: Path,
-        recover: Callable[[Cell, Workspace, crash.CrashEvent], Outcome],
-        reference: Mapping[str, Any] | None,
-        before_recover: Callable[[str, int], None] | None,
-    ) -> None:
+    def _one_point(self, how: PointRecovery, record: PointRecord, base: str, cow: str) -> None:
+        """The point's crash state (a snapshot of ``base``, the replay up to it, writes going to
+        ``cow``) mounted, recovered and judged, into ``record``."""
         from fsmatrix.agent.contract import Workspace
         from fsmatrix.agent.storage.prepare import unmount
+
+        cell, mount_point = how.cell, how.mount_point
 
         point_event = crash.CrashEvent(mode=self.event.mode, after_s=self.event.after_s, fired=True)
         # The acknowledgements of the whole run say nothing of an earlier point: not checked here.
@@ -358,13 +366,13 @@ class FlushPoints:
                 record.mount_s = None
             else:
                 point_event.mount_s = record.mount_s
-                point_scratch = scratch / f"point-{record.index}"
+                point_scratch = how.scratch / f"point-{record.index}"
                 point_scratch.mkdir(parents=True, exist_ok=True)
-                ws = Workspace(mount_point, mount_point, point_scratch, reference=reference, crash=point_event)
+                ws = Workspace(mount_point, mount_point, point_scratch, reference=how.reference, crash=point_event)
                 try:
-                    if before_recover is not None:
-                        before_recover(device, record.index)
-                    outcome = recover(cell, ws, point_event)
+                    if how.before_recover is not None:
+                        how.before_recover(device, record.index)
+                    outcome = how.recover(cell, ws, point_event)
                 except crash.RecoveryFailed as exc:  # its failed step is on record already
                     failed_step = any(s["status"] == "failed" for s in point_event.steps)
                     error = None if failed_step else f"recovery failed: {exc}"
