@@ -16,8 +16,8 @@ runs):
   fewest): the same δ, and one look's error budget α / (3 · K(K-1)/2), as the fixed design of R
   runs a cell looks once. That is {the best} ∪
   the cells equivalent to it within ±δ ∪ the cells the data cannot place (neither shown worse nor
-  equivalent) — the counterpart of a race's survivors (best, equivalent, and "remained" at
-  ``max_repeats``): the cells *not shown worse than the best* on all the data.
+  equivalent) — the counterpart of a race's survivors (best, equivalent, and the "leader" and
+  "remained" at ``max_repeats``): the cells *not shown worse than the best* on all the data.
   ``groups.compare_group``'s answer (one look at α/m over the pairs, not the race's level) is printed
   beside the decision for reference, never compared with the replays.
 - **Replays** (``--replays``, default 200, seeded with ``--seed``): each draws, per cell, a random

@@ -10,9 +10,9 @@ sqrt(ln(1 + CV²))) × true difference Δ ∈ {0, 5, 10, 20} %, seeded groups sh
   round ``results.verdict.race.race_look`` (the runner's own function; ``race_step`` under it) with
   min 3 and max ``--max-repeats`` (default 10, the default race's) repeats and δ 5 %; a retired or
   equivalent cell gets no more runs; it stops when the group is decided or at the maximum (a time
-  budget stops nothing here). Its words are the answer's for a raced group (``verdict/raced.py``):
-  retired → worse, equivalent → equivalent, a best with every other decided → best, the rest not
-  separated.
+  budget stops nothing here). Its words are the answer's for a raced group (``store.STATUS_OF_ACTION``):
+  retired → worse, equivalent → equivalent, a best with every other decided → best, the leader and
+  the rest of an undecided group → not separated.
 - **fixed repeats** of 3, 5 and 10 runs a cell (the first n of the same runs), judged by the answer's
   fixed-sample rule, ``results.verdict.groups.decide`` (``compare_group`` on arrays): Welch's
   intervals at 1 - α/m, read as best, equivalent, not separated or worse.
