@@ -21,6 +21,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -47,67 +48,98 @@ class RunSummary:
     counts: dict[str, int] = field(default_factory=dict)
     reused: int = 0
     docs: dict[str, list[store.Result]] = field(default_factory=dict)
-    race: dict[str, Any] | None = None  # the stored race (race.json) when the run raced
+    race: store.Race | None = None  # the stored race (race.json) when the run raced
 
     @property
     def ok(self) -> bool:
         return all(status in store.COMPLETE for status in self.counts if self.counts[status])
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """Where a run goes and how it runs: its results in ``results_root``/``run_id``; ``plan`` a race or
+    fixed repeats (``fsmatrix run``: ``racing.plan``; its line for people, when it has one, printed once
+    the backend's checks passed); ``force``: run again what completed (default: resume); ``order``:
+    fixed repeats cell by cell ("cells") or in rounds ("rounds", ``fsmatrix run``'s default; a race
+    always runs in rounds); ``settings``: the build's settings (``run --settings``), recorded in each
+    result's ``provenance.settings``."""
+
+    results_root: Path
+    run_id: str
+    plan: racing.RunPlan
+    force: bool = False
+    order: str = "cells"
+    settings: BuildSettings | None = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.results_root / self.run_id
+
+
 def run_matrix(
     matrix: Matrix,
     cells: list[MatrixCell],
     backend: Backend,
-    *,
-    results_root: Path,
-    run_id: str,
-    repeat: int,
-    force: bool,
+    options: RunOptions,
     console: Console,
-    order: str = "cells",
-    race: RaceSettings | None = None,
     after_round: Callable[[], None] | None = None,
-    settings: BuildSettings | None = None,
-    plan: str | None = None,
 ) -> RunSummary:
-    """Every selected cell ``repeat`` times (``order``: cell by cell, or in rounds: ``fsmatrix run``'s
-    default), or, with ``race``, a race: rounds until the statistics leave one cell or one equivalent set
-    per comparison group, ``race.max_repeats`` or its budget (see ``racing.run_race``); ``repeat`` is then
-    ignored for ``race.max_repeats``. What to run is the caller's choice (``fsmatrix run``:
-    ``racing.design``; ``plan``: its line for people, printed once the backend's checks passed).
-    ``after_round``: called after each round of a run in rounds or a race (``fsmatrix run --push`` pushes
-    then). ``settings``: the build's settings (``run --settings``), recorded in each result's
-    ``provenance.settings``."""
-    run_dir = results_root / run_id
+    """Every selected cell ``options.plan.repeat`` times, or, with a race planned, a race: rounds
+    until the statistics leave one cell or one equivalent set per comparison group, its
+    ``max_repeats`` or its budget (see ``racing.run_race``). ``after_round``: called after each round
+    of a run in rounds or a race (``fsmatrix run --push`` pushes then)."""
+    plan = options.plan
+    run_dir = options.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    jsonfile.write_atomic(
-        run_dir / "matrix.json", matrix_record(matrix, cells, race.max_repeats if race else repeat, race)
-    )
+    jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, cells, plan.repeat, plan.race))
     backend.preflight(cells)
     try:
-        index = store.Index(results_root)  # a store of another schema, or no store at all, says why itself
+        index = store.Index(options.results_root)  # a store of another schema, or no store at all, says why itself
     except (sqlite3.Error, StoreUnreachable) as exc:
         # the root's own file, not a server away: a results root that takes no write is bad input (exit 2)
-        raise UserError(f"--results {results_root}: cannot write its store.sqlite ({exc}): is the disk full?") from exc
-    summary = RunSummary(run_dir=run_dir)
-    if race is not None:
-        total = len(cells) * race.max_repeats
-        todo: list[tuple[MatrixCell, int]] = []
-    elif order == "rounds":
+        raise UserError(
+            f"--results {options.results_root}: cannot write its store.sqlite ({exc}): is the disk full?"
+        ) from exc
+    todo = _todo(cells, plan, options.order)
+    if plan.why:
+        console.print(plan.why, markup=False, highlight=False)
+    found = cell_estimates(options.results_root, cells)
+    left = [(c, r) for c, r in todo if options.force or not store.is_complete(store.result_path(run_dir, c.id, r))]
+    eta = EstimatedTime(found, [c.id for c, _ in left]) if plan.race is None else None
+    print_estimates(console, cells, found, left, plan.race)
+    try:
+        with Progress(*_columns(eta), console=console, transient=False) as progress:
+            total = len(cells) * plan.race.max_repeats if plan.race is not None else len(todo)
+            runner = _Runner(
+                backend, options, index, found, _Bar(progress, progress.add_task("starting", total=total), eta)
+            )
+            if plan.race is not None:
+                hooks = racing.RaceHooks(runner.one, runner.bar.remaining, progress.console, after_round)
+                runner.summary.race = racing.run_race(run_dir, cells, plan.race, options.force, hooks)
+            for i, (cell, r) in enumerate(todo):
+                runner.one(cell, r, False)
+                round_ends = options.order == "rounds" and (i + 1 == len(todo) or todo[i + 1][1] != r)
+                if round_ends and after_round is not None:
+                    after_round()
+            progress.update(runner.bar.task, description="done")
+    finally:
+        index.close()
+    return runner.summary
+
+
+def _todo(cells: list[MatrixCell], plan: racing.RunPlan, order: str) -> list[tuple[MatrixCell, int]]:
+    """The fixed repeats to run, (cell, repeat) in order (a race: none; it chooses round by round)."""
+    if plan.race is not None:
+        return []
+    if order == "rounds":
         # Round r runs every cell once: a drift of the machine's load spreads over every cell,
         # instead of landing on the cells that happened to run while it lasted.
-        todo = [(c, r) for r in range(1, repeat + 1) for c in cells]
-        total = len(todo)
-    else:
-        todo = [(c, r) for c in cells for r in range(1, repeat + 1)]
-        total = len(todo)
-    if plan is not None:
-        console.print(plan, markup=False, highlight=False)
-    found = cell_estimates(results_root, cells)
-    left = [(c, r) for c, r in todo if force or not store.is_complete(store.result_path(run_dir, c.id, r))]
-    eta = EstimatedTime(found, [c.id for c, _ in left]) if race is None else None
-    print_estimates(console, cells, found, left, race)
-    columns = (
+        return [(c, r) for r in range(1, plan.repeat + 1) for c in cells]
+    return [(c, r) for c in cells for r in range(1, plan.repeat + 1)]
+
+
+def _columns(eta: EstimatedTime | None) -> tuple[ProgressColumn, ...]:
+    return (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -115,68 +147,85 @@ def run_matrix(
         TextColumn("ETA"),
         eta or TimeRemainingColumn(),
     )
-    try:
-        with Progress(*columns, console=console, transient=False) as progress:
-            task = progress.add_task("starting", total=total)
 
-            def one(cell: MatrixCell, r: int, stored: bool = False) -> store.Result:
-                """Run ``cell``'s repeat ``r``, or reuse it when it completed (``stored``: whatever
-                its status, as long as its result is there: a race's completed round)."""
-                path = store.result_path(run_dir, cell.id, r)
-                if (stored and path.exists()) or (not force and store.is_complete(path)):
-                    doc = store.load_document(path)
-                    summary.reused += 1
-                else:
-                    progress.update(task, description=f"{cell.id} r{r}")
-                    if eta is not None:
-                        eta.start(cell.id)
-                    written = _run_one(
-                        backend,
-                        with_auto_timeout(cell, found),
-                        r,
-                        run_id,
-                        path,
-                        settings.record() if settings else None,
-                    )
-                    if eta is not None:
-                        eta.finish(cell.id)
-                    try:
-                        index.add(run_id, written, path)
-                    except (sqlite3.Error, UserError) as exc:
-                        # The result file is written; `fsmatrix results reindex` adds it to the store later.
-                        log.warning("%s: not added to the store (%s); run `fsmatrix results reindex`", path, exc)
-                    doc = store.Result.read(written, path)
-                summary.counts[doc.status] = summary.counts.get(doc.status, 0) + 1
-                summary.docs.setdefault(cell.id, []).append(doc)
-                if doc.status not in store.COMPLETE:
-                    progress.console.print(f"[red]{cell.id} r{r}: {doc.status}[/red]: {doc.reason}")
-                elif doc.status == "skipped" and r == 1:
-                    progress.console.print(f"[yellow]{cell.id}: skipped[/yellow]: {doc.reason}")
-                progress.advance(task)
-                if not console.is_terminal:  # a log file gets one line per run instead of a live bar
-                    done = int(progress.tasks[0].completed)
-                    progress.console.print(
-                        f"[{done}/{int(progress.tasks[0].total or 0)}] {cell.id} r{r}: {doc.status}"
-                        f" ({doc.duration_s or 0:.1f} s)"
-                    )
-                return doc
 
-            def remaining(left: int) -> None:
-                progress.update(task, total=int(progress.tasks[0].completed) + left)
+@dataclass(frozen=True)
+class _Bar:
+    """The run's progress bar: its task, and the estimated time left (None: a race's, rich's own)."""
 
-            if race is not None:
-                summary.race = racing.run_race(
-                    run_dir, cells, race, force, one, remaining, progress.console, after_round
-                )
-            for i, (cell, r) in enumerate(todo):
-                one(cell, r, False)
-                round_ends = order == "rounds" and (i + 1 == len(todo) or todo[i + 1][1] != r)
-                if round_ends and after_round is not None:
-                    after_round()
-            progress.update(task, description="done")
-    finally:
-        index.close()
-    return summary
+    progress: Progress
+    task: TaskID
+    eta: EstimatedTime | None
+
+    def remaining(self, left: int) -> None:
+        """The runs still to come: a race's changes as cells leave."""
+        self.progress.update(self.task, total=int(self.progress.tasks[0].completed) + left)
+
+
+class _Runner:
+    """Runs one repeat of a cell at a time for ``run_matrix`` (and a race), counting into its summary."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        options: RunOptions,
+        index: store.Index,
+        found: dict[str, estimate.Estimate],
+        bar: _Bar,
+    ) -> None:
+        self.backend, self.options, self.index, self.found, self.bar = backend, options, index, found, bar
+        self.summary = RunSummary(run_dir=options.run_dir)
+
+    def one(self, cell: MatrixCell, r: int, stored: bool = False) -> store.Result:
+        """Run ``cell``'s repeat ``r``, or reuse it when it completed (``stored``: whatever its status,
+        as long as its result is there: a race's completed round)."""
+        path = store.result_path(self.options.run_dir, cell.id, r)
+        if (stored and path.exists()) or (not self.options.force and store.is_complete(path)):
+            doc = store.load_document(path)
+            self.summary.reused += 1
+        else:
+            doc = self._run(cell, r, path)
+        self.summary.counts[doc.status] = self.summary.counts.get(doc.status, 0) + 1
+        self.summary.docs.setdefault(cell.id, []).append(doc)
+        self._say(cell, r, doc)
+        return doc
+
+    def _run(self, cell: MatrixCell, r: int, path: Path) -> store.Result:
+        progress, eta = self.bar.progress, self.bar.eta
+        progress.update(self.bar.task, description=f"{cell.id} r{r}")
+        if eta is not None:
+            eta.start(cell.id)
+        settings = self.options.settings
+        written = _run_one(
+            self.backend,
+            with_auto_timeout(cell, self.found),
+            r,
+            self.options.run_id,
+            path,
+            settings.record() if settings else None,
+        )
+        if eta is not None:
+            eta.finish(cell.id)
+        try:
+            self.index.add(self.options.run_id, written, path)
+        except (sqlite3.Error, UserError) as exc:
+            # The result file is written; `fsmatrix results reindex` adds it to the store later.
+            log.warning("%s: not added to the store (%s); run `fsmatrix results reindex`", path, exc)
+        return store.Result.read(written, path)
+
+    def _say(self, cell: MatrixCell, r: int, doc: store.Result) -> None:
+        progress = self.bar.progress
+        if doc.status not in store.COMPLETE:
+            progress.console.print(f"[red]{cell.id} r{r}: {doc.status}[/red]: {doc.reason}")
+        elif doc.status == "skipped" and r == 1:
+            progress.console.print(f"[yellow]{cell.id}: skipped[/yellow]: {doc.reason}")
+        progress.advance(self.bar.task)
+        if not progress.console.is_terminal:  # a log file gets one line per run instead of a live bar
+            done = int(progress.tasks[0].completed)
+            progress.console.print(
+                f"[{done}/{int(progress.tasks[0].total or 0)}] {cell.id} r{r}: {doc.status}"
+                f" ({doc.duration_s or 0:.1f} s)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -279,13 +279,12 @@ class FailingBackend:
 def test_host_side_failure_is_recorded_and_the_matrix_goes_on(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from fsmatrix import runs
+    from fsmatrix import racing, runs
 
     m = matrix.expand_document(matrix.yamlpos.load(f"axes:\n  filesystem: [ext4, xfs]\n{OK_CELL}"), "m.yaml")
     assert isinstance(m, Matrix)
-    summary = runs.run_matrix(
-        m, m.cells, FailingBackend(), results_root=tmp_path, run_id="r", repeat=1, force=False, console=Console()
-    )
+    options = runs.RunOptions(tmp_path, "r", racing.RunPlan.fixed(1))
+    summary = runs.run_matrix(m, m.cells, FailingBackend(), options, Console())
     assert summary.counts == {"error": 1, "passed": 1}
     first = json.loads(store.result_path(summary.run_dir, m.cells[0].id, 1).read_text())
     assert first["status"] == "error"

@@ -71,3 +71,27 @@ def test_a_race_that_decided_says_decided_and_needs_no_advice() -> None:
     assert any(
         s.startswith("Decided by the race (race.json, every group decided)") for s in sentences.said(g, 0.05).details
     )
+
+
+def test_format_3_says_leader_and_failed_and_the_answer_reads_as_before() -> None:
+    """race.json format 3 names an undecided race's leader "leader" (format 1 and 2: "best") and a cell
+    whose runs failed "failed" (before: "retired", answered worse): the leader's sentences are the same
+    as from the older file; the failed cell is "not enough data", as without a race."""
+    made = cells({"axes": {"filesystem": ["ext4", "xfs", "btrfs"]}, "defaults": {"workload": THREEN1}})
+    ext4, xfs, btrfs = made
+    docs = runs(ext4, [10.0, 10.3, 9.8, 10.1]) + runs(xfs, [9.9, 10.2, 9.7, 10.0]) + runs(btrfs, [15.0, 15.2, 14.9])
+    old = budget_race({"ext4": ext4.id, "xfs": xfs.id, "btrfs": btrfs.id})
+    new = {**old, "format_version": 3, "retire_margin": 0.0, "left": {**old["left"]}}
+    new["left"][xfs.id] = {**old["left"][xfs.id], "action": "leader"}
+    (before,) = answering.build(typed(docs), None, store.Race.read(old)).groups
+    (after,) = answering.build(typed(docs), None, store.Race.read(new)).groups
+    assert isinstance(before, answer.SpeedGroup) and isinstance(after, answer.SpeedGroup)
+    assert (after.verdict, after.leader, after.not_separated) == ("not separated", "xfs", ("ext4", "xfs"))
+    assert sentences.said(after, 0.05).headline == sentences.said(before, 0.05).headline
+    failing = "3 of 3 runs failed or measured <= 0: a cell whose runs fail never wins"
+    new["left"][btrfs.id] = {"round": 3, "action": "failed", "reason": failing}
+    old["left"][btrfs.id] = {"round": 3, "action": "retired", "reason": failing}  # format 1 and 2's words for it
+    for stored in (new, old):
+        (g,) = answering.build(typed(docs), None, store.Race.read(stored)).groups
+        assert isinstance(g, answer.SpeedGroup)
+        assert g.configuration("btrfs").status == "not enough data" and g.worse == ()

@@ -11,7 +11,7 @@ from typing import Any
 from click.testing import CliRunner
 from rich.console import Console
 
-from fsmatrix import matrix, runs
+from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import job, jsonfile
 from fsmatrix.backends import hostinfo
 from fsmatrix.bench import estimates as bench_estimates
@@ -160,16 +160,7 @@ def test_a_resumed_run_estimates_only_what_is_left(tmp_path: Path) -> None:
     m = matrix.load(path)
     out = io.StringIO()
     console = Console(file=out, width=200)
-    runs.run_matrix(
-        m,
-        m.cells,
-        Instant(),
-        results_root=root,
-        run_id="est",
-        repeat=3,
-        force=False,
-        console=console,  # type: ignore[arg-type]
-    )
+    runs.run_matrix(m, m.cells, Instant(), runs.RunOptions(root, "est", racing.RunPlan.fixed(3)), console)  # type: ignore[arg-type]
     text = out.getvalue()
     assert f"estimate {cells['ext4'].id}: 8 s (median of 2 runs)" in text
     # 7 runs left (ext4 r3, xfs and btrfs r1..r3), each estimated from ext4's 8 s
@@ -207,16 +198,8 @@ def run_auto(tmp_path: Path, history: list[float]) -> tuple[list[MatrixCell], di
     if history:
         write_indexed(root, "earlier", ext4, history)
     backend = Recording()
-    runs.run_matrix(
-        m,
-        [ext4],
-        backend,
-        results_root=root,
-        run_id="now",
-        repeat=1,
-        force=False,
-        console=Console(file=io.StringIO()),  # type: ignore[arg-type]
-    )
+    options = runs.RunOptions(root, "now", racing.RunPlan.fixed(1))
+    runs.run_matrix(m, [ext4], backend, options, Console(file=io.StringIO()))  # type: ignore[arg-type]
     return backend.given, jsonfile.read(store.result_path(root / "now", ext4.id, 1))
 
 

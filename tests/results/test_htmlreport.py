@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from conftest import needs_root, typed
-from fsmatrix import matrix, runs
+from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import proc
 from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.backends.host import HostBackend
@@ -56,16 +56,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("needs root: losetup, mkfs and mount")
     root = tmp_path_factory.mktemp("results")
     m = matrix.expand_document(MATRIX, "htmltest")
-    summary = runs.run_matrix(
-        m,
-        m.cells,
-        HostBackend(workdir=root / "work"),
-        results_root=root,
-        run_id="htmltest",
-        repeat=REPEATS,
-        force=True,
-        console=Console(stderr=True, quiet=True),
-    )
+    options = runs.RunOptions(root, "htmltest", racing.RunPlan.fixed(REPEATS), force=True)
+    summary = runs.run_matrix(m, m.cells, HostBackend(workdir=root / "work"), options, Console(stderr=True, quiet=True))
     assert summary.ok, summary.counts
     return summary.run_dir
 

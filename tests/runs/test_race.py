@@ -106,19 +106,10 @@ def race(
     """A race of one cell per filesystem and 3n+1 range end (a comparison group per end); returns
     race.json."""
     m = _matrix(filesystems, ends)
-    summary = runs.run_matrix(
-        m,
-        m.cells,
-        backend,
-        results_root=tmp_path,
-        run_id=run_id,
-        repeat=1,
-        force=False,
-        console=Console(file=io.StringIO()),
-        race=settings,
-    )
+    options = runs.RunOptions(tmp_path, run_id, racing.RunPlan(settings, settings.max_repeats))
+    summary = runs.run_matrix(m, m.cells, backend, options, Console(file=io.StringIO()))
     stored = json.loads((summary.run_dir / racing.RACE_FILE).read_text())
-    assert stored == summary.race
+    assert summary.race is not None and stored == summary.race.record()
     return stored
 
 
@@ -143,7 +134,7 @@ def test_a_clear_loser_is_retired_at_the_minimum_and_the_race_ends(tmp_path: Pat
     stored = race(tmp_path, Drawn({"ext4": FAST, "xfs": SLOW}), ["ext4", "xfs"], RaceSettings(3, 8))
     assert left(stored) == {"xfs": ("retired", 3), "ext4": ("best", 3)}
     assert stored["left"][next(c for c in stored["cells"] if "xfs" in c)]["reason"].endswith(": significantly worse")
-    assert stored["format_version"] == 2 and stored["retire_margin"] == 0.0
+    assert stored["format_version"] == 3 and stored["retire_margin"] == 0.0
     assert stored["stopped"] == {
         "after_round": 3,
         "why": "one cell or one equivalent set left in every comparison group",
@@ -177,7 +168,7 @@ def test_equivalent_cells_stop_as_equivalent(tmp_path: Path) -> None:
 def test_an_undecided_race_ends_at_max_repeats(tmp_path: Path) -> None:
     # 3 % apart with 10 % noise: neither worse by more than 5 % nor shown within ±5 % in 4 runs.
     stored = race(tmp_path, Drawn({"ext4": (10.0, 0.1), "xfs": (10.3, 0.1)}), ["ext4", "xfs"], RaceSettings(3, 4))
-    assert sorted(a for a, _ in left(stored).values()) == ["best", "remained"]
+    assert sorted(a for a, _ in left(stored).values()) == ["leader", "remained"]
     assert stored["stopped"] == {"after_round": 4, "why": "max_repeats (4) reached", "reason": "max_repeats"}
     assert stored["runs_used"] == stored["runs_fixed"] == 8
     assert [(g["decided"], g["closed_after_round"]) for g in stored["groups"]] == [(False, 4)]
@@ -217,7 +208,7 @@ def test_groups_race_apart(tmp_path: Path) -> None:
     stored = race(tmp_path, backend, ["ext4", "xfs"], RaceSettings(3, 5), ends=(100, 200))
     by_cell = {(cid.split("-")[0], cid.split("-")[3]): (v["action"], v["round"]) for cid, v in stored["left"].items()}
     assert by_cell[("xfs", "100")] == ("retired", 3) and by_cell[("ext4", "100")] == ("best", 3)
-    assert sorted(by_cell[(fs, "200")] for fs in ("ext4", "xfs")) == [("best", 5), ("remained", 5)]
+    assert sorted(by_cell[(fs, "200")] for fs in ("ext4", "xfs")) == [("leader", 5), ("remained", 5)]
     assert [r for name, r in backend.calls if name.endswith("/100")] == [1, 1, 2, 2, 3, 3]
     assert stored["runs_used"] == 6 + 10 and len(stored["rounds"][0]["groups"]) == 2
 
@@ -239,7 +230,7 @@ def test_a_skipped_cell_leaves_at_once(tmp_path: Path) -> None:
 
 def test_a_cell_whose_runs_fail_never_wins(tmp_path: Path) -> None:
     stored = race(tmp_path, Drawn({"ext4": FAST, "xfs": None}), ["ext4", "xfs"], RaceSettings(3, 8))
-    assert left(stored) == {"xfs": ("retired", 3), "ext4": ("best", 3)}
+    assert left(stored) == {"xfs": ("failed", 3), "ext4": ("best", 3)}
     xfs_id = next(c for c in stored["cells"] if "xfs" in c)
     assert "a cell whose runs fail never wins" in stored["left"][xfs_id]["reason"]
 
@@ -252,7 +243,7 @@ def test_the_budget_stops_the_race(tmp_path: Path) -> None:
         "why": "the budget (500 s) was spent: the runs took 600 s",
         "reason": "budget",
     }
-    assert sorted(left(stored).values()) == [("best", 3), ("remained", 3)]
+    assert sorted(left(stored).values()) == [("leader", 3), ("remained", 3)]
     assert stored["runs_used"] == 6
     assert [g["decided"] for g in stored["groups"]] == [False]
     read = store.Race.read(stored).stopped  # what the report reads: stopped.why, unchanged
@@ -321,35 +312,35 @@ def test_report_has_a_race_section(tmp_path: Path) -> None:
 
 
 def test_race_flag_and_race_key() -> None:
-    """racing.design, ``fsmatrix run``'s rule: a comparison group races by default; --repeat N and
+    """racing.plan, ``fsmatrix run``'s rule: a comparison group races by default; --repeat N and
     --no-race run fixed repeats; --race --repeat N is a race of at most N."""
     m = _matrix(["ext4", "xfs"])  # repeat 1, no race:
-    plan = racing.design(m, m.cells)
+    plan = racing.plan(m, m.cells)
     assert (plan.race, plan.repeat) == (RaceSettings(3, 10, 0.05, None), 10)
     assert plan.why == (
         "race: 3 to 10 repeats a cell, δ 5%, no time budget "
         "(the default with a comparison group; --repeat N or --no-race: fixed repeats)"
     )
-    assert racing.design(m, m.cells, repeat=5) == racing.Design(None, 5, "fixed repeats: 5 a cell (--repeat 5)")
-    assert racing.design(m, m.cells, race=False) == racing.Design(None, 1, "fixed repeats: 1 a cell (--no-race)")
-    assert racing.design(m, m.cells, race=True, repeat=5).race == RaceSettings(3, 5, 0.05, None)
+    assert racing.plan(m, m.cells, repeat=5) == racing.RunPlan(None, 5, "fixed repeats: 5 a cell (--repeat 5)")
+    assert racing.plan(m, m.cells, race=False) == racing.RunPlan(None, 1, "fixed repeats: 1 a cell (--no-race)")
+    assert racing.plan(m, m.cells, race=True, repeat=5).race == RaceSettings(3, 5, 0.05, None)
     with pytest.raises(UserError, match=r"--repeat 2 is below the race's min_repeats \(3\)"):
-        racing.design(m, m.cells, race=True, repeat=2)
-    assert racing.design(m, m.cells, budget_s=1800.0).race == RaceSettings(3, 10, 0.05, 1800.0)
-    assert "budget 30 min" in racing.design(m, m.cells, budget_s=1800.0).why
+        racing.plan(m, m.cells, race=True, repeat=2)
+    assert racing.plan(m, m.cells, budget_s=1800.0).race == RaceSettings(3, 10, 0.05, 1800.0)
+    assert "budget 30 min" in racing.plan(m, m.cells, budget_s=1800.0).why
     text = "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\nrepeat: 5\n"
     five = matrix.expand_document(matrix.yamlpos.load(text), "m.yaml")
     # The matrix's repeat is the race's minimum: every cell runs at least that often.
-    assert racing.design(five, five.cells).race == RaceSettings(5, 10, 0.05, None)
+    assert racing.plan(five, five.cells).race == RaceSettings(5, 10, 0.05, None)
     many = matrix.expand_document(matrix.yamlpos.load(text.replace("repeat: 5", "repeat: 12")), "m.yaml")
-    assert racing.design(many, many.cells).race == RaceSettings(12, 12, 0.05, None)
+    assert racing.plan(many, many.cells).race == RaceSettings(12, 12, 0.05, None)
     raced = matrix.expand_document(matrix.yamlpos.load(text + "race: {delta: 0.1, budget: 2h}\n"), "m.yaml")
     assert raced.race == RaceSettings(5, 10, 0.1, 7200.0)
-    assert racing.design(raced, raced.cells).race == raced.race
-    assert racing.design(raced, raced.cells, budget_s=60.0).race == RaceSettings(5, 10, 0.1, 60.0)
-    assert racing.design(raced, raced.cells, race=False).race is None
-    assert racing.design(raced, raced.cells, repeat=8) == racing.Design(None, 8, "fixed repeats: 8 a cell (--repeat 8)")
-    assert racing.design(raced, raced.cells, race=True, repeat=8).race == RaceSettings(5, 8, 0.1, 7200.0)
+    assert racing.plan(raced, raced.cells).race == raced.race
+    assert racing.plan(raced, raced.cells, budget_s=60.0).race == RaceSettings(5, 10, 0.1, 60.0)
+    assert racing.plan(raced, raced.cells, race=False).race is None
+    assert racing.plan(raced, raced.cells, repeat=8) == racing.RunPlan(None, 8, "fixed repeats: 8 a cell (--repeat 8)")
+    assert racing.plan(raced, raced.cells, race=True, repeat=8).race == RaceSettings(5, 8, 0.1, 7200.0)
     scaled = text + "scales:\n  small:\n    race: {min_repeats: 3, max_repeats: 4, budget: 90}\n"
     small = matrix.expand_document(matrix.yamlpos.load(scaled), "m.yaml", "small")
     assert small.race == RaceSettings(3, 4, 0.05, 90)
@@ -358,17 +349,17 @@ def test_race_flag_and_race_key() -> None:
 def test_budget_with_fixed_repeats_is_refused_and_a_matrix_without_groups_runs_fixed_repeats() -> None:
     m = _matrix(["ext4", "xfs"])
     with pytest.raises(UserError, match=r"--budget limits a race, and --repeat 4 \(fixed repeats\) runs fixed"):
-        racing.design(m, m.cells, repeat=4, budget_s=60.0)
+        racing.plan(m, m.cells, repeat=4, budget_s=60.0)
     with pytest.raises(UserError, match="--budget limits a race, and --no-race runs fixed repeats"):
-        racing.design(m, m.cells, race=False, budget_s=60.0)
+        racing.plan(m, m.cells, race=False, budget_s=60.0)
     # Every group a single cell (one filesystem, two inputs): nothing to race, whatever is asked.
     single = _matrix(["ext4"], ends=(100, 200))
     for asked in ({}, {"race": True}, {"budget_s": 60.0}):
-        plan = racing.design(single, single.cells, **asked)  # type: ignore[arg-type]
+        plan = racing.plan(single, single.cells, **asked)  # type: ignore[arg-type]
         assert plan.race is None and plan.repeat == 1
         assert "no comparison group of two or more cells to race" in plan.why
     # --only keeps one cell of the group: nothing to race either.
-    assert racing.design(m, m.cells[:1]).race is None
+    assert racing.plan(m, m.cells[:1]).race is None
     # Only crash groups: their runs measure recoveries, not a speed to race on.
     crash = matrix.expand_document(
         matrix.yamlpos.load(
@@ -377,21 +368,21 @@ def test_budget_with_fixed_repeats_is_refused_and_a_matrix_without_groups_runs_f
         ),
         "m.yaml",
     )
-    assert racing.design(crash, crash.cells) == racing.Design(
+    assert racing.plan(crash, crash.cells) == racing.RunPlan(
         None, 2, "fixed repeats: 2 a cell (no comparison group of two or more cells to race)"
     )
 
 
 def test_slurm_runs_fixed_repeats_when_the_race_is_only_the_default() -> None:
     m = _matrix(["ext4", "xfs"])
-    plan = racing.design(m, m.cells, one_machine=False)
+    plan = racing.plan(m, m.cells, one_machine=False)
     assert (plan.race, plan.repeat) == (None, 1)
     assert "--executor slurm: a race decides between rounds on one machine" in plan.why
     raced = matrix.expand_document(matrix.yamlpos.load(RACE_BASE + "race: {}\n"), "m.yaml")
     with pytest.raises(UserError, match=r"the matrix races \(the matrix's race:\).*give --no-race"):
-        racing.design(raced, raced.cells, one_machine=False)
+        racing.plan(raced, raced.cells, one_machine=False)
     with pytest.raises(UserError, match="--budget limits a race; --executor slurm runs fixed repeats"):
-        racing.design(m, m.cells, one_machine=False, budget_s=60.0)
+        racing.plan(m, m.cells, one_machine=False, budget_s=60.0)
 
 
 RACE_BASE = "axes:\n  filesystem: [ext4, xfs]\ndefaults: {workload.threen1: {start: 1, end: 100}}\nrepeat: 5\n"
@@ -565,12 +556,10 @@ def test_a_cell_alone_in_its_group_runs_the_race_minimum_and_does_not_hold_the_r
         "m.yaml",
     )
     backend = Drawn({"ext4": (10.0, 0.1), "xfs": (10.3, 0.1), "btrfs": FAST})
-    summary = runs.run_matrix(
-        m, m.cells, backend, results_root=tmp_path, run_id="r", repeat=1, force=False,
-        console=Console(file=io.StringIO()), race=RaceSettings(4, 6),
-    )  # fmt: skip
-    stored = summary.race
-    assert stored is not None
+    options = runs.RunOptions(tmp_path, "r", racing.RunPlan(RaceSettings(4, 6), 6))
+    summary = runs.run_matrix(m, m.cells, backend, options, Console(file=io.StringIO()))
+    assert summary.race is not None
+    stored = summary.race.record()
     assert runs_of(tmp_path) == {"ext4": 6, "xfs": 6, "btrfs": 4}
     alone = next(g for g in stored["groups"] if len(g["cells"]) == 1)
     assert (alone["raced"], alone["decided"], alone["closed_after_round"]) == (False, None, 4)

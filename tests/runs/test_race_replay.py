@@ -28,7 +28,7 @@ def group(medians: dict[str, float], sigma: float, n: int = 15, seed: int = 1) -
 
 def test_a_clear_winner_replays_to_its_decision_with_a_few_of_the_runs() -> None:
     g = group({"fast": 10.0, "slow": 20.0, "slower": 30.0}, sigma=0.03)
-    out = race.measure(g, replays=40)
+    out = race.measure(g, race.ReplayPlan(replays=40))
     assert out.decision == {"fast"} and out.best == "fast"
     assert out.agreeing == 40
     shares = [r.runs_used / out.runs_fixed for r in out.replays]
@@ -50,7 +50,7 @@ def test_the_replays_stop_early_and_draw_the_runs_in_different_orders(monkeypatc
         return real(samples, *args, **kwargs)
 
     monkeypatch.setattr(race_rule, "race_look", spy)
-    out = race.measure(g, replays=20)
+    out = race.measure(g, race.ReplayPlan(replays=20))
     assert all(r.runs_used < out.runs_fixed for r in out.replays)
     assert all(r.rounds < 15 for r in out.replays)
     assert len(firsts) > 5  # each replay starts from another run
@@ -58,7 +58,7 @@ def test_the_replays_stop_early_and_draw_the_runs_in_different_orders(monkeypatc
 
 def test_identical_cells_all_survive() -> None:
     g = group({"a": 10.0, "b": 10.0, "c": 10.0}, sigma=0.05, seed=7)
-    out = race.measure(g, replays=30)
+    out = race.measure(g, race.ReplayPlan(replays=30))
     assert out.decision == {"a", "b", "c"}
     assert all(r.survivors == {"a", "b", "c"} for r in out.replays)
     assert out.agreeing == 30
@@ -75,15 +75,15 @@ def test_disagreements_by_kind() -> None:
 
 def test_the_same_seed_replays_the_same() -> None:
     g = group({"fast": 10.0, "mid": 11.0, "slow": 13.0}, sigma=0.08)
-    a, b = (race.measure(g, replays=10, seed=3) for _ in range(2))
+    a, b = (race.measure(g, race.ReplayPlan(replays=10, seed=3)) for _ in range(2))
     assert a.replays == b.replays
 
 
 def test_too_few_runs_or_bad_settings_are_refused() -> None:
     with pytest.raises(UserError, match="fewer than 15 passed runs in short"):
-        race.measure(_short(), replays=1)
+        race.measure(_short(), race.ReplayPlan(replays=1))
     with pytest.raises(UserError, match="--max-repeats"):
-        race.measure(group({"a": 1.0, "b": 1.0}, 0.05), max_repeats=16, replays=1)
+        race.measure(group({"a": 1.0, "b": 1.0}, 0.05), race.ReplayPlan(replays=1, max_repeats=16))
 
 
 def _short() -> race.StoredGroup:

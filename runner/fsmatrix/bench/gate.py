@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from fsmatrix import matrix, runs
+from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import jsonfile, provenance
 from fsmatrix.backends import BACKENDS, Backend
 from fsmatrix.errors import UserError, interrupt_on_sigterm
@@ -225,16 +225,8 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
             plan = [(side, i) for side in SIDES for i in range(1, repeats + 1)]
         for side, i in plan:
             which = cells.variant if side == "v" else cells.base
-            runs.run_matrix(
-                which,
-                which.cells,
-                backend,
-                results_root=args.results,
-                run_id=f"gate-r{number}-{side}{suffix}",
-                repeat=i,
-                force=False,
-                console=console,
-            )
+            options = runs.RunOptions(args.results, f"gate-r{number}-{side}{suffix}", racing.RunPlan.fixed(i))
+            runs.run_matrix(which, which.cells, backend, options, console)
     after = os.getloadavg()[0]
     jsonfile.write_atomic(
         args.results / f"gate-r{number}.json",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fsmatrix import matrix, runs
+from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import provenance
 from fsmatrix.agent.workloads.threen1.memory import run_in_memory
 from fsmatrix.backends.host import HostBackend
@@ -34,16 +34,8 @@ def main() -> int:
     bench = Path(__file__).resolve().parents[3] / "matrix" / "bench.yaml"
     m = matrix.load(bench)
     console = Console(stderr=True)
-    summary = runs.run_matrix(
-        m,
-        m.cells,
-        HostBackend(),
-        results_root=Path("results"),
-        run_id="bench",
-        repeat=REPEATS,
-        force=True,
-        console=console,
-    )
+    options = runs.RunOptions(Path("results"), "bench", racing.RunPlan.fixed(REPEATS), force=True)
+    summary = runs.run_matrix(m, m.cells, HostBackend(), options, console)
     rows = [
         "| where | keys | wall s | worker CPU-s | reads/s | updates/s | database MB | journal MB |",
         "|---|---|---|---|---|---|---|---|",

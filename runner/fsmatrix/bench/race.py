@@ -16,8 +16,8 @@ runs):
   fewest): the same δ, and one look's error budget α / (3 · K(K-1)/2), as the fixed design of R
   runs a cell looks once. That is {the best} ∪
   the cells equivalent to it within ±δ ∪ the cells the data cannot place (neither shown worse nor
-  equivalent) — the counterpart of a race's survivors (best, equivalent, and "remained" at
-  ``max_repeats``): the cells *not shown worse than the best* on all the data.
+  equivalent) — the counterpart of a race's survivors (best, equivalent, and the "leader" and
+  "remained" at ``max_repeats``): the cells *not shown worse than the best* on all the data.
   ``groups.compare_group``'s answer (one look at α/m over the pairs, not the race's level) is printed
   beside the decision for reference, never compared with the replays.
 - **Replays** (``--replays``, default 200, seeded with ``--seed``): each draws, per cell, a random
@@ -47,7 +47,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -56,6 +55,7 @@ from fsmatrix.agent import provenance
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, RaceSettings
 from fsmatrix.results import store
+from fsmatrix.results.store.records import Left
 from fsmatrix.results.verdict import groups, race, stats
 
 MIN_STORED = 15  # passed runs per cell: fewer leaves the full data too close to what a race sees
@@ -139,7 +139,7 @@ def replay_once(
         c: [float(v) for v in rng.permutation(np.asarray(values, dtype=float))] for c, values in group.samples.items()
     }
     drawn: dict[str, list[float | None]] = {c: [] for c in group.samples}
-    left: dict[str, dict[str, Any]] = {}
+    left: dict[str, Left] = {}
     used = 0
     r = 0
     for r in range(1, settings.max_repeats + 1):
@@ -151,23 +151,30 @@ def replay_once(
         left.update(leaving)
         if not still_open:
             break
-    survivors = frozenset(c for c in group.samples if left.get(c, {}).get("action") != "retired")
+    survivors = frozenset(c for c in group.samples if c not in left or left[c].action != "retired")
     return survivors, used, r
 
 
-def measure(
-    group: StoredGroup,
-    *,
-    replays: int = REPLAYS,
-    seed: int = 0,
-    min_repeats: int = 3,
-    max_repeats: int | None = None,
-    delta: float = groups.DELTA,
-    alpha: float = stats.ALPHA,
-) -> GroupReplays:
-    """The full-data decision of ``group`` and ``replays`` seeded replays of its race (see the module's
-    docstring). UserError when a cell has fewer than ``MIN_STORED`` runs, or the settings cannot be
-    raced on these runs."""
+@dataclass(frozen=True)
+class ReplayPlan:
+    """How ``measure`` replays a group: ``replays`` seeded races of ``min_repeats`` to ``max_repeats``
+    rounds (None: the stored runs per cell), minimum effect ``delta``, family error ``alpha``."""
+
+    replays: int = REPLAYS
+    seed: int = 0
+    min_repeats: int = 3
+    max_repeats: int | None = None
+    delta: float = groups.DELTA
+    alpha: float = stats.ALPHA
+
+
+def measure(group: StoredGroup, plan: ReplayPlan | None = None) -> GroupReplays:
+    """The full-data decision of ``group`` and ``plan.replays`` seeded replays of its race (see the
+    module's docstring). UserError when a cell has fewer than ``MIN_STORED`` runs, or the settings
+    cannot be raced on these runs."""
+    plan = plan or ReplayPlan()
+    replays, seed, min_repeats, max_repeats = plan.replays, plan.seed, plan.min_repeats, plan.max_repeats
+    delta, alpha = plan.delta, plan.alpha
     if len(group.samples) < 2:
         raise UserError(f"group {group.label!r}: {len(group.samples)} cell; a race needs at least 2")
     few = {c: len(v) for c, v in group.samples.items() if len(v) < MIN_STORED}
@@ -333,14 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             run = load_run_dir(path)
             try:
                 measured = [
-                    measure(
-                        g,
-                        replays=args.replays,
-                        seed=args.seed,
-                        min_repeats=args.min_repeats,
-                        max_repeats=args.max_repeats,
-                        delta=args.delta,
-                    )
+                    measure(g, ReplayPlan(args.replays, args.seed, args.min_repeats, args.max_repeats, args.delta))
                     for g in run.groups
                 ]
             except UserError as exc:

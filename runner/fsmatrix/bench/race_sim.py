@@ -10,9 +10,9 @@ sqrt(ln(1 + CV²))) × true difference Δ ∈ {0, 5, 10, 20} %, seeded groups sh
   round ``results.verdict.race.race_look`` (the runner's own function; ``race_step`` under it) with
   min 3 and max ``--max-repeats`` (default 10, the default race's) repeats and δ 5 %; a retired or
   equivalent cell gets no more runs; it stops when the group is decided or at the maximum (a time
-  budget stops nothing here). Its words are the answer's for a raced group (``verdict/raced.py``):
-  retired → worse, equivalent → equivalent, a best with every other decided → best, the rest not
-  separated.
+  budget stops nothing here). Its words are the answer's for a raced group (``store.STATUS_OF_ACTION``):
+  retired → worse, equivalent → equivalent, a best with every other decided → best, the leader and
+  the rest of an undecided group → not separated.
 - **fixed repeats** of 3, 5 and 10 runs a cell (the first n of the same runs), judged by the answer's
   fixed-sample rule, ``results.verdict.groups.decide`` (``compare_group`` on arrays): Welch's
   intervals at 1 - α/m, read as best, equivalent, not separated or worse.
@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from fsmatrix.matrix import RaceSettings
+from fsmatrix.results.store.records import Left
 from fsmatrix.results.verdict import groups, race, stats
 
 KS = (2, 3, 4)
@@ -94,7 +95,7 @@ def race_trial(values: np.ndarray, mu: np.ndarray, settings: RaceSettings) -> tu
     decided, and whether it made a wrong decision."""
     names = [f"c{j}" for j in range(values.shape[0])]
     drawn: dict[str, list[float | None]] = {c: [] for c in names}
-    left: dict[str, dict[str, Any]] = {}
+    left: dict[str, Left] = {}
     claims: dict[str, tuple[str, str]] = {}  # cell -> (its final claim, the cell it was judged against)
     used = 0
     for r in range(1, settings.max_repeats + 1):
@@ -104,12 +105,12 @@ def race_trial(values: np.ndarray, mu: np.ndarray, settings: RaceSettings) -> tu
                 used += 1
         step, leaving, still_open = race.race_look(drawn, "lower", left, r, settings, ALPHA)
         for c, entry in leaving.items():
-            if entry["action"] in ("retired", "equivalent") and step.best is not None:
-                claims[c] = ("worse" if entry["action"] == "retired" else "equivalent", step.best)
+            if entry.action in ("retired", "equivalent") and step.best is not None:
+                claims[c] = ("worse" if entry.action == "retired" else "equivalent", step.best)
         left.update(leaving)
         if not still_open:
             break
-    decided = all(left.get(c, {}).get("action") != "remained" for c in names)
+    decided = not any(e.status == "not separated" for e in left.values())  # none remained undecided
     bound = math.log1p(settings.delta)
     index = {c: j for j, c in enumerate(names)}
     wrong = any(wrong_claim(claim, mu[index[c]], mu[index[ref]], bound) for c, (claim, ref) in claims.items())

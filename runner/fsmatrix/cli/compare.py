@@ -205,7 +205,7 @@ def calibrate_cmd(
     """Run MATRIX's cells in BATCHES separate batches of RUNS repeats and store this runner's noise:
     how far batch medians drift apart, the gate's false alarms on real pairs of batches, and the
     smallest slowdown it can catch."""
-    from fsmatrix import matrix
+    from fsmatrix import matrix, racing
     from fsmatrix import runs as runs_mod
 
     limit = gate.parse_threshold(threshold)
@@ -223,16 +223,8 @@ def calibrate_cmd(
     chosen = BACKENDS[backend].make(workdir, [])
     try:
         for run_id in run_ids:
-            summary = runs_mod.run_matrix(
-                m,
-                cells,
-                chosen,
-                results_root=results_root,
-                run_id=run_id,
-                repeat=runs,
-                force=not resume,
-                console=console,
-            )
+            options = runs_mod.RunOptions(results_root, run_id, racing.RunPlan.fixed(runs), force=not resume)
+            summary = runs_mod.run_matrix(m, cells, chosen, options, console)
             ok = ok and summary.ok
             docs.append([d for ds in summary.docs.values() for d in ds])
     finally:

@@ -68,7 +68,7 @@ def expand(
     else:
         named = m.baseline_rule == matrix.NAMED_RULE
         rule = "named by the file's baseline" if named else "fewest settings off their defaults"
-        plan = racing.design(m, cells)  # what `fsmatrix run` runs without --race, --no-race or --repeat
+        plan = racing.plan(m, cells)  # what `fsmatrix run` runs without --race, --no-race or --repeat
         repeats = f"{m.repeat} repeats"
         if plan.race is not None:
             r = plan.race

@@ -5,20 +5,24 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from fsmatrix import matrix, slurm, workdirs
-from fsmatrix.backends import BACKENDS
+from fsmatrix.backends import BACKENDS, Backend
 from fsmatrix.cli._common import writable_directory
 from fsmatrix.cli.matrix import include_warnings
 from fsmatrix.errors import UserError
 from fsmatrix.results import store
 from fsmatrix.results.store import database
 from fsmatrix.results.store import url as store_urls
+
+if TYPE_CHECKING:
+    from fsmatrix.runs import RunSummary
 
 DEFAULT_WORKDIR = Path("/var/tmp/fsmatrix")
 
@@ -166,12 +170,7 @@ def run(
     from fsmatrix import racing, runs
 
     slurm_only = {"--shared": shared is not None, "--shard-size": shard_size is not None, "--detach": detach}
-    slurm_only["--sbatch-arg"] = bool(sbatch_args)
-    if executor == "slurm":
-        _check_slurm(shared, devices, race)
-    elif any(slurm_only.values()):
-        given = ", ".join(option for option, on in slurm_only.items() if on)
-        raise UserError(f"{given}: for --executor slurm only")
+    _check_executor(executor, shared, devices, race, {**slurm_only, "--sbatch-arg": bool(sbatch_args)})
     budget_s = _budget(budget)
     build = matrix.read_settings(settings_file) if settings_file else None
     m = matrix.load(file, scale, build)
@@ -181,27 +180,53 @@ def run(
     cells = m.select(list(only))
     if not cells:
         raise UserError(f"--only {' '.join(only)} matches none of the {len(m.cells)} cells", file=str(file))
-    chosen_design = racing.design(
-        m, cells, race=race, repeat=repeat, budget_s=budget_s, one_machine=executor != "slurm"
-    )
-    if chosen_design.race is not None and order == "cells":
+    plan = racing.plan(m, cells, race=race, repeat=repeat, budget_s=budget_s, one_machine=executor != "slurm")
+    if plan.race is not None and order == "cells":
         raise UserError("--order cells is for fixed repeats; a race runs in rounds: give --no-race (or --repeat N) too")
     order = order or "rounds"
     for effect in m.includes:
         console.print(effect.describe(), markup=False, highlight=False)
     include_warnings(m)
     writable_directory(results_root, "--results")
+    run_id = run_id or m.name
     if executor == "slurm" and shared is not None:
-        console.print(chosen_design.why, markup=False, highlight=False)
-        fixed = chosen_design.repeat
-        args = ["--backend", backend, "--workdir", str(workdir.resolve()), "--repeat", str(fixed)]
-        args += ["--order", order, "--no-race"]
-        sys.exit(
-            _run_on_slurm(
-                m, cells, shared, run_id or m.name, backend, fixed, results_root, shard_size,
-                [*args, *(["--scale", scale] if scale else [])], force, detach, kvm_gres, sbatch_args, settings_file,
-            )
-        )  # fmt: skip
+        console.print(plan.why, markup=False, highlight=False)
+        args = ["--backend", backend, "--workdir", str(workdir.resolve()), "--repeat", str(plan.repeat)]
+        args += ["--order", order, "--no-race", *(["--scale", scale] if scale else [])]
+        how = _SlurmRun(shared, run_id, backend, plan.repeat, results_root, shard_size, tuple(args), force)
+        sys.exit(_run_on_slurm(m, cells, how, _SlurmSubmit(detach, kvm_gres, sbatch_args, settings_file)))
+    chosen = _local_backend(backend, devices, yes, workdir)
+    options = runs.RunOptions(results_root, run_id, plan, force, order, build)
+    try:
+        summary = runs.run_matrix(
+            m, cells, chosen, options, console, (lambda: pusher.push(results_root / run_id)) if pusher else None
+        )
+    finally:
+        chosen.close()  # e.g. the libvirt backend stops the daemons it started
+    _report(f"{m.name} ({run_id})", cells, summary, pusher)
+    sys.exit(0 if summary.ok else 1)
+
+
+def _check_executor(
+    executor: str,
+    shared: Path | None,
+    devices: tuple[str, ...],
+    race: bool | None,
+    slurm_only: dict[str, bool],
+) -> None:
+    """--executor slurm's own checks (``_check_slurm``); without it, UserError for the options that are
+    for it only (``slurm_only``: option -> whether it was given)."""
+    if executor == "slurm":
+        _check_slurm(shared, devices, race)
+        return
+    given = [option for option, on in slurm_only.items() if on]
+    if given:
+        raise UserError(f"{', '.join(given)}: for --executor slurm only")
+
+
+def _local_backend(backend: str, devices: tuple[str, ...], yes: bool, workdir: Path) -> Backend:
+    """The backend that runs here, made once --device is checked (and confirmed) and what dead runs
+    left in ``workdir`` is reaped."""
     writable_directory(workdir, "--workdir")
     entry = BACKENDS[backend]
     if devices and not entry.takes_devices:
@@ -212,41 +237,27 @@ def run(
     reaped = workdirs.reap(workdir)  # what runs that died (kill -9, OOM, power loss) left behind
     if reaped:
         console.print(f"removed what dead runs left in {workdir}: {'; '.join(reaped)}")
-    chosen = entry.make(workdir, list(devices))
-    run_id = run_id or m.name
-    try:
-        summary = runs.run_matrix(
-            m,
-            cells,
-            chosen,
-            results_root=results_root,
-            run_id=run_id,
-            repeat=chosen_design.repeat,
-            force=force,
-            console=console,
-            order=order,
-            race=chosen_design.race,
-            after_round=(lambda: pusher.push(results_root / run_id)) if pusher else None,
-            settings=build,
-            plan=chosen_design.why,
-        )
-    finally:
-        chosen.close()  # e.g. the libvirt backend stops the daemons it started
-    console.print(runs.summary_table(summary, cells))
+    return entry.make(workdir, list(devices))
+
+
+def _report(title: str, cells: list[matrix.MatrixCell], summary: RunSummary, pusher: Pusher | None) -> None:
+    """After the runs: the summary table, the report written, the counts, the race, the push, the
+    answer's first lines and the report's path, last."""
+    from fsmatrix import racing, runs
     from fsmatrix.results.render import answer_text, markdown  # scipy, matplotlib: only for the report (slurm.py)
 
-    path, found = markdown.write_report(summary.run_dir, f"{m.name} ({run_id})")
+    console.print(runs.summary_table(summary, cells))
+    path, found = markdown.write_report(summary.run_dir, title)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items()))
     console.print(f"{counts}{f' ({summary.reused} reused from an earlier run)' if summary.reused else ''}")
     if summary.race is not None:
-        for line in racing.race_summary_lines(store.Race.read(summary.race)):
+        for line in racing.race_summary_lines(summary.race):
             click.echo(line)
     if pusher is not None:
         pusher.push(summary.run_dir, last=True)
     for line in answer_text.summary_lines(found):  # the answer's first lines, then the report's path, last
         click.echo(line)
     click.echo(f"report: {path.resolve()}")
-    sys.exit(0 if summary.ok else 1)
 
 
 class Pusher:
@@ -291,38 +302,50 @@ def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | Non
         raise UserError("--race decides between rounds across every cell: not with --executor slurm")
 
 
-def _run_on_slurm(
-    m: matrix.Matrix,
-    cells: list[matrix.MatrixCell],
-    shared: Path,
-    run_id: str,
-    backend: str,
-    repeat: int,
-    results_root: Path,
-    shard_size: int | None,
-    task_args: list[str],
-    force: bool,
-    detach: bool,
-    kvm_gres: str,
-    sbatch_args: tuple[str, ...],
-    settings_file: Path | None,
-) -> int:
+@dataclass(frozen=True)
+class _SlurmRun:
+    """What the Slurm tasks run: ``repeat`` fixed repeats of the cells under ``run_id``, their results
+    in ``shared``, merged into ``results_root``; ``task_args``: each task's own `fsmatrix run` options."""
+
+    shared: Path
+    run_id: str
+    backend: str
+    repeat: int
+    results_root: Path
+    shard_size: int | None
+    task_args: tuple[str, ...]
+    force: bool
+
+
+@dataclass(frozen=True)
+class _SlurmSubmit:
+    """How they are submitted: ``detach`` (return once submitted), the /dev/kvm gres, more sbatch
+    options, and the build's settings file given to every task."""
+
+    detach: bool
+    kvm_gres: str
+    sbatch_args: tuple[str, ...]
+    settings_file: Path | None
+
+
+def _run_on_slurm(m: matrix.Matrix, cells: list[matrix.MatrixCell], how: _SlurmRun, submit: _SlurmSubmit) -> int:
     """Submit the cells as a Slurm job array; unless ``detach``, wait, merge and report. The exit status."""
     sub = slurm.prepare(
-        m, cells, shared=shared, run_id=run_id, backend=backend, repeat=repeat, results_root=results_root,
-        shard_size=shard_size, task_args=task_args, force=force, settings_file=settings_file,
+        m, cells, shared=how.shared, run_id=how.run_id, backend=how.backend, repeat=how.repeat,
+        results_root=how.results_root, shard_size=how.shard_size, task_args=list(how.task_args), force=how.force,
+        settings_file=submit.settings_file,
     )  # fmt: skip
-    extra = [word for arg in sbatch_args for word in shlex.split(arg)]
+    extra = [word for arg in submit.sbatch_args for word in shlex.split(arg)]
     with slurm.cancelled_on_interrupt(sub, console):  # from the submission on: Ctrl-C leaves no job behind
-        job_id = slurm.submit(sub, slurm.gres_for(backend, kvm_gres), extra)
+        job_id = slurm.submit(sub, slurm.gres_for(how.backend, submit.kvm_gres), extra)
         tasks = f"{len(sub.shards)} array tasks, {sub.total_runs} runs"
         console.print(f"submitted Slurm job {job_id}: {tasks} ({sub.directory})", markup=False, highlight=False)
-        if detach:
+        if submit.detach:
             click.echo(f"fsmatrix slurm status {sub.directory}")
             click.echo(f"fsmatrix slurm collect {sub.directory}")
             return 0
         slurm.wait(sub, console)
-    return slurm.finish(slurm.collect(sub, results_root, console.print), click.echo)
+    return slurm.finish(slurm.collect(sub, how.results_root, console.print), click.echo)
 
 
 def _budget(value: str | None) -> float | None:

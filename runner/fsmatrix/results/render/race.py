@@ -11,7 +11,7 @@ def race_section(race: Race) -> list[str]:
     lines = [
         "## Race",
         "",
-        f"{race.rounds} rounds ({s.min_repeats} to {s.max_repeats} repeats, minimum effect {s.delta:.0%}); "
+        f"{len(race.rounds)} rounds ({s.min_repeats} to {s.max_repeats} repeats, minimum effect {s.delta:.0%}); "
         + (f"stopped: {race.stopped.why}" if race.stopped is not None else "not finished")
         + f". {race.runs_used} runs of the fixed design's {race.runs_fixed} ({race.runs_fixed - race.runs_used} "
         f"saved). A retired cell was {_retired(race.retire_margin)} by TOST (docs/statistics-and-gate.md, 'Racing').",

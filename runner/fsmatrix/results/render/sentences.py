@@ -219,9 +219,9 @@ def stop_words(raced: RacedGroup) -> str:
     race = raced.race
     reason = race.stopped.reason if race.stopped is not None else None
     if reason == "budget" and race.settings.budget_s is not None:
-        return f"the race stopped at its {duration(race.settings.budget_s)} budget after round {race.rounds}"
+        return f"the race stopped at its {duration(race.settings.budget_s)} budget after round {len(race.rounds)}"
     if reason == "max_repeats":
-        return f"the race reached its last round, {race.rounds}, undecided"
+        return f"the race reached its last round, {len(race.rounds)}, undecided"
     return f"the race stopped undecided: {_why_stopped(race)}"
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fsmatrix.results.verdict.configurations import Group, Regime
-from fsmatrix.results.verdict.groups import DELTA, Interval
+from fsmatrix.results.verdict.groups import DELTA, STATUSES, Interval
 from fsmatrix.results.verdict.outliers import Outlier
 from fsmatrix.results.verdict.power import DRAWS
 from fsmatrix.results.verdict.raced import RacedGroup
@@ -22,10 +22,12 @@ from fsmatrix.results.verdict.work import Work
 
 VERSION = 3  # of the answer's JSON (docs/answer.schema.json): 3 adds decided, work and outliers; 2 had no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
-# A speed group: "best" (one configuration best, every other worse or equivalent within ±δ),
-# "equivalent" (every configuration equivalent within ±δ to the leader), "not separated" (some
-# configuration not separated from the leader), "single", "not enough data"; and "crash".
-VERDICTS = ("best", "equivalent", "not separated", "single", "not enough data", "crash")
+# A group's verdict, in the words of its configurations' statuses (groups.STATUSES, which a race's
+# decisions also end in: store.STATUS_OF_ACTION) but "worse": a speed group "best" (one configuration
+# best, every other worse or equivalent within ±δ), "equivalent" (every configuration equivalent within
+# ±δ to the leader), "not separated" (some configuration not separated from the leader), "not enough
+# data"; and two of its own: "single" (one configuration with enough data) and "crash".
+VERDICTS = (*(s for s in STATUSES if s != "worse"), "single", "crash")
 
 
 # ----------------------------------------------------------------------------------- the types

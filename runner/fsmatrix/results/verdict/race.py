@@ -58,12 +58,13 @@ import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
+from fsmatrix.results.store.records import Left
 from fsmatrix.results.verdict import stats, welch
 from fsmatrix.results.verdict.equivalence import tost
 from fsmatrix.results.verdict.groups import DELTA, Values, better, check_direction, split_runs
@@ -71,6 +72,8 @@ from fsmatrix.results.verdict.groups import DELTA, Values, better, check_directi
 if TYPE_CHECKING:
     from fsmatrix.matrix import RaceSettings
 
+# What a look decides for a cell (``race_step``; bisect reads them too). How a cell leaves the race is
+# ``race_look``'s, in the words of ``store.LEFT_ACTIONS``.
 ACTIONS = ("keep", "retire", "equivalent")
 
 
@@ -243,12 +246,21 @@ def _record(
     return CellDecision(cell, action, reason, len(runs[cell][0]), ratio, p_retire, p_equivalent)
 
 
+def _failing(passed: Sequence[float], failed: int) -> int:
+    return failed + sum(v <= 0 for v in passed)
+
+
+def failing_runs(values: Values) -> int:
+    """The runs that keep a cell from ever winning a race: failed ones, and values <= 0 (no ratio)."""
+    return _failing(*split_runs(values))
+
+
 def _undecidable(runs: Runs, before: frozenset[str], min_repeats: int) -> tuple[dict[str, CellDecision], list[str]]:
     """The decisions that need no test (retired earlier, failing runs, too few runs), and the cells left."""
     decided: dict[str, CellDecision] = {}
     eligible = []
     for cell, (passed, failed) in runs.items():
-        bad = failed + sum(v <= 0 for v in passed)
+        bad = _failing(passed, failed)
         if cell in before:
             decided[cell] = _record(cell, runs, "retire", "retired earlier")
         elif bad:
@@ -291,48 +303,44 @@ def _against_best(cell: str, best: str, runs: Runs, direction: str, levels: tupl
 def race_look(
     samples: Mapping[str, Sequence[float | None]],
     direction: str,
-    left: Mapping[str, Mapping[str, Any]],
+    left: Mapping[str, Left],
     r: int,
     settings: RaceSettings,
     alpha: float,
-) -> tuple[RaceStep, dict[str, dict[str, Any]], bool]:
+) -> tuple[RaceStep, dict[str, Left], bool]:
     """One comparison group's look after round ``r`` of a race: ``race_step`` on the group's
     ``samples`` (every member's primary-metric values so far, in the group's order), with the cells
-    ``left`` records as retired or skipped passed as retired. Returns the step, the cells that leave
-    now (or change how they left: an equivalent cell retired later) as ``left`` entries, and whether the
-    group is still open (some cell other than the best is undecided and ``r`` is not the last round;
-    a closed group's remaining cells leave as "best" or "remained"). Pure: ``left`` is not changed.
-    ``fsmatrix run --race`` (``fsmatrix.racing``) and the replay benchmark (``fsmatrix.bench.race``) both
-    decide with it."""
+    ``left`` records as retired, failed or skipped passed as retired. Returns the step, the cells that
+    leave now (or change how they left: an equivalent cell retired later) as ``left`` entries, and
+    whether the group is still open (some cell other than the best is undecided and ``r`` is not the
+    last round). How a cell leaves is one of ``store.LEFT_ACTIONS``: a retired cell whose runs failed
+    is "failed"; a closed group's remaining cells leave as "best" (decided), "leader" (the best median
+    of an undecided group) or "remained". Pure: ``left`` is not changed. ``fsmatrix run --race``
+    (``fsmatrix.racing``) and the replay benchmark (``fsmatrix.bench.race``) both decide with it."""
     members = list(samples)
-    out = {m for m in members if left.get(m, {}).get("action") in ("retired", "skipped")}
+    out = {m for m in members if m in left and left[m].action in ("retired", "failed", "skipped")}
     step = race_step(
         samples, direction, Look(r, settings.max_repeats, settings.min_repeats, settings.delta, alpha), out
     )
-    leaving: dict[str, dict[str, Any]] = {}
+    leaving: dict[str, Left] = {}
     for d in step.decisions:
         now = left.get(d.cell)
-        if d.action == "retire" and (now is None or now["action"] == "equivalent"):
-            earlier = f"equivalent after round {now['round']}; now " if now else ""
-            leaving[d.cell] = {"round": r, "action": "retired", "reason": earlier + d.reason}
+        if d.action == "retire" and now is None and failing_runs(samples[d.cell]):
+            leaving[d.cell] = Left("failed", r, d.reason)
+        elif d.action == "retire" and (now is None or now.action == "equivalent"):
+            earlier = f"equivalent after round {now.round}; now " if now else ""
+            leaving[d.cell] = Left("retired", r, earlier + d.reason)
         elif d.action == "equivalent" and now is None:
-            leaving[d.cell] = {"round": r, "action": "equivalent", "reason": d.reason}
+            leaving[d.cell] = Left("equivalent", r, d.reason)
     still = [m for m in members if m not in left and m not in leaving]
     undecided = [m for m in still if m != step.best]
     if r < settings.max_repeats and undecided:
         return step, leaving, True
     for m in still:
-        if m == step.best:
-            why = (
-                "the best; every other cell retired or equivalent"
-                if not undecided
-                else f"the best median at max_repeats ({settings.max_repeats})"
-            )
-            leaving[m] = {"round": r, "action": "best", "reason": why}
+        if m != step.best:
+            leaving[m] = Left("remained", r, f"not decided at max_repeats ({settings.max_repeats})")
+        elif undecided:
+            leaving[m] = Left("leader", r, f"the best median at max_repeats ({settings.max_repeats})")
         else:
-            leaving[m] = {
-                "round": r,
-                "action": "remained",
-                "reason": f"not decided at max_repeats ({settings.max_repeats})",
-            }
+            leaving[m] = Left("best", r, "the best; every other cell retired or equivalent")
     return step, leaving, False

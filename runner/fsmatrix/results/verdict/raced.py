@@ -43,11 +43,6 @@ def raced_groups(race: Race | None) -> list[RacedGroup]:
         if not g.cells or any(c not in race.left or race.left[c].status is None for c in g.cells):
             continue
         decided = {c: RacedCell(str(race.left[c].status), race.left[c].round, race.left[c].reason) for c in g.cells}
-        if any(d.status == "not separated" for d in decided.values()):  # a best with undecided others is not best
-            decided = {
-                c: RacedCell("not separated", d.round, d.reason) if d.status == "best" else d
-                for c, d in decided.items()
-            }
         looks = race.look_alpha.get(g.key, ())
         settled = g.decided if g.decided is not None else all(d.status != "not separated" for d in decided.values())
         out.append(RacedGroup(decided, settled, looks[-1] if looks else None, race))
