@@ -80,12 +80,14 @@ def test_agent_tarball_holds_only_the_agent(tmp_path: Path) -> None:
 def test_qemu_command_network_and_disks(tmp_path: Path) -> None:
     common = {"accel": "tcg", "name": "fsmatrix-t", "serial_log": tmp_path / "s.log"}
     offline = cmdline.qemu_command(
-        tmp_path / "i.qcow2", drives=[Disk(tmp_path / "job.img", "fsmatrix-job", iothread=False)], **common
+        cmdline.QemuVm(
+            tmp_path / "i.qcow2", drives=[Disk(tmp_path / "job.img", "fsmatrix-job", iothread=False)], **common
+        )
     )
     assert offline[offline.index("-nic") + 1] == "none"
     assert any(a.startswith("virtio-blk-pci,drive=disk0,serial=fsmatrix-job,") for a in offline)
     assert any("snapshot=on" in arg for arg in offline)
-    online = cmdline.qemu_command(tmp_path / "i.qcow2", ssh_port=2345, **common)
+    online = cmdline.qemu_command(cmdline.QemuVm(tmp_path / "i.qcow2", ssh_port=2345, **common))
     netdev = online[online.index("-netdev") + 1]
     assert "restrict=on" in netdev and "hostfwd=tcp:127.0.0.1:2345-:22" in netdev
 

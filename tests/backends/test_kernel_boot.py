@@ -186,13 +186,15 @@ def test_the_kernel_boots_directly_and_its_saved_guest_is_keyed_by_content(tmp_p
     files = {name: tmp_path / name for name in ("vmlinuz", "initrd", "modules.img")}
     boot = cmdline.DirectBoot(files["vmlinuz"], files["initrd"], kernel_boot.APPEND, files["modules.img"])
     cmd = cmdline.qemu_command(
-        tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c", boot=boot
+        cmdline.QemuVm(tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c", boot=boot)
     )
     assert cmd[cmd.index("-kernel") + 1] == str(files["vmlinuz"]) and "-initrd" in cmd
     assert "root=LABEL=fsmatrix-root" in cmd[cmd.index("-append") + 1]
     assert any("readonly=on" in arg and "modules.img" in arg for arg in cmd)
     assert "virtio-blk-pci,drive=root" in cmd and not any("bootindex" in arg for arg in cmd)
-    plain = cmdline.qemu_command(tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c")
+    plain = cmdline.qemu_command(
+        cmdline.QemuVm(tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c")
+    )
     assert "virtio-blk-pci,drive=root,bootindex=0" in plain and "-kernel" not in plain
     # Without a kernel the key is what it always was: saved guests of the image's kernel stay valid.
     legacy = json.dumps({"format": snapshot.FORMAT, "image": "sha", "qemu": "7.2", "command": plain})

@@ -98,7 +98,7 @@ def guest_host(built: image.ImagePaths, accel: str, tmp_path_factory: pytest.Tem
     name = f"fsmatrix-test-{uuid.uuid4().hex[:8]}"
     port = _free_port()
     serial = work / "serial.log"
-    cmd = cmdline.qemu_command(built.qcow2, accel=accel, name=name, serial_log=serial, ssh_port=port)
+    cmd = cmdline.qemu_command(cmdline.QemuVm(built.qcow2, accel=accel, name=name, serial_log=serial, ssh_port=port))
     vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     key = image.ssh_key()
     host = testinfra.get_host(
@@ -305,11 +305,13 @@ def test_job_mode_runs_the_cell_and_powers_off(
     name = f"fsmatrix-job-test-{uuid.uuid4().hex[:8]}"
     serial = tmp_path / "serial.log"
     cmd = cmdline.qemu_command(
-        built.qcow2,
-        accel=accel,
-        name=name,
-        serial_log=serial,
-        drives=[Disk(job_img, jobdisk.SERIAL, aio="threads"), Disk(data, "fsm-data0", aio="threads")],
+        cmdline.QemuVm(
+            built.qcow2,
+            accel=accel,
+            name=name,
+            serial_log=serial,
+            drives=[Disk(job_img, jobdisk.SERIAL, aio="threads"), Disk(data, "fsm-data0", aio="threads")],
+        )
     )
     started = time.monotonic()
     vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -30,10 +30,11 @@ from typing import Any
 from fsmatrix.agent import crash
 from fsmatrix.backends import libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu.backend import AGENT_MARKER, CONSOLE_POLL_S, QemuBackend
+from fsmatrix.backends.qemu.backend import QemuBackend
 from fsmatrix.backends.qemu.console import ConsoleWatcher
 from fsmatrix.backends.qemu.crash_host import Cut, Launch
 from fsmatrix.backends.qemu.host_sides import HOST_SIDES
+from fsmatrix.backends.qemu.process import AGENT_MARKER, CONSOLE_POLL_S
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
 

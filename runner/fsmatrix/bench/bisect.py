@@ -49,10 +49,10 @@ class InjectedLab:
     def __init__(self, inner: GitLab, culprit: int, effect: float) -> None:
         self.inner, self.culprit, self.effect = inner, culprit, effect
 
-    def prepare(self, commit: driver.Commit) -> driver.Prepared:
+    def prepare(self, commit: driver.Commit) -> driver.PreparedCommit:
         return self.inner.prepare(commit)
 
-    def run(self, prepared: driver.Prepared, run_id: str, repeat: int) -> store.Result:
+    def run(self, prepared: driver.PreparedCommit, run_id: str, repeat: int) -> store.Result:
         doc = self.inner.run(prepared, run_id, repeat)
         if prepared.commit.index < self.culprit or doc.status != "passed":
             return doc

@@ -39,17 +39,17 @@ class Commit:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedCommit:
     commit: Commit
     settings: dict[str, Any] = field(default_factory=dict)  # what --prepare printed (or the settings file)
     failure: str | None = None  # why the commit cannot be tested: it is skipped
 
 
 class Lab(Protocol):
-    def prepare(self, commit: Commit) -> Prepared:
+    def prepare(self, commit: Commit) -> PreparedCommit:
         """The commit's settings, or why it cannot be tested."""
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> store.Result:
+    def run(self, prepared: PreparedCommit, run_id: str, repeat: int) -> store.Result:
         """Repeat ``repeat`` of the cell with the commit's settings under ``run_id``: its result document
         (the stored one when that run is complete: the resume)."""
 
@@ -103,7 +103,7 @@ def _failure(doc: store.Result) -> str | None:
     return f"{doc.status}: {doc.reason or 'no reason recorded'}"
 
 
-def _check_end(side: str, prepared: Prepared, docs: list[store.Result]) -> None:
+def _check_end(side: str, prepared: PreparedCommit, docs: list[store.Result]) -> None:
     """An end's run may fail once (a hiccup of the machine; its value is left out); a second failure
     stops the bisect: without both ends nothing can be decided."""
     failures = [f for d in docs if (f := _failure(d))]
@@ -128,7 +128,7 @@ class Bisector:
 
     # --------------------------------------------------------------------------- running
 
-    def _run(self, prepared: Prepared, phase: str, repeat: int) -> store.Result:
+    def _run(self, prepared: PreparedCommit, phase: str, repeat: int) -> store.Result:
         doc = self.lab.run(prepared, f"{phase}-{prepared.commit.short}", repeat)
         self.tally.runs += 1
         self.tally.seconds += float(doc.duration_s or 0.0)
@@ -136,14 +136,14 @@ class Bisector:
             self.tally.failed += 1
         return doc
 
-    def _prepare_end(self, commit: Commit, which: str) -> Prepared:
+    def _prepare_end(self, commit: Commit, which: str) -> PreparedCommit:
         prepared = self.lab.prepare(commit)
         if prepared.failure:
             raise UserError(f"the {which} end {commit.short} cannot be tested: {prepared.failure}")
         return prepared
 
     @staticmethod
-    def _order(r: int, items: list[Prepared]) -> list[Prepared]:
+    def _order(r: int, items: list[PreparedCommit]) -> list[PreparedCommit]:
         """Round r's order: rotated each round, so no side always runs first (or after the same one)."""
         k = (r - 1) % len(items)
         return items[k:] + items[:k]
@@ -183,7 +183,7 @@ class Bisector:
         report["first_line"] = first_line(report)
         return report
 
-    def _ends(self, good_p: Prepared, bad_p: Prepared) -> tuple[str | None, str, dict[str, Any]]:
+    def _ends(self, good_p: PreparedCommit, bad_p: PreparedCommit) -> tuple[str | None, str, dict[str, Any]]:
         """Rounds of both ends until some metric shows the bad end slower by more than δ (the one with
         the smallest p-value is followed), every metric shows it is not, or the last round."""
         plan = self.plan
@@ -254,7 +254,9 @@ class Bisector:
             raise UserError(f"cell {self.cell} has no gated metric in its runs; choose one with --metric")
         return gated
 
-    def _search(self, good_p: Prepared, bad_p: Prepared, metric: str, direction: str, report: dict[str, Any]) -> None:
+    def _search(
+        self, good_p: PreparedCommit, bad_p: PreparedCommit, metric: str, direction: str, report: dict[str, Any]
+    ) -> None:
         plan = self.plan
         s = search.Search(self.n)
         planned = search.planned_steps(self.n, plan.max_skips)
@@ -301,8 +303,8 @@ class Bisector:
         self,
         k: int,
         commit: Commit,
-        good_p: Prepared,
-        bad_p: Prepared,
+        good_p: PreparedCommit,
+        bad_p: PreparedCommit,
         metric: str,
         direction: str,
         alpha_step: float,
@@ -355,7 +357,13 @@ class Bisector:
         return verdict, entry
 
     def _confirm(
-        self, parent: Commit, culprit: Commit, good_p: Prepared, bad_p: Prepared, metric: str, direction: str
+        self,
+        parent: Commit,
+        culprit: Commit,
+        good_p: PreparedCommit,
+        bad_p: PreparedCommit,
+        metric: str,
+        direction: str,
     ) -> dict[str, Any]:
         """Fresh pairs of the culprit and its parent: the effect, its 95 % interval, and whether the gate's
         test (paired, at α) shows it worse by more than δ again."""

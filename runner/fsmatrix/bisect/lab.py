@@ -38,7 +38,7 @@ from fsmatrix import matrix, runs
 from fsmatrix.agent import jsonfile
 from fsmatrix.backends import Backend
 from fsmatrix.bisect import git
-from fsmatrix.bisect.driver import Commit, Prepared
+from fsmatrix.bisect.driver import Commit, PreparedCommit
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell
 from fsmatrix.results import store
@@ -127,14 +127,14 @@ class GitLab:
     def _cache(self, sha: str) -> Path:
         return self.results_root / "prepared" / f"{sha}.json"
 
-    def prepare(self, commit: Commit) -> Prepared:
+    def prepare(self, commit: Commit) -> PreparedCommit:
         cached = self._cache(commit.sha)
         if cached.is_file():
             stored = jsonfile.read(cached)
-            return Prepared(commit, stored.get("settings") or {}, stored.get("failure"))
+            return PreparedCommit(commit, stored.get("settings") or {}, stored.get("failure"))
         return self._build(commit)
 
-    def _build(self, commit: Commit) -> Prepared:
+    def _build(self, commit: Commit) -> PreparedCommit:
         clone = self.clones / commit.short
         log = self._cache(commit.sha).with_suffix(".log")
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ class GitLab:
             self._cache(commit.sha),
             {"sha": commit.sha, "subject": commit.subject, "settings": settings, "failure": failure},
         )
-        return Prepared(commit, settings, failure)
+        return PreparedCommit(commit, settings, failure)
 
     def _settings_text(self, commit: Commit, clone: Path, log: Path) -> str:
         if self.prepare_cmd is None:
@@ -183,7 +183,7 @@ class GitLab:
 
     # --------------------------------------------------------------------------- running
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> store.Result:
+    def run(self, prepared: PreparedCommit, run_id: str, repeat: int) -> store.Result:
         path = store.result_path(self.results_root / run_id, self.base.id, repeat)
         if path.is_file():
             self.reused += 1

@@ -78,7 +78,7 @@ TOOL_TIMEOUT = 600
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedKernel:
     """A kernel ready to boot: its files in ``directory`` and what runs record of it."""
 
     directory: Path
@@ -210,7 +210,7 @@ def bzimage_release(path: Path) -> str:
 # preparing
 
 
-def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] = log.info) -> Prepared:
+def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] = log.info) -> PreparedKernel:
     """The kernel ``kernel`` (with ``modules``) ready to boot: made once per content, then reused.
     UserError (exit 2) when what was given is no kernel, or has no way to its root disk."""
     path = Path(kernel).expanduser()
@@ -256,13 +256,13 @@ def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] 
     return _loaded(directory, kernel, modules)
 
 
-def _loaded(directory: Path, kernel: str, modules: str) -> Prepared:
+def _loaded(directory: Path, kernel: str, modules: str) -> PreparedKernel:
     record = json.loads((directory / "kernel.json").read_text())
     # The same content may have been given under another path: record the path of this run.
     record["source"]["path"] = kernel
     if modules and isinstance(record["source"].get("modules"), dict):
         record["source"]["modules"]["path"] = modules
-    return Prepared(directory, record)
+    return PreparedKernel(directory, record)
 
 
 def _build(out: Path, path: Path, kind: str, modules_path: Path | None, source: dict[str, Any]) -> dict[str, Any]:
