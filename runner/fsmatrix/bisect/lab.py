@@ -29,6 +29,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,24 +101,28 @@ def clones_root(workdir: Path, results_root: Path) -> Path:
     return workdir / "bisect" / key
 
 
+@dataclass(frozen=True, kw_only=True)
+class LabSetup:
+    """What a bisect's lab builds and runs: the repository, the cell (``base``, from ``matrix_file``),
+    how a commit gives its settings (``prepare``: the --prepare command; else ``settings_file``), and
+    where its results (``results_root``) and clones (under ``workdir``) go."""
+
+    repo: Path
+    base: MatrixCell
+    matrix_file: Path
+    prepare: str | None
+    settings_file: str | None
+    results_root: Path
+    workdir: Path
+
+
 class GitLab:
-    def __init__(
-        self,
-        repo: Path,
-        base: MatrixCell,
-        backend: Backend,
-        *,
-        results_root: Path,
-        workdir: Path,
-        prepare: str | None,
-        settings_file: str | None,
-        matrix_path: str,
-    ) -> None:
-        self.repo, self.base, self.backend = repo.resolve(), base, backend
-        self.results_root = results_root
-        self.prepare_cmd, self.settings_file = prepare, settings_file
-        self.matrix = Matrix(name="bisect", path=matrix_path, repeat=1)
-        self.clones = clones_root(workdir, results_root)
+    def __init__(self, setup: LabSetup, backend: Backend) -> None:
+        self.repo, self.base, self.backend = setup.repo.resolve(), setup.base, backend
+        self.results_root = setup.results_root
+        self.prepare_cmd, self.settings_file = setup.prepare, setup.settings_file
+        self.matrix = Matrix(name="bisect", path=str(setup.matrix_file), repeat=1)
+        self.clones = clones_root(setup.workdir, setup.results_root)
         shutil.rmtree(self.clones, ignore_errors=True)  # what a killed bisect left
         self.live: dict[str, MatrixCell] = {}  # prepared and cloned now: sha -> the cell with its settings
         self.reused = 0
