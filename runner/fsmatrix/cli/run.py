@@ -308,10 +308,10 @@ def _run_on_slurm(
     settings_file: Path | None,
 ) -> int:
     """Submit the cells as a Slurm job array; unless ``detach``, wait, merge and report. The exit status."""
-    sub = slurm.prepare(
-        m, cells, shared=shared, run_id=run_id, backend=backend, repeat=repeat, results_root=results_root,
-        shard_size=shard_size, task_args=task_args, force=force, settings_file=settings_file,
-    )  # fmt: skip
+    sub = slurm.prepare(slurm.SlurmRequest(
+        matrix=m, cells=cells, shared=shared, run_id=run_id, backend=backend, repeat=repeat,
+        results_root=results_root, shard_size=shard_size, task_args=task_args, force=force, settings_file=settings_file,
+    ))  # fmt: skip
     extra = [word for arg in sbatch_args for word in shlex.split(arg)]
     with slurm.cancelled_on_interrupt(sub, console):  # from the submission on: Ctrl-C leaves no job behind
         job_id = slurm.submit(sub, slurm.gres_for(backend, kvm_gres), extra)
