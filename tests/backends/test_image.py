@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FSMATRIX, REPO
-from fsmatrix import images
+from fsmatrix import image_definitions
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, snapshot
@@ -117,7 +117,7 @@ def test_packer_files_are_formatted_and_valid(tmp_path: Path) -> None:
     base.write_bytes(b"")
     args = ["-var", f"ssh_private_key_file={key}", "-var", f"agent_tarball={tarball}", "-var", f"base_image={base}"]
     # The image's own files, as a build writes them (packer/images/debian13.yaml's here).
-    definition = images.get("debian13")
+    definition = image_definitions.get("debian13")
     packages = image.write_package_list(tmp_path / "packages.txt", definition)
     (tmp_path / "image-definition.json").write_text(json.dumps(definition.manifest_fields()))
     args += ["-var", f"packages_file={packages}", "-var", f"definition_file={tmp_path / 'image-definition.json'}"]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import IMAGE_TEST_TIMEOUT
-from fsmatrix import __version__, images
+from fsmatrix import __version__, image_definitions
 from fsmatrix.agent import workloads
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import image, jobdisk
@@ -195,7 +195,7 @@ def test_manifest_matches_the_installed_packages(guest_host: Any, built: image.I
     assert manifest == json.loads(built.manifest.read_text())
     assert manifest["name"] == built.name and manifest["fsmatrix_version"] == __version__
     assert manifest["kernel"] == guest_host.check_output("uname -r")
-    wanted = images.get(images.DEFAULT).package_list(images.common_packages())
+    wanted = image_definitions.get(image_definitions.DEFAULT).package_list(image_definitions.common_packages())
     assert set(wanted) <= set(manifest["packages"])
     for name, version in manifest["packages"].items():
         assert guest_host.package(name).version == version, name
@@ -224,7 +224,7 @@ def test_every_registry_member_is_installed_in_the_image(guest_host: Any, built:
     assert json.loads(guest_host.check_output("python3 -c %s", code)) == dict.fromkeys(mounting)
 
 
-@pytest.mark.parametrize("name", images.names())
+@pytest.mark.parametrize("name", image_definitions.names())
 def test_every_built_images_manifest_conforms(built: image.ImagePaths, name: str) -> None:
     """Conformance of each image built for the current sources, from its manifest alone (debian12 is
     built by the fixture; another image only when it is in the cache: `fsmatrix image build --image`):
@@ -234,10 +234,10 @@ def test_every_built_images_manifest_conforms(built: image.ImagePaths, name: str
     if not paths.complete():
         pytest.skip(f"image {name} is not built (fsmatrix image build --image {name})")
     manifest = json.loads(paths.manifest.read_text())
-    definition = images.get(name)
+    definition = image_definitions.get(name)
     assert manifest["image"] == name and manifest["suite"] == definition.suite
     assert manifest["tools"] == {tool: t.path for tool, t in definition.tools.items()}
-    assert set(definition.package_list(images.common_packages())) <= set(manifest["packages"])
+    assert set(definition.package_list(image_definitions.common_packages())) <= set(manifest["packages"])
     assert len(manifest["modules"]) > 1000 and "ext4" in manifest["filesystems"]
     # What kernel.lacking_in_manifest reads: a type the kernel registers, or the module that registers it.
     has = {

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fsmatrix import images, workdirs
+from fsmatrix import image_definitions, workdirs
 from fsmatrix.agent import crash, fit, job, kernel, proc, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import host, hostinfo, image, jobdisk
@@ -88,7 +88,7 @@ class QemuBackend:
         self._allowance = _boot_allowance(boot_allowance)  # None: by accelerator, known after preflight
         self._echo = echo
         # Every image the cells name (``image:``), built or found once.
-        self._wanted: list[str] = [images.DEFAULT]
+        self._wanted: list[str] = [image_definitions.DEFAULT]
         self._images: dict[str, GuestImage] = {}
         self._image: GuestImage | None = None  # the cell being run's (environment() and provenance describe it)
         self._host: dict[str, Any] | None = None  # provenance.host, once the backend is prepared
@@ -115,7 +115,7 @@ class QemuBackend:
             problem = fit.check_workdir_space([c.spec for c in cells], shutil.disk_usage(self.workdir).free, True)
             if problem is not None:
                 raise UserError(f"the {self.name} backend: {problem}")
-        self._wanted = list(dict.fromkeys(c.spec.image for c in cells)) or [images.DEFAULT]
+        self._wanted = list(dict.fromkeys(c.spec.image for c in cells)) or [image_definitions.DEFAULT]
         self._prepare()
         # The image's manifest describes the image's kernel: a vm.kernel cell is checked against its own.
         own = [c for c in cells if not c.spec.vm.kernel]
