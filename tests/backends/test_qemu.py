@@ -21,7 +21,7 @@ from fsmatrix.backends.qemu import cmdline, profiles, snapshot
 from fsmatrix.backends.qemu.backend import QemuBackend
 from fsmatrix.backends.qemu.console import ConsoleWatcher
 from fsmatrix.backends.qemu.crash_host import Launch
-from fsmatrix.backends.qemu.guest import GuestImage
+from fsmatrix.backends.qemu.guest_boot import GuestImage
 from fsmatrix.backends.qemu.process import qemu_supports_io_uring
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, expand_document

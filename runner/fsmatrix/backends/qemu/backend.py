@@ -34,14 +34,14 @@ from fsmatrix.agent import crash, fit, job, kernel, proc, storage
 from fsmatrix.agent.cell import Cell
 from fsmatrix.backends import host, hostinfo, image, jobdisk
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu import crash_run, kernel_boot, process, profiles, restore, results, snapshot
+from fsmatrix.backends.qemu import crash_run, kernel_boot, process, profiles, restore, run_results, snapshot
 from fsmatrix.backends.qemu.console import console_tail
 from fsmatrix.backends.qemu.crash_host import Cut, Launch, NotCrashed, VmRun
-from fsmatrix.backends.qemu.data_disks import DataDisks
-from fsmatrix.backends.qemu.guest import GuestImage, Kernels, build_image
+from fsmatrix.backends.qemu.guest_boot import GuestImage, Kernels, build_image
 from fsmatrix.backends.qemu.launch import cell_vm, new_launch
 from fsmatrix.backends.qemu.launch import command as launch_command
-from fsmatrix.backends.qemu.results import HostView, NoResult, RunStart
+from fsmatrix.backends.qemu.run_disks import RunDisks
+from fsmatrix.backends.qemu.run_results import HostView, NoResult, RunStart
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
 
@@ -65,10 +65,10 @@ def _boot_allowance(given: float | None) -> float | None:
 
 
 class QemuBackend:
-    """Runs a cell's repeats under QEMU, composing its concerns: the guests it boots (guest.py),
-    the data disks (data_disks.py), a VM made ready and its command line (launch.py), restoring
+    """Runs a cell's repeats under QEMU, composing its concerns: what its guests boot (guest_boot.py),
+    the data disks (run_disks.py), a VM made ready and its command line (launch.py), restoring
     saved guests (restore.py), the QEMU process (process.py), the crash mode's host side
-    (crash_run.py) and the result documents (results.py)."""
+    (crash_run.py) and the result documents (run_results.py)."""
 
     name = "qemu"
     # Crash modes it runs: every one (those that need the host through their host sides: host_sides.py).
@@ -84,7 +84,7 @@ class QemuBackend:
         devices: list[str] | None = None,
     ) -> None:
         self.workdir = workdir
-        self.disks = DataDisks(devices)
+        self.disks = RunDisks(devices)
         self._allowance = _boot_allowance(boot_allowance)  # None: by accelerator, known after preflight
         self._echo = echo
         # Every image the cells name (``image:``), built or found once.
@@ -223,7 +223,7 @@ class QemuBackend:
         self._image = self._images[cell.spec.image]
         run_dir = self.workdir / f"vm-{cell.id}-r{repeat}-{os.getpid()}"
         vm_info = {"cpus": cell.spec.vm.cpus, "memory": cell.spec.vm.memory, "start": self.start}
-        run = RunStart(cell, repeat, time.monotonic(), results.now(), vm_info)
+        run = RunStart(cell, repeat, time.monotonic(), run_results.now(), vm_info)
         with contextlib.ExitStack() as claims:
             try:
                 self.disks.claim(claims)
@@ -263,7 +263,7 @@ class QemuBackend:
                 return self._timed_out(run, launch, limit, own.recovering)
             wall = time.monotonic() - vm_started
             log.info("guest powered off after %.1f s (qemu exit status %d)", wall, code)
-            doc = results.guest_result(launch, code, lambda: self.vm_error(run_dir))
+            doc = run_results.guest_result(launch, code, lambda: self.vm_error(run_dir))
             if isinstance(doc, NoResult):
                 return self._host_result(run, "error", doc.reason, doc.tail)
             self._host_view(cell).add_to(doc, run.vm)
@@ -354,6 +354,6 @@ class QemuBackend:
 
     def _host_result(self, run: RunStart, status: str, reason: str, tail: str) -> dict[str, Any]:
         """A result document made on the host, for a run whose guest produced none."""
-        doc = results.host_result(run, status, reason, tail)
+        doc = run_results.host_result(run, status, reason, tail)
         self._host_view(run.cell).add_to(doc, run.vm)
         return doc

@@ -14,7 +14,7 @@ from fsmatrix.agent import proc
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, kernel_boot, snapshot
-from fsmatrix.backends.qemu.guest import GuestImage
+from fsmatrix.backends.qemu.guest_boot import GuestImage
 
 log = logging.getLogger("fsmatrix")
 

@@ -18,7 +18,7 @@ from fsmatrix.matrix import MatrixCell
 DATA_SERIAL = "fsm-data{}"
 
 
-class DataDisks:
+class RunDisks:
     """The data disks of every run: image files, or the passthrough ``devices``."""
 
     def __init__(self, devices: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ from fsmatrix.backends import jobdisk
 from fsmatrix.backends.qemu import kernel_boot
 from fsmatrix.backends.qemu.console import console_tail
 from fsmatrix.backends.qemu.crash_host import Launch
-from fsmatrix.backends.qemu.guest import GuestImage
+from fsmatrix.backends.qemu.guest_boot import GuestImage
 from fsmatrix.matrix import MatrixCell
 
 log = logging.getLogger("fsmatrix")
