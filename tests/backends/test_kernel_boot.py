@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FSMATRIX
 from fsmatrix import matrix
-from fsmatrix.backends.qemu import cmdline, kernel_boot, snapshot
+from fsmatrix.backends.qemu import cmdline, kernel_boot, kernel_modules, snapshot
 from fsmatrix.errors import UserError
 from test_bad_input import refused
 
@@ -299,7 +299,7 @@ def test_modules_as_a_tarball_and_bad_module_paths(tmp_path: Path, cache: Path) 
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(mods / "lib", arcname="lib")
     prepared = kernel_boot.prepare(str(kernel), str(tarball), cache)
-    assert prepared.modules == sorted(kernel_boot.module_name(m) for m in ROOT_BUILTIN)
+    assert prepared.modules == sorted(kernel_modules.module_name(m) for m in ROOT_BUILTIN)
     assert prepared.source["modules"]["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
     bad = tmp_path / "bad.tar"
     bad.write_bytes(b"not a tarball at all")
