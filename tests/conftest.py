@@ -18,7 +18,7 @@ import pytest
 
 from fsmatrix.agent.storage import loop as loop_module
 from fsmatrix.agent.storage.devices import read_mounts
-from fsmatrix.backends.qemu.backend import running_vms
+from fsmatrix.backends.qemu.process import running_vms
 from fsmatrix.results.store import Result
 
 REPO = Path(__file__).resolve().parent.parent

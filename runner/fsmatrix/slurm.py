@@ -161,25 +161,40 @@ def sbatch_command(sub: Submission, gres: str | None, extra: Sequence[str]) -> l
     return [*command, *extra, str(sub.directory / "job.sh")]
 
 
-def prepare(
-    m: Matrix,
-    cells: list[MatrixCell],
-    *,
-    shared: Path,
-    run_id: str,
-    backend: str,
-    repeat: int,
-    results_root: Path,
-    shard_size: int | None,
-    task_args: Sequence[str],
-    force: bool,
-    settings_file: Path | None = None,
-) -> Submission:
+@dataclass(frozen=True, kw_only=True)
+class SlurmRequest:
+    """What ``fsmatrix run --slurm`` asks for: ``cells`` of ``matrix`` run as ``run_id`` on
+    ``backend``, ``repeat`` times each, in shards of ``shard_size`` cells (None: the default), from
+    the ``shared`` directory into ``results_root``; each task runs with ``task_args``; ``force``
+    replaces what an earlier submission of the run id made; ``settings_file``: ``run --settings``."""
+
+    matrix: Matrix
+    cells: list[MatrixCell]
+    shared: Path
+    run_id: str
+    backend: str
+    repeat: int
+    results_root: Path
+    shard_size: int | None
+    task_args: Sequence[str]
+    force: bool
+    settings_file: Path | None = None
+
+
+def prepare(request: SlurmRequest) -> Submission:
     """The submission directory for this run, written (not submitted yet). A run id submitted
     before is resumed when its shards are the same; refused while its job is still queued. A
     ``settings_file`` (``run --settings``) is copied beside the matrix and given to every task."""
-    directory = (shared / run_id).resolve()
-    split = [[c.id for c in shard] for shard in shards(cells, shard_size)]
+    m, cells, run_id, results_root, force = (
+        request.matrix,
+        request.cells,
+        request.run_id,
+        request.results_root,
+        request.force,
+    )
+    task_args, repeat, settings_file = request.task_args, request.repeat, request.settings_file
+    directory = (request.shared / run_id).resolve()
+    split = [[c.id for c in shard] for shard in shards(cells, request.shard_size)]
     held = [c.id for c in cells if any(store.iter_result_files(results_root / run_id / c.id))]
     if held and not force and not (directory / SUBMISSION).exists():
         # Runs made elsewhere (a local run): merging the new ones beside them would refuse at the end.
@@ -213,7 +228,7 @@ def prepare(
         directory=directory,
         run_id=run_id,
         title=f"{m.name} ({run_id})",
-        backend=backend,
+        backend=request.backend,
         repeat=repeat,
         shards=split,
         results_root=str(results_root.resolve()),

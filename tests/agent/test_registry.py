@@ -158,9 +158,9 @@ def _makefile_packages() -> set[str]:
 
 def _image_packages() -> set[str]:
     """What every guest image holds: the shared list's packages and each definition's own."""
-    from fsmatrix import images
+    from fsmatrix import image_definitions
 
-    lists = [set(d.package_list(images.common_packages())) for d in images.definitions().values()]
+    lists = [set(d.package_list(image_definitions.common_packages())) for d in image_definitions.definitions().values()]
     return set.intersection(*lists)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FSMATRIX, REPO
-from fsmatrix import images
+from fsmatrix import image_definitions
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, snapshot
@@ -80,12 +80,14 @@ def test_agent_tarball_holds_only_the_agent(tmp_path: Path) -> None:
 def test_qemu_command_network_and_disks(tmp_path: Path) -> None:
     common = {"accel": "tcg", "name": "fsmatrix-t", "serial_log": tmp_path / "s.log"}
     offline = cmdline.qemu_command(
-        tmp_path / "i.qcow2", drives=[Disk(tmp_path / "job.img", "fsmatrix-job", iothread=False)], **common
+        cmdline.QemuVm(
+            tmp_path / "i.qcow2", drives=[Disk(tmp_path / "job.img", "fsmatrix-job", iothread=False)], **common
+        )
     )
     assert offline[offline.index("-nic") + 1] == "none"
     assert any(a.startswith("virtio-blk-pci,drive=disk0,serial=fsmatrix-job,") for a in offline)
     assert any("snapshot=on" in arg for arg in offline)
-    online = cmdline.qemu_command(tmp_path / "i.qcow2", ssh_port=2345, **common)
+    online = cmdline.qemu_command(cmdline.QemuVm(tmp_path / "i.qcow2", ssh_port=2345, **common))
     netdev = online[online.index("-netdev") + 1]
     assert "restrict=on" in netdev and "hostfwd=tcp:127.0.0.1:2345-:22" in netdev
 
@@ -115,7 +117,7 @@ def test_packer_files_are_formatted_and_valid(tmp_path: Path) -> None:
     base.write_bytes(b"")
     args = ["-var", f"ssh_private_key_file={key}", "-var", f"agent_tarball={tarball}", "-var", f"base_image={base}"]
     # The image's own files, as a build writes them (packer/images/debian13.yaml's here).
-    definition = images.get("debian13")
+    definition = image_definitions.get("debian13")
     packages = image.write_package_list(tmp_path / "packages.txt", definition)
     (tmp_path / "image-definition.json").write_text(json.dumps(definition.manifest_fields()))
     args += ["-var", f"packages_file={packages}", "-var", f"definition_file={tmp_path / 'image-definition.json'}"]

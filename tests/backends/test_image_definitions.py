@@ -1,4 +1,4 @@
-"""Guest images as data (packer/images/NAME.yaml, fsmatrix.images): every definition loads and
+"""Guest images as data (packer/images/NAME.yaml, fsmatrix.image_definitions): every definition loads and
 declares every tool a workload finds through it; a bad definition is refused naming its file; each
 image has its own inputs hash; `image build --image`, `image list` and `image prune` know every
 image. Nothing is built or booted here (tests/vm/ boots them)."""
@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import REPO
-from fsmatrix import images
+from fsmatrix import image_definitions
 from fsmatrix.agent import workloads
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import image
@@ -25,17 +25,20 @@ DEBIAN12 = (REPO / "packer" / "images" / "debian12.yaml").read_text()
 
 
 def test_every_definition_loads_and_the_default_is_debian12() -> None:
-    found = images.definitions()
-    assert images.DEFAULT == "debian12" and list(found) == images.names() == ["debian12", "debian13"]
+    found = image_definitions.definitions()
+    assert image_definitions.DEFAULT == "debian12" and list(found) == image_definitions.names() == [
+        "debian12",
+        "debian13",
+    ]
     assert (found["debian12"].suite, found["debian13"].suite) == ("bookworm", "trixie")
     assert found["debian12"].tools["postgres_bin"].path == "/usr/lib/postgresql/15/bin"
     assert found["debian13"].tools["postgres_bin"].path == "/usr/lib/postgresql/17/bin"
 
 
-@pytest.mark.parametrize("name", images.names())
+@pytest.mark.parametrize("name", image_definitions.names())
 def test_each_image_holds_what_the_registries_need(name: str) -> None:
-    definition = images.get(name)
-    packages = definition.package_list(images.common_packages())
+    definition = image_definitions.get(name)
+    packages = definition.package_list(image_definitions.common_packages())
     assert len(packages) == len(set(packages))
     wanted = {p for w in workloads.all_workloads() for p in w.guest_packages}
     wanted |= {p for fs in filesystems.all_filesystems() for p in fs.packages}
@@ -82,18 +85,18 @@ def test_a_bad_definition_is_refused_naming_its_file(tmp_path: Path, change: obj
     doc = change(yaml.safe_load(DEBIAN12))  # type: ignore[operator]
     path = _write(tmp_path, "debian12", yaml.safe_dump(doc))
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")) as caught:
-        images.load(path)
+        image_definitions.load(path)
     assert str(caught.value).startswith(f"{path}: ")
 
 
 def test_an_unknown_image_is_refused_with_the_images_known(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"unknown image 'debian14'; the images known: debian12, debian13"):
-        images.get("debian14")
+        image_definitions.get("debian14")
     with pytest.raises(UserError, match="unknown image '../debian12'"):
-        images.get("../debian12")
+        image_definitions.get("../debian12")
     _write(tmp_path, "other", DEBIAN12.replace("name: debian12", "name: other"))
     with pytest.raises(UserError, match="no definition of the default image 'debian12'"):
-        images.definitions(tmp_path)
+        image_definitions.definitions(tmp_path)
 
 
 def _copy_inputs(dest: Path) -> None:
@@ -188,8 +191,8 @@ def test_the_manifest_names_every_module_of_the_kernel(tmp_path: Path) -> None:
 def test_without_the_source_tree_only_the_default_image_is_known(tmp_path: Path) -> None:
     """A copy of runner/ alone (the workflow tests' regressed head, an installed package): matrices
     that name no image still load; the schema allows the default image only."""
-    assert images.names(tmp_path) == ["debian12"]
+    assert image_definitions.names(tmp_path) == ["debian12"]
     # ... and building one says why it cannot, not "unknown image 'debian12'; the images known: debian12".
     with pytest.raises(UserError, match=r"no image definitions in .*packer/images: images are built from"):
-        images.get("debian12", tmp_path)
-    assert not images.defined("debian12", tmp_path)
+        image_definitions.get("debian12", tmp_path)
+    assert not image_definitions.defined("debian12", tmp_path)

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FSMATRIX
 from fsmatrix import matrix
-from fsmatrix.backends.qemu import cmdline, kernel_boot, snapshot
+from fsmatrix.backends.qemu import cmdline, kernel_boot, kernel_modules, snapshot
 from fsmatrix.errors import UserError
 from test_bad_input import refused
 
@@ -186,13 +186,15 @@ def test_the_kernel_boots_directly_and_its_saved_guest_is_keyed_by_content(tmp_p
     files = {name: tmp_path / name for name in ("vmlinuz", "initrd", "modules.img")}
     boot = cmdline.DirectBoot(files["vmlinuz"], files["initrd"], kernel_boot.APPEND, files["modules.img"])
     cmd = cmdline.qemu_command(
-        tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c", boot=boot
+        cmdline.QemuVm(tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c", boot=boot)
     )
     assert cmd[cmd.index("-kernel") + 1] == str(files["vmlinuz"]) and "-initrd" in cmd
     assert "root=LABEL=fsmatrix-root" in cmd[cmd.index("-append") + 1]
     assert any("readonly=on" in arg and "modules.img" in arg for arg in cmd)
     assert "virtio-blk-pci,drive=root" in cmd and not any("bootindex" in arg for arg in cmd)
-    plain = cmdline.qemu_command(tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c")
+    plain = cmdline.qemu_command(
+        cmdline.QemuVm(tmp_path / "root.qcow2", accel="tcg", name="fsmatrix-t", serial_log=tmp_path / "c")
+    )
     assert "virtio-blk-pci,drive=root,bootindex=0" in plain and "-kernel" not in plain
     # Without a kernel the key is what it always was: saved guests of the image's kernel stay valid.
     legacy = json.dumps({"format": snapshot.FORMAT, "image": "sha", "qemu": "7.2", "command": plain})
@@ -297,7 +299,7 @@ def test_modules_as_a_tarball_and_bad_module_paths(tmp_path: Path, cache: Path) 
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(mods / "lib", arcname="lib")
     prepared = kernel_boot.prepare(str(kernel), str(tarball), cache)
-    assert prepared.modules == sorted(kernel_boot.module_name(m) for m in ROOT_BUILTIN)
+    assert prepared.modules == sorted(kernel_modules.module_name(m) for m in ROOT_BUILTIN)
     assert prepared.source["modules"]["sha256"] == hashlib.sha256(tarball.read_bytes()).hexdigest()
     bad = tmp_path / "bad.tar"
     bad.write_bytes(b"not a tarball at all")

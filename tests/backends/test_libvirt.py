@@ -15,7 +15,7 @@ import pytest
 from fsmatrix.agent import proc
 from fsmatrix.backends import libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.libvirt import QEMU_LOG_DIR, check_buses, domain_name, domain_xml, iotune
+from fsmatrix.backends.libvirt import QEMU_LOG_DIR, Domain, check_buses, domain_name, domain_xml, iotune
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, expand_document
 
@@ -78,13 +78,15 @@ def _xml(tmp_path: Path, accel: str = "tcg") -> ET.Element:
         Disk(tmp_path / "data2.img", "fsm-data2", bus="virtio-scsi", logical_block_size=4096, physical_block_size=4096),
     ]
     text = domain_xml(
-        name="fsmatrix-x-r1-42",
-        accel=accel,
-        cpus=3,
-        memory_mib=512,
-        overlay=tmp_path / "root.qcow2",
-        disks=disks,
-        console=tmp_path / "console.log",
+        Domain(
+            name="fsmatrix-x-r1-42",
+            accel=accel,
+            cpus=3,
+            memory_mib=512,
+            overlay=tmp_path / "root.qcow2",
+            disks=disks,
+            console=tmp_path / "console.log",
+        )
     )
     (tmp_path / "domain.xml").write_text(text)
     return ET.fromstring(text)
@@ -156,13 +158,15 @@ def test_unknown_throttling_and_bus_are_refused(tmp_path: Path) -> None:
         iotune({"iops-bogus": 1})
     with pytest.raises(UserError, match="no disk bus 'ide'"):
         domain_xml(
-            name="n",
-            accel="tcg",
-            cpus=1,
-            memory_mib=256,
-            overlay=tmp_path / "r",
-            disks=[Disk(tmp_path / "d", "s", bus="ide")],
-            console=tmp_path / "c",
+            Domain(
+                name="n",
+                accel="tcg",
+                cpus=1,
+                memory_mib=256,
+                overlay=tmp_path / "r",
+                disks=[Disk(tmp_path / "d", "s", bus="ide")],
+                console=tmp_path / "c",
+            )
         )
 
 
@@ -223,13 +227,15 @@ def test_libvirt_starts_the_domain_as_written(workdir: Path) -> None:
         os.truncate(disk.path, 64 << 20)
     name = f"fsmatrix-xmltest-{os.getpid()}"
     text = domain_xml(
-        name=name,
-        accel="tcg",
-        cpus=1,
-        memory_mib=256,
-        overlay=workdir / "root.qcow2",
-        disks=disks,
-        console=workdir / "console.log",
+        Domain(
+            name=name,
+            accel="tcg",
+            cpus=1,
+            memory_mib=256,
+            overlay=workdir / "root.qcow2",
+            disks=disks,
+            console=workdir / "console.log",
+        )
     )
     with libvirtd.running() as daemons:
         conn = libvirt.open(daemons.uri)

@@ -18,9 +18,11 @@ from fsmatrix.agent import storage
 from fsmatrix.backends import image
 from fsmatrix.backends.disks import Disk
 from fsmatrix.backends.qemu import cmdline, profiles, snapshot
-from fsmatrix.backends.qemu.backend import QemuBackend, qemu_supports_io_uring
+from fsmatrix.backends.qemu.backend import QemuBackend
 from fsmatrix.backends.qemu.console import ConsoleWatcher
 from fsmatrix.backends.qemu.crash_host import Launch
+from fsmatrix.backends.qemu.guest_boot import GuestImage
+from fsmatrix.backends.qemu.process import qemu_supports_io_uring
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell, expand_document
 
@@ -43,7 +45,7 @@ def _cell(defaults: dict[str, object] | None = None, filesystem: str = "ext4") -
 def test_command_line_disks_and_no_network(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path)
     golden = image.image_paths("0123456789abcdef", cache=tmp_path)
-    backend._image = golden  # what preflight would find
+    backend._image = GuestImage(golden, "0" * 64, {})  # what preflight would find
     backend.accel, backend.aio = "tcg", "io_uring"
     cell = _cell({"storage.layout": "split-journal", "vm.cpus": 3, "vm.memory": "512M"})
     overlay, job_img = tmp_path / "root.qcow2", tmp_path / "job.img"
@@ -74,14 +76,15 @@ def test_data_disks_sparse_or_preallocated(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path)
     (tmp_path / "s").mkdir()
     (tmp_path / "p").mkdir()
-    sparse = backend._data_disks(_cell({"storage.disk_size": "200M"}), tmp_path / "s")
+    sparse = backend.disks.make(_cell({"storage.disk_size": "200M"}), tmp_path / "s", backend.aio)
     assert len(sparse) == 1 and sparse[0].serial == "fsm-data0"
     assert sparse[0].path.stat().st_size == 200 << 20 and sparse[0].path.stat().st_blocks == 0
-    full = backend._data_disks(
+    full = backend.disks.make(
         _cell(
             {"storage.disk_size": "200M", "storage.layout": "split-journal", "storage.disk_allocation": "preallocated"}
         ),
         tmp_path / "p",
+        backend.aio,
     )
     assert len(full) == 2
     assert all(d.path.stat().st_blocks * 512 >= 200 << 20 for d in full)
@@ -221,7 +224,7 @@ def test_cell_device_settings_reach_every_data_disk(tmp_path: Path) -> None:
             "device.cache": "writeback",
         }
     )
-    disks = backend._data_disks(cell, tmp_path)
+    disks = backend.disks.make(cell, tmp_path, backend.aio)
     assert [d.serial for d in disks] == ["fsm-data0", "fsm-data1"]
     for disk in disks:
         assert disk.bus == "nvme" and disk.cache == "writeback" and disk.path.parent == tmp_path
@@ -242,7 +245,7 @@ def test_cell_device_settings_reach_every_data_disk(tmp_path: Path) -> None:
 def test_passthrough_devices_are_the_data_disks(tmp_path: Path) -> None:
     backend = QemuBackend(workdir=tmp_path, devices=["/dev/fake-a", "/dev/fake-b"])
     cell = _cell({"storage.layout": "split-journal", "device.cache": "writeback", "device.bus": "virtio-scsi"})
-    disks = backend._data_disks(cell, tmp_path)
+    disks = backend.disks.make(cell, tmp_path, backend.aio)
     assert [(str(d.path), d.format, d.cache, d.bus) for d in disks] == [
         ("/dev/fake-a", "raw", "none", "virtio-scsi"),
         ("/dev/fake-b", "raw", "none", "virtio-scsi"),
@@ -250,7 +253,7 @@ def test_passthrough_devices_are_the_data_disks(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())  # no image files made
     assert backend.environment()["device_source"] == "block"
     with pytest.raises(UserError, match="needs 1 data disks; 2 --device given"):
-        backend._data_disks(_cell(), tmp_path)
+        backend.disks.make(_cell(), tmp_path, backend.aio)
 
 
 @needs_root
@@ -275,14 +278,16 @@ def test_passthrough_rechecked_and_held_before_every_run(tmp_path: Path) -> None
     with storage.loop_devices(1, 64 << 20, tmp_path) as (device,):
         subprocess.run(["mkfs.ext2", "-qF", device], check=True, capture_output=True)
         backend = QemuBackend(workdir=tmp_path / "w", devices=[device])
-        backend._check_devices([_cell()])  # preflight's device part (the rest builds the image)
+        backend.disks.check([_cell()])  # preflight's device part (the rest builds the image)
         fake = tmp_path / "img"
         # What preflight would find for the cell's image: never booted here.
-        backend._images["debian12"] = (image.ImagePaths("fsmatrix-test", fake, fake, fake, fake, fake), "0" * 64, {})
+        backend._images["debian12"] = GuestImage(
+            image.ImagePaths("fsmatrix-test", fake, fake, fake, fake, fake), "0" * 64, {}
+        )
         point = tmp_path / "mnt"
         point.mkdir()
         with contextlib.ExitStack() as claims:
-            backend._claim_devices(claims)
+            backend.disks.claim(claims)
             held = subprocess.run(["mount", device, str(point)], capture_output=True, text=True)
             assert held.returncode != 0, "the host mounted a device held for a VM"
         subprocess.run(["mount", "-o", "ro", device, str(point)], check=True)
@@ -301,7 +306,9 @@ def test_qemu_img_failure_is_a_failed_run(tmp_path: Path) -> None:
     error with qemu-img's own words, nothing is left in the work directory, and no VM starts."""
     backend = QemuBackend(workdir=tmp_path / "w")
     gone = tmp_path / "gone.qcow2"
-    backend._images["debian12"] = (image.ImagePaths("fsmatrix-gone", gone, gone, gone, gone, gone), "0" * 64, {})
+    backend._images["debian12"] = GuestImage(
+        image.ImagePaths("fsmatrix-gone", gone, gone, gone, gone, gone), "0" * 64, {}
+    )
     doc = backend.run(_cell(), 1)
     assert doc["status"] == "error", doc
     assert doc["reason"].startswith("host side of the run failed: CommandError: qemu-img create")
@@ -380,7 +387,9 @@ def test_the_template_boots_on_one_tcg_thread_and_runs_restore_on_many(tmp_path:
     # A template's boot is where a kernel patches its own code while the other vCPU runs it
     # (docs/measurements.md, "A 6.12 kernel's boots under multi-threaded TCG").
     def command(accel: str) -> list[str]:
-        return cmdline.qemu_command(tmp_path / "i.qcow2", accel=accel, name="fsmatrix-t", serial_log=tmp_path / "c")
+        return cmdline.qemu_command(
+            cmdline.QemuVm(tmp_path / "i.qcow2", accel=accel, name="fsmatrix-t", serial_log=tmp_path / "c")
+        )
 
     tcg = command("tcg")
     booted = snapshot.single_threaded(tcg)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fsmatrix.bisect.driver import Commit, Prepared
+from fsmatrix.bisect.driver import Commit, PreparedCommit
 from fsmatrix.results.store import Result
 
 METRIC = "value_s"  # the stand-in workload's one key metric (lower is better)
@@ -36,12 +36,12 @@ class StandInLab:
     released: list[str] = field(default_factory=list)
     on_run: Callable[[str, int], None] | None = None
 
-    def prepare(self, commit: Commit) -> Prepared:
+    def prepare(self, commit: Commit) -> PreparedCommit:
         if commit.index in self.unprepared:
-            return Prepared(commit, {}, "make: *** [vmlinux] Error 2")
-        return Prepared(commit, {"standin.commit": commit.index})
+            return PreparedCommit(commit, {}, "make: *** [vmlinux] Error 2")
+        return PreparedCommit(commit, {"standin.commit": commit.index})
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> Result:
+    def run(self, prepared: PreparedCommit, run_id: str, repeat: int) -> Result:
         key = (run_id, repeat)
         if key in self.stored:
             return self.stored[key]

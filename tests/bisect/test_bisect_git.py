@@ -21,7 +21,7 @@ from conftest import FSMATRIX
 from fsmatrix.agent import job
 from fsmatrix.bisect import driver, session
 from fsmatrix.bisect import git as bisect_git
-from fsmatrix.bisect.lab import GitLab, clones_root, one_cell
+from fsmatrix.bisect.lab import GitLab, LabSetup, clones_root, one_cell
 from fsmatrix.cli import main
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
@@ -126,18 +126,16 @@ def bisect_repo(
 ) -> dict[str, Any]:
     """What `fsmatrix bisect` does after checking its options, with the stand-in backend."""
     tmp = setup["tmp"]
-    return session.run(
-        repo,
-        bisect_git.commits(repo, good, bad),
-        setup["base"],
-        backend,  # type: ignore[arg-type]
-        plan or driver.Plan(),
+    lab_setup = LabSetup(
+        repo=repo,
+        base=setup["base"],
         matrix_file=setup["matrix_file"],
-        results_root=tmp / "results",
-        workdir=tmp / "work",
         prepare=prepare,
         settings_file=None if prepare else SETTINGS,
+        results_root=tmp / "results",
+        workdir=tmp / "work",
     )
+    return session.run(lab_setup, bisect_git.commits(repo, good, bad), backend, plan or driver.Plan())  # type: ignore[arg-type]
 
 
 def docs_under(results: Path) -> list[dict[str, Any]]:
@@ -306,16 +304,16 @@ def test_what_prepare_prints_is_checked_and_a_bad_commit_skipped(setup: dict[str
 
     def prepared(prepare: str | None, settings_file: str | None = None) -> str | None:
         results = setup["tmp"] / f"results-{len(list(setup['tmp'].glob('results-*')))}"
-        lab = GitLab(
-            repo,
-            setup["base"],
-            StandInBackend({}),  # type: ignore[arg-type]
-            results_root=results,
-            workdir=setup["tmp"] / "work",
+        lab_setup = LabSetup(
+            repo=repo,
+            base=setup["base"],
+            matrix_file=setup["matrix_file"],
             prepare=prepare,
             settings_file=settings_file,
-            matrix_path=str(setup["matrix_file"]),
+            results_root=results,
+            workdir=setup["tmp"] / "work",
         )
+        lab = GitLab(lab_setup, StandInBackend({}))  # type: ignore[arg-type]
         try:
             return lab.prepare(commit).failure
         finally:

@@ -73,13 +73,15 @@ def test_the_error_budget_is_split_over_the_planned_steps() -> None:
 
 # ----------------------------------------------------------------------------------- decisions
 
-KW = {"max_rounds": 10, "delta": 0.05, "alpha": 0.01}
+
+def _look(after_round: int) -> search.JudgeLook:
+    return search.JudgeLook(after_round=after_round, max_rounds=10, delta=0.05, alpha=0.01)
 
 
 def test_a_commit_like_the_bad_end_is_bad_and_one_like_the_good_end_is_good() -> None:
     good, bad = lognormal(1.0, 0.02, 5, 1), lognormal(1.3, 0.02, 5, 2)
-    slow = search.judge_step(good, bad, lognormal(1.3, 0.02, 5, 3), "lower", after_round=5, **KW)
-    fast = search.judge_step(good, bad, lognormal(1.0, 0.02, 5, 4), "lower", after_round=5, **KW)
+    slow = search.judge_step(good, bad, lognormal(1.3, 0.02, 5, 3), "lower", _look(5))
+    fast = search.judge_step(good, bad, lognormal(1.0, 0.02, 5, 4), "lower", _look(5))
     assert slow.verdict == "bad" and "slower than the good end" in slow.reason
     assert fast.verdict == "good" and "faster than the bad end" in fast.reason
     assert slow.ratio_good == pytest.approx(1.3, rel=0.05) and fast.ratio_bad == pytest.approx(1 / 1.3, rel=0.05)
@@ -87,38 +89,43 @@ def test_a_commit_like_the_bad_end_is_bad_and_one_like_the_good_end_is_good() ->
 
 def test_a_higher_is_better_metric_is_judged_in_its_direction() -> None:
     good, bad = lognormal(100, 0.02, 5, 1), lognormal(70, 0.02, 5, 2)  # a rate that fell
-    assert search.judge_step(good, bad, lognormal(70, 0.02, 5, 3), "higher", after_round=5, **KW).verdict == "bad"
-    assert search.judge_step(good, bad, lognormal(100, 0.02, 5, 4), "higher", after_round=5, **KW).verdict == "good"
+    assert search.judge_step(good, bad, lognormal(70, 0.02, 5, 3), "higher", _look(5)).verdict == "bad"
+    assert search.judge_step(good, bad, lognormal(100, 0.02, 5, 4), "higher", _look(5)).verdict == "good"
 
 
 def test_nothing_is_decided_before_the_minimum_rounds_or_on_noise() -> None:
     good, bad = lognormal(1.0, 0.02, 2, 1), lognormal(2.0, 0.02, 2, 2)
-    early = search.judge_step(good, bad, lognormal(2.0, 0.02, 2, 3), "lower", after_round=2, **KW)
+    early = search.judge_step(good, bad, lognormal(2.0, 0.02, 2, 3), "lower", _look(2))
     assert early.verdict == "open"
     noisy = search.judge_step(
-        lognormal(1.0, 0.02, 3, 1), lognormal(1.3, 0.02, 3, 2), lognormal(1.3, 0.6, 3, 3), "lower", after_round=3, **KW
+        lognormal(1.0, 0.02, 3, 1),
+        lognormal(1.3, 0.02, 3, 2),
+        lognormal(1.3, 0.6, 3, 3),
+        "lower",
+        _look(3),
     )
     assert noisy.verdict == "open"
 
 
 def test_a_commit_between_the_ends_is_bad_and_says_so() -> None:
     good, bad = lognormal(1.0, 0.01, 8, 1), lognormal(1.6, 0.01, 8, 2)
-    middle = search.judge_step(good, bad, lognormal(1.25, 0.01, 8, 3), "lower", after_round=8, **KW)
+    middle = search.judge_step(good, bad, lognormal(1.25, 0.01, 8, 3), "lower", _look(8))
     assert middle.verdict == "bad" and middle.between and "between the ends" in middle.reason
 
 
 def test_each_race_of_a_step_runs_at_half_the_steps_alpha_at_the_races_level() -> None:
     good, bad = lognormal(1.0, 0.02, 5, 1), lognormal(1.3, 0.02, 5, 2)
-    j = search.judge_step(good, bad, lognormal(1.3, 0.02, 5, 3), "lower", after_round=5, **KW)
-    looks = KW["max_rounds"] - 3 + 1
-    assert j.look_alpha == pytest.approx(race.look_alpha(KW["alpha"] / 2, 2, looks))
+    look = _look(5)
+    j = search.judge_step(good, bad, lognormal(1.3, 0.02, 5, 3), "lower", look)
+    looks = look.max_rounds - 3 + 1
+    assert j.look_alpha == pytest.approx(race.look_alpha(look.alpha / 2, 2, looks))
 
 
 def test_the_ends_regression_improvement_and_no_change() -> None:
     good = lognormal(1.0, 0.02, 5, 1)
-    reg = search.judge_ends(good, lognormal(1.3, 0.02, 5, 2), "lower", after_round=5, **KW)
-    better = search.judge_ends(good, lognormal(0.7, 0.02, 5, 2), "lower", after_round=5, **KW)
-    same = search.judge_ends(good, lognormal(1.0, 0.002, 10, 2), "lower", after_round=10, **KW)
+    reg = search.judge_ends(good, lognormal(1.3, 0.02, 5, 2), "lower", _look(5))
+    better = search.judge_ends(good, lognormal(0.7, 0.02, 5, 2), "lower", _look(5))
+    same = search.judge_ends(good, lognormal(1.0, 0.002, 10, 2), "lower", _look(10))
     assert reg.verdict == "regression" and reg.p_value < reg.look_alpha
     assert better.verdict == "improvement"
     assert same.verdict in ("no change", "open") and same.verdict != "regression"

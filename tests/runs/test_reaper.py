@@ -18,7 +18,7 @@ import pytest
 from conftest import FSMATRIX, attached_under, mounted_under, needs_root
 from fsmatrix import workdirs
 from fsmatrix.agent import proc
-from fsmatrix.backends.qemu.backend import parent_death_prefix
+from fsmatrix.backends.qemu.process import parent_death_prefix
 
 pytestmark = [needs_root, pytest.mark.system]
 

@@ -84,10 +84,10 @@ def test_options_slurm_refuses(
 
 def _submission(tmp_path: Path, two: Path, backend: str) -> slurm.Submission:
     m = matrix.load(two)
-    return slurm.prepare(
-        m, m.cells, shared=tmp_path / "shared", run_id="two", backend=backend, repeat=1,
+    return slurm.prepare(slurm.SlurmRequest(
+        matrix=m, cells=m.cells, shared=tmp_path / "shared", run_id="two", backend=backend, repeat=1,
         results_root=tmp_path / "results", shard_size=None, task_args=["--backend", backend], force=False,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_the_array_one_task_per_shard_whole_nodes_and_kvm_only_for_guests(tmp_path: Path, two: Path) -> None:
@@ -126,11 +126,11 @@ def test_a_settings_file_is_copied_beside_the_matrix_and_given_to_every_task(tmp
     given = tmp_path / "build.yaml"
     given.write_text("gtm.global_buffers: 2000\n")
     m = matrix.load(two, None, matrix.read_settings(given))
-    sub = slurm.prepare(
-        m, m.cells, shared=tmp_path / "shared", run_id="two", backend="host", repeat=1,
+    sub = slurm.prepare(slurm.SlurmRequest(
+        matrix=m, cells=m.cells, shared=tmp_path / "shared", run_id="two", backend="host", repeat=1,
         results_root=tmp_path / "results", shard_size=None, task_args=["--backend", "host"], force=False,
         settings_file=given,
-    )  # fmt: skip
+    ))  # fmt: skip
     copy = sub.directory / "settings.yaml"
     assert copy.read_text() == given.read_text()
     assert f"--settings {copy}" in (sub.directory / "job.sh").read_text()
@@ -175,10 +175,10 @@ def test_a_run_id_whose_results_were_made_elsewhere_needs_force(tmp_path: Path, 
     with pytest.raises(UserError, match="already holds runs of 1 of these cells .* --force to replace them"):
         _submission(tmp_path, two, "host")
     m = matrix.load(two)
-    sub = slurm.prepare(
-        m, m.cells, shared=tmp_path / "shared", run_id="two", backend="host", repeat=1,
+    sub = slurm.prepare(slurm.SlurmRequest(
+        matrix=m, cells=m.cells, shared=tmp_path / "shared", run_id="two", backend="host", repeat=1,
         results_root=tmp_path / "results", shard_size=None, task_args=[], force=True,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert sub.replace
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import IMAGE_TEST_TIMEOUT
-from fsmatrix import __version__, images
+from fsmatrix import __version__, image_definitions
 from fsmatrix.agent import workloads
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import image, jobdisk
@@ -98,7 +98,7 @@ def guest_host(built: image.ImagePaths, accel: str, tmp_path_factory: pytest.Tem
     name = f"fsmatrix-test-{uuid.uuid4().hex[:8]}"
     port = _free_port()
     serial = work / "serial.log"
-    cmd = cmdline.qemu_command(built.qcow2, accel=accel, name=name, serial_log=serial, ssh_port=port)
+    cmd = cmdline.qemu_command(cmdline.QemuVm(built.qcow2, accel=accel, name=name, serial_log=serial, ssh_port=port))
     vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     key = image.ssh_key()
     host = testinfra.get_host(
@@ -195,7 +195,7 @@ def test_manifest_matches_the_installed_packages(guest_host: Any, built: image.I
     assert manifest == json.loads(built.manifest.read_text())
     assert manifest["name"] == built.name and manifest["fsmatrix_version"] == __version__
     assert manifest["kernel"] == guest_host.check_output("uname -r")
-    wanted = images.get(images.DEFAULT).package_list(images.common_packages())
+    wanted = image_definitions.get(image_definitions.DEFAULT).package_list(image_definitions.common_packages())
     assert set(wanted) <= set(manifest["packages"])
     for name, version in manifest["packages"].items():
         assert guest_host.package(name).version == version, name
@@ -224,7 +224,7 @@ def test_every_registry_member_is_installed_in_the_image(guest_host: Any, built:
     assert json.loads(guest_host.check_output("python3 -c %s", code)) == dict.fromkeys(mounting)
 
 
-@pytest.mark.parametrize("name", images.names())
+@pytest.mark.parametrize("name", image_definitions.names())
 def test_every_built_images_manifest_conforms(built: image.ImagePaths, name: str) -> None:
     """Conformance of each image built for the current sources, from its manifest alone (debian12 is
     built by the fixture; another image only when it is in the cache: `fsmatrix image build --image`):
@@ -234,10 +234,10 @@ def test_every_built_images_manifest_conforms(built: image.ImagePaths, name: str
     if not paths.complete():
         pytest.skip(f"image {name} is not built (fsmatrix image build --image {name})")
     manifest = json.loads(paths.manifest.read_text())
-    definition = images.get(name)
+    definition = image_definitions.get(name)
     assert manifest["image"] == name and manifest["suite"] == definition.suite
     assert manifest["tools"] == {tool: t.path for tool, t in definition.tools.items()}
-    assert set(definition.package_list(images.common_packages())) <= set(manifest["packages"])
+    assert set(definition.package_list(image_definitions.common_packages())) <= set(manifest["packages"])
     assert len(manifest["modules"]) > 1000 and "ext4" in manifest["filesystems"]
     # What kernel.lacking_in_manifest reads: a type the kernel registers, or the module that registers it.
     has = {
@@ -305,11 +305,13 @@ def test_job_mode_runs_the_cell_and_powers_off(
     name = f"fsmatrix-job-test-{uuid.uuid4().hex[:8]}"
     serial = tmp_path / "serial.log"
     cmd = cmdline.qemu_command(
-        built.qcow2,
-        accel=accel,
-        name=name,
-        serial_log=serial,
-        drives=[Disk(job_img, jobdisk.SERIAL, aio="threads"), Disk(data, "fsm-data0", aio="threads")],
+        cmdline.QemuVm(
+            built.qcow2,
+            accel=accel,
+            name=name,
+            serial_log=serial,
+            drives=[Disk(job_img, jobdisk.SERIAL, aio="threads"), Disk(data, "fsm-data0", aio="threads")],
+        )
     )
     started = time.monotonic()
     vm = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

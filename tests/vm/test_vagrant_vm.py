@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, needs_root
 from fsmatrix.agent import proc, storage
 from fsmatrix.backends import image, libvirtd
-from fsmatrix.backends.qemu.backend import running_vms
+from fsmatrix.backends.qemu.process import running_vms
 from test_vagrant import SCRATCH, one_cell
 
 # ------------------------------------------------------------------------------------ one real vagrant up

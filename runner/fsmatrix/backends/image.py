@@ -1,6 +1,6 @@
 """The guest images: build one (debootstrap base, then Packer), find it, boot it under QEMU.
 
-Each image is built from its definition (packer/images/NAME.yaml, ``fsmatrix.images``): debian12,
+Each image is built from its definition (packer/images/NAME.yaml, ``fsmatrix.image_definitions``): debian12,
 the default, and the others a cell may name (``image:``). Built images live outside the repository
 (``$FSMATRIX_CACHE``, default /var/cache/fsmatrix), named by a hash of their inputs: the shared
 package list, the image's definition, packer/*.pkr.hcl, packer/scripts/* and the guest agent's
@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix import __version__, images
+from fsmatrix import __version__, image_definitions
 from fsmatrix.agent import proc
 from fsmatrix.backends import cpio, hostinfo
 from fsmatrix.errors import UserError
@@ -56,12 +56,12 @@ def cache_root() -> Path:
 # inputs and names
 
 
-def input_files(repo: Path = REPO, image: str = images.DEFAULT) -> list[Path]:
+def input_files(repo: Path = REPO, image: str = image_definitions.DEFAULT) -> list[Path]:
     """Every file whose content goes into image ``image``, relative to ``repo``, sorted: another
     image's definition is not one of them."""
     packer = repo / "packer"
     files = [packer / PACKAGES_FILE, *packer.glob("*.pkr.hcl"), *(packer / "scripts").glob("*")]
-    files += [repo / images.DEFINITIONS / f"{image}.yaml"]
+    files += [repo / image_definitions.DEFINITIONS / f"{image}.yaml"]
     files += [repo / "runner" / "fsmatrix" / "__init__.py", *agent_files(repo)]
     return sorted(p.relative_to(repo) for p in files if p.is_file())
 
@@ -85,17 +85,17 @@ def content_hash(items: Iterable[tuple[str, bytes]]) -> str:
     return sha.hexdigest()[:16]
 
 
-def inputs_hash(repo: Path = REPO, image: str = images.DEFAULT) -> str:
+def inputs_hash(repo: Path = REPO, image: str = image_definitions.DEFAULT) -> str:
     """The hash that names an image: changes whenever anything that goes into it changes."""
-    images.get(image, repo)  # an unknown name is refused, not hashed into an image of nothing
+    image_definitions.get(image, repo)  # an unknown name is refused, not hashed into an image of nothing
     return content_hash((str(rel), (repo / rel).read_bytes()) for rel in input_files(repo, image))
 
 
-def base_hash(pubkey: bytes, repo: Path = REPO, image: str = images.DEFAULT) -> str:
+def base_hash(pubkey: bytes, repo: Path = REPO, image: str = image_definitions.DEFAULT) -> str:
     """The hash that names an image's base (debootstrap) stage: its suite and whole package list,
     the base script, the build key, the disk size (not the tools' paths: Packer's stage checks them)."""
-    definition = images.get(image, repo)
-    packages = definition.package_list(images.common_packages(repo))
+    definition = image_definitions.get(image, repo)
+    packages = definition.package_list(image_definitions.common_packages(repo))
     return content_hash(
         [
             ("suite", definition.suite.encode()),
@@ -126,7 +126,9 @@ class ImagePaths:
         return all(p.is_file() for p in self.files)
 
 
-def image_paths(digest: str | None = None, cache: Path | None = None, image: str = images.DEFAULT) -> ImagePaths:
+def image_paths(
+    digest: str | None = None, cache: Path | None = None, image: str = image_definitions.DEFAULT
+) -> ImagePaths:
     """The files of the image with hash ``digest``, or of image ``image`` built from the current sources."""
     name = f"fsmatrix-{digest or inputs_hash(image=image)}"
     folder = (cache or cache_root()) / "images"
@@ -159,7 +161,7 @@ def definition_of(paths: ImagePaths) -> str | None:
 
 def current_images(cache: Path | None = None) -> dict[str, ImagePaths]:
     """Image name -> its files for the current sources (built or not), for every definition."""
-    return {name: image_paths(cache=cache, image=name) for name in images.names()}
+    return {name: image_paths(cache=cache, image=name) for name in image_definitions.names()}
 
 
 def prune(keep: int, cache: Path | None = None) -> list[ImagePaths]:
@@ -325,18 +327,18 @@ def log_run(
         raise proc.CommandError(cmd, done.returncode, done.stdout + done.stderr)
 
 
-def write_package_list(dest: Path, definition: images.Definition) -> Path:
+def write_package_list(dest: Path, definition: image_definitions.Definition) -> Path:
     """The image's whole package list (the shared one, its kernel, its tools', its own), one a line."""
-    packages = definition.package_list(images.common_packages(REPO))
+    packages = definition.package_list(image_definitions.common_packages(REPO))
     dest.write_text(f"# the packages of image {definition.name}\n" + "".join(f"{p}\n" for p in packages))
     return dest
 
 
 def build_base(
-    cache: Path, key: Path, echo: Echo = print, definition: images.Definition | None = None
+    cache: Path, key: Path, echo: Echo = print, definition: image_definitions.Definition | None = None
 ) -> tuple[Path, Path]:
     """The base stage (debootstrap) of an image: (qcow2, kernel), reused when its inputs are unchanged."""
-    definition = definition or images.get(images.DEFAULT)
+    definition = definition or image_definitions.get(image_definitions.DEFAULT)
     digest = base_hash(key.with_suffix(".pub").read_bytes(), image=definition.name)
     base_dir = cache / "base"
     qcow2, kernel = base_dir / f"base-{digest}.qcow2", base_dir / f"base-{digest}.vmlinuz"
@@ -389,11 +391,11 @@ def _catalog(paths: ImagePaths, version: str, box_sha: str) -> dict[str, object]
 
 
 def build(
-    force: bool = False, echo: Echo = print, cache: Path | None = None, image: str = images.DEFAULT
+    force: bool = False, echo: Echo = print, cache: Path | None = None, image: str = image_definitions.DEFAULT
 ) -> ImagePaths:
     """Build image ``image`` for the current inputs, or reuse it when it exists (unless ``force``)."""
     cache = cache or cache_root()
-    definition = images.get(image)
+    definition = image_definitions.get(image)
     paths = image_paths(cache=cache, image=image)
     if paths.complete() and not force:
         echo(f"image: reusing {paths.qcow2}")
@@ -409,7 +411,7 @@ def build(
         return _build(paths, cache, echo, definition)
 
 
-def _build(paths: ImagePaths, cache: Path, echo: Echo, definition: images.Definition) -> ImagePaths:
+def _build(paths: ImagePaths, cache: Path, echo: Echo, definition: image_definitions.Definition) -> ImagePaths:
     for tool in ("debootstrap", "packer", "qemu-system-x86_64", "qemu-img", "grub-mkimage", "mke2fs", "sfdisk"):
         if not proc.have(tool):
             raise UserError(

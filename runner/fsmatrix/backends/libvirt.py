@@ -24,16 +24,18 @@ import os
 import threading
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import crash
 from fsmatrix.backends import libvirtd
 from fsmatrix.backends.disks import Disk
-from fsmatrix.backends.qemu.backend import AGENT_MARKER, CONSOLE_POLL_S, QemuBackend
+from fsmatrix.backends.qemu.backend import QemuBackend
 from fsmatrix.backends.qemu.console import ConsoleWatcher
 from fsmatrix.backends.qemu.crash_host import Cut, Launch
 from fsmatrix.backends.qemu.host_sides import HOST_SIDES
+from fsmatrix.backends.qemu.process import AGENT_MARKER, CONSOLE_POLL_S
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import MatrixCell
 
@@ -113,48 +115,77 @@ def check_buses(cells: list[MatrixCell], buses: set[str], version: str) -> None:
             )
 
 
-def domain_xml(
-    *,
-    name: str,
-    accel: str,
-    cpus: int,
-    memory_mib: int,
-    overlay: Path,
-    disks: list[Disk],
-    console: Path,
-    emulator: str = EMULATOR,
-) -> str:
-    """The transient domain of one run: ``overlay`` (qcow2) boots; ``disks`` (job disk, then data
-    disks) follow with their serials, cache/io/iothread, block sizes, throttling and bus."""
-    domain = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
-    ET.SubElement(domain, "name").text = name
-    ET.SubElement(domain, "memory", unit="MiB").text = str(memory_mib)
-    ET.SubElement(domain, "vcpu").text = str(cpus)
+@dataclass(frozen=True, kw_only=True)
+class Domain:
+    """One run's transient domain: ``overlay`` (qcow2) boots; ``disks`` (job disk, then data disks)
+    follow; the serial console goes to ``console``."""
+
+    name: str
+    accel: str
+    cpus: int
+    memory_mib: int
+    overlay: Path
+    disks: list[Disk]
+    console: Path
+    emulator: str = EMULATOR
+
+
+def domain_xml(domain: Domain) -> str:
+    """The domain's XML: the disks with their serials, cache/io/iothread, block sizes, throttling and bus."""
+    root = _machine(domain)
+    devices = ET.SubElement(root, "devices")
+    ET.SubElement(devices, "emulator").text = domain.emulator
+    _root_disk(devices, domain.overlay)
+    _disks(devices, domain.disks)
+    serial = ET.SubElement(devices, "serial", type="file")
+    ET.SubElement(serial, "source", path=str(domain.console))
+    ET.SubElement(serial, "target", port="0")
+    # No NIC, no USB, no balloon: only what the run needs (libvirt adds PS/2 on "pc" regardless).
+    ET.SubElement(devices, "controller", type="usb", model="none")
+    ET.SubElement(devices, "memballoon", model="none")
+    # QEMU as root, files left as they are (see the module docstring).
+    seclabel = ET.SubElement(root, "seclabel", type="static", model="dac", relabel="no")
+    ET.SubElement(seclabel, "label").text = "+0:+0"
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _machine(domain: Domain) -> ET.Element:
+    """The domain element with its name, size, CPU and what it does on power-off."""
+    accel, disks = domain.accel, domain.disks
+    root = ET.Element("domain", type="kvm" if accel == "kvm" else "qemu")
+    ET.SubElement(root, "name").text = domain.name
+    ET.SubElement(root, "memory", unit="MiB").text = str(domain.memory_mib)
+    ET.SubElement(root, "vcpu").text = str(domain.cpus)
     # libvirt has iothreads for virtio-blk disks and virtio-scsi controllers only.
     iothreads = sum(1 for disk in disks if disk.iothread and disk.bus in ("virtio-blk", "virtio-scsi"))
     if iothreads:
-        ET.SubElement(domain, "iothreads").text = str(iothreads)
-    os_el = ET.SubElement(domain, "os")
+        ET.SubElement(root, "iothreads").text = str(iothreads)
+    os_el = ET.SubElement(root, "os")
     ET.SubElement(os_el, "type", arch="x86_64", machine="pc").text = "hvm"
-    features = ET.SubElement(domain, "features")
+    features = ET.SubElement(root, "features")
     ET.SubElement(features, "acpi")
     # TCG: every feature QEMU can emulate (qemu's -cpu max); KVM: the host's CPU.
     if accel == "kvm":
-        ET.SubElement(domain, "cpu", mode="host-passthrough")
+        ET.SubElement(root, "cpu", mode="host-passthrough")
     else:
-        ET.SubElement(domain, "cpu", mode="maximum", check="none")
-    ET.SubElement(domain, "on_poweroff").text = "destroy"
-    ET.SubElement(domain, "on_reboot").text = "destroy"  # QEMU's -no-reboot
-    ET.SubElement(domain, "on_crash").text = "destroy"
-    devices = ET.SubElement(domain, "devices")
-    ET.SubElement(devices, "emulator").text = emulator
+        ET.SubElement(root, "cpu", mode="maximum", check="none")
+    ET.SubElement(root, "on_poweroff").text = "destroy"
+    ET.SubElement(root, "on_reboot").text = "destroy"  # QEMU's -no-reboot
+    ET.SubElement(root, "on_crash").text = "destroy"
+    return root
 
+
+def _root_disk(devices: ET.Element, overlay: Path) -> None:
     root = ET.SubElement(devices, "disk", type="file", device="disk")
     ET.SubElement(root, "driver", name="qemu", type="qcow2", cache="unsafe", discard="unmap")
     ET.SubElement(root, "source", file=str(overlay))
     ET.SubElement(root, "target", dev="vda", bus="virtio")
     ET.SubElement(root, "boot", order="1")  # SeaBIOS must boot the root disk, never a data disk
 
+
+def _disks(devices: ET.Element, disks: list[Disk]) -> None:
+    """Each disk on its bus, after the root disk (vda)."""
     counters = {"virtio": 1, "scsi": 0, "nvme": 0}  # vda is the root disk
     iothread = 0
     for disk in disks:
@@ -174,34 +205,27 @@ def domain_xml(
             iothread += 1
             driver["iothread"] = str(iothread)
         ET.SubElement(element, "driver", driver)
-        ET.SubElement(element, "source", {"dev" if element.get("type") == "block" else "file": str(disk.path)})
-        ET.SubElement(element, "target", dev=_device_name(prefix, index), bus=bus)
-        ET.SubElement(element, "serial").text = disk.serial
-        ET.SubElement(
-            element,
-            "blockio",
-            logical_block_size=str(disk.logical_block_size),
-            physical_block_size=str(disk.physical_block_size),
-        )
-        tune = iotune(disk.throttle)
-        if tune:
-            tune_el = ET.SubElement(element, "iotune")
-            for key, value in sorted(tune.items()):
-                ET.SubElement(tune_el, key).text = str(value)
+        _disk_parts(element, disk, _device_name(prefix, index), bus)
         if bus == "scsi":
             ET.SubElement(element, "address", type="drive", controller=str(index), bus="0", target="0", unit="0")
 
-    serial = ET.SubElement(devices, "serial", type="file")
-    ET.SubElement(serial, "source", path=str(console))
-    ET.SubElement(serial, "target", port="0")
-    # No NIC, no USB, no balloon: only what the run needs (libvirt adds PS/2 on "pc" regardless).
-    ET.SubElement(devices, "controller", type="usb", model="none")
-    ET.SubElement(devices, "memballoon", model="none")
-    # QEMU as root, files left as they are (see the module docstring).
-    seclabel = ET.SubElement(domain, "seclabel", type="static", model="dac", relabel="no")
-    ET.SubElement(seclabel, "label").text = "+0:+0"
-    ET.indent(domain)
-    return ET.tostring(domain, encoding="unicode")
+
+def _disk_parts(element: ET.Element, disk: Disk, dev: str, bus: str) -> None:
+    """A disk's source, target, serial, block sizes and throttling."""
+    ET.SubElement(element, "source", {"dev" if element.get("type") == "block" else "file": str(disk.path)})
+    ET.SubElement(element, "target", dev=dev, bus=bus)
+    ET.SubElement(element, "serial").text = disk.serial
+    ET.SubElement(
+        element,
+        "blockio",
+        logical_block_size=str(disk.logical_block_size),
+        physical_block_size=str(disk.physical_block_size),
+    )
+    tune = iotune(disk.throttle)
+    if tune:
+        tune_el = ET.SubElement(element, "iotune")
+        for key, value in sorted(tune.items()):
+            ET.SubElement(tune_el, key).text = str(value)
 
 
 _event_loop_lock = threading.Lock()
@@ -291,13 +315,15 @@ class LibvirtBackend(QemuBackend):
     def domain_xml(self, launch: Launch) -> str:
         vm = launch.cell.spec.vm
         return domain_xml(
-            name=domain_name(launch.cell, launch.repeat),
-            accel=self.accel,
-            cpus=vm.cpus,
-            memory_mib=vm.memory_mib,
-            overlay=launch.overlay,
-            disks=self.drives(launch),
-            console=launch.console,
+            Domain(
+                name=domain_name(launch.cell, launch.repeat),
+                accel=self.accel,
+                cpus=vm.cpus,
+                memory_mib=vm.memory_mib,
+                overlay=launch.overlay,
+                disks=self.drives(launch),
+                console=launch.console,
+            )
         )
 
     def boot_and_wait(self, launch: Launch, limit: float, cut: Cut | None = None) -> int | None:

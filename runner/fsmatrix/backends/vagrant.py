@@ -21,7 +21,7 @@ from fsmatrix import matrix
 from fsmatrix.agent import job, storage
 from fsmatrix.agent.cell import NATIVE, Cell
 from fsmatrix.backends import image
-from fsmatrix.backends.qemu.backend import DATA_SERIAL
+from fsmatrix.backends.qemu.run_disks import DATA_SERIAL
 from fsmatrix.errors import UserError
 
 DRIVER_ENV = "FSMATRIX_LIBVIRT_DRIVER"

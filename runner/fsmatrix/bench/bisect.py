@@ -33,7 +33,7 @@ from fsmatrix.agent import provenance
 from fsmatrix.backends import BACKENDS
 from fsmatrix.bisect import driver
 from fsmatrix.bisect import git as bisect_git
-from fsmatrix.bisect.lab import GitLab, one_cell
+from fsmatrix.bisect.lab import GitLab, LabSetup, one_cell
 from fsmatrix.errors import UserError, interrupt_on_sigterm
 from fsmatrix.results import store
 from fsmatrix.results.verdict import gate, stats
@@ -49,10 +49,10 @@ class InjectedLab:
     def __init__(self, inner: GitLab, culprit: int, effect: float) -> None:
         self.inner, self.culprit, self.effect = inner, culprit, effect
 
-    def prepare(self, commit: driver.Commit) -> driver.Prepared:
+    def prepare(self, commit: driver.Commit) -> driver.PreparedCommit:
         return self.inner.prepare(commit)
 
-    def run(self, prepared: driver.Prepared, run_id: str, repeat: int) -> store.Result:
+    def run(self, prepared: driver.PreparedCommit, run_id: str, repeat: int) -> store.Result:
         doc = self.inner.run(prepared, run_id, repeat)
         if prepared.commit.index < self.culprit or doc.status != "passed":
             return doc
@@ -115,16 +115,16 @@ def main(argv: list[str] | None = None) -> int:
             for b in range(1, args.bisects + 1):
                 culprit = random.Random(args.seed * 1000 + b).randint(1, args.commits)
                 results_root = args.results / f"b{b}"
-                lab = GitLab(
-                    repo,
-                    base,
-                    backend,
-                    results_root=results_root,
-                    workdir=args.workdir,
+                setup = LabSetup(
+                    repo=repo,
+                    base=base,
+                    matrix_file=args.matrix,
                     prepare=None,
                     settings_file=SETTINGS,
-                    matrix_path=str(args.matrix),
+                    results_root=results_root,
+                    workdir=args.workdir,
                 )
+                lab = GitLab(setup, backend)
                 try:
                     report = driver.Bisector(commits, InjectedLab(lab, culprit, args.effect), plan, cell=base.id).run()
                 finally:

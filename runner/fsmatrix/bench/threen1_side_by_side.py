@@ -79,10 +79,20 @@ def parse_published_line(text: str, workers: int) -> dict[str, int]:
     return values
 
 
-def run_published(
-    program: Path, start: int, end: int, workers: int, block: int, settings: gtm.Settings, base: Path
-) -> Side:
+@dataclass(frozen=True)
+class Threen1Input:
+    """What both programs are asked: the numbers ``start``..``end`` in ``workers`` streams,
+    ``block`` numbers at a time."""
+
+    start: int
+    end: int
+    workers: int
+    block: int
+
+
+def run_published(program: Path, asked: Threen1Input, settings: gtm.Settings, base: Path) -> Side:
     """The published program on a fresh database under ``base`` (the routine is compiled from a copy)."""
+    start, end, workers, block = asked.start, asked.end, asked.workers, asked.block
     with gtm.opened(
         settings, gtm.DatabaseLocation(base / "data", base / "data", base / "scratch", "published")
     ) as session:
@@ -112,10 +122,12 @@ def run_published(
     )
 
 
-def run_ours(start: int, end: int, workers: int, block: int, keys: str, settings: gtm.Settings, base: Path) -> Side:
+def run_ours(asked: Threen1Input, keys: str, settings: gtm.Settings, base: Path) -> Side:
     """fsmatrix's 3n+1 (``workload threen1``) on a fresh database under ``base``; it must pass its checks."""
     out = threen1_run.run_standalone(
-        Params.from_mapping({"start": start, "end": end, "workers": workers, "block": block, "keys": keys}),
+        Params.from_mapping(
+            {"start": asked.start, "end": asked.end, "workers": asked.workers, "block": asked.block, "keys": keys}
+        ),
         base,
         gtm=_as_mapping(settings),
     )
@@ -210,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = gtm.Settings()
     base = Path(tempfile.mkdtemp(prefix="fsmatrix-side-by-side-", dir=args.dir))
     try:
-        published = run_published(program, args.start, args.end, args.workers, args.block, settings, base / "published")
-        ours = run_ours(args.start, args.end, args.workers, args.block, "spelled", settings, base / "fsmatrix")
+        asked = Threen1Input(args.start, args.end, args.workers, args.block)
+        published = run_published(program, asked, settings, base / "published")
+        ours = run_ours(asked, "spelled", settings, base / "fsmatrix")
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

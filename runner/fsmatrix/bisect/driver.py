@@ -39,17 +39,19 @@ class Commit:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedCommit:
+    """A commit prepared for its runs: the settings its build gives the cell, or why it cannot be tested."""
+
     commit: Commit
     settings: dict[str, Any] = field(default_factory=dict)  # what --prepare printed (or the settings file)
     failure: str | None = None  # why the commit cannot be tested: it is skipped
 
 
 class Lab(Protocol):
-    def prepare(self, commit: Commit) -> Prepared:
+    def prepare(self, commit: Commit) -> PreparedCommit:
         """The commit's settings, or why it cannot be tested."""
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> store.Result:
+    def run(self, prepared: PreparedCommit, run_id: str, repeat: int) -> store.Result:
         """Repeat ``repeat`` of the cell with the commit's settings under ``run_id``: its result document
         (the stored one when that run is complete: the resume)."""
 
@@ -69,6 +71,16 @@ class Plan:
     confirm_rounds: int = 8  # fresh pairs of the culprit and its parent (the PR gate confirms with 8)
     metric: str | None = None  # None: the gated metric the ends show regressed most clearly
 
+    def look(self, after_round: int, alpha: float) -> search.JudgeLook:
+        """The look after round ``after_round`` at level ``alpha`` (a step's, or one metric's share)."""
+        return search.JudgeLook(
+            after_round=after_round,
+            max_rounds=self.max_rounds,
+            delta=self.threshold,
+            alpha=alpha,
+            min_rounds=self.min_rounds,
+        )
+
     def check(self) -> None:
         if not 0 < self.threshold < 1:
             raise UserError(f"--threshold {self.threshold:g}: must be between 0 and 100 %")
@@ -80,6 +92,16 @@ class Plan:
             )
         if self.max_skips < 0 or self.confirm_rounds < stats.MIN_SAMPLES:
             raise UserError(f"--max-skips must be >= 0 and --confirm-rounds >= {stats.MIN_SAMPLES}")
+
+
+@dataclass(frozen=True)
+class ComparedEnds:
+    """The bisect's two ends, prepared, and what a step compares against them: the metric and its direction."""
+
+    good: PreparedCommit
+    bad: PreparedCommit
+    metric: str
+    direction: str
 
 
 @dataclass
@@ -103,7 +125,7 @@ def _failure(doc: store.Result) -> str | None:
     return f"{doc.status}: {doc.reason or 'no reason recorded'}"
 
 
-def _check_end(side: str, prepared: Prepared, docs: list[store.Result]) -> None:
+def _check_end(side: str, prepared: PreparedCommit, docs: list[store.Result]) -> None:
     """An end's run may fail once (a hiccup of the machine; its value is left out); a second failure
     stops the bisect: without both ends nothing can be decided."""
     failures = [f for d in docs if (f := _failure(d))]
@@ -128,7 +150,7 @@ class Bisector:
 
     # --------------------------------------------------------------------------- running
 
-    def _run(self, prepared: Prepared, phase: str, repeat: int) -> store.Result:
+    def _run(self, prepared: PreparedCommit, phase: str, repeat: int) -> store.Result:
         doc = self.lab.run(prepared, f"{phase}-{prepared.commit.short}", repeat)
         self.tally.runs += 1
         self.tally.seconds += float(doc.duration_s or 0.0)
@@ -136,14 +158,14 @@ class Bisector:
             self.tally.failed += 1
         return doc
 
-    def _prepare_end(self, commit: Commit, which: str) -> Prepared:
+    def _prepare_end(self, commit: Commit, which: str) -> PreparedCommit:
         prepared = self.lab.prepare(commit)
         if prepared.failure:
             raise UserError(f"the {which} end {commit.short} cannot be tested: {prepared.failure}")
         return prepared
 
     @staticmethod
-    def _order(r: int, items: list[Prepared]) -> list[Prepared]:
+    def _order(r: int, items: list[PreparedCommit]) -> list[PreparedCommit]:
         """Round r's order: rotated each round, so no side always runs first (or after the same one)."""
         k = (r - 1) % len(items)
         return items[k:] + items[:k]
@@ -173,7 +195,7 @@ class Bisector:
         if metric is None:
             report["finding"] = "no regression"
         else:
-            self._search(good_p, bad_p, metric, direction, report)
+            self._search(ComparedEnds(good_p, bad_p, metric, direction), report)
         report["runs"] = {
             "total": self.tally.runs,
             "failed": self.tally.failed,
@@ -183,7 +205,7 @@ class Bisector:
         report["first_line"] = first_line(report)
         return report
 
-    def _ends(self, good_p: Prepared, bad_p: Prepared) -> tuple[str | None, str, dict[str, Any]]:
+    def _ends(self, good_p: PreparedCommit, bad_p: PreparedCommit) -> tuple[str | None, str, dict[str, Any]]:
         """Rounds of both ends until some metric shows the bad end slower by more than δ (the one with
         the smallest p-value is followed), every metric shows it is not, or the last round."""
         plan = self.plan
@@ -203,16 +225,7 @@ class Bisector:
                 continue
             per_metric = plan.alpha / len(metrics)
             verdicts = {
-                m: search.judge_ends(
-                    _values(docs["good"], m),
-                    _values(docs["bad"], m),
-                    d,
-                    after_round=r,
-                    max_rounds=plan.max_rounds,
-                    delta=plan.threshold,
-                    alpha=per_metric,
-                    min_rounds=plan.min_rounds,
-                )
+                m: search.judge_ends(_values(docs["good"], m), _values(docs["bad"], m), d, plan.look(r, per_metric))
                 for m, d in metrics.items()
             }
             if any(j.verdict == "regression" for j in verdicts.values()) or all(
@@ -254,7 +267,7 @@ class Bisector:
             raise UserError(f"cell {self.cell} has no gated metric in its runs; choose one with --metric")
         return gated
 
-    def _search(self, good_p: Prepared, bad_p: Prepared, metric: str, direction: str, report: dict[str, Any]) -> None:
+    def _search(self, ends: ComparedEnds, report: dict[str, Any]) -> None:
         plan = self.plan
         s = search.Search(self.n)
         planned = search.planned_steps(self.n, plan.max_skips)
@@ -271,7 +284,7 @@ class Bisector:
                 break
             k += 1
             commit = self.commits[i]
-            verdict, entry = self._step(k, commit, good_p, bad_p, metric, direction, alpha_step)
+            verdict, entry = self._step(k, commit, ends, alpha_step)
             s.mark(i, verdict)
             decided += verdict != "skip"
             # Clones are kept while their commit may still be confirmed (the last good, the first bad).
@@ -292,22 +305,14 @@ class Bisector:
                 "index": culprit.index,
                 "parent": parent.sha,
             }
-            report["confirmation"] = self._confirm(parent, culprit, good_p, bad_p, metric, direction)
+            report["confirmation"] = self._confirm(parent, culprit, ends)
         else:
             report["finding"] = "stopped" if stopped else "range"
             report["stopped"] = stopped
 
-    def _step(
-        self,
-        k: int,
-        commit: Commit,
-        good_p: Prepared,
-        bad_p: Prepared,
-        metric: str,
-        direction: str,
-        alpha_step: float,
-    ) -> tuple[str, dict[str, Any]]:
+    def _step(self, k: int, commit: Commit, ends: ComparedEnds, alpha_step: float) -> tuple[str, dict[str, Any]]:
         plan = self.plan
+        good_p, bad_p = ends.good, ends.bad
         entry: dict[str, Any] = {"step": k, "sha": commit.sha, "subject": commit.subject, "index": commit.index}
         prepared = self.lab.prepare(commit)
         if prepared.failure:
@@ -333,15 +338,11 @@ class Bisector:
             if r < plan.min_rounds:
                 continue
             judgement = search.judge_step(
-                _values(docs["good"], metric),
-                _values(docs["bad"], metric),
-                _values(docs["commit"], metric),
-                direction,
-                after_round=r,
-                max_rounds=plan.max_rounds,
-                delta=plan.threshold,
-                alpha=alpha_step,
-                min_rounds=plan.min_rounds,
+                _values(docs["good"], ends.metric),
+                _values(docs["bad"], ends.metric),
+                _values(docs["commit"], ends.metric),
+                ends.direction,
+                plan.look(r, alpha_step),
             )
             if judgement.verdict != "open":
                 verdict, reason = judgement.verdict, judgement.reason
@@ -354,13 +355,11 @@ class Bisector:
             entry.update(ratio_good=judgement.ratio_good, ratio_bad=judgement.ratio_bad, between=judgement.between)
         return verdict, entry
 
-    def _confirm(
-        self, parent: Commit, culprit: Commit, good_p: Prepared, bad_p: Prepared, metric: str, direction: str
-    ) -> dict[str, Any]:
+    def _confirm(self, parent: Commit, culprit: Commit, ends: ComparedEnds) -> dict[str, Any]:
         """Fresh pairs of the culprit and its parent: the effect, its 95 % interval, and whether the gate's
         test (paired, at α) shows it worse by more than δ again."""
         plan = self.plan
-        known = {good_p.commit.sha: good_p, bad_p.commit.sha: bad_p}
+        known = {ends.good.commit.sha: ends.good, ends.bad.commit.sha: ends.bad}
         parent_p = known.get(parent.sha) or self.lab.prepare(parent)
         culprit_p = known.get(culprit.sha) or self.lab.prepare(culprit)
         for p in (parent_p, culprit_p):
@@ -372,8 +371,8 @@ class Bisector:
                 docs["parent" if p is parent_p else "culprit"].append(self._run(p, "confirm", r))
         for c in (parent, culprit):
             self.lab.release(c)
-        pairs = metrics.metric_pairs(docs["parent"], docs["culprit"], metric)
-        effect = stats.compare_paired(pairs, direction, alpha=plan.alpha)
+        pairs = metrics.metric_pairs(docs["parent"], docs["culprit"], ends.metric)
+        effect = stats.compare_paired(pairs, ends.direction, alpha=plan.alpha)
         confirmed = stats.is_regression(effect, plan.threshold)
         return {
             "confirmed": confirmed,

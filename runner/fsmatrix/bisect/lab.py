@@ -29,6 +29,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from fsmatrix import matrix, runs
 from fsmatrix.agent import jsonfile
 from fsmatrix.backends import Backend
 from fsmatrix.bisect import git
-from fsmatrix.bisect.driver import Commit, Prepared
+from fsmatrix.bisect.driver import Commit, PreparedCommit
 from fsmatrix.errors import UserError
 from fsmatrix.matrix import Matrix, MatrixCell
 from fsmatrix.results import store
@@ -100,24 +101,28 @@ def clones_root(workdir: Path, results_root: Path) -> Path:
     return workdir / "bisect" / key
 
 
+@dataclass(frozen=True, kw_only=True)
+class LabSetup:
+    """What a bisect's lab builds and runs: the repository, the cell (``base``, from ``matrix_file``),
+    how a commit gives its settings (``prepare``: the --prepare command; else ``settings_file``), and
+    where its results (``results_root``) and clones (under ``workdir``) go."""
+
+    repo: Path
+    base: MatrixCell
+    matrix_file: Path
+    prepare: str | None
+    settings_file: str | None
+    results_root: Path
+    workdir: Path
+
+
 class GitLab:
-    def __init__(
-        self,
-        repo: Path,
-        base: MatrixCell,
-        backend: Backend,
-        *,
-        results_root: Path,
-        workdir: Path,
-        prepare: str | None,
-        settings_file: str | None,
-        matrix_path: str,
-    ) -> None:
-        self.repo, self.base, self.backend = repo.resolve(), base, backend
-        self.results_root = results_root
-        self.prepare_cmd, self.settings_file = prepare, settings_file
-        self.matrix = Matrix(name="bisect", path=matrix_path, repeat=1)
-        self.clones = clones_root(workdir, results_root)
+    def __init__(self, setup: LabSetup, backend: Backend) -> None:
+        self.repo, self.base, self.backend = setup.repo.resolve(), setup.base, backend
+        self.results_root = setup.results_root
+        self.prepare_cmd, self.settings_file = setup.prepare, setup.settings_file
+        self.matrix = Matrix(name="bisect", path=str(setup.matrix_file), repeat=1)
+        self.clones = clones_root(setup.workdir, setup.results_root)
         shutil.rmtree(self.clones, ignore_errors=True)  # what a killed bisect left
         self.live: dict[str, MatrixCell] = {}  # prepared and cloned now: sha -> the cell with its settings
         self.reused = 0
@@ -127,14 +132,14 @@ class GitLab:
     def _cache(self, sha: str) -> Path:
         return self.results_root / "prepared" / f"{sha}.json"
 
-    def prepare(self, commit: Commit) -> Prepared:
+    def prepare(self, commit: Commit) -> PreparedCommit:
         cached = self._cache(commit.sha)
         if cached.is_file():
             stored = jsonfile.read(cached)
-            return Prepared(commit, stored.get("settings") or {}, stored.get("failure"))
+            return PreparedCommit(commit, stored.get("settings") or {}, stored.get("failure"))
         return self._build(commit)
 
-    def _build(self, commit: Commit) -> Prepared:
+    def _build(self, commit: Commit) -> PreparedCommit:
         clone = self.clones / commit.short
         log = self._cache(commit.sha).with_suffix(".log")
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +160,7 @@ class GitLab:
             self._cache(commit.sha),
             {"sha": commit.sha, "subject": commit.subject, "settings": settings, "failure": failure},
         )
-        return Prepared(commit, settings, failure)
+        return PreparedCommit(commit, settings, failure)
 
     def _settings_text(self, commit: Commit, clone: Path, log: Path) -> str:
         if self.prepare_cmd is None:
@@ -183,7 +188,7 @@ class GitLab:
 
     # --------------------------------------------------------------------------- running
 
-    def run(self, prepared: Prepared, run_id: str, repeat: int) -> store.Result:
+    def run(self, prepared: PreparedCommit, run_id: str, repeat: int) -> store.Result:
         path = store.result_path(self.results_root / run_id, self.base.id, repeat)
         if path.is_file():
             self.reused += 1

@@ -31,6 +31,7 @@ wrong commit, by α.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -126,32 +127,26 @@ def _ratio(base: Sequence[float], head: Sequence[float]) -> float:
     return stats.ratio_of_medians(list(base), list(head)) if base and head else math.nan
 
 
-def _race(
-    samples: dict[str, Sequence[float]],
-    direction: str,
-    after_round: int,
-    max_rounds: int,
-    delta: float,
-    alpha: float,
-    min_rounds: int,
-) -> race.RaceStep:
-    look = race.Look(after_round, max_rounds, min_rounds, delta, alpha, margin=delta)  # a regression beyond δ
-    return race.race_step({k: list(v) for k, v in samples.items()}, direction, look)
+@dataclass(frozen=True, kw_only=True)
+class JudgeLook:
+    """The look a judgement is made at: after round ``after_round`` of at most ``max_rounds``
+    (nothing decided before ``min_rounds``), a regression beyond ``delta``, at level ``alpha``."""
+
+    after_round: int
+    max_rounds: int
+    delta: float
+    alpha: float
+    min_rounds: int = stats.MIN_SAMPLES
 
 
-def judge_ends(
-    good: Sequence[float],
-    bad: Sequence[float],
-    direction: str,
-    *,
-    after_round: int,
-    max_rounds: int,
-    delta: float,
-    alpha: float,
-    min_rounds: int = stats.MIN_SAMPLES,
-) -> Judgement:
-    """Is the bad end slower than the good end by more than ``delta``? A race of the two ends at ``alpha``."""
-    step = _race({GOOD_END: good, BAD_END: bad}, direction, after_round, max_rounds, delta, alpha, min_rounds)
+def _race(samples: dict[str, Sequence[float]], direction: str, look: JudgeLook) -> race.RaceStep:
+    at = race.Look(look.after_round, look.max_rounds, look.min_rounds, look.delta, look.alpha, margin=look.delta)
+    return race.race_step({k: list(v) for k, v in samples.items()}, direction, at)  # a regression beyond δ
+
+
+def judge_ends(good: Sequence[float], bad: Sequence[float], direction: str, look: JudgeLook) -> Judgement:
+    """Is the bad end slower than the good end by more than ``look.delta``? A race of the two ends at ``look.alpha``."""
+    step = _race({GOOD_END: good, BAD_END: bad}, direction, look)
     ratio = _ratio(good, bad)
     bad_d = next(d for d in step.decisions if d.cell == BAD_END)
     good_d = next(d for d in step.decisions if d.cell == GOOD_END)
@@ -168,22 +163,13 @@ def judge_ends(
 
 
 def judge_step(
-    good: Sequence[float],
-    bad: Sequence[float],
-    tested: Sequence[float],
-    direction: str,
-    *,
-    after_round: int,
-    max_rounds: int,
-    delta: float,
-    alpha: float,
-    min_rounds: int = stats.MIN_SAMPLES,
+    good: Sequence[float], bad: Sequence[float], tested: Sequence[float], direction: str, look: JudgeLook
 ) -> Judgement:
-    """Is the tested commit good or bad? Two races at ``alpha`` / 2 each (see the module's docstring).
-    The values are the passed runs' (a failed run is the caller's to handle: a skip)."""
-    half = alpha / 2
-    vs_good = _race({GOOD_END: good, COMMIT: tested}, direction, after_round, max_rounds, delta, half, min_rounds)
-    vs_bad = _race({BAD_END: bad, COMMIT: tested}, flip(direction), after_round, max_rounds, delta, half, min_rounds)
+    """Is the tested commit good or bad? Two races at ``look.alpha`` / 2 each (see the module's
+    docstring). The values are the passed runs' (a failed run is the caller's to handle: a skip)."""
+    half, delta = dataclasses.replace(look, alpha=look.alpha / 2), look.delta
+    vs_good = _race({GOOD_END: good, COMMIT: tested}, direction, half)
+    vs_bad = _race({BAD_END: bad, COMMIT: tested}, flip(direction), half)
     bad_signals, good_signals = [], []
     slower_than_good = vs_good.action(COMMIT) == "retire"
     if slower_than_good:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fsmatrix.agent import jsonfile
 from fsmatrix.backends import Backend
 from fsmatrix.bisect import driver
-from fsmatrix.bisect.lab import GitLab
+from fsmatrix.bisect.lab import GitLab, LabSetup
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import MatrixCell
 
 INPUTS_FILE = "bisect-inputs.json"
 REPORT_JSON = "bisect.json"
@@ -21,30 +19,25 @@ REPORT_MD = "bisect.md"
 
 
 def run(
-    repo: Path,
+    setup: LabSetup,
     commits: list[driver.Commit],
-    base: MatrixCell,
     backend: Backend,
     plan: driver.Plan,
-    *,
-    matrix_file: Path,
-    results_root: Path,
-    workdir: Path,
-    prepare: str | None,
-    settings_file: str | None,
     say: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """The bisect of ``commits`` (good first) on ``base`` with ``backend``; its report, also written as
-    ``bisect.md`` and ``bisect.json`` under ``results_root``. The same inputs again resume it; other
-    inputs in the same results directory are refused (UserError). Clones go on every exit path."""
+    """The bisect of ``commits`` (good first) on ``setup.base`` with ``backend``; its report, also
+    written as ``bisect.md`` and ``bisect.json`` under ``setup.results_root``. The same inputs again
+    resume it; other inputs in the same results directory are refused (UserError). Clones go on
+    every exit path."""
+    results_root = setup.results_root
     inputs = {
-        "repo": str(repo.resolve()),
+        "repo": str(setup.repo.resolve()),
         "good": commits[0].sha,
         "bad": commits[-1].sha,
-        "matrix": str(matrix_file.resolve()),
-        "cell": base.id,
-        "prepare": prepare,
-        "settings_file": settings_file,
+        "matrix": str(setup.matrix_file.resolve()),
+        "cell": setup.base.id,
+        "prepare": setup.prepare,
+        "settings_file": setup.settings_file,
         "backend": backend.name,
         "plan": dataclasses.asdict(plan),
     }
@@ -55,18 +48,9 @@ def run(
             "give another --results to start a new one, or the same options to resume it"
         )
     jsonfile.write_atomic(stored, inputs)
-    lab = GitLab(
-        repo,
-        base,
-        backend,
-        results_root=results_root,
-        workdir=workdir,
-        prepare=prepare,
-        settings_file=settings_file,
-        matrix_path=str(matrix_file),
-    )
+    lab = GitLab(setup, backend)
     try:
-        report = driver.Bisector(commits, lab, plan, cell=base.id, say=say).run()
+        report = driver.Bisector(commits, lab, plan, cell=setup.base.id, say=say).run()
     finally:
         lab.close()
     report["results"] = str(results_root.resolve())

@@ -96,23 +96,21 @@ def bisect(
     if reaped:
         echo_err(f"removed what dead runs left in {workdir}: {'; '.join(reaped)}")
     from fsmatrix.bisect import session
+    from fsmatrix.bisect.lab import LabSetup
 
     chosen = BACKENDS[backend].make(workdir, [])
     echo_err(f"bisect: {len(commits) - 1} commits after {commits[0].short}, cell {base.id}; results in {results_root}")
     try:
-        report = session.run(
-            repo,
-            commits,
-            base,
-            chosen,
-            plan,
+        setup = LabSetup(
+            repo=repo,
+            base=base,
             matrix_file=matrix_file,
-            results_root=results_root,
-            workdir=workdir,
             prepare=prepare,
             settings_file=settings_file,
-            say=echo_err,
+            results_root=results_root,
+            workdir=workdir,
         )
+        report = session.run(setup, commits, chosen, plan, say=echo_err)
     finally:
         chosen.close()
     click.echo(report["markdown"], nl=False)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from fsmatrix import images
+from fsmatrix import image_definitions
 from fsmatrix.agent import proc
 from fsmatrix.backends import image
 from fsmatrix.backends.qemu import kernel_boot, snapshot
@@ -16,7 +16,9 @@ from fsmatrix.cli._common import echo_err
 
 
 def _image_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    return click.option("--image", "name", default=images.DEFAULT, show_default=True, metavar="NAME", help=help)
+    return click.option(
+        "--image", "name", default=image_definitions.DEFAULT, show_default=True, metavar="NAME", help=help
+    )
 
 
 @click.group("image")
@@ -53,9 +55,9 @@ def list_command() -> None:
     """The images a cell may name (their definitions), then the built ones in the cache, newest
     first; * marks each definition's image for the current sources."""
     current = image.current_images()
-    for name, definition in images.definitions().items():
+    for name, definition in image_definitions.definitions().items():
         state = "built" if current[name].complete() else "not built"
-        default = ", the default" if name == images.DEFAULT else ""
+        default = ", the default" if name == image_definitions.DEFAULT else ""
         click.echo(f"{name}: {definition.description} ({current[name].name}: {state}{default})")
     names = {paths.name: name for name, paths in current.items()}
     built = image.built_images()

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fsmatrix import images, matrix, racing, runs
+from fsmatrix import image_definitions, matrix, racing, runs
 from fsmatrix.agent import kernel
 from fsmatrix.backends import image
 from fsmatrix.errors import UserError
@@ -121,7 +121,7 @@ def capability_warnings(cells: list[matrix.MatrixCell]) -> None:
     manifests of the images built for the current sources (an image not built yet says nothing)."""
     manifests = {}
     for name in dict.fromkeys(c.spec.image for c in cells):
-        if not images.defined(name):
+        if not image_definitions.defined(name):
             continue  # fsmatrix without its source tree builds no image (it runs on the host backend)
         paths = image.image_paths(image=name)
         if paths.complete():

@@ -330,11 +330,11 @@ class _SlurmSubmit:
 
 def _run_on_slurm(m: matrix.Matrix, cells: list[matrix.MatrixCell], how: _SlurmRun, submit: _SlurmSubmit) -> int:
     """Submit the cells as a Slurm job array; unless ``detach``, wait, merge and report. The exit status."""
-    sub = slurm.prepare(
-        m, cells, shared=how.shared, run_id=how.run_id, backend=how.backend, repeat=how.repeat,
+    sub = slurm.prepare(slurm.SlurmRequest(
+        matrix=m, cells=cells, shared=how.shared, run_id=how.run_id, backend=how.backend, repeat=how.repeat,
         results_root=how.results_root, shard_size=how.shard_size, task_args=list(how.task_args), force=how.force,
         settings_file=submit.settings_file,
-    )  # fmt: skip
+    ))  # fmt: skip
     extra = [word for arg in submit.sbatch_args for word in shlex.split(arg)]
     with slurm.cancelled_on_interrupt(sub, console):  # from the submission on: Ctrl-C leaves no job behind
         job_id = slurm.submit(sub, slurm.gres_for(how.backend, submit.kvm_gres), extra)

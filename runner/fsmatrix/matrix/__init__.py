@@ -14,7 +14,7 @@ The package by concept, this module only its face (what callers use, re-exported
 
 from __future__ import annotations
 
-from fsmatrix.matrix.baselines import DEFAULTS_RULE, NAMED_RULE, Group, group_key, group_of, groups
+from fsmatrix.matrix.baselines import DEFAULTS_RULE, NAMED_RULE, ComparisonGroup, group_key, group_of, groups
 from fsmatrix.matrix.expand import (
     MAX_CELLS,
     SCALE_KEYS,
@@ -57,8 +57,8 @@ __all__ = [
     "SCALE_KEYS",
     "TOP_LEVEL",
     "BuildSettings",
+    "ComparisonGroup",
     "Flat",
-    "Group",
     "IncludeEffect",
     "Leaf",
     "Matrix",

@@ -26,7 +26,7 @@ DEFAULTS_RULE = "defaults"
 
 
 @dataclass(frozen=True)
-class Group:
+class ComparisonGroup:
     """The cells that answer one question: the same workload with the same parameters (and the same
     crash setting, whose runs measure a recovery, not the workload). What differs inside a group
     (filesystem, options, layout, device, database settings, ...) is the configuration compared."""
@@ -43,18 +43,18 @@ def group_key(params: Mapping[str, Any]) -> str:
     return f"{workload}|{crashing}"
 
 
-def group_of(spec: Cell) -> Group:
+def group_of(spec: Cell) -> ComparisonGroup:
     """The comparison group of a typed cell (reports, the answer, baselines and racing group cells by it).
     A stored result's, from its parameters as JSON: ``fsmatrix.results.store.comparison_group``."""
     label = spec.declaration.summary(spec.params)
     if spec.crash is not None:
         label += f" (crash: {spec.crash.mode})"
-    return Group(key=group_key(spec.to_dict()), label=label)
+    return ComparisonGroup(key=group_key(spec.to_dict()), label=label)
 
 
-def groups(cells: list[MatrixCell]) -> dict[str, tuple[Group, list[MatrixCell]]]:
+def groups(cells: list[MatrixCell]) -> dict[str, tuple[ComparisonGroup, list[MatrixCell]]]:
     """The cells of each comparison group, in expansion order (groups in order of first cell)."""
-    found: dict[str, tuple[Group, list[MatrixCell]]] = {}
+    found: dict[str, tuple[ComparisonGroup, list[MatrixCell]]] = {}
     for cell in cells:
         group = group_of(cell.spec)
         found.setdefault(group.key, (group, []))[1].append(cell)

@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,8 @@ TOP_LEVEL = (
 SCALE_KEYS = (
     "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner"
 )  # fmt: skip
+# How a step refuses bad input: the message and its line in the file.
+Fail = Callable[[str, int | None], UserError]
 # Refused before any expansion work: a matrix beyond these is a typo (or an attack), not a plan.
 MAX_CELLS = 10_000
 
@@ -176,9 +179,41 @@ def _at_scale(doc: dict[str, Any], scale: str, fail: Any) -> tuple[dict[str, Any
 
 
 def expand_document(doc: Any, name: str, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
+    """The matrix of a document read from ``name``, at ``scale`` (None: the file's own), with the
+    ``settings`` of a build under test when given: its cells, their baselines, what each ``include``
+    entry did. Raises UserError (exit 2, with the file's line) on any bad input."""
+
     def fail(message: str, line: int | None) -> UserError:
         return UserError(message, file=name, line=line)
 
+    doc, scale_defaults = _checked_top_level(doc, name, scale, fail)
+    reproduces = _reproduces(doc, fail)
+    title, repeat = _title(doc, name, fail), _repeat(doc, fail)
+    axis_values = _axes(doc, fail)
+    _check_size(doc, axis_values, fail)
+    crossed = _cross(axis_values)
+    # The combinations of the cross that run: every one (a fractional design would choose some here).
+    selected = crossed
+    included = _include(doc, _exclude(doc, selected, fail), fail)
+    defaults = _defaults(doc, scale_defaults, fail)
+    cell_defaults = CellDefaults(defaults, _built_defaults(defaults, settings, included.flats, name), settings)
+    race = _race(doc, repeat, fail)
+    baseline = baseline_entry(doc, fail)
+    matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race)
+    matrix.cells, flat_ids = _cells(included.flats, cell_defaults, name, fail)
+    axis_paths = {path for values in axis_values for value in values for path in value}
+    matrix.includes = _include_effects(included, flat_ids, axis_paths, defaults)
+    if baseline is None:
+        matrix.baselines, matrix.baseline_rule = default_baselines(matrix.cells, cell_defaults.built), DEFAULTS_RULE
+    else:
+        matrix.baselines = named_baselines(matrix.cells, baseline, yamlpos.line_of(doc, "baseline"), fail)
+        matrix.baseline_rule = NAMED_RULE
+    return matrix
+
+
+def _checked_top_level(doc: Any, name: str, scale: str | None, fail: Fail) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The document (at ``scale``: with the scale's keys in place) once its top-level keys are known
+    ones, and the scale's ``defaults`` ({} without a scale)."""
     if not isinstance(doc, dict):
         raise fail("a matrix file must be a mapping with 'axes' and/or 'include'", yamlpos.line_of(doc))
     for key in doc:
@@ -190,14 +225,25 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
         doc["name"] = doc["name"] or f"{Path(name).stem}-{scale}"
     elif doc.get("scales") is not None and not isinstance(doc.get("scales"), dict):
         raise fail("'scales' must be a mapping of scale name -> settings", yamlpos.line_of(doc, "scales"))
-    reproduces = _reproduces(doc, fail)
+    return doc, scale_defaults
+
+
+def _title(doc: dict[str, Any], name: str, fail: Fail) -> str:
     title = doc.get("name", Path(name).stem)
     if not isinstance(title, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", title):
         raise fail(f"name {title!r} must be letters, digits, '.', '_' or '-'", yamlpos.line_of(doc, "name"))
+    return title
+
+
+def _repeat(doc: dict[str, Any], fail: Fail) -> int:
     repeat = doc.get("repeat", 1)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
         raise fail(f"repeat {repeat!r} must be an integer from 1 to {MAX_REPEAT}", yamlpos.line_of(doc, "repeat"))
+    return int(repeat)
 
+
+def _axes(doc: dict[str, Any], fail: Fail) -> list[list[Flat]]:
+    """Each axis's values, flattened (settings as dotted paths)."""
     axes = doc.get("axes", {}) or {}
     if not isinstance(axes, dict):
         raise fail("'axes' must be a mapping of setting -> list of values", yamlpos.line_of(doc, "axes"))
@@ -210,8 +256,12 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
         if not values:
             raise fail(f"axis {key!r} is empty; give it at least one value", line)
         axis_values.append([flatten_value(key, v, yamlpos.line_of(values, i), fail) for i, v in enumerate(values)])
+    return axis_values
 
-    # Counted before crossing anything: the product of the axes' lengths, plus what include may add.
+
+def _check_size(doc: dict[str, Any], axis_values: list[list[Flat]], fail: Fail) -> None:
+    """Refuse a matrix over MAX_CELLS, counted before crossing anything: the product of the axes'
+    lengths, plus what include may add."""
     include_doc = doc.get("include", []) or []
     at_most = (math.prod(len(v) for v in axis_values) if axis_values else 0) + (
         len(include_doc) if isinstance(include_doc, list) else 0
@@ -223,8 +273,15 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
             "split it, or select cells with --only",
             yamlpos.line_of(doc, "axes"),
         )
-    combos: list[Flat] = [merge_flats(*parts) for parts in itertools.product(*axis_values)] if axis_values else []
 
+
+def _cross(axis_values: list[list[Flat]]) -> list[Flat]:
+    """Every combination of the axes' values (none without axes)."""
+    return [merge_flats(*parts) for parts in itertools.product(*axis_values)] if axis_values else []
+
+
+def _exclude(doc: dict[str, Any], combos: list[Flat], fail: Fail) -> list[Flat]:
+    """``combos`` without those an ``exclude`` entry matches; refused when none would be left."""
     excludes = flat_entries(doc, "exclude", fail)
     if excludes:
         before = len(combos)
@@ -235,12 +292,26 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
                 "'exclude' removes every combination of the axes; nothing would run",
                 yamlpos.line_of(doc, "exclude"),
             )
+    return combos
 
+
+@dataclass(frozen=True)
+class Included:
+    """The combinations once every ``include`` entry was applied (``flats``), and per entry
+    (``entries``, as ``doc_list`` gives them) the flats it extended (indexes into ``flats``) or the
+    one it created (``touched``)."""
+
+    flats: list[Flat]
+    entries: list[Flat]
+    doc_list: list[Any]
+    touched: list[tuple[list[int], int | None]]
+
+
+def _include(doc: dict[str, Any], combos: list[Flat], fail: Fail) -> Included:
+    """Each ``include`` entry added to every combination whose settings it does not contradict, or
+    a combination of its own when it fits none; refused when no combination is left."""
     originals = [(c, dict[str, Leaf]()) for c in combos]
     created: list[Flat] = []
-    # Per include entry: the flats it extended (indexes into ``originals``), or the one it created
-    # (an index past them); turned into cell ids once the cells are made.
-    include_doc_list = doc.get("include", []) or []
     touched: list[tuple[list[int], int | None]] = []
     include_entries = flat_entries(doc, "include", fail)
     for entry in include_entries:
@@ -255,69 +326,102 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
     flats = [merge_flats(orig, added) for orig, added in originals] + created
     if not flats:
         raise fail("the matrix has no cells: give 'axes' or 'include'", yamlpos.line_of(doc))
+    return Included(flats, include_entries, doc.get("include", []) or [], touched)
 
+
+def _defaults(doc: dict[str, Any], scale_defaults: dict[str, Any], fail: Fail) -> Flat:
+    """``defaults``, the scale's over them, and the top-level ``runner`` (a default every cell may override)."""
     defaults_doc = doc.get("defaults", {}) or {}
     if not isinstance(defaults_doc, dict):
         raise fail("'defaults' must be a mapping of settings", yamlpos.line_of(doc, "defaults"))
     defaults = flatten_mapping(defaults_doc, "", fail)
     defaults.update(flatten_mapping(scale_defaults, "", fail))
-    if doc.get("runner") is not None:  # the top-level ``runner``: a default every cell may override
+    if doc.get("runner") is not None:
         if any(p.startswith("runner.") for p in defaults):
             raise fail(
                 "runner is set at the top level and in defaults; set it in one place", yamlpos.line_of(doc, "runner")
             )
         defaults.update(flatten_value("runner", doc["runner"], yamlpos.line_of(doc, "runner"), fail))
-    built_defaults = defaults
-    if settings is not None:
-        for path, leaf in settings.flat.items():
-            if any(path in flat for flat in flats):
-                raise UserError(
-                    f"{path} is set by the matrix's axes or include ({name}); the settings of a build under test "
-                    "may only set what the matrix leaves to its defaults",
-                    file=settings.file,
-                    line=leaf.line,
-                )
-        built_defaults = {**defaults, **settings.flat}
+    return defaults
+
+
+def _built_defaults(defaults: Flat, settings: BuildSettings | None, flats: list[Flat], name: str) -> Flat:
+    """The defaults with a build's settings over them; a setting the axes or include set is refused."""
+    if settings is None:
+        return defaults
+    for path, leaf in settings.flat.items():
+        if any(path in flat for flat in flats):
+            raise UserError(
+                f"{path} is set by the matrix's axes or include ({name}); the settings of a build under test "
+                "may only set what the matrix leaves to its defaults",
+                file=settings.file,
+                line=leaf.line,
+            )
+    return {**defaults, **settings.flat}
+
+
+def _race(doc: dict[str, Any], repeat: int, fail: Fail) -> RaceSettings | None:
+    if "race" not in doc:
+        return None
+    race_doc = doc["race"]
+    return race_settings(
+        race_doc,
+        repeat,
+        lambda key: yamlpos.line_of(race_doc, key)
+        if key is not None and isinstance(race_doc, dict)
+        else yamlpos.line_of(doc, "race"),
+        fail,
+    )
+
+
+@dataclass(frozen=True)
+class CellDefaults:
+    """What fills a cell's unset settings: the matrix's defaults (``own``; they make its id) and,
+    for a build under test, those with its ``settings`` over them (``built``; they make its spec)."""
+
+    own: Flat
+    built: Flat
+    settings: BuildSettings | None = None
+
+
+def _cells(flats: list[Flat], defaults: CellDefaults, name: str, fail: Fail) -> tuple[list[MatrixCell], list[str]]:
+    """The cells (each id once) and every flat's cell id, in order."""
+    settings = defaults.settings
 
     def settings_fail(message: str, line: int | None) -> UserError:
         # a cell valid without the settings and invalid with them: their file is to blame
         return UserError(f"with these settings, a cell of {name}: {message}", file=settings.file if settings else name)
 
-    race = None
-    if "race" in doc:
-        race_doc = doc["race"]
-        race = race_settings(
-            race_doc,
-            repeat,
-            lambda key: yamlpos.line_of(race_doc, key)
-            if key is not None and isinstance(race_doc, dict)
-            else yamlpos.line_of(doc, "race"),
-            fail,
-        )
-    baseline = baseline_entry(doc, fail)
-    matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race)
+    cells: list[MatrixCell] = []
     seen: set[str] = set()
     flat_ids: list[str] = []
     for flat in flats:
-        cell = make_cell(with_defaults(flat, defaults), fail)
+        cell = make_cell(with_defaults(flat, defaults.own), fail)
         if settings is not None:  # the build's settings, under the id the cell has without them
-            cell = replace(cell, spec=make_cell(with_defaults(flat, built_defaults), settings_fail).spec)
+            cell = replace(cell, spec=make_cell(with_defaults(flat, defaults.built), settings_fail).spec)
         flat_ids.append(cell.id)
         if cell.id not in seen:  # settings that do not apply to a workload can make cells identical
             seen.add(cell.id)
-            matrix.cells.append(cell)
-    axis_paths = {path for values in axis_values for value in values for path in value}
-    for i, (entry, (fitted, made)) in enumerate(zip(include_entries, touched, strict=True)):
+            cells.append(cell)
+    return cells, flat_ids
+
+
+def _include_effects(
+    included: Included, flat_ids: list[str], axis_paths: set[str], defaults: Flat
+) -> list[IncludeEffect]:
+    """What each ``include`` entry did, by cell id."""
+    effects = []
+    for i, (entry, (fitted, made)) in enumerate(zip(included.entries, included.touched, strict=True)):
         off = [p for p in entry if p not in axis_paths and not p.startswith(("workload.", "runner."))]
         example = ""
         if off:
             has_default, default = default_value(off[0], defaults)
             shown = [default, entry[off[0]].value] if has_default else [entry[off[0]].value]
             example = f"{off[0]}: {json.dumps(shown, ensure_ascii=False)}"
-        matrix.includes.append(
+        effects.append(
             IncludeEffect(
                 index=i,
-                line=yamlpos.line_of(include_doc_list, i),
+                line=yamlpos.line_of(included.doc_list, i),
                 added=flat_ids[made] if made is not None else None,
                 extended=tuple(dict.fromkeys(flat_ids[f] for f in fitted)),
                 # Giving existing cells a runner class is what an include is for: no trap there.
@@ -329,12 +433,7 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
                 example=example,
             )
         )
-    if baseline is None:
-        matrix.baselines, matrix.baseline_rule = default_baselines(matrix.cells, built_defaults), DEFAULTS_RULE
-    else:
-        matrix.baselines = named_baselines(matrix.cells, baseline, yamlpos.line_of(doc, "baseline"), fail)
-        matrix.baseline_rule = NAMED_RULE
-    return matrix
+    return effects
 
 
 def _reproduces(doc: dict[str, Any], fail: Any) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from fsmatrix import images
+from fsmatrix import image_definitions
 from fsmatrix.agent import cell as cells
 from fsmatrix.agent import crash, declare
 from fsmatrix.agent.storage import filesystems
@@ -37,7 +37,7 @@ def _cell_schema() -> dict[str, Any]:
             "mkfs_options": options["mkfs_options"],
             "mount_options": options["mount_options"],
             # The images known: the definitions in packer/images/ (a bad name is refused with this list).
-            "image": {**options["image"], "enum": images.names()},
+            "image": {**options["image"], "enum": image_definitions.names()},
             **{name: declare.json_schema(block) for name, block in cells.BLOCKS.items()},
             **blocks,
             "workload": {

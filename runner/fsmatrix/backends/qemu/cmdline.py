@@ -4,7 +4,7 @@ on the command line or hot-plugged)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,35 +33,39 @@ class DirectBoot:
         return cmd
 
 
-def qemu_command(
-    image: Path,
-    *,
-    accel: str,
-    name: str,
-    serial_log: Path,
-    memory_mib: int = 1024,
-    cpus: int = 2,
-    ssh_port: int | None = None,
-    drives: Sequence[Disk] = (),
-    snapshot: bool = True,
-    qmp_socket: Path | None = None,
-    boot: DirectBoot | None = None,
-) -> list[str]:
-    """The QEMU command line that boots ``image``.
+@dataclass(frozen=True)
+class QemuVm:
+    """A VM as QEMU's command line starts it: ``image`` its root disk (qcow2), ``drives`` the extra
+    disks (see backends/disks.py). With ``ssh_port`` the guest gets a user-mode NIC that reaches
+    nothing outside (restrict=on) and 127.0.0.1:ssh_port forwards to its SSH; without it, no NIC at
+    all. ``snapshot`` keeps the image unchanged. ``name`` should contain "fsmatrix" so leftover
+    processes can be found. ``qmp_socket``: a QMP server on that unix socket. ``boot``: start this
+    kernel, not the image's."""
 
-    ``drives`` are the extra disks (see backends/disks.py). With ``ssh_port`` the guest
-    gets a user-mode NIC that reaches nothing outside (restrict=on) and 127.0.0.1:ssh_port
-    forwards to its SSH; without it, no NIC at all. ``snapshot`` keeps the image unchanged.
-    ``name`` should contain "fsmatrix" so leftover processes can be found.
-    ``qmp_socket``: a QMP server on that unix socket. ``boot``: start this kernel, not the image's.
-    """
+    image: Path
+    _: KW_ONLY
+    accel: str
+    name: str
+    serial_log: Path
+    memory_mib: int = 1024
+    cpus: int = 2
+    ssh_port: int | None = None
+    drives: Sequence[Disk] = ()
+    snapshot: bool = True
+    qmp_socket: Path | None = None
+    boot: DirectBoot | None = None
+
+
+def qemu_command(vm: QemuVm) -> list[str]:
+    """The QEMU command line that boots ``vm``."""
+    image, boot = vm.image, vm.boot
     cmd = [
-        "qemu-system-x86_64", "-name", name, "-accel", accel, "-cpu", "max", "-smp", str(cpus),
-        "-m", str(memory_mib), "-display", "none", "-monitor", "none", "-nodefaults", "-no-reboot",
-        "-serial", f"file:{serial_log}",
+        "qemu-system-x86_64", "-name", vm.name, "-accel", vm.accel, "-cpu", "max", "-smp", str(vm.cpus),
+        "-m", str(vm.memory_mib), "-display", "none", "-monitor", "none", "-nodefaults", "-no-reboot",
+        "-serial", f"file:{vm.serial_log}",
         # bootindex: SeaBIOS boots only the disk it ranks first, which must not be a data disk.
         "-drive", f"file={image},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap"
-        + (",snapshot=on" if snapshot else ""),
+        + (",snapshot=on" if vm.snapshot else ""),
         # With -kernel, QEMU's own boot ROM starts the kernel: no disk may rank before it.
         "-device", "virtio-blk-pci,drive=root" + (",bootindex=0" if boot is None else ""),
         # A new VM generation id at every start: a guest restored from a saved state reseeds its RNG.
@@ -69,15 +73,15 @@ def qemu_command(
     ]  # fmt: skip
     if boot is not None:
         cmd += boot.arguments()
-    if qmp_socket is not None:
-        cmd += ["-qmp", f"unix:{qmp_socket},server=on,wait=off"]
-    for index, disk in enumerate(drives):
+    if vm.qmp_socket is not None:
+        cmd += ["-qmp", f"unix:{vm.qmp_socket},server=on,wait=off"]
+    for index, disk in enumerate(vm.drives):
         cmd += disk_arguments(disk, index)
-    if ssh_port is None:
+    if vm.ssh_port is None:
         cmd += ["-nic", "none"]
     else:
         cmd += [
-            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{vm.ssh_port}-:22",
             "-device", "virtio-net-pci,netdev=net0",
         ]  # fmt: skip
     return cmd

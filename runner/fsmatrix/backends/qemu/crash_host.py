@@ -56,16 +56,7 @@ class Cut:
 class VmBackend(Protocol):
     """What a VM backend offers a crash mode's host side (its public API; nothing private)."""
 
-    def launch(
-        self,
-        cell: MatrixCell,
-        repeat: int,
-        run_dir: Path,
-        template: snapshot.Template | None,
-        data: list[Disk],
-        job_doc: dict[str, Any],
-        phase: str,
-    ) -> Launch: ...
+    def launch(self, run: VmRun, phase: str, job_doc: dict[str, Any] | None = None) -> Launch: ...
 
     def boot_and_wait(self, launch: Launch, limit: float, cut: Cut | None = None) -> int | None: ...
 
@@ -85,9 +76,7 @@ class VmRun:
 
     def launch(self, phase: str, job_doc: dict[str, Any] | None = None) -> Launch:
         """A VM of this run (fresh root overlay and job disk, the same data disks), ready to boot."""
-        return self.backend.launch(
-            self.cell, self.repeat, self.run_dir, self.template, self.data, job_doc or self.job_doc, phase
-        )
+        return self.backend.launch(self, phase, job_doc)
 
 
 @dataclass(frozen=True)

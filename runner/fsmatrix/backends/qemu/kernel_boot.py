@@ -25,18 +25,14 @@ are sha256s of the files, never the path, so a kernel rebuilt at the same path i
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
-import lzma
 import os
 import shutil
 import stat
-import subprocess
-import tarfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +41,9 @@ from fsmatrix.agent import kernel as needs
 from fsmatrix.agent import proc
 from fsmatrix.agent.storage import filesystems
 from fsmatrix.backends import cpio, image
+from fsmatrix.backends.qemu import kernel_modules
 from fsmatrix.backends.qemu.cmdline import DirectBoot
+from fsmatrix.backends.qemu.kernel_modules import TOOL_TIMEOUT
 from fsmatrix.errors import UserError
 
 if TYPE_CHECKING:
@@ -74,11 +72,10 @@ DEVICE_WAIT_S = 120  # /init waits this long for a disk to appear (TCG is slow)
 WAIT_ENV = "FSMATRIX_KERNEL_WAIT"  # seconds instead (fsmatrix.wait= on the kernel's command line)
 DEB_MAGIC = b"!<arch>\n"
 BZIMAGE_MAGIC = b"HdrS"  # x86 boot protocol: the setup header's signature at 0x202
-TOOL_TIMEOUT = 600
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedKernel:
     """A kernel ready to boot: its files in ``directory`` and what runs record of it."""
 
     directory: Path
@@ -210,7 +207,7 @@ def bzimage_release(path: Path) -> str:
 # preparing
 
 
-def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] = log.info) -> Prepared:
+def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] = log.info) -> PreparedKernel:
     """The kernel ``kernel`` (with ``modules``) ready to boot: made once per content, then reused.
     UserError (exit 2) when what was given is no kernel, or has no way to its root disk."""
     path = Path(kernel).expanduser()
@@ -256,13 +253,13 @@ def prepare(kernel: str, modules: str, cache: Path, echo: Callable[[str], None] 
     return _loaded(directory, kernel, modules)
 
 
-def _loaded(directory: Path, kernel: str, modules: str) -> Prepared:
+def _loaded(directory: Path, kernel: str, modules: str) -> PreparedKernel:
     record = json.loads((directory / "kernel.json").read_text())
     # The same content may have been given under another path: record the path of this run.
     record["source"]["path"] = kernel
     if modules and isinstance(record["source"].get("modules"), dict):
         record["source"]["modules"]["path"] = modules
-    return Prepared(directory, record)
+    return PreparedKernel(directory, record)
 
 
 def _build(out: Path, path: Path, kind: str, modules_path: Path | None, source: dict[str, Any]) -> dict[str, Any]:
@@ -274,14 +271,14 @@ def _build(out: Path, path: Path, kind: str, modules_path: Path | None, source: 
         source.update(package)
     else:
         vmlinuz, release = path, bzimage_release(path)
-        tree = None if modules_path is None else _modules_tree(modules_path, release, work)
+        tree = None if modules_path is None else kernel_modules.modules_tree(modules_path, release, work)
     source["release"] = release
     shutil.copyfile(vmlinuz, out / "vmlinuz")
     record: dict[str, Any] = {"format": FORMAT, "release": release, "source": source, "modules": None}
     root_modules: list[Path] = []
     if tree is not None:
-        _depmod(tree, release)
-        names, deps, builtin = _module_index(tree)
+        kernel_modules.depmod(tree, release)
+        names, deps, builtin = kernel_modules.module_index(tree)
         record["modules"] = sorted(names | builtin)
         absent = [m for m in NEEDED_FOR_ROOT if m not in names and m not in builtin]
         if absent:
@@ -289,8 +286,8 @@ def _build(out: Path, path: Path, kind: str, modules_path: Path | None, source: 
                 f"vm.kernel {source['path']!r} ({release}): its modules have no {', '.join(absent)}, "
                 f"loadable or built in: the guest could not reach its root disk (virtio-blk, {ROOT_FILESYSTEM})"
             )
-        root_modules = [tree / rel for rel in _load_order([m for m in ROOT_MODULES if m in names], deps)]
-        _modules_disk(tree.parent, out / "modules.img")
+        root_modules = [tree / rel for rel in kernel_modules.load_order([m for m in ROOT_MODULES if m in names], deps)]
+        kernel_modules.modules_disk(tree.parent, out / "modules.img", MODULES_LABEL, ROOT_FILESYSTEM)
     (out / "initrd.img").write_bytes(initramfs(root_modules, modules_disk=tree is not None))
     shutil.rmtree(work, ignore_errors=True)
     made = [name for name in ("vmlinuz", "initrd.img", "modules.img") if (out / name).exists()]
@@ -327,143 +324,6 @@ def _unpack_deb(path: Path, work: Path) -> tuple[Path, str, Path, dict[str, str]
     tree.parent.mkdir(parents=True)
     found[0].rename(tree)
     return kernels[0], release, tree, {"package": info.get("Package", ""), "version": info.get("Version", "")}
-
-
-def _modules_tree(given: Path, release: str, work: Path) -> Path:
-    """The bzImage's lib/modules/RELEASE from a directory or a tarball, copied under ``work``."""
-    root = given
-    if given.is_file():
-        root = work / "tar"
-        try:
-            with tarfile.open(given) as tar:
-                tar.extractall(root, members=_modules_members(tar, given))
-        except (tarfile.TarError, OSError) as exc:
-            raise UserError(f"vm.modules {str(given)!r}: not a readable tarball: {exc}") from exc
-    candidates = [root, root / release, root / "lib/modules" / release, root / "usr/lib/modules" / release]
-    # The release's own directory, one holding it, or an INSTALL_MOD_PATH root; else a modules
-    # directory under another name (its modules are then taken to be the bzImage's).
-    found = next((c for c in candidates if c.name == release and _looks_like_modules(c)), None)
-    if found is None and _looks_like_modules(root):
-        found = root
-    if found is None:
-        listing = root / "lib/modules" if (root / "lib/modules").is_dir() else root
-        there = sorted(p.name for p in listing.iterdir() if p.is_dir()) if listing.is_dir() else []
-        has = f"; it has {', '.join(there)}" if there else ""
-        raise UserError(
-            f"vm.modules {str(given)!r}: no modules for release {release} (the bzImage's): expected "
-            f"{release}/ or lib/modules/{release}/ in it{has}"
-        )
-    tree = work / "modules-root" / release
-    tree.parent.mkdir(parents=True)
-    # The build and source links point into the kernel's build tree: not modules, and not ours to copy.
-    shutil.copytree(found, tree, symlinks=True, ignore=lambda d, names: [n for n in names if n in ("build", "source")])
-    return tree
-
-
-def _modules_members(tar: tarfile.TarFile, given: Path) -> list[tarfile.TarInfo]:
-    """The tarball's directories and files, none outside it (Python 3.11.2's tarfile has no
-    extraction filters); the build and source links (absolute, into a build tree) are left out."""
-    members = []
-    for member in tar.getmembers():
-        name = Path(member.name)
-        if name.is_absolute() or ".." in name.parts:
-            raise UserError(f"vm.modules {str(given)!r}: {member.name!r} points outside the tarball")
-        if member.isdir() or member.isfile():
-            members.append(member)
-        elif member.issym() and name.name not in ("build", "source"):
-            target = Path(member.linkname)
-            if target.is_absolute() or ".." in target.parts:
-                raise UserError(f"vm.modules {str(given)!r}: the link {member.name!r} points outside the tarball")
-            members.append(member)
-    return members
-
-
-def _looks_like_modules(directory: Path) -> bool:
-    return directory.is_dir() and ((directory / "modules.order").exists() or (directory / "kernel").is_dir())
-
-
-def _depmod(tree: Path, release: str) -> None:
-    """modules.dep and friends for ``tree`` (lib/modules/RELEASE laid out under a root of its own)."""
-    base = tree.parent.parent / "depmod-base"
-    (base / "lib").mkdir(parents=True, exist_ok=True)
-    link = base / "lib" / "modules"
-    link.unlink(missing_ok=True)
-    link.symlink_to(tree.parent)
-    try:
-        done = proc.run(["depmod", "-b", str(base), release], timeout=TOOL_TIMEOUT, check=False)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    if done.returncode != 0 or not (tree / "modules.dep").exists():
-        raise UserError(f"depmod failed on the modules of {release}: {(done.stderr or done.stdout).strip()[:300]}")
-
-
-def module_name(rel: str) -> str:
-    """A module's name from its file (kernel/fs/xfs/xfs.ko.xz -> xfs; dashes become underscores)."""
-    name = rel.rsplit("/", 1)[-1]
-    for suffix in (".xz", ".gz", ".zst"):
-        name = name.removesuffix(suffix)
-    return name.removesuffix(".ko").replace("-", "_")
-
-
-def _module_index(tree: Path) -> tuple[set[str], dict[str, tuple[str, list[str]]], set[str]]:
-    """(loadable names, name -> (file, its dependencies' files), built-in names) from depmod's files."""
-    deps: dict[str, tuple[str, list[str]]] = {}
-    for line in (tree / "modules.dep").read_text().splitlines():
-        target, _, wanted = line.partition(":")
-        if target:
-            deps[module_name(target)] = (target, wanted.split())
-    builtin_file = tree / "modules.builtin"
-    builtin = (
-        {module_name(line.strip()) for line in builtin_file.read_text().splitlines() if line.strip()}
-        if builtin_file.exists()
-        else set()
-    )
-    return set(deps), deps, builtin
-
-
-def _load_order(wanted: Iterable[str], deps: dict[str, tuple[str, list[str]]]) -> list[str]:
-    """The files of ``wanted`` and everything they need, each after what it needs."""
-    order: list[str] = []
-
-    def visit(name: str, seen: frozenset[str]) -> None:
-        target, wants = deps[name]
-        if target in order or name in seen:
-            return
-        for dep in wants:
-            visit(module_name(dep), seen | {name})
-        order.append(target)
-
-    for name in wanted:
-        visit(name, frozenset())
-    return order
-
-
-def _decompressed(path: Path) -> bytes:
-    """A module's bytes as insmod wants them (busybox reads no compressed modules)."""
-    data = path.read_bytes()
-    if path.name.endswith(".xz"):
-        return lzma.decompress(data)
-    if path.name.endswith(".gz"):
-        return gzip.decompress(data)
-    if path.name.endswith(".zst"):
-        if not proc.have("zstd"):
-            raise UserError(f"{path.name}: zstd not found (apt-get install zstd): the modules are zstd-compressed")
-        # bytes out, which proc.run (text) does not give
-        return subprocess.run(["zstd", "-dc", str(path)], capture_output=True, check=True, timeout=60).stdout
-    return data
-
-
-def _modules_disk(modules_root: Path, image: Path) -> None:
-    """An ext4 image (no journal: it is only read) holding RELEASE/ at its root, made without mounting."""
-    size = sum(p.stat().st_size for p in modules_root.rglob("*") if p.is_file() and not p.is_symlink())
-    mib = size * 5 // 4 // (1 << 20) + 32
-    cmd = [
-        "mke2fs", "-q", "-F", "-t", ROOT_FILESYSTEM, "-O", "^has_journal", "-L", MODULES_LABEL,
-        "-d", str(modules_root), str(image), f"{mib}M",
-    ]  # fmt: skip
-    done = proc.run(cmd, timeout=TOOL_TIMEOUT, check=False)
-    if done.returncode != 0:
-        raise proc.CommandError(cmd, done.returncode, done.stdout + done.stderr)
 
 
 INIT = """#!/bin/busybox sh
@@ -522,7 +382,12 @@ def initramfs(modules: list[Path], modules_disk: bool, busybox: Path = BUSYBOX) 
     ]
     for index, path in enumerate(modules):
         entries.append(
-            (f"modules/{index:02d}-{module_name(path.name)}.ko", stat.S_IFREG | 0o644, _decompressed(path), 0)
+            (
+                f"modules/{index:02d}-{kernel_modules.module_name(path.name)}.ko",
+                stat.S_IFREG | 0o644,
+                kernel_modules.decompressed(path),
+                0,
+            )
         )
     if modules_disk:
         entries.append(("modules-disk", stat.S_IFREG | 0o644, b"", 0))
