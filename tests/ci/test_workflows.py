@@ -205,8 +205,8 @@ def test_pr_gate_passes_a_clean_head_and_fails_a_regressed_one(tmp_path: Path, h
     # below the threshold either: PASS or NOT DECIDED (neutral), whichever, the same in both workflows.
     verdict = (gate_results / "verdict.txt").read_text().strip()
     assert verdict in (("PASS", "NOT DECIDED") if head == "clean" else ("FAIL",)), verdict
-    expected = {"PASS": "PASS: gate PASSED", "NOT DECIDED": "NOT DECIDED: gate NOT DECIDED", "FAIL": "FAIL: GATE FAILED"}
-    assert f"verdict: {expected[verdict]}" in judged.stdout
+    words = {"PASS": "gate PASSED", "NOT DECIDED": "gate NOT DECIDED", "FAIL": "GATE FAILED"}
+    assert f"verdict: {verdict}: {words[verdict]}" in judged.stdout
     assert summary.read_text().startswith(f"**fsmatrix gate: {verdict}** after 3 pairs")
 
 
