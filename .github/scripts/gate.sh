@@ -2,10 +2,11 @@
 # gate.yml (the gate other repositories call): build what is under test in the caller's base and
 # head checkouts with PREPARE, then pr-gate.sh with fsmatrix's checkout on both sides, each side's
 # runs with the settings its build printed (`fsmatrix run --settings`; the cells keep their ids).
-# Writes verdict=pass|fail to GITHUB_OUTPUT; exits as pr-gate.sh does (1: a confirmed regression or
-# failed head runs; a prepare command that fails fails the gate).
+# Writes verdict=pass|fail|not-decided to GITHUB_OUTPUT; exits as pr-gate.sh does (1: a confirmed
+# regression or failed head runs; NOT DECIDED as NOT_DECIDED says; a prepare command that fails fails the gate).
 # Usage: gate.sh FSMATRIX_DIR BASE_DIR HEAD_DIR RESULTS
-# (env: MATRIX_FILE, a path in BASE_DIR; PREPARE, may be empty; REPEATS, CONFIRM_REPEATS, THRESHOLD; FSMATRIX_GATE_BACKEND, which pr-gate.sh reads)
+# (env: MATRIX_FILE, a path in BASE_DIR; PREPARE, may be empty; REPEATS, CONFIRM_REPEATS, THRESHOLD; and what
+# pr-gate.sh reads: MAX_PAIRS, PAIRS_STEP, TIME_BUDGET, NOT_DECIDED, FSMATRIX_GATE_BACKEND)
 set -euo pipefail
 fsmatrix=$(realpath "$1") base=$(realpath "$2") head=$(realpath "$3")
 mkdir -p "$4"
@@ -40,9 +41,9 @@ export FSMATRIX_MOUNTS="$base:$head"
 status=0
 bash "$fsmatrix/.github/scripts/pr-gate.sh" "$fsmatrix" "$fsmatrix" "$matrix" "$REPEATS" "$THRESHOLD" "$results" \
   "$CONFIRM_REPEATS" || status=$?
-if [ "$status" -eq 0 ]; then
-  verdict pass
-else
-  verdict fail
-fi
+case "$(cat "$results/verdict.txt" 2> /dev/null)" in
+  PASS) verdict pass ;;
+  "NOT DECIDED") verdict not-decided ;;
+  *) verdict fail ;;
+esac
 exit "$status"

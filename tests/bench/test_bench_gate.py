@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +43,7 @@ def test_the_tally_counts_false_alarms_and_detections_per_form_of_the_gate() -> 
     for number in range(1, 7):
         tally.add(_round(number, rng, stand_in=0.15))
     gate = bench_gate.FORMS[0].name
-    assert gate == "paired, confirmed (pr-gate.sh)"
+    assert gate == "paired, confirmed"
     assert sum(tally.fails[("A/A (nothing changed)", gate)]) == 0
     for kind in tally.kinds[1:]:
         assert all(tally.fails[(kind, gate)]), kind  # 15 %, 10 %, 20 % against 1 % noise: always seen
@@ -49,6 +51,41 @@ def test_the_tally_counts_false_alarms_and_detections_per_form_of_the_gate() -> 
     assert sum(tally.fails[("+10% on B", "unpaired, one batch")]) < 6
     assert tally.stand_in["elapsed_s"] and math.exp(np.mean(tally.stand_in["elapsed_s"])) == pytest.approx(1.15, 0.02)
     assert tally.rounds == 6 and "pass" in tally.last()
+
+
+def test_the_designs_are_judged_on_the_first_pairs_of_each_look() -> None:
+    """Rounds of 9 pairs: the fixed design looks at 3, the sequential one at 3, 6 and 9 until it decides;
+    a FAIL is confirmed by the second batch. Pairs at ±1 % within, ±20 % between: +10 % is seen."""
+    rng = np.random.default_rng(6)
+    designs = bench_gate.gate_designs.designs(3, 3, 9, 5)
+    tally = bench_gate.Tally("gtm.sync_io=true", [0.1], 0.05, repeats=3, designs=designs)
+    for number in range(1, 5):
+        tally.add(_round(number, rng, stand_in=0.15, n=9))
+    fixed, sequential = (d.name for d in designs)
+    assert all(v == "PASS" for v in tally.outcomes[("A/A (nothing changed)", sequential)].verdicts)
+    for design in (fixed, sequential):
+        detected = tally.outcomes[("+10% on B", design)]
+        assert detected.verdicts == ["FAIL"] * 4 and set(detected.pairs) <= {3 + 5, 6 + 5, 9 + 5}
+    assert len(tally.spreads["elapsed_s"]) == 4 and max(tally.spreads["elapsed_s"]) < 0.05
+    table = "\n".join(bench_gate.design_table(tally.kinds, designs, tally.outcomes))
+    assert f"| {sequential} | A/A (nothing changed) | 0/4 (0%" in table
+
+
+def test_simulated_mode_prints_each_spread(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_gate.main(["--simulate", "0.05,0.14", "--rounds", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "Pair spread 5.0%:" in out and "Pair spread 14.0%:" in out
+    assert "| sequential 8:4:24 +8 | +5% (at the threshold) |" in out
+
+
+def test_the_cpu_hogs_run_pinned_and_end() -> None:
+    with bench_gate.cpu_hogs(1) as pids:
+        assert len(pids) == 1
+        deadline = time.monotonic() + 10  # the hog pins itself once its Python has started
+        while os.sched_getaffinity(pids[0]) != {0} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.sched_getaffinity(pids[0]) == {0}
+    assert not Path(f"/proc/{pids[0]}").exists() or "Z" in Path(f"/proc/{pids[0]}/stat").read_text().split()[2]
 
 
 def test_confirmation_clears_a_first_batch_regression_that_does_not_hold() -> None:
@@ -99,6 +136,8 @@ def test_stored_rounds_are_judged_again_and_an_unfinished_one_is_not(
         (["--threshold", "lots"], "threshold 'lots'"),
         (["--variant", "gtm.sync_io=false"], "changes nothing"),
         (["--analyse", "--pairs", "5"], "two counts of at least 3"),
+        (["--simulate", "much"], "--simulate 'much': expected pair spreads"),
+        (["--step", "0"], "--step must be at least 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -73,3 +73,112 @@ def test_an_unknown_gate_backend_is_refused_before_any_run(tmp_path: Path) -> No
     done, calls = _gate(tmp_path, "vm")
     assert done.returncode == 2 and calls == []
     assert done.stderr.strip() == "FSMATRIX_GATE_BACKEND=vm: use host, qemu or libvirt"
+
+
+# ----------------------------------------------------------------------------- the sequential gate
+
+
+def _scripted(where: Path, log: Path, statuses: Path) -> Path:
+    """A checkout whose `fsmatrix` records its arguments and whose `compare` exits with the next of
+    ``statuses`` (one per line: 0 PASS, 1 FAIL, 3 NOT DECIDED), printing the verdict's line as compare does."""
+    bin_dir = where / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "fsmatrix").write_text(
+        f'#!/bin/bash\necho "{where.name} $*" >> "{log}"\n'
+        '[ "$1" = compare ] || exit 0\n'
+        f'status=$(head -n 1 "{statuses}"); sed -i 1d "{statuses}"\n'
+        'while [ $# -gt 0 ]; do [ "$1" = --flagged-to ] && echo "cell-a" > "$2"; shift; done\n'
+        'case $status in 0) echo "- gate PASSED: stand-in";; 1) echo "- GATE FAILED: stand-in";;'
+        ' 3) echo "- gate NOT DECIDED: at the measured pair spread of 14.0%, stand-in";; esac\n'
+        'exit "$status"\n'
+    )
+    (bin_dir / "fsmatrix").chmod(0o755)
+    return where
+
+
+def _sequential(
+    tmp_path: Path, statuses: list[int], settings: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], list[str], Path]:
+    log, script = tmp_path / "calls.log", tmp_path / "statuses"
+    log.touch()
+    script.write_text("".join(f"{s}\n" for s in statuses))
+    base, head = _scripted(tmp_path / "base", log, script), _scripted(tmp_path / "head", log, script)
+    matrix = tmp_path / "pr.yaml"
+    matrix.write_text("name: pr\n")
+    drop = ("FSMATRIX_GATE_BACKEND", "GITHUB_STEP_SUMMARY", "MAX_PAIRS", "PAIRS_STEP", "TIME_BUDGET", "NOT_DECIDED")
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, **settings}
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(GATE), str(base), str(head), str(matrix), "2", "0.05", str(out), "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    return done, log.read_text().splitlines(), out
+
+
+def _pairs(calls: list[str], run_id: str = "head") -> list[int]:
+    return [int(c.split("--repeat ")[1].split()[0]) for c in calls if f"--run-id {run_id} " in f"{c} "]
+
+
+@needs_root
+def test_not_decided_adds_pairs_until_the_gate_passes(tmp_path: Path) -> None:
+    done, calls, out = _sequential(tmp_path, [3, 3, 0], {"MAX_PAIRS": "6", "PAIRS_STEP": "2"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _pairs(calls) == [1, 2, 3, 4, 5, 6] and _pairs(calls, "base") == [1, 2, 3, 4, 5, 6]
+    compares = [c for c in calls if c.split()[1] == "compare"]
+    assert len(compares) == 3 and all("--looks 2:2:6 " in c for c in compares), compares
+    assert (out / "verdict.txt").read_text() == "PASS\n" and (out / "pairs.txt").read_text() == "6\n"
+    assert "**fsmatrix gate: PASS** after 6 pairs: gate PASSED: stand-in" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("not_decided", "status"), [(None, 3), ("distinct", 3), ("neutral", 0), ("fail", 1), ("pass", 0)]
+)
+@needs_root
+def test_the_budget_of_pairs_ends_not_decided_as_told(tmp_path: Path, not_decided: str | None, status: int) -> None:
+    settings = {"MAX_PAIRS": "5", "PAIRS_STEP": "2", **({"NOT_DECIDED": not_decided} if not_decided else {})}
+    done, calls, out = _sequential(tmp_path, [3, 3, 3], settings)
+    assert done.returncode == status, done.stdout + done.stderr
+    assert _pairs(calls) == [1, 2, 3, 4, 5]  # 2, then 2 more, then the last one MAX_PAIRS allows
+    assert "not decided after 5 pairs, the most the gate runs" in done.stdout
+    assert (out / "verdict.txt").read_text() == "NOT DECIDED\n"
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("**fsmatrix gate: NOT DECIDED** after 5 pairs: gate NOT DECIDED: at the measured")
+    assert ("::notice title=fsmatrix gate NOT DECIDED::gate NOT DECIDED" in done.stdout) == (not_decided == "neutral")
+
+
+@needs_root
+def test_the_time_budget_stops_adding_pairs(tmp_path: Path) -> None:
+    # bash takes SECONDS from the environment: the gate has "run" 10 minutes already.
+    done, calls, _ = _sequential(tmp_path, [3], {"MAX_PAIRS": "8", "TIME_BUDGET": "10", "SECONDS": "600"})
+    assert done.returncode == 3 and _pairs(calls) == [1, 2]
+    assert "the time budget of 10 minutes is spent" in done.stdout
+
+
+@needs_root
+def test_a_fail_at_a_look_is_confirmed_before_the_gate_fails(tmp_path: Path) -> None:
+    done, calls, out = _sequential(tmp_path, [3, 1, 1], {"MAX_PAIRS": "6", "PAIRS_STEP": "2"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert _pairs(calls) == [1, 2, 3, 4]  # stopped at the look that failed
+    assert _pairs(calls, "head-confirm") == [1, 2] and all(
+        "--only cell-a" in c for c in calls if "--run-id head-confirm" in c
+    )
+    last = [c for c in calls if c.split()[1] == "compare"][-1]
+    assert "--confirm" in last and "--looks 2:2:6" in last
+    assert (out / "verdict.txt").read_text() == "FAIL\n"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"NOT_DECIDED": "maybe"}, "NOT_DECIDED=maybe: use distinct, neutral, fail or pass"),
+        ({"MAX_PAIRS": "lots"}, "REPEATS, MAX_PAIRS, PAIRS_STEP and TIME_BUDGET are whole numbers (got 'lots')"),
+    ],
+)
+@needs_root
+def test_bad_gate_settings_are_refused_before_any_run(tmp_path: Path, settings: dict[str, str], message: str) -> None:
+    done, calls, _ = _sequential(tmp_path, [], settings)
+    assert done.returncode == 2 and calls == [] and done.stderr.strip() == message

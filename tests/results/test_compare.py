@@ -94,7 +94,7 @@ def invoke(*args: str) -> Any:
 
 @pytest.mark.parametrize(
     ("effect", "status", "verdict"),
-    [(0.0, 0, "no change"), (0.03, 0, None), (0.10, 1, "slower"), (0.30, 1, "slower"), (-0.3, 0, "faster")],
+    [(0.0, 0, "no change"), (0.03, 3, None), (0.10, 1, "slower"), (0.30, 1, "slower"), (-0.3, 0, "faster")],
 )
 def test_gate_exit_status_for_known_effects(tmp_path: Path, effect: float, status: int, verdict: str | None) -> None:
     base = write_run(tmp_path, "base", samples(10.0, seed=1))
@@ -129,11 +129,12 @@ def test_run_ids_are_looked_up_in_the_index(tmp_path: Path) -> None:
     assert "| ext4-threen1" in md.output
 
 
-def test_too_few_runs_is_not_enough_data_and_passes(tmp_path: Path) -> None:
+def test_too_few_runs_is_not_enough_data_and_not_decided(tmp_path: Path) -> None:
     base = write_run(tmp_path, "base", [10.0, 10.1])
     head = write_run(tmp_path, "head", [20.0, 20.1])
     result = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--format", "json")
-    assert result.exit_code == 0
+    assert result.exit_code == 3  # no FAIL, and no PASS either: nothing was shown
+    assert json.loads(result.output)["verdict"] == "NOT DECIDED"
     assert {r["verdict"] for r in json.loads(result.output)["rows"]} == {"not enough data"}
 
 
@@ -141,7 +142,7 @@ def test_failed_runs_do_not_count(tmp_path: Path) -> None:
     base = write_run(tmp_path, "base", samples(10.0, seed=1))
     head = write_run(tmp_path, "head", samples(13.0, seed=2), status="failed")
     result = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--format", "json")
-    assert result.exit_code == 0
+    assert result.exit_code == 3
     assert {r["verdict"] for r in json.loads(result.output)["rows"]} == {"not enough data"}
 
 
@@ -253,7 +254,7 @@ def test_only_the_declared_metrics_fail_the_gate(tmp_path: Path) -> None:
     assert rows["device_write_bytes_per_op"]["verdict"] == "slower" and not rows["device_write_bytes_per_op"]["gated"]
     assert [m for m, r in rows.items() if r["gated"]] == ["elapsed_s", "cpu_busy_s"]
     table = invoke("compare", str(base), str(tmp_path / "head"), "--fail-on-regression", "5%")
-    assert "advisory" in table.output and "gate passed" in table.output
+    assert "advisory" in table.output and "gate PASSED" in table.output
     # The run's own CPU-seconds are gated: a rise there fails the gate though the time held.
     cpu = write_run(tmp_path / "cpu", "head", samples(10.0, seed=2), cpu=2.5)
     assert invoke("compare", str(base), str(cpu), "--fail-on-regression", "5%").exit_code == 1

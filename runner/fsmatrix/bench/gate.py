@@ -12,6 +12,14 @@ way ``.github/scripts/pr-gate.sh`` makes them. Each **round** runs
   separate batches, which carries the drift between them;
 - a **confirmation batch**: the same with ``--confirm-repeats`` triples, independent of the first.
 
+The first batch runs ``--max-pairs`` triples (at least ``--repeats``): the gate's **designs**
+(``gate_designs``) are judged on it — the fixed one on its first ``--repeats`` pairs, the sequential
+one (``pr-gate.sh``'s: looks after ``--repeats``, + ``--step``, ... ``--max-pairs`` pairs) on the first
+n at each look until PASS or FAIL, a FAIL confirmed by the confirmation batch — each with its
+verdicts (FAIL, PASS, NOT DECIDED) and the pairs it used, next to the pairs' spread of each round.
+``--load-hog N`` runs N busy loops pinned to the first CPU during the runs: the loaded condition.
+``--simulate SPREADS`` runs nothing and plays the designs on drawn pairs at those spreads.
+
 Per round, each kind of comparison is judged by the gate as pr-gate.sh applies it — paired test
 (``compare --paired``), Holm across the cell's gated metrics, ``--fail-on-regression THRESHOLD``,
 and a regression failing only when the confirmation batch shows it again (``gate.Confirmed``):
@@ -39,8 +47,11 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,10 +63,11 @@ from rich.console import Console
 from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import jsonfile, provenance
 from fsmatrix.backends import BACKENDS, Backend
+from fsmatrix.bench import gate_designs
 from fsmatrix.errors import UserError, interrupt_on_sigterm
 from fsmatrix.results import store
 from fsmatrix.results.store import sides
-from fsmatrix.results.verdict import gate, metrics, stats
+from fsmatrix.results.verdict import gate, metrics, outcome, stats
 from fsmatrix.results.verdict.metrics import gate_metrics
 
 SIDES = ("a", "b", "v")
@@ -73,7 +85,7 @@ class GateForm:
 
 # The first is the gate pr-gate.sh applies; the others show what pairing and confirmation buy.
 FORMS = (
-    GateForm("paired, confirmed (pr-gate.sh)", paired=True, confirm=True),
+    GateForm("paired, confirmed", paired=True, confirm=True),
     GateForm("paired, one batch", paired=True, confirm=False),
     GateForm("unpaired, confirmed", paired=False, confirm=True),
     GateForm("unpaired, one batch", paired=False, confirm=False),
@@ -104,7 +116,7 @@ def judge(
 ) -> tuple[gate.CompareResult, dict[GateForm, bool]]:
     """The first batch's comparison, and whether each form of the gate with this ``paired`` fails on
     base/head ``first`` (confirmed on ``second`` by the forms that confirm; the second batch is
-    compared only when the first found a regression)."""
+    compared only when the first found a regression). A form fails on FAIL only (exit status 1)."""
     judging = gate.Judging(threshold, paired=paired)
     result = gate.compare(*first, judging)
     again = gate.compare(*second, judging) if result.regressions else None
@@ -126,16 +138,54 @@ class Round:
     loads: tuple[float, float]  # 1-minute load average before and after the round
 
 
-class Tally:
-    """The gate's verdicts per kind of comparison and form of the gate, round by round."""
+def first_pairs(side: sides.Side, n: int) -> sides.Side:
+    """The side's runs of repeats 1..n: what the gate saw after n pairs."""
+    return sides.Side(side.label, [d for d in side.docs if d.repeat <= n])
 
-    def __init__(self, variant: str, slowdowns: list[float], threshold: float) -> None:
-        self.slowdowns, self.threshold = slowdowns, threshold
+
+def design_verdict(
+    design: gate_designs.Design,
+    first: tuple[sides.Side, sides.Side],
+    second: tuple[sides.Side, sides.Side],
+    threshold: float,
+) -> tuple[str, int]:
+    """The design's verdict on base/head ``first`` (its looks on the first n pairs; a FAIL confirmed on
+    ``second``, as ``compare --confirm`` does) and the pairs it used."""
+    judging = gate.Judging(threshold, paired=True, looks=design.planned)
+    results: dict[int, gate.CompareResult] = {}
+
+    def look(n: int) -> str:
+        results[n] = gate.compare(first_pairs(first[0], n), first_pairs(first[1], n), judging)
+        return results[n].verdict or outcome.NOT_DECIDED
+
+    def confirmed(n: int) -> str:
+        again = gate.compare(*second, gate.Judging(threshold, paired=True))
+        return gate.Confirmed(results[n], again).verdict or outcome.NOT_DECIDED
+
+    available = min(len({d.repeat for d in side.docs}) for side in first)
+    return gate_designs.run_design(design, look, confirmed, available)
+
+
+class Tally:
+    """The gate's verdicts per kind of comparison and form or design of the gate, round by round.
+    The forms judge the first ``repeats`` pairs of a round's first batch; the designs as many as they look at."""
+
+    def __init__(
+        self,
+        variant: str,
+        slowdowns: list[float],
+        threshold: float,
+        repeats: int = 8,
+        designs: tuple[gate_designs.Design, ...] = (),
+    ) -> None:
+        self.slowdowns, self.threshold, self.repeats, self.designs = slowdowns, threshold, repeats, designs
         self.kinds = ["A/A (nothing changed)", f"stand-in regression {variant}", *(f"+{s:.0%} on B" for s in slowdowns)]
         self.fails: dict[tuple[str, str], list[bool]] = {(k, f.name): [] for k in self.kinds for f in FORMS}
+        self.outcomes = {(k, d.name): gate_designs.Outcomes() for k in self.kinds for d in designs}
         self.changes: dict[str, dict[str, list[float]]] = {k: {} for k in self.kinds}
         self.loads: list[tuple[float, float]] = []
         self.stand_in: dict[str, list[float]] = {}  # gated metric -> log ratios V/A over every pair
+        self.spreads: dict[str, list[float]] = {}  # gated metric -> each round's A/B pair spread (first batch)
 
     def add(self, rnd: Round) -> None:
         self.loads.append(rnd.loads)
@@ -144,14 +194,24 @@ class Tally:
             return [batch["b"], batch["v"], *(scaled(batch["b"], s) for s in self.slowdowns)]
 
         for kind, head1, head2 in zip(self.kinds, heads(rnd.first), heads(rnd.second), strict=True):
+            for design in self.designs:
+                verdict = design_verdict(design, (rnd.first["a"], head1), (rnd.second["a"], head2), self.threshold)
+                self.outcomes[(kind, design.name)].add(*verdict)
+            base1, head1 = first_pairs(rnd.first["a"], self.repeats), first_pairs(head1, self.repeats)
             for paired in (True, False):
-                first, fails = judge((rnd.first["a"], head1), (rnd.second["a"], head2), self.threshold, paired)
+                first, fails = judge((base1, head1), (rnd.second["a"], head2), self.threshold, paired)
                 for form, failed in fails.items():
                     self.fails[(kind, form.name)].append(failed)
                 if paired:
                     for row in first.rows:
                         if row.gated and math.isfinite(row.comparison.ratio):
                             self.changes[kind].setdefault(row.metric, []).append(row.comparison.ratio - 1)
+        a_docs = rnd.first["a"].docs
+        for metric in gate_metrics(a_docs):
+            pairs = metrics.metric_pairs(a_docs, rnd.first["b"].docs, metric)
+            logs = [math.log(b / a) for a, b in pairs if a > 0 and b > 0]
+            if len(logs) > 1:
+                self.spreads.setdefault(metric, []).append(math.expm1(statistics.stdev(logs)))
         for batch in (rnd.first, rnd.second):
             a_docs = batch["a"].docs
             for metric in gate_metrics(a_docs):
@@ -219,7 +279,7 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
     for stale in args.results.glob(f"gate-r{number}-*"):
         shutil.rmtree(stale)  # an interrupted round starts again: its pairs must be complete and adjacent
     before = os.getloadavg()[0]
-    for suffix, repeats in (("", args.repeats), ("2", args.confirm_repeats)):
+    for suffix, repeats in (("", max(args.repeats, args.max_pairs)), ("2", args.confirm_repeats)):
         plan = [(side, i) for i in range(1, repeats + 1) for side in SIDES]
         if args.design == "batches":
             plan = [(side, i) for side in SIDES for i in range(1, repeats + 1)]
@@ -234,7 +294,9 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
             "round": number,
             "design": args.design,
             "repeats": args.repeats,
+            "max_pairs": max(args.repeats, args.max_pairs),
             "confirm_repeats": args.confirm_repeats,
+            "load_hog": args.load_hog,
             "variant": args.variant,
             "cell_id": cells.cell_id,
             "load_before": before,
@@ -264,11 +326,40 @@ def load_round(results_root: Path, number: int, pairs: tuple[int, int] | None = 
     return Round(number, batches[""], batches["2"], (info["load_before"], info["load_after"]))
 
 
+@contextmanager
+def cpu_hogs(count: int) -> Iterator[list[int]]:
+    """``count`` busy loops pinned to CPU 0 (the loaded condition: a neighbour on one core) while the
+    block runs; their process ids. Each is ended by its id afterwards."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"])
+        for _ in range(count)
+    ]
+    try:
+        yield [h.pid for h in hogs]
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=40, help="rounds (each: an A/A pair and every detection)")
-    parser.add_argument("--repeats", type=int, default=8, help="pairs in the first batch (pr-gate.yml's REPEATS)")
+    parser.add_argument(
+        "--repeats", type=int, default=8, help="pairs of the fixed design and the first look (pr-gate.yml's REPEATS)"
+    )
+    parser.add_argument("--step", type=int, default=4, help="pairs the sequential design adds per look (PAIRS_STEP)")
+    parser.add_argument("--max-pairs", type=int, default=24, help="the sequential design's last look (MAX_PAIRS)")
+    parser.add_argument(
+        "--load-hog", type=int, default=0, metavar="N", help="run N busy loops pinned to CPU 0 during the runs"
+    )
+    parser.add_argument(
+        "--simulate",
+        default=None,
+        metavar="SPREADS",
+        help="run nothing: play the designs on pairs drawn at these pair spreads (e.g. 0.064,0.14), --rounds each",
+    )
     parser.add_argument(
         "--confirm-repeats", type=int, default=8, help="pairs in the confirmation batch (pr-gate.yml's CONFIRM_REPEATS)"
     )
@@ -312,7 +403,14 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.rounds, args.repeats, args.confirm_repeats) < 1 or min(args.repeats, args.confirm_repeats) < 3:
         print("--rounds must be at least 1, --repeats and --confirm-repeats at least 3", file=sys.stderr)
         return 2
-    tally = Tally(args.variant, slowdowns, threshold)
+    if args.step < 1 or args.load_hog < 0:
+        print("--step must be at least 1 and --load-hog at least 0", file=sys.stderr)
+        return 2
+    args.max_pairs = max(args.max_pairs, args.repeats)
+    designs = gate_designs.designs(args.repeats, args.step, args.max_pairs, args.confirm_repeats)
+    if args.simulate is not None:
+        return simulated(args, designs, slowdowns, threshold)
+    tally = Tally(args.variant, slowdowns, threshold, args.repeats, designs)
     if args.analyse:
         return analyse(args, tally)
     try:
@@ -330,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(1, args.rounds + 1):
             rnd = load_round(args.results, number)
             if rnd is None:
-                run_round(number, args, cells, backend, console)
+                with cpu_hogs(args.load_hog):
+                    run_round(number, args, cells, backend, console)
                 rnd = load_round(args.results, number)
             assert rnd is not None
             tally.add(rnd)
@@ -370,6 +469,53 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):+.1%} ({min(values):+.1%}..{max(values):+.1%})"
 
 
+def _load_words(hogs: int) -> str:
+    return f"{hogs} CPU hog(s) pinned to CPU 0 during the runs (--load-hog)" if hogs else "no added load"
+
+
+def design_table(
+    kinds: list[str],
+    designs: tuple[gate_designs.Design, ...],
+    outcomes: dict[tuple[str, str], gate_designs.Outcomes],
+) -> list[str]:
+    """Per design and comparison: the FAIL, PASS and NOT DECIDED rates and the pairs used. On A/A a
+    FAIL is a false alarm; on a real regression beyond the threshold a FAIL is a detection and a PASS
+    a false pass."""
+    lines = [
+        "| design | comparison | FAIL | PASS | NOT DECIDED | pairs used, median (min..max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for design in designs:
+        for kind in kinds:
+            o = outcomes[(kind, design.name)]
+            rates = " | ".join(rate(o.hits(v)) for v in (outcome.FAIL, outcome.PASS, outcome.NOT_DECIDED))
+            lines.append(f"| {design.name} | {kind} | {rates} | {o.pairs_used()} |")
+    return lines
+
+
+def simulated(args: Any, designs: tuple[gate_designs.Design, ...], slowdowns: list[float], threshold: float) -> int:
+    """The designs played on drawn pairs (``gate_designs.simulate``) at each of --simulate's spreads."""
+    try:
+        spreads = [float(x) for x in args.simulate.split(",") if x.strip()]
+        if not spreads or min(spreads) <= 0:
+            raise ValueError
+    except ValueError:
+        print(f"--simulate {args.simulate!r}: expected pair spreads above 0 such as 0.064,0.14", file=sys.stderr)
+        return 2
+    effects = [0.0, threshold, *slowdowns]
+    kinds = ["A/A (nothing changed)", f"+{threshold:.0%} (at the threshold)", *(f"+{s:.0%}" for s in slowdowns)]
+    lines = [
+        f"Gate designs, simulated: {args.rounds} rounds per spread, one gated metric, pairs' log ratios normal; "
+        f"--fail-on-regression {threshold:.0%}; {datetime.now(UTC):%Y-%m-%d}",
+    ]
+    for spread in spreads:
+        found = gate_designs.simulate(designs, effects, spread, threshold, args.rounds)
+        outcomes = {(kind, d.name): found[(d.name, e)] for kind, e in zip(kinds, effects, strict=True) for d in designs}
+        lines += ["", f"Pair spread {spread:.1%}:", "", *design_table(kinds, designs, outcomes)]
+    print("\n".join(lines))
+    return 0
+
+
 def _table(args: Any, tally: Tally, how: str) -> str:
     prov = provenance.collect()
     loads = [x for pair in tally.loads for x in pair]
@@ -379,7 +525,14 @@ def _table(args: Any, tally: Tally, how: str) -> str:
         f"--fail-on-regression {tally.threshold:.0%}; {datetime.now(UTC):%Y-%m-%d}, {prov['cpu_model']} × "
         f"{prov['cpu_count']}, kernel {platform.release()}, git {prov['git']['sha'][:10]}; "
         f"1-min load average before/after each round {min(loads):.2f}..{max(loads):.2f} "
-        f"(median {statistics.median(loads):.2f}); {how}",
+        f"(median {statistics.median(loads):.2f}); {_load_words(args.load_hog)}; {how}",
+        "",
+        *design_table(tally.kinds, tally.designs, tally.outcomes),
+        "",
+        "Pairs' spread (A/B pairs of each round's first batch, exp(sd of log ratios) − 1), median (min..max): "
+        + ("; ".join(f"{m} {_spread(v)}" for m, v in tally.spreads.items()) or "-"),
+        "",
+        f"The gate's forms on the first {tally.repeats} pairs (a failure: FAIL, exit status 1):",
         "",
         "| comparison | gated metrics' change (first batch, paired), median (min..max) | "
         + " | ".join(f"gate failed: {f.name}" for f in FORMS)

@@ -19,7 +19,7 @@ from fsmatrix.errors import UserError
 from fsmatrix.results import store
 from fsmatrix.results.render import answer_text, calibration_report, comparison, exports, markdown, page
 from fsmatrix.results.store import calibrations, sides
-from fsmatrix.results.verdict import calibrate, environment, gate, report, stats
+from fsmatrix.results.verdict import calibrate, environment, gate, outcome, report, stats
 from fsmatrix.results.verdict.answer import Rule
 
 
@@ -36,7 +36,23 @@ def _out_console() -> Console:
     "threshold",
     default=None,
     metavar="THRESHOLD",
-    help="Exit 1 when a key metric is significantly worse by more than THRESHOLD (e.g. 5%).",
+    help="The gate: FAIL (exit 1) when a gated metric is significantly worse by more than THRESHOLD (e.g. 5%), "
+    "PASS (exit 0) when every gated metric is shown not worse than THRESHOLD, NOT DECIDED otherwise (--not-decided).",
+)
+@click.option(
+    "--not-decided",
+    "not_decided",
+    type=click.Choice(list(outcome.ON_NOT_DECIDED)),
+    default="distinct",
+    show_default=True,
+    help=f"The exit status of a gate NOT DECIDED: distinct ({outcome.NOT_DECIDED_STATUS}), or fail's (1) or pass' (0).",
+)
+@click.option(
+    "--looks",
+    default=None,
+    metavar="FIRST:STEP:MOST",
+    help="The gate adds pairs until decided, judging after FIRST, FIRST+STEP, ... MOST pairs (or a list: 8,12,16): "
+    "every look's tests at Pocock's level for those looks. Judges the pairs there are as one of those looks.",
 )
 @click.option(
     "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=stats.ALPHA, show_default=True
@@ -90,13 +106,18 @@ def compare_cmd(
     confirm: tuple[str, str] | None,
     across: tuple[str, ...],
     flagged_to: Path | None,
+    not_decided: str,
+    looks: str | None,
 ) -> None:
     """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
 
-    Exit status: 0, or 1 when --fail-on-regression is given and exceeded (with --confirm: exceeded in
-    both batches); 2 for bad input.
+    Exit status: 0; with --fail-on-regression, 0 on PASS, 1 on FAIL (with --confirm: a regression in
+    both batches) and 3 on NOT DECIDED (--not-decided); 2 for bad input.
     """
     limit = gate.parse_threshold(threshold) if threshold is not None else None
+    planned = outcome.Looks.parse(looks) if looks is not None else None
+    if planned and limit is None:
+        raise UserError("--looks plans the gate's looks: give --fail-on-regression THRESHOLD too")
     crossing = [environment.parse_across(text) for text in across]
     if confirm and limit is None:
         raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
@@ -111,7 +132,7 @@ def compare_cmd(
     floors = calibrate.noise_floors([calibrations.load(p) for p in cal_paths])
 
     def judge(base_side: sides.Side, head_side: sides.Side) -> gate.CompareResult:
-        judging = gate.Judging(limit, alpha, floors, paired)
+        judging = gate.Judging(limit, alpha, floors, paired, planned)
         return gate.compare(base_side, head_side, judging, allow_env_diff=allow_env_diff, across=crossing)
 
     result = judge(b, h)
@@ -122,12 +143,20 @@ def compare_cmd(
         # No confirmation batch (never run, or its runs all lost) leaves the regression standing.
         b2, h2 = (_side_or_none(spec, results_root) for spec in confirm)
         rerun = b2 is not None and h2 is not None and bool(set(b2.by_cell()) & set(h2.by_cell()))
-        confirming = gate.Confirmed(result, judge(b2, h2) if rerun and b2 and h2 else None)
+        # The confirmation batch is one look of its own: fixed pairs, judged at α.
+        again = (
+            gate.compare(
+                b2, h2, gate.Judging(limit, alpha, floors, paired), allow_env_diff=allow_env_diff, across=crossing
+            )
+            if rerun and b2 and h2
+            else None
+        )
+        confirming = gate.Confirmed(result, again)
     elif confirm:
         confirming = gate.Confirmed(result, None)
     second = confirming.second if confirming else None
     if fmt == "json":
-        doc = comparison.to_json(result)
+        doc = comparison.to_json(result, not_decided)
         if confirming:
             doc = {
                 **doc,
@@ -135,7 +164,8 @@ def compare_cmd(
                 "confirmed": [[r.cell_id, r.metric] for r, _ in confirming.confirmed],
                 "not_confirmed": [[r.cell_id, r.metric] for r, _ in confirming.not_confirmed],
                 "not_rerun": [[r.cell_id, r.metric] for r in confirming.not_rerun],
-                "exit_status": confirming.exit_status(),
+                "verdict": confirming.verdict,
+                "exit_status": confirming.exit_status(not_decided),
             }
         click.echo(json.dumps(doc, indent=1))
     elif fmt == "md":
@@ -155,7 +185,7 @@ def compare_cmd(
             out.print(line, markup=False, highlight=False)
     if cal_paths:
         click.echo(f"noise floors from {', '.join(str(p) for p in cal_paths)}", err=True)
-    sys.exit(confirming.exit_status() if confirming else result.exit_status())
+    sys.exit(confirming.exit_status(not_decided) if confirming else result.exit_status(not_decided))
 
 
 def _side_or_none(spec: str, results_root: Path) -> sides.Side | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import asdict
 from typing import Any
 
 from rich.table import Table
 
-from fsmatrix.results.verdict import stats
+from fsmatrix.results.verdict import outcome, stats
 from fsmatrix.results.verdict.environment import ENV_AXES, format_env_diffs
 from fsmatrix.results.verdict.gate import CompareResult, Confirmed, Row
 
@@ -104,16 +105,7 @@ def summary_lines(result: CompareResult) -> list[str]:
             f"the gate decides on {', '.join(gated) or 'nothing'} (each workload's declaration), p-values "
             f"Holm-adjusted across all {sum(r.gated for r in result.rows)} of those tests; the other rows are advisory"
         )
-        lines.append(f"the gate's rule: a regression is {stats.regression_rule(result.threshold)}")
-        regs = result.regressions
-        if regs:
-            names = ", ".join(f"{r.cell_id} {r.metric} +{r.comparison.worse_by * 100:.1f}%" for r in regs)
-            lines.append(
-                f"GATE FAILED: {len(regs)} regression(s), significant with an estimate above {result.threshold:.1%}: "
-                f"{names}"
-            )
-        else:
-            lines.append(f"gate passed: nothing significantly worse with an estimate above {result.threshold:.1%}")
+        lines += verdict_lines(result)
     if any(r.comparison.interval == "range" for r in result.rows):
         lines.append(
             "interval: the bootstrap's 95 % interval of the ratio of medians (paired: the t-interval of the pairs); "
@@ -121,6 +113,53 @@ def summary_lines(result: CompareResult) -> list[str]:
             "coverage (a 95 % bootstrap interval there covers about 90 %)"
         )
     return lines
+
+
+def verdict_lines(result: CompareResult) -> list[str]:
+    """The gate's rules and its verdict, PASS, FAIL or NOT DECIDED (``outcome``), in words."""
+    threshold = result.threshold or 0.0
+    lines = [f"the gate's rule: a regression is {stats.regression_rule(threshold, result.fail_level)}"]
+    lines.append(
+        f"a PASS needs every gated metric shown not worse than +{threshold:.1%}: a one-sided test against "
+        f"+{threshold:.1%} at {result.pass_level:.3g} (on the pairs' log ratios when paired), the upper bound below it"
+    )
+    if result.looks:
+        lines.append(
+            f"the gate adds pairs until decided, looking after {result.looks} pairs: every look's tests at Pocock's "
+            f"level for those looks (FAIL {result.fail_level:.3g} two-sided after Holm, PASS {result.pass_level:.3g})"
+        )
+    regs = result.regressions
+    if result.verdict == outcome.FAIL:
+        names = ", ".join(f"{r.cell_id} {r.metric} +{r.comparison.worse_by * 100:.1f}%" for r in regs)
+        lines.append(
+            f"GATE FAILED: {len(regs)} regression(s), significant with an estimate above {threshold:.1%}: {names}"
+        )
+    elif result.verdict == outcome.PASS:
+        shown = "; ".join(
+            f"{r.cell_id} {r.metric} at most +{r.bound.upper:.1%}" for r in result.rows if r.gated and r.bound
+        )
+        lines.append(f"gate PASSED: every gated metric shown not worse than +{threshold:.1%} ({shown})")
+    else:
+        lines.append(
+            f"gate NOT DECIDED: nothing significantly worse with an estimate above {threshold:.1%}, and not shown "
+            f"below it: {'; '.join(not_decided_sentence(r) for r in result.undecided)}"
+        )
+    return lines
+
+
+def not_decided_sentence(row: Row) -> str:
+    """What a gated row's pairs rule out, and about how many would decide."""
+    b = row.bound
+    where = f"{row.cell_id} {row.metric}"
+    if b is None:
+        return f"{where}: too few pairs or runs (or a value <= 0) to test"
+    paired = row.comparison.test == "paired-log"
+    unit, spread = ("pairs", "pair spread") if paired else ("runs a side", "run-to-run spread")
+    advice = f"about {b.pairs_needed} {unit} would decide" if b.pairs_needed else "no number of runs in reach decides"
+    return (
+        f"{where}: at the measured {spread} of {b.spread:.1%}, {b.n} {unit} rule out only regressions above "
+        f"{b.upper:.1%} (estimate {b.estimate:+.1%}); {advice}"
+    )
 
 
 def markdown(result: CompareResult) -> str:
@@ -137,10 +176,28 @@ def markdown(result: CompareResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(result: CompareResult) -> dict[str, Any]:
+def to_json(result: CompareResult, not_decided: str = "distinct") -> dict[str, Any]:
     def clean(value: Any) -> Any:
         return None if isinstance(value, float) and not math.isfinite(value) else value
 
+    def bound(row: Row) -> dict[str, Any]:
+        b = row.bound
+        if result.threshold is None:
+            return {}
+        if b is None:
+            return {"bound": None}
+        return {"bound": {**{k: clean(v) for k, v in asdict(b).items()}, "shown": b.shown}}
+
+    gate = (
+        {
+            "verdict": result.verdict,
+            "looks": list(result.looks.sizes) if result.looks else None,
+            "fail_level": result.fail_level,
+            "pass_level": result.pass_level,
+        }
+        if result.threshold is not None
+        else {}
+    )
     return {
         "base": result.base,
         "head": result.head,
@@ -159,10 +216,12 @@ def to_json(result: CompareResult) -> dict[str, Any]:
                 "p_holm": clean(r.p_holm),
                 "noise_floor": r.noise_floor,
                 **{k: clean(v) for k, v in r.comparison.to_dict().items()},
+                **bound(r),
             }
             for r in result.rows
         ],
-        "exit_status": result.exit_status(),
+        **gate,
+        "exit_status": result.exit_status(not_decided),
     }
 
 
@@ -181,7 +240,7 @@ def confirmation_lines(gate: Confirmed) -> list[str]:
         )
     for row, again in gate.not_confirmed:
         lines.append(
-            f"not confirmed (passes): {row.cell_id} {row.metric} flagged +{row.comparison.worse_by:.1%} "
+            f"not confirmed: {row.cell_id} {row.metric} flagged +{row.comparison.worse_by:.1%} "
             f"(first batch {figures(row)}), not again (confirmation {figures(again)}: {again.comparison.verdict})"
         )
     for row in gate.not_rerun:
@@ -189,8 +248,21 @@ def confirmation_lines(gate: Confirmed) -> list[str]:
             f"UNCONFIRMABLE regression: {row.cell_id} {row.metric} +{row.comparison.worse_by:.1%} "
             f"(first batch {figures(row)}) has no confirmation runs: the gate fails"
         )
+    threshold = gate.first.threshold or 0.0
     if not gate.first.regressions:
         lines.append("nothing to confirm: the first batch found no regression")
-    verdict = "GATE FAILED" if gate.exit_status() else "gate passed"
-    lines.append(f"{verdict} after confirmation (threshold {gate.first.threshold or 0:.1%})")
+    if gate.verdict == outcome.FAIL:
+        lines.append(f"GATE FAILED after confirmation (threshold {threshold:.1%})")
+    elif gate.first.regressions:
+        lines.append(
+            f"gate NOT DECIDED after confirmation (threshold {threshold:.1%}): the first batch's regression did not "
+            "hold in the second, and a PASS needs the first batch's own test to show the change below the threshold"
+        )
+    elif gate.verdict == outcome.PASS:
+        lines.append(f"gate PASSED (threshold {threshold:.1%}): nothing to confirm, every gated metric shown below it")
+    else:
+        lines.append(
+            f"gate NOT DECIDED (threshold {threshold:.1%}): nothing to confirm, not shown below it: "
+            + "; ".join(not_decided_sentence(r) for r in gate.first.undecided)
+        )
     return lines

@@ -11,6 +11,9 @@ that move far less than wall time on a shared machine. Runs from environments th
 image with HEAD's on another, matched by every other setting; or what is under test at one cell id
 (a different vm.kernel file, by sha256), refused unless named. Only the environment keys they
 explain may differ.
+
+With a threshold, the gate's verdict is PASS, FAIL or NOT DECIDED (``outcome``), at one look or at
+each of the planned looks of a gate that adds pairs (``Judging.looks``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from fsmatrix.errors import UserError
 from fsmatrix.results.store import Result
 from fsmatrix.results.store.sides import Side
-from fsmatrix.results.verdict import stats
+from fsmatrix.results.verdict import outcome, stats
 from fsmatrix.results.verdict.environment import (
     ACROSS,
     ENV_AXES,
@@ -46,6 +49,7 @@ class Row:
     noise_floor: float
     gated: bool = False  # the cell's primary metric: the gate decides on it; every other row is advisory
     p_holm: float = math.nan  # the gated rows' p-values adjusted together (Holm)
+    bound: outcome.Bound | None = None  # a gated row's PASS test (with a threshold); None: it cannot be made
 
 
 @dataclass
@@ -59,6 +63,9 @@ class CompareResult:
     across: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     only_base: list[str] = field(default_factory=list)
     only_head: list[str] = field(default_factory=list)
+    looks: outcome.Looks | None = None  # the planned looks of a gate that adds pairs; None: one look
+    fail_level: float = stats.ALPHA  # the two-sided level the FAIL test compared with (after Holm)
+    pass_level: float = stats.ALPHA  # the one-sided level of the PASS tests
 
     @property
     def explained(self) -> set[str]:
@@ -69,9 +76,30 @@ class CompareResult:
     def regressions(self) -> list[Row]:
         return [r for r in self.rows if r.regression]
 
-    def exit_status(self) -> int:
-        """The gate: 1 when a threshold was given and some metric regressed beyond it, else 0."""
-        return 1 if self.threshold is not None and self.regressions else 0
+    @property
+    def verdict(self) -> str | None:
+        """The gate's verdict (``outcome``), None without a threshold: FAIL on a regression; PASS when
+        every gated row's PASS test shows it not worse than the threshold; NOT DECIDED otherwise."""
+        if self.threshold is None:
+            return None
+        if self.regressions:
+            return outcome.FAIL
+        gated = [r for r in self.rows if r.gated]
+        if gated and all(r.bound is not None and r.bound.shown for r in gated):
+            return outcome.PASS
+        return outcome.NOT_DECIDED
+
+    @property
+    def undecided(self) -> list[Row]:
+        """The gated rows that keep the gate from PASS (none when it failed)."""
+        if self.verdict != outcome.NOT_DECIDED:
+            return []
+        return [r for r in self.rows if r.gated and not (r.bound and r.bound.shown)]
+
+    def exit_status(self, not_decided: str = "distinct") -> int:
+        """0 without a threshold or on PASS, 1 on FAIL, NOT DECIDED as ``not_decided`` says
+        (``outcome.ON_NOT_DECIDED``: 3 by default)."""
+        return outcome.exit_status(self.verdict, not_decided)
 
 
 # ----------------------------------------------------------------------------------- compare
@@ -80,13 +108,23 @@ class CompareResult:
 @dataclass(frozen=True)
 class Judging:
     """How ``compare`` judges each row: the gate's threshold (None: no gate), α, the noise floor of
-    each (cell, metric) from stored calibrations, and whether the sides ran in pairs (repeat i of BASE
-    next to repeat i of HEAD: ``stats.compare_paired``)."""
+    each (cell, metric) from stored calibrations, whether the sides ran in pairs (repeat i of BASE
+    next to repeat i of HEAD: ``stats.compare_paired``), and the planned looks of a gate that adds
+    pairs (None: one look, at α; ``outcome.Looks``: each test at Pocock's level for those looks)."""
 
     threshold: float | None = None
     alpha: float = stats.ALPHA
     noise_floors: Mapping[tuple[str, str], float] = field(default_factory=dict)
     paired: bool = False
+    looks: outcome.Looks | None = None
+
+    @property
+    def fail_alpha(self) -> float:
+        return self.looks.fail_level(self.alpha) if self.looks else self.alpha
+
+    @property
+    def pass_alpha(self) -> float:
+        return self.looks.pass_level(self.alpha) if self.looks else self.alpha
 
 
 def compare(
@@ -103,6 +141,7 @@ def compare(
     another (``across_sides``). The environment keys they explain may differ, no other."""
     judging = judging or Judging()
     base, head, result = _comparable(base, head, judging.threshold, allow_env_diff, across)
+    result.looks, result.fail_level, result.pass_level = judging.looks, judging.fail_alpha, judging.pass_alpha
     bc, hc = base.by_cell(), head.by_cell()
     common = sorted(set(bc) & set(hc))
     result.only_base = sorted(set(bc) - set(hc))
@@ -117,7 +156,7 @@ def compare(
     decisive = [r for r in result.rows if r.gated]
     for row, p_holm in zip(decisive, stats.holm([r.comparison.p_value for r in decisive]), strict=True):
         row.p_holm = p_holm
-        row.comparison = stats.decide(row.comparison, p_holm, alpha=judging.alpha, noise_floor=row.noise_floor)
+        row.comparison = stats.decide(row.comparison, p_holm, alpha=judging.fail_alpha, noise_floor=row.noise_floor)
         row.regression = judging.threshold is not None and stats.is_regression(row.comparison, judging.threshold)
     return result
 
@@ -161,24 +200,28 @@ def _comparable(
 
 
 def _rows(cell_id: str, base: list[Result], head: list[Result], judging: Judging) -> list[Row]:
-    """One row per metric the cell's runs on both sides have."""
+    """One row per metric the cell's runs on both sides have; a gated row with its PASS test when
+    there is a threshold."""
     docs = base + head
     gated = gate_metrics(docs)
     rows = []
+    alpha = judging.fail_alpha
     for metric, direction in compared_metrics(docs).items():
         floor = judging.noise_floors.get((cell_id, metric), 0.0)
+        bound = None
         if judging.paired:
             pairs = metric_pairs(base, head, metric)
-            c = stats.compare_paired(pairs, direction, alpha=judging.alpha, noise_floor=floor)
+            c = stats.compare_paired(pairs, direction, alpha=alpha, noise_floor=floor)
+            if judging.threshold is not None and metric in gated:
+                bound = outcome.bound_paired(pairs, direction, judging.threshold, judging.pass_alpha, alpha=alpha)
         else:
-            c = stats.compare_samples(
-                metric_values(base, metric),
-                metric_values(head, metric),
-                direction,
-                alpha=judging.alpha,
-                noise_floor=floor,
-            )
-        rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated))
+            b_values, h_values = metric_values(base, metric), metric_values(head, metric)
+            c = stats.compare_samples(b_values, h_values, direction, alpha=alpha, noise_floor=floor)
+            if judging.threshold is not None and metric in gated:
+                bound = outcome.bound_samples(
+                    b_values, h_values, direction, judging.threshold, judging.pass_alpha, alpha=alpha
+                )
+        rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated, bound=bound))
     return rows
 
 
@@ -187,8 +230,9 @@ class Confirmed:
     """The gate with confirmation: the first batch's regressions, each judged again on a second,
     independent batch of runs (the flagged cells, base and head run again). A regression fails the
     gate only when it holds again — the same cell and metric significantly worse beyond the threshold
-    in the second batch ("confirmed"); one that does not is reported as "not confirmed" and passes.
-    A flagged cell the second batch did not run cannot be confirmed or cleared: it fails."""
+    in the second batch ("confirmed"); one that does not is reported as "not confirmed", and the gate
+    is NOT DECIDED (``verdict``). A flagged cell the second batch did not run cannot be confirmed or
+    cleared: it fails."""
 
     first: CompareResult
     second: CompareResult | None
@@ -210,8 +254,19 @@ class Confirmed:
     def not_rerun(self) -> list[Row]:
         return [row for row in self.first.regressions if self._again(row) is None]
 
-    def exit_status(self) -> int:
-        return 1 if self.confirmed or self.not_rerun else 0
+    @property
+    def verdict(self) -> str | None:
+        """FAIL on a confirmed or unconfirmable regression. A regression the second batch does not
+        show is NOT DECIDED: PASS needs the first batch's own PASS test, which a batch that found a
+        regression did not give (so a PASS keeps its level). Nothing flagged: the first batch's verdict."""
+        if self.confirmed or self.not_rerun:
+            return outcome.FAIL
+        if self.first.regressions:
+            return outcome.NOT_DECIDED
+        return self.first.verdict
+
+    def exit_status(self, not_decided: str = "distinct") -> int:
+        return outcome.exit_status(self.verdict, not_decided)
 
 
 def flagged_cells(result: CompareResult) -> list[str]:
