@@ -154,6 +154,7 @@ def _group_json(g: GroupResult, delta: float) -> dict[str, Any]:
         "decided": {"on_time": speed.decided_on_time, "on_work": list(speed.decided_on_work)} if speed else None,
         "work": _work_json(speed.work) if speed and speed.work else None,
         "outliers": [asdict(o) for o in speed.outliers] if speed else [],
+        "rule": speed.rule if speed else None,
         "headline": words.headline,
         "details": list(words.details),
         "sentences": list(words.sentences),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fsmatrix.results.render.words import and_list, join, pct, plain
 from fsmatrix.results.store import Race
-from fsmatrix.results.verdict import power, stats
+from fsmatrix.results.verdict import mcb, power, stats
 from fsmatrix.results.verdict.answer import (
     Configuration,
     CrashGroup,
@@ -45,7 +45,14 @@ class Said:
 
 def said(g: GroupResult, delta: float) -> Said:
     """What the answer says of one group (``delta``: the answer's minimum effect)."""
-    return _crash(g) if isinstance(g, CrashGroup) else _speed(g, delta)
+    if isinstance(g, CrashGroup):
+        return _crash(g)
+    return _speed_many(g, delta) if many(g) else _speed(g, delta)
+
+
+def many(g: SpeedGroup) -> bool:
+    """A group too big to name every configuration in its sentences: more than ``mcb.PAIRS_UP_TO``."""
+    return len(g.configurations) > mcb.PAIRS_UP_TO
 
 
 # ----------------------------------------------------------------------------------- speed groups
@@ -166,6 +173,173 @@ def _speed_details(
     return details
 
 
+# ----------------------------------------------------------------------------------- many configurations
+
+NAMED = 3  # a big group's sentence names at most this many configurations of a status; it counts the rest
+
+
+def _speed_many(g: SpeedGroup, delta: float) -> Said:
+    """A group of many configurations: a headline of counts that names one configuration at most, and
+    sentences that name the few closest to the leader per status and count the rest (the tables and
+    the JSON have every one)."""
+    by_config = {c.name: c for c in g.configurations}
+    eligible = [c for c in g.configurations if c.status != "not enough data"]
+    leader, words = g.leader, g.metric_words
+    details: list[str] = []
+    if g.verdict in ("not enough data", "single"):
+        headline = _lacking_headline(g) if leader is None else _speed_headline(g, by_config, eligible, delta)[0]
+    else:
+        assert leader is not None
+        headline = _many_headline(g, by_config, eligible, delta)
+        others = [n for n in g.not_separated if n != leader]
+        for names, status, text in (
+            ([n for n in g.equivalent if n != leader], "equivalent", f"Equivalent within ±{pct(delta)} to"),
+            (others, "not separated", "Not separated from"),
+            (g.worse, "worse", "Worse than"),
+        ):
+            if names:
+                details.append(f"{text} the leader ({words}, × its): {_few(names, by_config, status)}.")
+    answered = (g.best,) if g.best else g.not_separated
+    if not g.decided_on_time and g.decided_on_work:
+        headline += f" Decided on work: {and_list([work_words(m) for m in g.decided_on_work])} (below)."
+    unsafe_answered = [n for n in answered if n in g.unsafe]
+    if unsafe_answered:
+        headline += f" But {_count(len(unsafe_answered))} of them UNSAFE (below): not the answer, whatever its speed."
+    if g.rule == "mcb":
+        details.append(mcb_rule(g))
+    if g.raced is not None:
+        details.append(race_rule(g.raced))
+        by_race = [c for c in g.configurations if c.decided_by == "race" and c.status in ("worse", "equivalent")]
+        if by_race:
+            details.append(f"The race decided {_counted(by_race)} (the table below).")
+    lacking = [by_config[n] for n in g.not_enough_data]
+    if lacking and leader is not None:
+        details.append(f"Not enough data: {_lacking_counts(lacking)}.")
+    unsafe = list(g.unsafe.items())
+    if unsafe:
+        listed = join([f"{n} in {label}" for n, (label, _) in unsafe[:NAMED]], [n for n, _ in unsafe[:NAMED]])
+        more = f" … and {len(unsafe) - NAMED} more" if len(unsafe) > NAMED else ""
+        details.append(f"UNSAFE (lost data or did not recover after a crash): {listed}{more}: the crash verdicts.")
+    if g.work is not None and g.work.differences:
+        details.append(work_sentence(g.work, words, NAMED))
+    if g.outliers:
+        details.append(outlier_sentence(g.outliers, words, NAMED))
+    details.append(baseline_sentence(g.group.baseline_name, g.group.baseline_rule))
+    regime_text = regime_sentence(g.group.regime, NAMED)
+    if regime_text:
+        details.append(regime_text)
+    why_text = why_sentence(g.why) if g.why is not None else None
+    if why_text:
+        details.append(why_text)
+    if g.still_open:
+        details.append(
+            f"To settle: {_settle_text(g.still_open, delta).removeprefix('; ')} for all {len(g.still_open)} open "
+            f"pairs{_settle_time(g.settle_s)} (each one's advice: the JSON's still_open)."
+        )
+    return Said(headline, tuple(details))
+
+
+def _many_headline(
+    g: SpeedGroup, by_config: Mapping[str, Configuration], eligible: Sequence[Configuration], delta: float
+) -> str:
+    """At most one configuration named (the leader, with its ratio to the baseline), the rest counted."""
+    assert g.leader is not None
+    runs, words, k = _runs_text([c.runs for c in eligible]), g.metric_words, len(g.configurations)
+    counts = [
+        f"{len(names)} {text}"
+        for names, text in (
+            ([n for n in g.equivalent if n != g.leader], f"equivalent within ±{pct(delta)}"),
+            (g.worse, "worse"),
+            (g.not_enough_data, "without enough data"),
+        )
+        if names
+    ]
+    rest = f"; of the others, {and_list(counts)}" if counts else ""
+    if g.verdict == "equivalent":
+        besides = rest.replace("; of the others", "; besides")
+        return (
+            f"All {len(eligible)} configurations with enough data of {k} are equivalent within ±{pct(delta)} on "
+            f"{words}, {runs}{besides}."
+        )
+    if g.verdict == "best":
+        return f"{g.leader} is best of {k}{_to_baseline(g, by_config)}, {runs}{rest}."
+    stop = " (the race stopped undecided: below)" if g.raced is not None and not g.raced.decided else ""
+    return (
+        f"No single best: {len(g.not_separated)} of {k} configurations not separated on {words}, led by "
+        f"{g.leader}{_to_baseline(g, by_config)}, {runs}{rest}{stop}."
+    )
+
+
+def _to_baseline(g: SpeedGroup, by_config: Mapping[str, Configuration]) -> str:
+    """ ": takes 0.80× ext4's elapsed time [0.75, 0.85]", or " (the baseline)"."""
+    assert g.leader is not None
+    base, r = g.group.baseline_name, by_config[g.leader].to_baseline
+    if g.leader == base:
+        return " (the baseline)"
+    if r is None:
+        return ""
+    whose = f"{base}'s {g.metric_words}" if plain(base) else f"the baseline's {g.metric_words}"
+    text = f"{r.ratio:.2f}× {whose} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+    return f" ({'takes ' + text if g.direction == 'lower' else text})"
+
+
+def _few(names: Sequence[str], by_config: Mapping[str, Configuration], status: str) -> str:
+    """The ``NAMED`` closest to the leader with their ratios, then how many more."""
+
+    def distance(n: str) -> float:
+        r = by_config[n].to_leader
+        return abs(math.log(r.ratio)) if r is not None and r.ratio > 0 else math.inf
+
+    shown = sorted(names, key=distance)[:NAMED]
+    listed = _listed(shown, by_config)
+    if len(names) <= NAMED:
+        return listed
+    return f"{listed} … and {len(names) - NAMED} more, all {status}: the table below"
+
+
+def _count(n: int) -> str:
+    return "1 is" if n == 1 else f"{n} are"
+
+
+def _counted(configs: Sequence[Configuration]) -> str:
+    """ "20 worse and 3 equivalent": how many of each status."""
+    statuses = [c.status for c in configs]
+    return and_list([f"{statuses.count(st)} {st}" for st in dict.fromkeys(statuses)])
+
+
+def _lacking_counts(lacking: Sequence[Configuration]) -> str:
+    """How many configurations lack what: "30 with 2 passed runs and 2 with a failed run"."""
+    kinds: dict[str, int] = {}
+    for c in lacking:
+        if c.failed:
+            kind = "with failed runs"
+        elif c.runs < stats.MIN_SAMPLES:
+            kind = f"with {c.runs} passed run{'s' if c.runs != 1 else ''}"
+        else:
+            kind = "with a value <= 0"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return and_list([f"{n} {kind}" for kind, n in kinds.items()]) + f" (of the {stats.MIN_SAMPLES} needed)"
+
+
+def _lacking_headline(g: SpeedGroup) -> str:
+    return (
+        f"Not enough data to answer: none of the {len(g.configurations)} configurations has at least "
+        f"{stats.MIN_SAMPLES} passed runs, no failed one and no value <= 0: {_lacking_counts(g.configurations)}."
+    )
+
+
+def mcb_rule(g: SpeedGroup) -> str:
+    """One sentence: how comparisons with the best decided a group (its level read off its intervals)."""
+    k = len([c for c in g.configurations if c.status != "not enough data"])
+    each = next((c.to_leader.confidence for c in g.configurations if c.to_leader is not None), math.nan)
+    together = 1 - (1 - each) * mcb.family(k)
+    return (
+        f"Rule: comparisons with the best ({k} configurations with enough data, more than {mcb.PAIRS_UP_TO}): each "
+        f"interval at {pct(each, 4)}, so that the best's {mcb.family(k)} hold together at {pct(together)}; worse "
+        "means separated from every configuration that may be best (docs/answer.md)."
+    )
+
+
 def _runs_text(counts: Sequence[int]) -> str:
     lo, hi = min(counts), max(counts)
     if lo == hi:
@@ -244,13 +418,17 @@ def open_advice(o: Open, delta: float) -> str:
     )
 
 
-def work_sentence(w: Work, words: str) -> str:
-    """What the configurations' work per operation separates where time does not."""
+def work_sentence(w: Work, words: str, named: int | None = None) -> str:
+    """What the configurations' work per operation separates where time does not (per metric, the first
+    ``named`` configurations and how many more, when given)."""
     parts = []
     for d in w.differences:
+        shown = d.more[:named] if named is not None else d.more
         listed = join(
-            [f"{n} {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]" for n, r in d.more], [n for n, _ in d.more]
+            [f"{n} {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]" for n, r in shown], [n for n, _ in shown]
         )
+        if len(shown) < len(d.more):
+            listed += f" … and {len(d.more) - len(shown)} more"
         parts.append(f"{d.words} (× {d.least}'s): {listed}")
     compared = len(w.compared)
     return (
@@ -261,9 +439,13 @@ def work_sentence(w: Work, words: str) -> str:
     )
 
 
-def outlier_sentence(found: Sequence[Outlier], words: str) -> str:
-    """The runs outside their configuration's spread, named, and kept in every figure."""
-    listed = join([f"{o.configuration} r{o.repeat} {o.ratio:.2f}× the median of its other runs" for o in found])
+def outlier_sentence(found: Sequence[Outlier], words: str, named: int | None = None) -> str:
+    """The runs outside their configuration's spread, named (the first ``named``, when given), and kept
+    in every figure."""
+    shown = found[:named] if named is not None else found
+    listed = join([f"{o.configuration} r{o.repeat} {o.ratio:.2f}× the median of its other runs" for o in shown])
+    if len(shown) < len(found):
+        listed += f" … and {len(found) - len(shown)} more"
     return f"Outlier runs on {words} ({RULE}; kept in every figure above): {listed}."
 
 
@@ -317,7 +499,7 @@ def baseline_sentence(name: str, rule: str) -> str:
     return f"{verb}: {name} ({RULES[rule]})."
 
 
-def regime_sentence(r: Regime) -> str | None:
+def regime_sentence(r: Regime, named: int | None = None) -> str | None:
     if r.overall == "cpu":
         text = "Regime: every configuration was CPU-bound (the sampler's class of most of its runs)"
         if r.disks_not_bottleneck:
@@ -335,6 +517,10 @@ def regime_sentence(r: Regime) -> str | None:
         return "Regime: every configuration was mixed, neither CPU- nor IO-bound most of the time."
     if r.overall == "varies":
         words = {"cpu": "CPU-bound", "io": "IO-bound", "mixed": "mixed", "": "unknown"}
+        if named is not None and len(r.by_configuration) > named:  # counted, not listed
+            regimes = list(r.by_configuration.values())
+            counts = [f"{regimes.count(reg)} {words.get(reg, reg)}" for reg in dict.fromkeys(regimes)]
+            return f"Regime: {and_list(counts)} configurations (the sampler's class of most of their runs)."
         parts = join([f"{n} {words.get(reg, reg)}" for n, reg in r.by_configuration.items()], list(r.by_configuration))
         return f"Regime: {parts}."
     return None

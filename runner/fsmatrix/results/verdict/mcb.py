@@ -58,10 +58,11 @@ def against_the_set(
         counts[:, :, None],
         level,
     )
-    other = ~np.eye(k, dtype=bool)[None, :, :]
-    in_set = ((low <= 0) | ~other).all(axis=2)
-    against = other & in_set[:, None, :]  # (i, j): j another member of S
-    has = against.any(axis=2)
-    worse = has & ((low > 0) | ~against).all(axis=2)
-    equivalent = has & (((low > -bound) & (high < bound)) | ~against).all(axis=2)
+    other = np.logical_not(np.eye(k, dtype=bool))[None, :, :]
+    in_set = np.all(np.logical_or(low <= 0, ~other), axis=2)
+    against = np.logical_and(other, in_set[:, None, :])  # (i, j): j another member of S
+    has = np.any(against, axis=2)
+    worse = np.logical_and(has, np.all(np.logical_or(low > 0, ~against), axis=2))
+    inside = np.logical_and(low > -bound, high < bound)
+    equivalent = np.logical_and(has, np.all(np.logical_or(inside, ~against), axis=2))
     return in_set, worse, equivalent
