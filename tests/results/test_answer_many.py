@@ -16,7 +16,6 @@ from conftest import REPO, typed
 from fsmatrix.matrix import MatrixCell, expand_document
 from fsmatrix.results.render import answer_text
 from fsmatrix.results.verdict import answer, answering, groups, mcb
-
 from test_answer import THREEN1, runs
 
 SCHEMA = json.loads((REPO / "docs" / "answer.schema.json").read_text(encoding="utf-8"))
@@ -124,3 +123,13 @@ def test_the_json_names_the_rule_of_a_small_group(tmp_path: Path) -> None:
     _, small = demo()
     found = answering.build(typed(small), None, None, answer.Rule(draws=400))
     assert answer_text.to_json(found)["groups"][0]["rule"] == "pairs"
+
+
+def test_the_simulation_keeps_both_rules_family_error_and_shows_mcb_s_gain() -> None:
+    from fsmatrix.bench import answer as bench_answer
+
+    pairs, best = bench_answer.rule_design(12, 3, 0.03, 500, 0)
+    assert (pairs.rule, best.rule) == ("pairs", "mcb")
+    for r in (pairs, best):
+        assert r.family_error <= 0.055 and r.tied_error <= 0.055, r
+    assert best.critical_t < pairs.critical_t and best.best_named_50 > pairs.best_named_50 + 0.3
