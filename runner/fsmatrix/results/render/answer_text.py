@@ -7,7 +7,8 @@ from dataclasses import asdict
 from typing import Any
 
 from fsmatrix.agent import jsonfile
-from fsmatrix.results.render.sentences import crash_text, open_advice, race_rule, said
+from fsmatrix.results.render.phrases import open_advice, race_rule
+from fsmatrix.results.render.sentences import crash_text, said
 from fsmatrix.results.render.words import pct
 from fsmatrix.results.verdict.answer import (
     VERSION,

@@ -298,20 +298,19 @@ def compare_group(
         status, a = statuses[name], against[name]
         if name == leader:
             why = f"the best geometric mean of {len(eligible)} configurations with enough data"
-        elif rule == "mcb":
-            why = (
-                f"{a.ratio:.3f}x the leader [{a.ci_low:.3f}, {a.ci_high:.3f}] "
-                f"({_pct_text(a.confidence)} each; comparisons with the best, {m} intervals of the best at "
-                f"{_pct_text(1 - alpha)} together): {_mcb_words(status)}"
-            )
         else:
-            why = (
-                f"{a.ratio:.3f}x the leader [{a.ci_low:.3f}, {a.ci_high:.3f}] "
-                f"({_pct_text(a.confidence)} each, {m} intervals at {_pct_text(1 - alpha)} together), "
-                f"Welch p = {a.p_value:.3g}: {status}"
-            )
+            why = _placed(a, status, rule, alpha)
         standings.append(IntervalStanding(name, status, len(passed), failed, med, why, a, to_base.get(name)))
     return IntervalDecision(direction, alpha, delta, baseline, leader, m, tuple(standings), rule)
+
+
+def _placed(a: Interval, status: str, rule: str, alpha: float) -> str:
+    """Why a configuration other than the leader has its status: its interval against the leader."""
+    interval = f"{a.ratio:.3f}x the leader [{a.ci_low:.3f}, {a.ci_high:.3f}] ({_pct_text(a.confidence)} each"
+    if rule == "mcb":
+        best = f"comparisons with the best, {a.family} intervals of the best at {_pct_text(1 - alpha)} together"
+        return f"{interval}; {best}): {_mcb_words(status)}"
+    return f"{interval}, {a.family} intervals at {_pct_text(1 - alpha)} together), Welch p = {a.p_value:.3g}: {status}"
 
 
 def _mcb_words(status: str) -> str:
