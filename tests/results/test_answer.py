@@ -23,7 +23,7 @@ from fsmatrix.backends import BackendEntry
 from fsmatrix.cli import main
 from fsmatrix.matrix import MatrixCell, expand_document
 from fsmatrix.results import store
-from fsmatrix.results.render import answer_text, markdown, sentences, tables
+from fsmatrix.results.render import answer_text, markdown, phrases, sentences, tables
 from fsmatrix.results.render import page as html_page
 from fsmatrix.results.render.sentences import crash_text
 from fsmatrix.results.verdict import answer, answering, crash, report
@@ -55,7 +55,7 @@ def said(g: answer.GroupResult, delta: float = 0.05) -> sentences.Said:
 
 
 def race_rule(g: answer.GroupResult) -> str | None:
-    return sentences.race_rule(g.raced) if isinstance(g, answer.SpeedGroup) and g.raced is not None else None
+    return phrases.race_rule(g.raced) if isinstance(g, answer.SpeedGroup) and g.raced is not None else None
 
 
 def cells(doc: dict[str, Any]) -> list[MatrixCell]:

@@ -17,6 +17,15 @@ the logs sqrt(ln(1 + CV²))), two seeded sets of trials:
 Trials: ``--trials`` for k = 4 (default 10,000), a fifth of it elsewhere (2,000). Each rate comes
 with its exact 95 % interval (Clopper-Pearson). The targets docs/answer.md states: family error <=
 5.5 %, coverage >= 94 %, false equivalent <= 5 % in every design.
+
+Then **all pairs against comparisons with the best** (``--mcb-only``: this table alone): both rules
+forced on the same seeded groups of k ∈ {4, 8, 12, 16, 32} configurations (``MCB_KS``) × 3 runs ×
+CV ∈ {3, 8, 15} %, a fifth of ``--trials`` each: *family error* (all equal: any configuration called
+worse), *two best tied* (two equal configurations 50 % ahead of the others, equal among
+themselves: either called worse, MCB's harder case), *best named* (one configuration 20 %, resp.
+50 %, faster than all the others: the share of trials naming it best) and *others worse* (at 50 %:
+the share of the others called worse); with each rule's critical t at 3 runs (Welch's df = 4 when
+the variances are equal).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from scipy import stats as sps
 
 from fsmatrix.results.verdict import groups, stats, welch
 
@@ -38,6 +48,7 @@ NS = (3, 5, 10)
 CVS = (0.03, 0.08, 0.15)
 TRIALS = 10_000  # for k = 4; a fifth elsewhere
 WORSE_BY = 0.2  # the worse configuration of the second set
+AHEAD = 0.5  # all pairs against MCB: the lead of a clearly better configuration
 
 
 @dataclass(frozen=True)
@@ -110,14 +121,102 @@ def design(k: int, n: int, cv: float, trials: int, seed: int) -> Row:
     )
 
 
+MCB_KS = (4, 8, 12, 16, 32)
+MCB_N = 3
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    """One rule on one design of the all-pairs-against-MCB table."""
+
+    k: int
+    n: int
+    cv: float
+    rule: str
+    trials: int
+    critical_t: float  # at n runs each, equal variances: Welch's df = 2(n - 1)
+    family_error: float  # all equal: any configuration called worse
+    family_error_ci: tuple[float, float]
+    tied_error: float  # two equal best 50 % ahead of the others: either called worse
+    best_named_20: float  # one configuration 20 % better than the others: the share naming it best
+    best_named_50: float  # 50 % better
+    called_worse_50: float  # there: the share of the other configurations called worse
+
+
+def rule_design(k: int, n: int, cv: float, trials: int, seed: int) -> list[RuleRow]:
+    """Both rules on the same seeded groups: all equal; two equal best, 50 % ahead of the others; one
+    best by 20 % and by 50 %."""
+    rng = np.random.default_rng([seed, k, n, round(cv * 1000), 1])
+    sigma = math.sqrt(math.log1p(cv**2))
+
+    def groups_of(behind: int, by: float) -> np.ndarray:
+        """The first ``k - behind`` configurations equal, the rest ``by`` slower."""
+        logs = rng.normal(0.0, sigma, size=(trials, k, n))
+        logs[:, k - behind :, :] += math.log1p(by)
+        return logs
+
+    designs = {
+        "equal": groups_of(0, 0.0),
+        "two best": groups_of(k - 2, AHEAD),
+        "20 %": groups_of(k - 1, WORSE_BY),
+        "50 %": groups_of(k - 1, AHEAD),
+    }
+    rows = []
+    for rule in ("pairs", "mcb"):
+        status = {
+            name: groups.decide(x.mean(axis=2), x.var(axis=2, ddof=1), np.full(k, n), rule=rule).status
+            for name, x in designs.items()
+        }
+        errors = int(np.count_nonzero((status["equal"] == groups.WORSE).any(axis=1)))
+        tied = int(np.count_nonzero((status["two best"][:, :2] == groups.WORSE).any(axis=1)))
+        level = stats.ALPHA / groups.family_of(k, rule)
+        rows.append(
+            RuleRow(
+                k,
+                n,
+                cv,
+                rule,
+                trials,
+                float(sps.t.isf(level / 2, 2 * (n - 1))),
+                errors / trials,
+                stats.clopper_pearson(errors, trials),
+                tied / trials,
+                float(np.mean(status["20 %"][:, 0] == groups.BEST)),
+                float(np.mean(status["50 %"][:, 0] == groups.BEST)),
+                float(np.mean(status["50 %"][:, 1:] == groups.WORSE)),
+            )
+        )
+    return rows
+
+
+def compare_rules(trials: int = TRIALS // 5, seed: int = 0) -> list[RuleRow]:
+    return [r for k, cv in itertools.product(MCB_KS, CVS) for r in rule_design(k, MCB_N, cv, trials, seed)]
+
+
+def rules_markdown(rows: list[RuleRow]) -> str:
+    lines = [
+        "| k | n | CV | rule | trials | critical t | family error, all equal [95 % CI] | two best tied: "
+        "either worse | best named: 20 % better | 50 % better | others worse (50 %) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        fe = r.family_error_ci
+        lines.append(
+            f"| {r.k} | {r.n} | {r.cv:.0%} | {r.rule} | {r.trials:,} | {r.critical_t:.1f} | "
+            f"{_pct(r.family_error)} [{_pct(fe[0])}, {_pct(fe[1])}] | {_pct(r.tied_error)} | "
+            f"{_pct(r.best_named_20)} | {_pct(r.best_named_50)} | {_pct(r.called_worse_50)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def simulate(trials: int = TRIALS, seed: int = 0) -> list[Row]:
     return [
         design(k, n, cv, trials if k == 4 else max(trials // 5, 1), seed) for k, n, cv in itertools.product(KS, NS, CVS)
     ]
 
 
-def to_json(rows: list[Row]) -> dict[str, Any]:
-    return {"rows": [asdict(r) for r in rows]}
+def to_json(rows: list[Row], rules: list[RuleRow] | None = None) -> dict[str, Any]:
+    return {"rows": [asdict(r) for r in rows], "rules": [asdict(r) for r in rules or []]}
 
 
 def _pct(x: float) -> str:
@@ -143,12 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=TRIALS, help="trials per design for k = 4 (a fifth elsewhere)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--format", choices=("md", "json"), default="md")
+    parser.add_argument("--mcb-only", action="store_true", help="only the table of all pairs against MCB")
     args = parser.parse_args(argv)
     if args.trials < 5:
         print(f"fsmatrix.bench.answer: error: --trials {args.trials}: at least 5", file=sys.stderr)
         return 2
-    rows = simulate(args.trials, args.seed)
-    print(json.dumps(to_json(rows), indent=1) if args.format == "json" else markdown(rows), end="")
+    rows = [] if args.mcb_only else simulate(args.trials, args.seed)
+    rules = compare_rules(max(args.trials // 5, 1), args.seed)
+    if args.format == "json":
+        print(json.dumps(to_json(rows, rules), indent=1))
+    else:
+        print((markdown(rows) + "\n" if rows else "") + rules_markdown(rules), end="")
     return 0
 
 

@@ -7,7 +7,8 @@ from dataclasses import asdict
 from typing import Any
 
 from fsmatrix.agent import jsonfile
-from fsmatrix.results.render.sentences import crash_text, open_advice, race_rule, said
+from fsmatrix.results.render.phrases import open_advice, race_rule
+from fsmatrix.results.render.sentences import crash_text, said
 from fsmatrix.results.render.words import pct
 from fsmatrix.results.verdict.answer import (
     VERSION,
@@ -154,6 +155,7 @@ def _group_json(g: GroupResult, delta: float) -> dict[str, Any]:
         "decided": {"on_time": speed.decided_on_time, "on_work": list(speed.decided_on_work)} if speed else None,
         "work": _work_json(speed.work) if speed and speed.work else None,
         "outliers": [asdict(o) for o in speed.outliers] if speed else [],
+        "rule": speed.rule if speed else None,
         "headline": words.headline,
         "details": list(words.details),
         "sentences": list(words.sentences),

@@ -10,24 +10,31 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fsmatrix.results.render.phrases import (
+    baseline_sentence,
+    count_are,
+    counted,
+    lacking_counts,
+    open_advice,
+    outlier_sentence,
+    race_rule,
+    regime_sentence,
+    settle_text,
+    settle_time,
+    stop_words,
+    why_sentence,
+    work_sentence,
+)
 from fsmatrix.results.render.words import and_list, join, pct, plain
-from fsmatrix.results.store import Race
-from fsmatrix.results.verdict import power, stats
+from fsmatrix.results.verdict import mcb, stats
 from fsmatrix.results.verdict.answer import (
     Configuration,
     CrashGroup,
     CrashVerdict,
     GroupResult,
-    Open,
     SpeedGroup,
-    Why,
 )
-from fsmatrix.results.verdict.configurations import RULES, Regime
 from fsmatrix.results.verdict.crash import UNSAFE
-from fsmatrix.results.verdict.outliers import RULE, Outlier
-from fsmatrix.results.verdict.raced import RacedGroup
-from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
-from fsmatrix.results.verdict.work import Work
 from fsmatrix.results.verdict.work import words_of as work_words
 
 
@@ -45,7 +52,14 @@ class Said:
 
 def said(g: GroupResult, delta: float) -> Said:
     """What the answer says of one group (``delta``: the answer's minimum effect)."""
-    return _crash(g) if isinstance(g, CrashGroup) else _speed(g, delta)
+    if isinstance(g, CrashGroup):
+        return _crash(g)
+    return _speed_many(g, delta) if many(g) else _speed(g, delta)
+
+
+def many(g: SpeedGroup) -> bool:
+    """A group too big to name every configuration in its sentences: more than ``mcb.PAIRS_UP_TO``."""
+    return len(g.configurations) > mcb.PAIRS_UP_TO
 
 
 # ----------------------------------------------------------------------------------- speed groups
@@ -99,7 +113,7 @@ def _speed_headline(
         stop = f" ({stop_words(g.raced)})" if g.raced is not None and not g.raced.decided else ""
         headline = (
             f"No single best: {and_list(g.not_separated)} are not separated on {words}, {runs}{stop}"
-            f"{_settle_text(g.still_open, delta)}{_settle_time(g.settle_s)}."
+            f"{settle_text(g.still_open, delta)}{settle_time(g.settle_s)}."
         )
         others = [n for n in g.not_separated if n != leader]
         if others:
@@ -166,6 +180,151 @@ def _speed_details(
     return details
 
 
+# ----------------------------------------------------------------------------------- many configurations
+
+NAMED = 3  # a big group's sentence names at most this many configurations of a status; it counts the rest
+
+
+def _speed_many(g: SpeedGroup, delta: float) -> Said:
+    """A group of many configurations: a headline of counts that names one configuration at most, and
+    sentences that name the few closest to the leader per status and count the rest (the tables and
+    the JSON have every one)."""
+    by_config = {c.name: c for c in g.configurations}
+    eligible = [c for c in g.configurations if c.status != "not enough data"]
+    leader, words = g.leader, g.metric_words
+    details: list[str] = []
+    if g.verdict in ("not enough data", "single"):
+        headline = _lacking_headline(g) if leader is None else _speed_headline(g, by_config, eligible, delta)[0]
+    else:
+        assert leader is not None
+        headline = _many_headline(g, by_config, eligible, delta)
+        others = [n for n in g.not_separated if n != leader]
+        for names, status, text in (
+            ([n for n in g.equivalent if n != leader], "equivalent", f"Equivalent within ±{pct(delta)} to"),
+            (others, "not separated", "Not separated from"),
+            (g.worse, "worse", "Worse than"),
+        ):
+            if names:
+                details.append(f"{text} the leader ({words}, × its): {_few(names, by_config, status)}.")
+    answered = (g.best,) if g.best else g.not_separated
+    if not g.decided_on_time and g.decided_on_work:
+        headline += f" Decided on work: {and_list([work_words(m) for m in g.decided_on_work])} (below)."
+    unsafe_answered = [n for n in answered if n in g.unsafe]
+    if unsafe_answered:
+        headline += (
+            f" But {count_are(len(unsafe_answered))} of them UNSAFE (below): not the answer, whatever its speed."
+        )
+    if g.rule == "mcb":
+        details.append(mcb_rule(g))
+    if g.raced is not None:
+        details.append(race_rule(g.raced))
+        by_race = [c for c in g.configurations if c.decided_by == "race" and c.status in ("worse", "equivalent")]
+        if by_race:
+            details.append(f"The race decided {counted(by_race)} (the table below).")
+    lacking = [by_config[n] for n in g.not_enough_data]
+    if lacking and leader is not None:
+        details.append(f"Not enough data: {lacking_counts(lacking)}.")
+    unsafe = list(g.unsafe.items())
+    if unsafe:
+        listed = join([f"{n} in {label}" for n, (label, _) in unsafe[:NAMED]], [n for n, _ in unsafe[:NAMED]])
+        more = f" … and {len(unsafe) - NAMED} more" if len(unsafe) > NAMED else ""
+        details.append(f"UNSAFE (lost data or did not recover after a crash): {listed}{more}: the crash verdicts.")
+    if g.work is not None and g.work.differences:
+        details.append(work_sentence(g.work, words, NAMED))
+    if g.outliers:
+        details.append(outlier_sentence(g.outliers, words, NAMED))
+    details.append(baseline_sentence(g.group.baseline_name, g.group.baseline_rule))
+    regime_text = regime_sentence(g.group.regime, NAMED)
+    if regime_text:
+        details.append(regime_text)
+    why_text = why_sentence(g.why) if g.why is not None else None
+    if why_text:
+        details.append(why_text)
+    if g.still_open:
+        details.append(
+            f"To settle: {settle_text(g.still_open, delta).removeprefix('; ')} for all {len(g.still_open)} open "
+            f"pairs{settle_time(g.settle_s)} (each one's advice: the JSON's still_open)."
+        )
+    return Said(headline, tuple(details))
+
+
+def _many_headline(
+    g: SpeedGroup, by_config: Mapping[str, Configuration], eligible: Sequence[Configuration], delta: float
+) -> str:
+    """At most one configuration named (the leader, with its ratio to the baseline), the rest counted."""
+    assert g.leader is not None
+    runs, words, k = _runs_text([c.runs for c in eligible]), g.metric_words, len(g.configurations)
+    counts = [
+        f"{len(names)} {text}"
+        for names, text in (
+            ([n for n in g.equivalent if n != g.leader], f"equivalent within ±{pct(delta)}"),
+            (g.worse, "worse"),
+            (g.not_enough_data, "without enough data"),
+        )
+        if names
+    ]
+    rest = f"; of the others, {and_list(counts)}" if counts else ""
+    if g.verdict == "equivalent":
+        besides = rest.replace("; of the others", "; besides")
+        return (
+            f"All {len(eligible)} configurations with enough data of {k} are equivalent within ±{pct(delta)} on "
+            f"{words}, {runs}{besides}."
+        )
+    if g.verdict == "best":
+        return f"{g.leader} is best of {k}{_to_baseline(g, by_config)}, {runs}{rest}."
+    stop = " (the race stopped undecided: below)" if g.raced is not None and not g.raced.decided else ""
+    return (
+        f"No single best: {len(g.not_separated)} of {k} configurations not separated on {words}, led by "
+        f"{g.leader}{_to_baseline(g, by_config)}, {runs}{rest}{stop}."
+    )
+
+
+def _to_baseline(g: SpeedGroup, by_config: Mapping[str, Configuration]) -> str:
+    """ ": takes 0.80× ext4's elapsed time [0.75, 0.85]", or " (the baseline)"."""
+    assert g.leader is not None
+    base, r = g.group.baseline_name, by_config[g.leader].to_baseline
+    if g.leader == base:
+        return " (the baseline)"
+    if r is None:
+        return ""
+    whose = f"{base}'s {g.metric_words}" if plain(base) else f"the baseline's {g.metric_words}"
+    text = f"{r.ratio:.2f}× {whose} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+    return f" ({'takes ' + text if g.direction == 'lower' else text})"
+
+
+def _few(names: Sequence[str], by_config: Mapping[str, Configuration], status: str) -> str:
+    """The ``NAMED`` closest to the leader with their ratios, then how many more."""
+
+    def distance(n: str) -> float:
+        r = by_config[n].to_leader
+        return abs(math.log(r.ratio)) if r is not None and r.ratio > 0 else math.inf
+
+    shown = sorted(names, key=distance)[:NAMED]
+    listed = _listed(shown, by_config)
+    if len(names) <= NAMED:
+        return listed
+    return f"{listed} … and {len(names) - NAMED} more, all {status}: the table below"
+
+
+def _lacking_headline(g: SpeedGroup) -> str:
+    return (
+        f"Not enough data to answer: none of the {len(g.configurations)} configurations has at least "
+        f"{stats.MIN_SAMPLES} passed runs, no failed one and no value <= 0: {lacking_counts(g.configurations)}."
+    )
+
+
+def mcb_rule(g: SpeedGroup) -> str:
+    """One sentence: how comparisons with the best decided a group (its level read off its intervals)."""
+    k = len([c for c in g.configurations if c.status != "not enough data"])
+    each = next((c.to_leader.confidence for c in g.configurations if c.to_leader is not None), math.nan)
+    together = 1 - (1 - each) * mcb.family(k)
+    return (
+        f"Rule: comparisons with the best ({k} configurations with enough data, more than {mcb.PAIRS_UP_TO}): each "
+        f"interval at {pct(each, 4)}, so that the best's {mcb.family(k)} hold together at {pct(together)}; worse "
+        "means separated from every configuration that may be best (docs/answer.md)."
+    )
+
+
 def _runs_text(counts: Sequence[int]) -> str:
     lo, hi = min(counts), max(counts)
     if lo == hi:
@@ -186,161 +345,6 @@ def _listed(names: Sequence[str], by_config: Mapping[str, Configuration]) -> str
         r = by_config[n].to_leader
         parts.append(n if r is None else f"{n} {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]")
     return join(parts, names)
-
-
-def _settle_text(still_open: Sequence[Open], delta: float) -> str:
-    """ "; 7 runs per configuration would settle ±5 %": the most any open pair needs."""
-    needed = [o.repeats_needed for o in still_open]
-    if not needed:
-        return ""
-    if any(n is None for n in needed):
-        return f"; more than {power.N_MAX} runs per configuration would be needed to settle ±{pct(delta)}"
-    return f"; {max(n for n in needed if n is not None)} runs per configuration would settle ±{pct(delta)}"
-
-
-def _settle_time(seconds: float | None) -> str:
-    """ " (about 40 min more of runs)": what the runs that would settle it would take."""
-    if seconds is None or seconds <= 0:
-        return ""
-    return f" (about {duration(seconds)} more of runs)"
-
-
-def duration(seconds: float) -> str:
-    """A time for people: "45 s", "12 min", "2.5 h"."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def stop_words(raced: RacedGroup) -> str:
-    """Why a race ended before deciding a group."""
-    race = raced.race
-    reason = race.stopped.reason if race.stopped is not None else None
-    if reason == "budget" and race.settings.budget_s is not None:
-        return f"the race stopped at its {duration(race.settings.budget_s)} budget after round {len(race.rounds)}"
-    if reason == "max_repeats":
-        return f"the race reached its last round, {len(race.rounds)}, undecided"
-    return f"the race stopped undecided: {_why_stopped(race)}"
-
-
-def _why_stopped(race: Race) -> str:
-    return race.stopped.why if race.stopped is not None else "stopped"
-
-
-def open_advice(o: Open, delta: float) -> str:
-    """What would settle a pair not separated within ±``delta``."""
-    runs_a, runs_b = o.runs
-    now = f"{runs_a} each now" if runs_a == runs_b else f"{runs_a} and {runs_b} now"
-    sigma = f"σ of the logs {pct(o.sigma, 2)}"
-    if o.repeats_needed is None:
-        return (
-            f"more than {power.N_MAX} runs per configuration would be needed to settle ±{pct(delta)} ({sigma}; {now})"
-        )
-    return (
-        f"{o.repeats_needed} runs per configuration would settle ±{pct(delta)}: equivalent if equal, separated if "
-        f"{pct(delta)} apart, {pct(power.TARGET)} of the time each ({sigma}; {now})"
-    )
-
-
-def work_sentence(w: Work, words: str) -> str:
-    """What the configurations' work per operation separates where time does not."""
-    parts = []
-    for d in w.differences:
-        listed = join(
-            [f"{n} {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]" for n, r in d.more], [n for n, _ in d.more]
-        )
-        parts.append(f"{d.words} (× {d.least}'s): {listed}")
-    compared = len(w.compared)
-    return (
-        f"Work, where {words} does not decide (the same rule per work metric, {compared} metric"
-        f"{'s' if compared != 1 else ''} whose intervals hold together at {pct(w.confidence)}): "
-        + "; ".join(parts)
-        + "."
-    )
-
-
-def outlier_sentence(found: Sequence[Outlier], words: str) -> str:
-    """The runs outside their configuration's spread, named, and kept in every figure."""
-    listed = join([f"{o.configuration} r{o.repeat} {o.ratio:.2f}× the median of its other runs" for o in found])
-    return f"Outlier runs on {words} ({RULE}; kept in every figure above): {listed}."
-
-
-def why_sentence(why: Why) -> str | None:
-    if not why.measured:
-        return None
-    if not why.factors:
-        return (
-            f"What differs, {why.best} against {why.against}: none of the {why.measured} resource metrics "
-            f"by {pct(MIN_WHY_CHANGE)} or more."
-        )
-    parts = [f"{f.words} {f.ratio:.2f}×" + ("" if f.significant else " (not significant)") for f in why.factors]
-    return f"What differs, {why.best} against {why.against} (ratio of medians): {', '.join(parts)}."
-
-
-def retired_when(margin: float) -> str:
-    """The race's retire test in words (races before 2026-12-03 retired only beyond δ)."""
-    if margin:
-        shifted = f"one-sided Welch's t on logs shifted by ln(1 + {margin:g})"
-        return f"worse than the best by more than {pct(margin)} ({shifted})"
-    return "shown worse than the best (one-sided Welch's t on logs)"
-
-
-def race_rule(raced: RacedGroup) -> str:
-    """One sentence: how the race decided a group."""
-    level = (
-        f"Pocock's level α' = {raced.look_alpha:.2g} per test"
-        if raced.look_alpha is not None
-        else ("Pocock's level per test")
-    )
-    race = raced.race
-    d = race.settings.delta
-    head = (
-        f"Decided by the race (race.json, {_why_stopped(race)})"
-        if raced.decided
-        else f"Not decided by the race ({stop_words(raced)}); what it did decide stands"
-    )
-    return (
-        f"{head}: a configuration retired when {retired_when(race.retire_margin)}, equivalent when TOST shows it "
-        f"within ±{pct(d)}, each test at {level} so "
-        f"that all its decisions over every round err with probability at most {pct(race.alpha)}; the intervals "
-        "are fixed-sample ones on the runs it stopped at, not adjusted for its stopping."
-    )
-
-
-# ----------------------------------------------------------------------------------- the group's setting
-
-
-def baseline_sentence(name: str, rule: str) -> str:
-    verb = "Baseline" if rule == "named" else "Baseline chosen"
-    return f"{verb}: {name} ({RULES[rule]})."
-
-
-def regime_sentence(r: Regime) -> str | None:
-    if r.overall == "cpu":
-        text = "Regime: every configuration was CPU-bound (the sampler's class of most of its runs)"
-        if r.disks_not_bottleneck:
-            text += (
-                ": the disks were not the bottleneck, so these differences are the storage stacks' CPU "
-                "cost, not their disks' speed"
-            )
-        return text + "."
-    if r.overall == "io":
-        return (
-            "Regime: every configuration was IO-bound (the sampler's class of most of its runs): the device "
-            "set the pace."
-        )
-    if r.overall == "mixed":
-        return "Regime: every configuration was mixed, neither CPU- nor IO-bound most of the time."
-    if r.overall == "varies":
-        words = {"cpu": "CPU-bound", "io": "IO-bound", "mixed": "mixed", "": "unknown"}
-        parts = join([f"{n} {words.get(reg, reg)}" for n, reg in r.by_configuration.items()], list(r.by_configuration))
-        return f"Regime: {parts}."
-    return None
-
-
-# ----------------------------------------------------------------------------------- crash groups
 
 
 def _crash(g: CrashGroup) -> Said:

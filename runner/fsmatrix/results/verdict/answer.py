@@ -20,7 +20,7 @@ from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.stats import ALPHA
 from fsmatrix.results.verdict.work import Work
 
-VERSION = 3  # of the answer's JSON (docs/answer.schema.json): 3 adds decided, work and outliers; 2 had no "tied"
+VERSION = 4  # of the answer's JSON (docs/answer.schema.json): 4 adds rule; 3 decided, work, outliers; 2 no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
 # A group's verdict, in the words of its configurations' statuses (groups.STATUSES, which a race's
 # decisions also end in: store.STATUS_OF_ACTION) but "worse": a speed group "best" (one configuration
@@ -166,6 +166,7 @@ class SpeedGroup(Answered):
     work: Work | None  # the work per operation, compared where time does not decide (not separated, equivalent)
     settle_s: float | None  # the run time the runs that would settle the open pairs would take (None: unknown)
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
+    rule: str  # how the words were decided: "pairs" or "mcb" (groups.compare_group, mcb.py), or "race"
 
     @property
     def decided_on_time(self) -> bool:

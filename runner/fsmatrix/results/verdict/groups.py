@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from fsmatrix.results.verdict import stats, welch
+from fsmatrix.results.verdict import mcb, stats, welch
 
 DELTA = 0.05  # the default minimum effect: 5 %
 STATUSES = ("best", "equivalent", "not separated", "worse", "not enough data")
@@ -75,6 +75,11 @@ def family_size(k: int) -> int:
     return max(k * (k - 1) // 2, 1)
 
 
+def family_of(k: int, rule: str) -> int:
+    """m of a group of k under its rule: all pairs (``family_size``) or MCB's k-1."""
+    return mcb.family(k) if rule == "mcb" else family_size(k)
+
+
 # ----------------------------------------------------------------------------------- the intervals
 
 
@@ -87,18 +92,28 @@ class Decisions:
     high: np.ndarray  # (T, k)
     p: np.ndarray  # (T, k) Welch's two-sided p against the leader (unadjusted); nan for the leader
     status: np.ndarray  # (T, k) codes: BEST, EQUIVALENT, NOT_SEPARATED, WORSE
+    rule: str  # mcb.RULES: "pairs" (this module's) or "mcb" (comparisons with the best)
 
 
 def decide(
-    means: np.ndarray, variances: np.ndarray, counts: np.ndarray, *, alpha: float = stats.ALPHA, delta: float = DELTA
+    means: np.ndarray,
+    variances: np.ndarray,
+    counts: np.ndarray,
+    *,
+    alpha: float = stats.ALPHA,
+    delta: float = DELTA,
+    rule: str | None = None,
 ) -> Decisions:
     """The module's rule for T groups at once: ``means`` and ``variances`` (T, k) of each
     configuration's *badness* logs (ln value, negated when higher is better: larger is worse),
     ``counts`` (k,) or (T, k) their runs (each >= 2). The interval of every configuration against
-    the leader at 1 - α/m, m = k(k-1)/2, and the statuses read off it."""
+    the leader at 1 - α/m, m = k(k-1)/2, and the statuses read off it; above ``mcb.PAIRS_UP_TO``
+    configurations (or with ``rule="mcb"``), at 1 - α/(k-1) and each judged against the set that holds
+    the best (``mcb.py``)."""
     t, k = means.shape
+    rule = rule or mcb.rule_for(k)
     counts = np.broadcast_to(np.asarray(counts, dtype=float), (t, k))
-    level = alpha / family_size(k)
+    level = alpha / family_of(k, rule)
     leader = np.argmin(means, axis=1)  # the first of equals: argmin's first minimum
     rows = np.arange(t)
     lm, lv, ln = means[rows, leader][:, None], variances[rows, leader][:, None], counts[rows, leader][:, None]
@@ -109,13 +124,18 @@ def decide(
     p = np.where(is_leader, np.nan, p)
     bound = math.log1p(delta)
     status = np.full((t, k), NOT_SEPARATED)
-    status[(low > -bound) & (high < bound)] = EQUIVALENT
-    status[low > 0] = WORSE
+    if rule == "mcb":
+        _, worse, equivalent = mcb.against_the_set(means, variances, counts, level, bound)
+        status[equivalent] = EQUIVALENT
+        status[worse] = WORSE
+    else:
+        status[(low > -bound) & (high < bound)] = EQUIVALENT
+        status[low > 0] = WORSE
     others = ~is_leader
     open_ = ((status == NOT_SEPARATED) & others).any(axis=1)
     beaten = ((status == WORSE) & others).any(axis=1) | (k == 1)
     status[is_leader] = np.where(open_, NOT_SEPARATED, np.where(beaten, BEST, EQUIVALENT))
-    return Decisions(leader, low, high, p, status)
+    return Decisions(leader, low, high, p, status, rule)
 
 
 # ----------------------------------------------------------------------------------- one group
@@ -160,8 +180,9 @@ class IntervalDecision:
     delta: float
     baseline: str | None
     leader: str | None  # the best geometric mean among those with enough data; None without any
-    family: int  # m = k(k-1)/2: the intervals that hold together at 1 - α
+    family: int  # m = k(k-1)/2 (MCB: k-1): the intervals α is divided among
     standings: tuple[IntervalStanding, ...]  # in the group's order
+    rule: str = "pairs"  # mcb.RULES: all pairs, or comparisons with the best (more than mcb.PAIRS_UP_TO)
 
     def standing(self, config: str) -> IntervalStanding:
         for s in self.standings:
@@ -234,7 +255,8 @@ def compare_group(
     ]
     sign = 1.0 if direction == "lower" else -1.0  # badness: larger is worse
     logs = {name: sign * np.log(runs[name][0]) for name in eligible}
-    m = family_size(len(eligible))
+    rule = mcb.rule_for(len(eligible))
+    m = family_of(len(eligible), rule)
     family = _Family(sign, m, alpha)
     leader: str | None = None
     statuses: dict[str, str] = {}
@@ -243,7 +265,7 @@ def compare_group(
         means = np.array([[logs[n].mean() for n in eligible]])
         variances = np.array([[logs[n].var(ddof=1) for n in eligible]])
         counts = np.array([logs[n].size for n in eligible])
-        d = decide(means, variances, counts, alpha=alpha, delta=delta)
+        d = decide(means, variances, counts, alpha=alpha, delta=delta, rule=rule)
         leader = eligible[int(d.leader[0])]
         for i, name in enumerate(eligible):
             statuses[name] = STATUSES[int(d.status[0, i])]
@@ -277,13 +299,26 @@ def compare_group(
         if name == leader:
             why = f"the best geometric mean of {len(eligible)} configurations with enough data"
         else:
-            why = (
-                f"{a.ratio:.3f}x the leader [{a.ci_low:.3f}, {a.ci_high:.3f}] "
-                f"({_pct_text(a.confidence)} each, {m} intervals at {_pct_text(1 - alpha)} together), "
-                f"Welch p = {a.p_value:.3g}: {status}"
-            )
+            why = _placed(a, status, rule, alpha)
         standings.append(IntervalStanding(name, status, len(passed), failed, med, why, a, to_base.get(name)))
-    return IntervalDecision(direction, alpha, delta, baseline, leader, m, tuple(standings))
+    return IntervalDecision(direction, alpha, delta, baseline, leader, m, tuple(standings), rule)
+
+
+def _placed(a: Interval, status: str, rule: str, alpha: float) -> str:
+    """Why a configuration other than the leader has its status: its interval against the leader."""
+    interval = f"{a.ratio:.3f}x the leader [{a.ci_low:.3f}, {a.ci_high:.3f}] ({_pct_text(a.confidence)} each"
+    if rule == "mcb":
+        best = f"comparisons with the best, {a.family} intervals of the best at {_pct_text(1 - alpha)} together"
+        return f"{interval}; {best}): {_mcb_words(status)}"
+    return f"{interval}, {a.family} intervals at {_pct_text(1 - alpha)} together), Welch p = {a.p_value:.3g}: {status}"
+
+
+def _mcb_words(status: str) -> str:
+    """A status under MCB: against the set that holds the best, not the leader alone."""
+    return {
+        "worse": "worse (separated from every configuration that may be best)",
+        "equivalent": "equivalent (within ±δ of every configuration that may be best)",
+    }.get(status, status)
 
 
 def _not_enough(passed: list[float], failed: int) -> str:

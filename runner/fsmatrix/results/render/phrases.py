@@ -1,0 +1,208 @@
+"""Pieces of the answer's sentences that more than one kind of group says (``sentences.py``: a group's
+sentences, a big group's in counts): the race's rule, the runs to settle, work, outliers, what differs,
+the baseline and the regime, how many lack data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fsmatrix.results.render.words import and_list, join, pct
+from fsmatrix.results.store import Race
+from fsmatrix.results.verdict import power, stats
+from fsmatrix.results.verdict.answer import Configuration, Open, Why
+from fsmatrix.results.verdict.configurations import RULES, Regime
+from fsmatrix.results.verdict.outliers import RULE, Outlier
+from fsmatrix.results.verdict.raced import RacedGroup
+from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
+from fsmatrix.results.verdict.work import Work
+
+
+def count_are(n: int) -> str:
+    return "1 is" if n == 1 else f"{n} are"
+
+
+def counted(configs: Sequence[Configuration]) -> str:
+    """ "20 worse and 3 equivalent": how many of each status."""
+    statuses = [c.status for c in configs]
+    return and_list([f"{statuses.count(st)} {st}" for st in dict.fromkeys(statuses)])
+
+
+def lacking_counts(lacking: Sequence[Configuration]) -> str:
+    """How many configurations lack what: "30 with 2 passed runs and 2 with a failed run"."""
+    kinds: dict[str, int] = {}
+    for c in lacking:
+        if c.failed:
+            kind = "with failed runs"
+        elif c.runs < stats.MIN_SAMPLES:
+            kind = f"with {c.runs} passed run{'s' if c.runs != 1 else ''}"
+        else:
+            kind = "with a value <= 0"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return and_list([f"{n} {kind}" for kind, n in kinds.items()]) + f" (of the {stats.MIN_SAMPLES} needed)"
+
+
+def duration(seconds: float) -> str:
+    """A time for people: "45 s", "12 min", "2.5 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def stop_words(raced: RacedGroup) -> str:
+    """Why a race ended before deciding a group."""
+    race = raced.race
+    reason = race.stopped.reason if race.stopped is not None else None
+    if reason == "budget" and race.settings.budget_s is not None:
+        return f"the race stopped at its {duration(race.settings.budget_s)} budget after round {len(race.rounds)}"
+    if reason == "max_repeats":
+        return f"the race reached its last round, {len(race.rounds)}, undecided"
+    return f"the race stopped undecided: {why_stopped(race)}"
+
+
+def why_stopped(race: Race) -> str:
+    return race.stopped.why if race.stopped is not None else "stopped"
+
+
+def open_advice(o: Open, delta: float) -> str:
+    """What would settle a pair not separated within ±``delta``."""
+    runs_a, runs_b = o.runs
+    now = f"{runs_a} each now" if runs_a == runs_b else f"{runs_a} and {runs_b} now"
+    sigma = f"σ of the logs {pct(o.sigma, 2)}"
+    if o.repeats_needed is None:
+        return (
+            f"more than {power.N_MAX} runs per configuration would be needed to settle ±{pct(delta)} ({sigma}; {now})"
+        )
+    return (
+        f"{o.repeats_needed} runs per configuration would settle ±{pct(delta)}: equivalent if equal, separated if "
+        f"{pct(delta)} apart, {pct(power.TARGET)} of the time each ({sigma}; {now})"
+    )
+
+
+def work_sentence(w: Work, words: str, named: int | None = None) -> str:
+    """What the configurations' work per operation separates where time does not (per metric, the first
+    ``named`` configurations and how many more, when given)."""
+    parts = []
+    for d in w.differences:
+        shown = d.more[:named] if named is not None else d.more
+        listed = join(
+            [f"{n} {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]" for n, r in shown], [n for n, _ in shown]
+        )
+        if len(shown) < len(d.more):
+            listed += f" … and {len(d.more) - len(shown)} more"
+        parts.append(f"{d.words} (× {d.least}'s): {listed}")
+    compared = len(w.compared)
+    return (
+        f"Work, where {words} does not decide (the same rule per work metric, {compared} metric"
+        f"{'s' if compared != 1 else ''} whose intervals hold together at {pct(w.confidence)}): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def outlier_sentence(found: Sequence[Outlier], words: str, named: int | None = None) -> str:
+    """The runs outside their configuration's spread, named (the first ``named``, when given), and kept
+    in every figure."""
+    shown = found[:named] if named is not None else found
+    listed = join([f"{o.configuration} r{o.repeat} {o.ratio:.2f}× the median of its other runs" for o in shown])
+    if len(shown) < len(found):
+        listed += f" … and {len(found) - len(shown)} more"
+    return f"Outlier runs on {words} ({RULE}; kept in every figure above): {listed}."
+
+
+def why_sentence(why: Why) -> str | None:
+    if not why.measured:
+        return None
+    if not why.factors:
+        return (
+            f"What differs, {why.best} against {why.against}: none of the {why.measured} resource metrics "
+            f"by {pct(MIN_WHY_CHANGE)} or more."
+        )
+    parts = [f"{f.words} {f.ratio:.2f}×" + ("" if f.significant else " (not significant)") for f in why.factors]
+    return f"What differs, {why.best} against {why.against} (ratio of medians): {', '.join(parts)}."
+
+
+def retired_when(margin: float) -> str:
+    """The race's retire test in words (races before 2026-12-03 retired only beyond δ)."""
+    if margin:
+        shifted = f"one-sided Welch's t on logs shifted by ln(1 + {margin:g})"
+        return f"worse than the best by more than {pct(margin)} ({shifted})"
+    return "shown worse than the best (one-sided Welch's t on logs)"
+
+
+def race_rule(raced: RacedGroup) -> str:
+    """One sentence: how the race decided a group."""
+    level = (
+        f"Pocock's level α' = {raced.look_alpha:.2g} per test"
+        if raced.look_alpha is not None
+        else ("Pocock's level per test")
+    )
+    race = raced.race
+    d = race.settings.delta
+    head = (
+        f"Decided by the race (race.json, {why_stopped(race)})"
+        if raced.decided
+        else f"Not decided by the race ({stop_words(raced)}); what it did decide stands"
+    )
+    return (
+        f"{head}: a configuration retired when {retired_when(race.retire_margin)}, equivalent when TOST shows it "
+        f"within ±{pct(d)}, each test at {level} so "
+        f"that all its decisions over every round err with probability at most {pct(race.alpha)}; the intervals "
+        "are fixed-sample ones on the runs it stopped at, not adjusted for its stopping."
+    )
+
+
+def baseline_sentence(name: str, rule: str) -> str:
+    verb = "Baseline" if rule == "named" else "Baseline chosen"
+    return f"{verb}: {name} ({RULES[rule]})."
+
+
+def regime_sentence(r: Regime, named: int | None = None) -> str | None:
+    if r.overall == "cpu":
+        text = "Regime: every configuration was CPU-bound (the sampler's class of most of its runs)"
+        if r.disks_not_bottleneck:
+            text += (
+                ": the disks were not the bottleneck, so these differences are the storage stacks' CPU "
+                "cost, not their disks' speed"
+            )
+        return text + "."
+    if r.overall == "io":
+        return (
+            "Regime: every configuration was IO-bound (the sampler's class of most of its runs): the device "
+            "set the pace."
+        )
+    if r.overall == "mixed":
+        return "Regime: every configuration was mixed, neither CPU- nor IO-bound most of the time."
+    if r.overall == "varies":
+        words = {"cpu": "CPU-bound", "io": "IO-bound", "mixed": "mixed", "": "unknown"}
+        if named is not None and len(r.by_configuration) > named:  # counted, not listed
+            regimes = list(r.by_configuration.values())
+            counts = [f"{regimes.count(reg)} {words.get(reg, reg)}" for reg in dict.fromkeys(regimes)]
+            return f"Regime: {and_list(counts)} configurations (the sampler's class of most of their runs)."
+        parts = join([f"{n} {words.get(reg, reg)}" for n, reg in r.by_configuration.items()], list(r.by_configuration))
+        return f"Regime: {parts}."
+    return None
+
+
+def settle_text(still_open: Sequence[Open], delta: float) -> str:
+    """ "; 7 runs per configuration would settle ±5 %": the most any open pair needs."""
+    needed = [o.repeats_needed for o in still_open]
+    if not needed:
+        return ""
+    if any(n is None for n in needed):
+        return f"; more than {power.N_MAX} runs per configuration would be needed to settle ±{pct(delta)}"
+    return f"; {max(n for n in needed if n is not None)} runs per configuration would settle ±{pct(delta)}"
+
+
+def settle_time(seconds: float | None) -> str:
+    """ " (about 40 min more of runs)": what the runs that would settle it would take."""
+    if seconds is None or seconds <= 0:
+        return ""
+    return f" (about {duration(seconds)} more of runs)"
+
+
+# ----------------------------------------------------------------------------------- the group's setting
+
+
+# ----------------------------------------------------------------------------------- crash groups
