@@ -211,9 +211,9 @@ def _is_path(token: str) -> bool:
 def unresolved(text: str) -> list[str]:
     """The names in an architecture page that name nothing in the tree, as ``section: name``.
 
-    A path (``store/index.py``, ``agent/crash/``, ``runs.py``) must exist below a folder named before
+    A path (``store/root_store.py``, ``agent/crash/``, ``runs.py``) must exist below a folder named before
     it in the same table row, or in the same section's prose (``runner/fsmatrix/results/``, then
-    ``store/index.py``; a row's package column, then its modules), or the package, or the
+    ``store/root_store.py``; a row's package column, then its modules), or the package, or the
     repository. A dotted name (``results.verdict.race.race_look``, ``crash_host.HostCrashMode``,
     ``store.load_results(DIR)``) must be importable: see ``_dotted``. In a table row, a bare name
     (``yamlpos``, ``WORKLOADS``, the qemu row's ``cmdline``) and ``.gate`` must be a module under the

@@ -85,7 +85,7 @@ def run_matrix(
     )
     backend.preflight(cells)
     try:
-        index = store.Index(results_root)  # a store of another schema, or no store at all, says why itself
+        index = store.RootStore(results_root)  # a store of another schema, or no store at all, says why itself
     except (sqlite3.Error, StoreUnreachable) as exc:
         # the root's own file, not a server away: a results root that takes no write is bad input (exit 2)
         raise UserError(f"--results {results_root}: cannot write its store.sqlite ({exc}): is the disk full?") from exc
@@ -359,7 +359,7 @@ def run_repeat(
     path = store.result_path(run_dir, cell.id, repeat)
     doc = _run_one(backend, with_auto_timeout(cell, cell_estimates(results_root, [cell])), repeat, run_id, path)
     try:
-        index = store.Index(results_root)
+        index = store.RootStore(results_root)
         try:
             index.add(run_id, doc, path)
         finally:

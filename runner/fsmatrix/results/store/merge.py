@@ -7,7 +7,7 @@ from pathlib import Path
 from fsmatrix.agent import jsonfile
 from fsmatrix.errors import UserError
 from fsmatrix.results.store.files import iter_result_files, result_path
-from fsmatrix.results.store.index import Index
+from fsmatrix.results.store.root_store import RootStore
 
 
 def merge(sources: list[Path], root: Path) -> tuple[int, int]:
@@ -18,7 +18,7 @@ def merge(sources: list[Path], root: Path) -> tuple[int, int]:
     merge never silently replaces a measurement. Returns (copied, already present); re-indexes ``root``.
     """
     copied = same = 0
-    index = Index(root)
+    index = RootStore(root)
     try:
         for source in sources:
             for path in iter_result_files(source):
