@@ -58,7 +58,7 @@ def _merge_matrix_json(target: Path, source: Path) -> None:
     try:
         have, add = jsonfile.read(target), jsonfile.read(source)
     except (OSError, ValueError):
-        return  # an unreadable record: the answer then falls back to cell ids (load_matrix_json)
+        return  # an unreadable record: the answer then falls back to cell ids (``load_run_matrix``)
     if not (isinstance(have, dict) and isinstance(add, dict) and isinstance(have.get("cells"), list)):
         return
     known = {c.get("id") for c in have["cells"] if isinstance(c, dict)}

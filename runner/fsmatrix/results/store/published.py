@@ -5,7 +5,7 @@
 - ``tables.yml``: per table, its title, the fsmatrix workload and metric that measure the same
   thing, how the seed presents it, and how a result cell's settings map onto its rows and columns;
 - ``claims.yml``: each seed's qualitative claims in a small language (``best``, ``worst``,
-  ``better``, ``order``), checked by ``seedreport`` against results.
+  ``better``, ``order``), checked by ``verdict/claims.py`` against results.
 
 Everything is validated on loading (a claim naming a row, column or table that does not exist is an
 error), so a typo in the data fails ``make test`` instead of a report.
