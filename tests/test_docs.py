@@ -211,9 +211,9 @@ def _is_path(token: str) -> bool:
 def unresolved(text: str) -> list[str]:
     """The names in an architecture page that name nothing in the tree, as ``section: name``.
 
-    A path (``store/index.py``, ``agent/crash/``, ``runs.py``) must exist below a folder named before
+    A path (``store/root_store.py``, ``agent/crash/``, ``runs.py``) must exist below a folder named before
     it in the same table row, or in the same section's prose (``runner/fsmatrix/results/``, then
-    ``store/index.py``; a row's package column, then its modules), or the package, or the
+    ``store/root_store.py``; a row's package column, then its modules), or the package, or the
     repository. A dotted name (``results.verdict.race.race_look``, ``crash_host.HostCrashMode``,
     ``store.load_results(DIR)``) must be importable: see ``_dotted``. In a table row, a bare name
     (``yamlpos``, ``WORKLOADS``, the qemu row's ``cmdline``) and ``.gate`` must be a module under the
@@ -288,3 +288,146 @@ def test_the_layers_check_sees_a_stale_chain() -> None:
     assert _layers_written("checked: cli > bench >\nruns > agent > errors; and") == [
         "cli > bench > runs > agent > errors"
     ]
+
+
+# ------------------------------------------------------------------ every module is named somewhere
+
+PAGES = (ARCHITECTURE, REPO / "docs" / "development.md")
+
+
+def _as_path(token: str) -> str:
+    """A written module as a path below the package: ``runner/fsmatrix/results/store/files.py``,
+    ``fsmatrix.bench.results``, ``python -m fsmatrix.bench.race_sim`` -> ``bench/race_sim``."""
+    token = token.split()[-1] if token.startswith("python -m ") else token
+    token = token.removeprefix("runner/").removeprefix("fsmatrix/").removeprefix("fsmatrix.")
+    if "/" not in token and not token.endswith(".py") and not token.startswith("."):
+        token = token.replace(".", "/")
+    return token.removesuffix(".py")
+
+
+def unnamed_modules(texts: list[str], package: Path = PACKAGE) -> list[str]:
+    """The package's modules no page names, as paths below the package. A module is named by its path
+    (or the end of it from its folder on: ``verdict/work.py``, ``fsmatrix.bench.results``), or by its
+    name (``yamlpos``, ``.gate``, ``work.py``) beside its folder (``matrix/``, ``threen1/``) in one table
+    row or paragraph; a folder's modules all at once by "one module per" beside the folder; a
+    package's ``__init__`` by the folder."""
+    units = [" | ".join(cells) for text in texts for _, cells in _rows(text)]
+    spans = [[_as_path(t.strip()) for t in SPAN.findall(u)] for u in units]
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        folder, stem = "/".join(parts[:-1]), parts[-1]
+        if stem == "__init__":
+            written = [s.rstrip("/") for ss in spans for s in ss]
+            named = not folder or any(
+                w == folder or folder.endswith("/" + w) or w.startswith(folder + "/") for w in written
+            )
+        else:
+            full = f"{folder}/{stem}" if folder else stem
+            named = False
+            for unit, ss in zip(units, spans, strict=True):
+                if any(
+                    s.rstrip("/") == full or (folder and full.endswith("/" + s.rstrip("/")) and "/" in s) for s in ss
+                ):
+                    named = True
+                beside = folder and any(
+                    (s.endswith("/") and (folder + "/").endswith("/" + s)) or s == folder + "/" for s in ss
+                )
+                if beside and (
+                    re.search(rf"(?<![\w/-]){re.escape(stem)}(?![\w/-])", unit)
+                    or ("one module per" in unit and not stem.startswith("_"))
+                ):
+                    named = True
+        if not named:
+            missing.append(str(path.relative_to(package)))
+    return missing
+
+
+def test_the_pages_name_every_module() -> None:
+    missing = unnamed_modules([p.read_text() for p in PAGES])
+    assert missing == [], "architecture.md and development.md name none of:\n" + "\n".join(missing)
+
+
+def test_the_module_check_sees_an_unnamed_module(tmp_path: Path) -> None:
+    package = tmp_path / "fsmatrix"
+    for name in ("__init__.py", "top.py", "results/__init__.py", "results/store/files.py", "results/store/sides.py",
+                 "bench/__init__.py", "bench/race_sim.py", "bench/gate.py", "agent/fs/ext4.py", "agent/fs/_ext.py",
+                 "agent/fs/__init__.py", "agent/fs/xfs.py", "agent/__init__.py"):  # fmt: skip
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("")
+    text = (
+        "| `results/` | `store/files.py` |\n| `bench/` | `.gate` |\n\nSee `python -m fsmatrix.bench.race_sim`.\n\n"
+        "| `agent/fs/` | one module per filesystem |\n"
+    )
+    assert unnamed_modules([text], package) == [
+        "agent/fs/_ext.py", "results/store/sides.py", "top.py"
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------ the glossary: a term, its one owner
+
+GLOSSARY_TERMS = ("cell", "configuration", "group", "run", "repeat", "round", "race", "plan", "design", "effect",
+                  "answer", "store", "series", "history")  # fmt: skip
+NOT_YET_BUILT = ("design", "effect")  # designed experiments: defined now, owned once built
+
+
+def glossary(text: str) -> dict[str, str]:
+    """The glossary's rows: term -> its owner column."""
+    rows = [cells for section, cells in _rows(text) if section == "Glossary" and len(cells) == 3]
+    return {cells[0].strip("*` "): cells[2] for cells in rows if cells[0] not in ("term", "---")}
+
+
+def _top_level(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def glossary_problems(text: str) -> list[str]:
+    """Each term once, each owned by one module that exists and defines what the row names."""
+    found = glossary(text)
+    problems = [f"{t}: not in the glossary" for t in GLOSSARY_TERMS if t not in found]
+    problems += [f"{t}: not a term of the glossary" for t in found if t not in GLOSSARY_TERMS]
+    for term, owner in found.items():
+        if owner == "not yet built" and term in NOT_YET_BUILT:
+            continue
+        tokens = [t.strip() for t in SPAN.findall(owner)]
+        paths = [t for t in tokens if _is_path(t)]
+        if len(paths) != 1 or not (PACKAGE / paths[0]).is_file():
+            problems.append(f"{term}: owned by {paths}, not one module of the package")
+            continue
+        defined = _top_level(PACKAGE / paths[0])
+        problems += [f"{term}: {paths[0]} defines no {t}" for t in tokens if t not in paths and t not in defined]
+    return problems
+
+
+def test_the_glossary_defines_each_term_once_with_its_owner() -> None:
+    text = ARCHITECTURE.read_text()
+    assert glossary_problems(text) == []
+    section = text.split("## Glossary", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert len(rows) == len(GLOSSARY_TERMS) + 1  # the header: each term once
+
+
+def test_the_glossary_check_sees_a_wrong_owner() -> None:
+    header = "## Glossary\n\n| term | what it is | owner |\n|---|---|---|\n"
+    good = {t: "not yet built" for t in NOT_YET_BUILT} | {
+        t: "`results/verdict/answer.py`: `Answer`" for t in GLOSSARY_TERMS
+    }
+    table = lambda rows: header + "".join(f"| {t} | x | {o} |\n" for t, o in rows.items())  # noqa: E731
+    assert glossary_problems(table(good)) == []
+    assert glossary_problems(table(good | {"cell": "`agent/cell.py`: `Celll`"})) == [
+        "cell: agent/cell.py defines no Celll"
+    ]
+    assert glossary_problems(table(good | {"store": "`results/store/ledger.py`: `Store`"})) == [
+        "store: owned by ['results/store/ledger.py'], not one module of the package"
+    ]
+    assert glossary_problems(table(good | {"cell": "not yet built"})) == [
+        "cell: owned by [], not one module of the package"
+    ]
+    assert glossary_problems(table({t: o for t, o in good.items() if t != "round"})) == ["round: not in the glossary"]

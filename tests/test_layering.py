@@ -246,6 +246,7 @@ EVERY_CONTRACT = {
     "results-backends",
     "results-stages",
     "render-store-face",
+    "verdict-store-readers",
     "render-no-statistics",
     "acyclic",
 }
@@ -253,7 +254,7 @@ PLANTED = {
     "agent imports a backend": (
         "agent/cell.py",
         "import fsmatrix.backends.host",
-        EVERY_CONTRACT - {"results-stages", "render-store-face", "render-no-statistics"},
+        EVERY_CONTRACT - {"results-stages", "render-store-face", "verdict-store-readers", "render-no-statistics"},
     ),
     "agent imports the results": (
         "agent/guest.py",
@@ -289,8 +290,13 @@ PLANTED = {
     ),
     "a renderer imports the store's internals": (
         "results/render/tables.py",
-        "from fsmatrix.results.store import index",
+        "from fsmatrix.results.store import root_store",
         {"render-store-face"},
+    ),
+    "a verdict imports a store's reader": (
+        "results/verdict/stats.py",
+        "from fsmatrix.results.store import otava",
+        {"verdict-store-readers"},
     ),
     "errors imports the agent (upward)": ("errors.py", "import fsmatrix.agent.declare", {"layers"}),
     "a new top-level module no layer names": ("newlayer.py", "import fsmatrix.errors", {"layers"}),  # exhaustive

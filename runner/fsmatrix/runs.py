@@ -94,7 +94,7 @@ def run_matrix(
     jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, cells, plan.repeat, plan.race))
     backend.preflight(cells)
     try:
-        index = store.Index(options.results_root)  # a store of another schema, or no store at all, says why itself
+        index = store.RootStore(options.results_root)  # a store of another schema, or no store at all, says why itself
     except (sqlite3.Error, StoreUnreachable) as exc:
         # the root's own file, not a server away: a results root that takes no write is bad input (exit 2)
         raise UserError(
@@ -169,7 +169,7 @@ class _Runner:
         self,
         backend: Backend,
         options: RunOptions,
-        index: store.Index,
+        index: store.RootStore,
         found: dict[str, estimate.Estimate],
         bar: _Bar,
     ) -> None:
@@ -406,7 +406,7 @@ def run_repeat(
     path = store.result_path(run_dir, cell.id, repeat)
     doc = _run_one(backend, with_auto_timeout(cell, cell_estimates(results_root, [cell])), repeat, run_id, path)
     try:
-        index = store.Index(results_root)
+        index = store.RootStore(results_root)
         try:
             index.add(run_id, doc, path)
         finally:

@@ -70,7 +70,7 @@ def make_doc(
 
 def write_run(root: Path, run_id: str, values: list[float], **kwargs: Any) -> Path:
     """Write one document per value as RUN_ID/<cell>/rN.json, indexed; return the run directory."""
-    index = store.Index(root)
+    index = store.RootStore(root)
     try:
         for i, value in enumerate(values, 1):
             doc = make_doc(run_id, i, value, **kwargs)
@@ -237,7 +237,7 @@ def test_compare_refuses_results_from_two_hosts(tmp_path: Path) -> None:
 def test_only_the_declared_metrics_fail_the_gate(tmp_path: Path) -> None:
     """3n+1 gates elapsed_s and cpu_busy_s: more device bytes per update alone are reported, never gated."""
     base = write_run(tmp_path, "base", samples(10.0, seed=1))
-    index = store.Index(tmp_path)
+    index = store.RootStore(tmp_path)
     try:
         for i, value in enumerate(samples(10.0, seed=2), 1):
             doc = make_doc("head", i, value)

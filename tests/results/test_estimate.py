@@ -51,7 +51,7 @@ def doc_for(cell: MatrixCell, repeat: int, seconds: float, status: str = "passed
 
 def write_indexed(root: Path, run_id: str, cell: MatrixCell, durations: list[float], **kwargs: Any) -> None:
     """Result documents as ``fsmatrix run`` leaves them, indexed (results/test_compare.py's write_run)."""
-    index = store.Index(root)
+    index = store.RootStore(root)
     try:
         for repeat, seconds in enumerate(durations, 1):
             doc = doc_for(cell, repeat, seconds, **kwargs)

@@ -80,8 +80,7 @@ def histories(docs: Sequence[dict[str, Any]], python: Path, tmp: Path) -> list[d
         series = stored_history.load_series(opened)
         _, detected = otava.detect(python, [s.values for s in series])
         found = [[(f.index, f.p) for f in points] for points in detected]
-        wanted = {rid for s, cps in zip(series, found, strict=True) for rid in decide.attributed_from(s, cps)}
-        documents = stored_history.documents(opened, wanted)
+        documents = stored_history.documents(opened, decide.to_read(series, found))
     return [decide.history(s, cps, documents) for s, cps in zip(series, found, strict=True)]
 
 

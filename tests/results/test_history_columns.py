@@ -234,7 +234,7 @@ def version_1_store(target: Target, docs: Sequence[dict[str, Any]]) -> None:
         target.raw(statement, ())
     target.raw(f"INSERT INTO {schema.META} (key, value) VALUES ('schema_version', '1')", ())
     document_type = "?" if dialect == "sqlite" else "?::jsonb"
-    for row in (database.Row.of(Result.read(d)) for d in docs):
+    for row in (database.ResultColumns.of(Result.read(d)) for d in docs):
         target.raw(
             "INSERT INTO results (id, run_id, cell_id, repeat, host, status, workload, comparison_group, "
             "hardware_class, fsmatrix_commit, settings_sha256, kernel, image, backend, tools, started_at, "
@@ -259,9 +259,9 @@ def test_a_version_1_store_is_migrated_and_its_columns_filled(
     assert target.raw(f"SELECT value FROM {schema.META}", ()) == [(str(schema.VERSION),)]
     filled = {r[0]: (r[1], r[2]) for r in target.raw("SELECT id, comparison_label, duration_s FROM results", ())}
     for d in docs:
-        row = database.Row.of(Result.read(d))
+        row = database.ResultColumns.of(Result.read(d))
         assert filled[row.id] == (row.comparison_label, row.duration_s) and row.comparison_label
-    assert filled[database.Row.of(Result.read(docs[0])).id][1] == 12.5
+    assert filled[database.ResultColumns.of(Result.read(docs[0])).id][1] == 12.5
     fresh = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
     push(fresh, docs)
     assert series_of(target.url) == series_of(fresh) != []

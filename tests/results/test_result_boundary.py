@@ -26,7 +26,7 @@ MAX_LINES = 450
 BOUNDARY = {
     ("store/document.py", "document_problem", "doc"): "the schema check of a document being read",
     ("store/document.py", "read", "doc"): "the typing itself: raw JSON in, Result out",
-    ("store/index.py", "add", "doc"): "the index row of a document `fsmatrix run` just wrote",
+    ("store/root_store.py", "add", "doc"): "the index row of a document `fsmatrix run` just wrote",
     ("store/database.py", "canonical", "document"): "the text a store keeps of a document, and hashes",
     ("verdict/calibrate.py", "noise_floors", "calibrations"): "stored calibrations, not result documents",
     ("verdict/claims.py", "view", "stand_in"): "a matrix file's stand-in entries, not result documents",

@@ -1,4 +1,4 @@
-"""A results root's one SQLite (results/store/index.py): its store, which `fsmatrix run`, `results merge`
+"""A results root's one SQLite (results/store/root_store.py): its store, which `fsmatrix run`, `results merge`
 and `results reindex` fill and the estimates, `results list` and `history` read; an old root's
 ``index.sqlite`` absorbed into it and removed, its documents untouched; taken on a network filesystem
 (a Slurm task's shared directory) where `run` writes it, without WAL, and refused there where a store
@@ -105,7 +105,7 @@ def test_the_root_store_on_a_network_filesystem(tmp_path: Path, monkeypatch: pyt
     root = tmp_path / "results"
     (doc,) = write_run(root / "nightly", 1, repeats=1)
     monkeypatch.setattr(store_urls, "filesystem_of", lambda path: "nfs4")
-    index = store.Index(root)
+    index = store.RootStore(root)
     try:
         index.add("nightly", doc, store.result_path(root / "nightly", doc["cell_id"], 1))
     finally:

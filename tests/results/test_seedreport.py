@@ -214,7 +214,7 @@ def test_every_claim_gets_a_verdict_for_every_seed_matrix(tmp_path: Path) -> Non
         m = matrix.load(path, "small")
         run_dir = tmp_path / path.stem
         run_dir.mkdir()
-        (run_dir / "matrix.json").write_text(json.dumps({"file": str(path)}))
+        (run_dir / "matrix.json").write_text(json.dumps({"file": str(path), "cells": []}))
         docs = docs_for(run_dir, m.cells, {c.id: [1.0, 1.0, 1.0] for c in m.cells}, "elapsed_s")
         tables = {e["table"] for e in m.reproduces}
         expected = {c.id for c in data.claims if c.table in tables}

@@ -128,7 +128,11 @@ def measure_report(run_dir: Path) -> tuple[float, str]:
                 getattr(power, cached).cache_clear()
         start = time.perf_counter()
         if importlib.util.find_spec("fsmatrix.results.verdict.report") is not None:  # one entry point (issue 46)
-            made = importlib.import_module("fsmatrix.results.verdict.report").report(run_dir)
+            assemble = importlib.import_module("fsmatrix.results.verdict.report")
+            if hasattr(assemble, "of_run"):  # the store reads, the verdict decides (issue 49)
+                made = assemble.of_run(store.load_run_records(run_dir))
+            else:
+                made = assemble.report(run_dir)
             found, md = made.answer, markdown.markdown(made, title)
         else:
             seen = environment.with_environment_axes(store.load_results(run_dir))

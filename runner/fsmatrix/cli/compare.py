@@ -307,7 +307,7 @@ def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | No
     if html_dir is None and fmt not in ("md", "json"):  # the exports need no answer
         docs = store.load_results(directory)
     else:
-        found = report.report(directory, Rule(delta=min_effect))
+        found = report.of_run(store.load_run_records(directory), Rule(delta=min_effect))
         docs = list(found.stored)
     if html_dir is not None:
         path = page.write_html(found, name, html_dir)

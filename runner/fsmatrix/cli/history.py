@@ -13,8 +13,8 @@ from fsmatrix.cli._common import ONLY_OPTION, RESULTS_OPTION, SINCE_OPTION, STOR
 from fsmatrix.results import store
 from fsmatrix.results.render import history as history_text
 from fsmatrix.results.render import trends
+from fsmatrix.results.store import database, otava
 from fsmatrix.results.store import history as stored_history
-from fsmatrix.results.store import otava
 from fsmatrix.results.store import url as store_urls
 from fsmatrix.results.verdict import gate
 from fsmatrix.results.verdict import history as decide
@@ -22,6 +22,19 @@ from fsmatrix.results.verdict import history as decide
 
 def otava_venv() -> Path:
     return image.cache_root() / otava.VENV_NAME
+
+
+def _histories(
+    opened: database.Store, selection: stored_history.Selection, threshold: float, otava_python: Path
+) -> decide.Histories:
+    """The one way history is assembled: the store's series the selection picks (on its columns), their
+    change points (Otava at ``threshold``, in the interpreter ``otava_python``), the documents either
+    side of a change point read (``decide.to_read``) and no other, and the verdict on them."""
+    series = stored_history.load_series(opened, selection)
+    version, detected = otava.detect(otava_python, [s.values for s in series], max_pvalue=threshold)
+    found = [[(f.index, f.p) for f in points] for points in detected]
+    documents = stored_history.documents(opened, decide.to_read(series, found))
+    return decide.histories(series, found, documents, f"Apache Otava {version}")
 
 
 @click.command("history")
@@ -92,7 +105,7 @@ def history(
     url = store_urls.resolve(store_url, results_root)
     selection = stored_history.Selection(only, after, metric, hardware_class, group)
     with store.open_store(url, results_root) as opened:
-        found = decide.histories(opened, selection, threshold, otava.ensure(otava_venv(), echo_err))
+        found = _histories(opened, selection, threshold, otava.ensure(otava_venv(), echo_err))
     histories, detector = list(found.histories), found.detector
     if fmt == "json":
         click.echo(json.dumps(history_text.to_json(histories, detector=detector, threshold=threshold), indent=1))

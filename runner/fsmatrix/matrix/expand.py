@@ -114,7 +114,7 @@ class Matrix:
     repeat: int
     cells: list[MatrixCell] = field(default_factory=list)
     scale: str | None = None  # the scale it was expanded at (None: the file's own)
-    reproduces: list[dict[str, Any]] = field(default_factory=list)  # published tables (seedreport)
+    reproduces: list[dict[str, Any]] = field(default_factory=list)  # published tables (render/seed.py)
     # Comparison group key (``group_of(cell.spec).key``) -> the id of its baseline cell, for
     # every group of the whole matrix (whatever a selection keeps), and how they were chosen.
     baselines: dict[str, str] = field(default_factory=dict)

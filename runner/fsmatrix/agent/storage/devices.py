@@ -728,7 +728,7 @@ def _root_reasons(name: str, family: dict[str, str]) -> list[str]:
         # the host's pid namespace): no disk can be told apart from the root's, so none is formatted
         # — except a loop device: a filesystem on one (the root, or an overlay's upper directory) keeps
         # it mounted, which the mount checks and the exclusive open below see from any namespace, and
-        # its backing file is checked on its own (_loop_reasons). That is what lets fsmatrix's own
+        # its backing file is checked on its own (in ``_reasons``). That is what lets fsmatrix's own
         # loop files work inside a container while --device stays refused there.
         if not is_loop(name):
             raise

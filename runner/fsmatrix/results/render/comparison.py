@@ -12,7 +12,7 @@ from rich.table import Table
 
 from fsmatrix.results.verdict import outcome, stats
 from fsmatrix.results.verdict.environment import ENV_AXES, format_env_diffs
-from fsmatrix.results.verdict.gate import CompareResult, Confirmed, Row
+from fsmatrix.results.verdict.gate import CompareResult, Confirmed, MetricComparison
 
 
 def _num(value: float) -> str:
@@ -32,14 +32,14 @@ def _ci(c: stats.Comparison) -> str:
     return f"{c.ci_low:.3f}..{c.ci_high:.3f}" + (" range" if c.interval == "range" else "")
 
 
-def _verdict(row: Row) -> str:
+def _verdict(row: MetricComparison) -> str:
     text = row.comparison.verdict
     if row.comparison.significant:
         text += f" {abs(row.comparison.worse_by) * 100:.1f}%"
     return text + (" REGRESSION" if row.regression else "")
 
 
-def _p(row: Row) -> str:
+def _p(row: MetricComparison) -> str:
     c = row.comparison
     if math.isnan(c.p_value):
         return "-"
@@ -49,7 +49,7 @@ def _p(row: Row) -> str:
 HEADERS = ("cell", "metric", "gate", "better", "n", "base median", "head median", "ratio", "interval", "p", "verdict")
 
 
-def _cells(row: Row) -> list[str]:
+def _cells(row: MetricComparison) -> list[str]:
     c = row.comparison
     return [
         row.cell_id,
@@ -147,7 +147,7 @@ def verdict_lines(result: CompareResult) -> list[str]:
     return lines
 
 
-def not_decided_sentence(row: Row) -> str:
+def not_decided_sentence(row: MetricComparison) -> str:
     """What a gated row's pairs rule out, and about how many would decide."""
     b = row.bound
     where = f"{row.cell_id} {row.metric}"
@@ -180,7 +180,7 @@ def to_json(result: CompareResult, not_decided: str = "distinct") -> dict[str, A
     def clean(value: Any) -> Any:
         return None if isinstance(value, float) and not math.isfinite(value) else value
 
-    def bound(row: Row) -> dict[str, Any]:
+    def bound(row: MetricComparison) -> dict[str, Any]:
         b = row.bound
         if result.threshold is None:
             return {}
@@ -228,7 +228,7 @@ def to_json(result: CompareResult, not_decided: str = "distinct") -> dict[str, A
 def confirmation_lines(gate: Confirmed) -> list[str]:
     """The gate with confirmation, a line per flagged regression and the verdict."""
 
-    def figures(row: Row) -> str:
+    def figures(row: MetricComparison) -> str:
         c = row.comparison
         return f"{c.ratio:.3f} [{_ci(c)}], p Holm {row.p_holm:.2g}, n {c.n_base}/{c.n_head}"
 

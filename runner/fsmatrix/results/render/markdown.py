@@ -22,6 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from fsmatrix.agent import workloads
+from fsmatrix.results import store
 from fsmatrix.results.render import answer_text, crashtable, seed
 from fsmatrix.results.render.race import race_section
 from fsmatrix.results.render.tables import (
@@ -39,7 +40,7 @@ from fsmatrix.results.render.tables import (
 from fsmatrix.results.store import Result
 from fsmatrix.results.verdict import answer, environment, hardware
 from fsmatrix.results.verdict.environment import environments, explained_by_axes, mixed_environments
-from fsmatrix.results.verdict.report import Report, report
+from fsmatrix.results.verdict.report import Report, of_run
 
 
 def markdown(found: Report, title: str) -> str:
@@ -151,7 +152,7 @@ def _status_section(by_cell: dict[str, list[Result]]) -> list[str]:
 def write_report(run_dir: Path, title: str) -> tuple[Path, answer.Answer]:
     """``run_dir``/report.md, and the answer it opens with (for the caller to print too)."""
     path = run_dir / "report.md"
-    found = report(run_dir)
+    found = of_run(store.load_run_records(run_dir))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(markdown(found, title), encoding="utf-8")
     tmp.replace(path)

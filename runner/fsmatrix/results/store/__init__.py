@@ -28,7 +28,6 @@ from fsmatrix.results.store.files import (
     load_results,
     result_path,
 )
-from fsmatrix.results.store.index import Index, open_root, open_store, reindex
 from fsmatrix.results.store.merge import merge
 from fsmatrix.results.store.published import DEFAULT_DIR as PUBLISHED_DIR
 from fsmatrix.results.store.published import load as load_published
@@ -41,6 +40,8 @@ from fsmatrix.results.store.records import (
     load_run_matrix,
     run_matrix,
 )
+from fsmatrix.results.store.root_store import RootStore, open_root, open_store, reindex
+from fsmatrix.results.store.run_records import RunRecords, load_run_records
 from fsmatrix.results.store.runs_stored import listing_json, listing_markdown, parse_since, run_documents, sittings
 
 __all__ = [
@@ -49,11 +50,12 @@ __all__ = [
     "PUBLISHED_DIR",
     "RACE_FILE",
     "UNKNOWN_HOST",
-    "Index",
     "MatrixEntry",
     "Race",
     "Result",
+    "RootStore",
     "RunMatrix",
+    "RunRecords",
     "comparison_group",
     "document_problem",
     "dotted",
@@ -67,6 +69,7 @@ __all__ = [
     "load_race",
     "load_results",
     "load_run_matrix",
+    "load_run_records",
     "merge",
     "open_root",
     "open_store",

@@ -51,7 +51,7 @@ def content_id(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class Row:
+class ResultColumns:
     """The typed columns of one result, beside its whole document."""
 
     id: str
@@ -77,7 +77,7 @@ class Row:
     metrics: tuple[tuple[str, float, str], ...]  # (key metric, value, direction)
 
     @classmethod
-    def of(cls, result: Result) -> Row:
+    def of(cls, result: Result) -> ResultColumns:
         prov = result.provenance
         settings = prov.section.get("settings")
         image = prov.image.get("name") if prov.image else None
@@ -265,12 +265,12 @@ class Store:
         """Store ``results``, ``batch`` documents a transaction (see the module's docstring)."""
         done = Pushed(documents=len(results))
         for start in range(0, len(results), batch):
-            rows = [Row.of(r) for r in results[start : start + batch]]
+            rows = [ResultColumns.of(r) for r in results[start : start + batch]]
             with self._transaction():
                 self._push_rows(rows, done)
         return done
 
-    def _push_rows(self, rows: list[Row], done: Pushed) -> None:
+    def _push_rows(self, rows: list[ResultColumns], done: Pushed) -> None:
         ids = [r.id for r in rows]
         present = {
             str(r[0]) for r in self._execute(f"SELECT id FROM results WHERE id IN ({_marks(ids)})", ids).fetchall()
@@ -345,7 +345,7 @@ class Store:
 
     def select(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of a query on the store's tables (``?`` for each parameter, in either database): for
-        the store's own readers (``history.py``, ``index.py``), who know its schema."""
+        the store's own readers (``history.py``, ``root_store.py``), who know its schema."""
         return [tuple(r) for r in self._execute(sql, params).fetchall()]
 
     def results(self, ids: Collection[str]) -> dict[str, Result]:

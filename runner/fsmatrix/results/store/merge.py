@@ -7,7 +7,7 @@ from pathlib import Path
 from fsmatrix.agent import jsonfile
 from fsmatrix.errors import UserError
 from fsmatrix.results.store.files import iter_result_files, result_path
-from fsmatrix.results.store.index import Index
+from fsmatrix.results.store.root_store import RootStore
 
 
 def merge(sources: list[Path], root: Path) -> tuple[int, int]:
@@ -18,7 +18,7 @@ def merge(sources: list[Path], root: Path) -> tuple[int, int]:
     merge never silently replaces a measurement. Returns (copied, already present); re-indexes ``root``.
     """
     copied = same = 0
-    index = Index(root)
+    index = RootStore(root)
     try:
         for source in sources:
             for path in iter_result_files(source):
@@ -58,7 +58,7 @@ def _merge_matrix_json(target: Path, source: Path) -> None:
     try:
         have, add = jsonfile.read(target), jsonfile.read(source)
     except (OSError, ValueError):
-        return  # an unreadable record: the answer then falls back to cell ids (load_matrix_json)
+        return  # an unreadable record: the answer then falls back to cell ids (``load_run_matrix``)
     if not (isinstance(have, dict) and isinstance(add, dict) and isinstance(have.get("cells"), list)):
         return
     known = {c.get("id") for c in have["cells"] if isinstance(c, dict)}

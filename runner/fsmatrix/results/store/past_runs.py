@@ -1,5 +1,5 @@
 """The passed runs a results root holds for this host, as much as the ETA and ``timeout: auto`` need
-(``estimate.py`` computes from them). Read from the root's store (``index.py``) by its columns, newest
+(``estimate.py`` computes from them). Read from the root's store (``root_store.py``) by its columns, newest
 first, a bounded number; of those runs only, their cells' parameters from their documents."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.errors import UserError
-from fsmatrix.results.store.index import LEGACY_INDEX, open_root
+from fsmatrix.results.store.root_store import LEGACY_INDEX, open_root
 from fsmatrix.results.store.url import ROOT_STORE
 
 

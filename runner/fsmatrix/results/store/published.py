@@ -5,7 +5,7 @@
 - ``tables.yml``: per table, its title, the fsmatrix workload and metric that measure the same
   thing, how the seed presents it, and how a result cell's settings map onto its rows and columns;
 - ``claims.yml``: each seed's qualitative claims in a small language (``best``, ``worst``,
-  ``better``, ``order``), checked by ``seedreport`` against results.
+  ``better``, ``order``), checked by ``verdict/claims.py`` against results.
 
 Everything is validated on loading (a claim naming a row, column or table that does not exist is an
 error), so a typo in the data fails ``make test`` instead of a report.
@@ -25,6 +25,7 @@ import yaml
 from fsmatrix.agent import workloads
 from fsmatrix.errors import UserError
 from fsmatrix.results.store.document import Result
+from fsmatrix.results.store.records import load_run_matrix
 
 DEFAULT_DIR = Path(__file__).resolve().parents[4] / "matrix" / "seeds" / "published"
 CSV_COLUMNS = ("seed", "table", "row", "column", "value", "unit")
@@ -394,13 +395,10 @@ def reproduced(docs: Sequence[Result]) -> list[dict[str, Any]]:
     a stand-in maps one scale's input and never matches another's cells), merged per table."""
     files: set[Path] = set()
     # Each run folder's record once (not once per document: a report of 300 runs read it 300 times).
-    for record in sorted({doc.path.parent.parent / "matrix.json" for doc in docs if doc.path is not None}):
-        try:
-            matrix_file = yaml.safe_load(record.read_text(encoding="utf-8")).get("file")
-        except (OSError, yaml.YAMLError, AttributeError):
-            continue
-        if matrix_file:
-            files.add(Path(matrix_file))
+    for run_dir in sorted({doc.path.parent.parent for doc in docs if doc.path is not None}):
+        matrix = load_run_matrix(run_dir) if (run_dir / "matrix.json").is_file() else None
+        if matrix is not None and matrix.file:
+            files.add(Path(matrix.file))
     merged: dict[str, dict[str, Any]] = {}
     for path in sorted(files):
         try:

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 from fsmatrix.errors import UserError
 
 ENV = "FSMATRIX_STORE"
-ROOT_STORE = "store.sqlite"  # a results root's own store, its one SQLite (index.py)
+ROOT_STORE = "store.sqlite"  # a results root's own store, its one SQLite (root_store.py)
 SCHEMES = ("sqlite", "postgresql", "postgres")
 # Filesystems whose locking SQLite cannot trust (its documentation: "SQLite over a network").
 NETWORK_FILESYSTEMS = frozenset(

@@ -47,8 +47,9 @@ import numpy as np
 from scipy import stats as sps
 
 from fsmatrix.errors import UserError
-from fsmatrix.results.store import Result, sides
+from fsmatrix.results.store import Result
 from fsmatrix.results.store.calibrations import FORMAT_VERSION
+from fsmatrix.results.store.sides import Side
 from fsmatrix.results.verdict import environment, gate, stats
 from fsmatrix.results.verdict.metrics import compared_metrics, metric_values
 
@@ -224,7 +225,7 @@ def calibrate_batches(
                 f"calibration: batch {label} ran in another environment than batch {labels[0]}:\n"
                 + environment.format_env_diffs(diffs)
             )
-    by_batch = [sides.Side(label, batch).by_cell() for label, batch in zip(labels, batches, strict=True)]
+    by_batch = [Side(label, batch).by_cell() for label, batch in zip(labels, batches, strict=True)]
     cells: dict[str, dict[str, Any]] = {}
     floors: dict[tuple[str, str], float] = {}
     for cell_id in sorted({c for cells_of in by_batch for c in cells_of}):
@@ -297,7 +298,7 @@ def _gate_rates(
     without: list[bool] = []
     with_floors: list[bool] = []
     for i, j in batch_pairs(len(batches)):
-        base, head = sides.Side(labels[i], batches[i]), sides.Side(labels[j], batches[j])
+        base, head = Side(labels[i], batches[i]), Side(labels[j], batches[j])
         for outcomes, pair_floors in ((without, {}), (with_floors, floors)):
             result = gate.compare(base, head, gate.Judging(threshold, alpha, pair_floors))
             outcomes.append(result.exit_status() == 1)

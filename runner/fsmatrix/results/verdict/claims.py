@@ -19,7 +19,8 @@ from typing import Any
 from scipy import stats as sps
 
 from fsmatrix.matrix import flatten
-from fsmatrix.results.store import Result, published
+from fsmatrix.results.store import Result
+from fsmatrix.results.store.published import Claim, Table
 from fsmatrix.results.verdict import stats
 
 HOLDS, FAILS, NOISE, MISSING = "holds", "does not hold", "not distinguishable", "not measured"
@@ -31,7 +32,7 @@ Samples = dict[tuple[str, str], list[float]]  # (row, column) -> passed runs' va
 
 @dataclass
 class TableView:
-    table: published.Table
+    table: Table
     samples: Samples
     stand_ins: list[str]
     notes: list[str] = field(default_factory=list)
@@ -39,7 +40,7 @@ class TableView:
 
 @dataclass(frozen=True)
 class Verdict:
-    claim: published.Claim
+    claim: Claim
     verdict: str
     evidence: str
 
@@ -61,7 +62,7 @@ def _label(axis: dict[str, dict[str, Any] | None] | str, flat: dict[str, Any]) -
     return None
 
 
-def view(table: published.Table, stand_in: list[dict[str, Any]], docs: list[Result]) -> TableView:
+def view(table: Table, stand_in: list[dict[str, Any]], docs: list[Result]) -> TableView:
     """The passed runs of ``docs`` placed in ``table``'s rows and columns."""
     by_cell: dict[str, list[Result]] = defaultdict(list)
     for doc in docs:
@@ -136,7 +137,7 @@ def _evidence(label: str, c: stats.Comparison, direction: str) -> str:
     return f"{label}: {factor:.2f}x better, p = {c.p_value:.3g} ({c.test}, {c.n_head} vs {c.n_base} runs)"
 
 
-def evaluate(claim: published.Claim, tv: TableView) -> Verdict:
+def evaluate(claim: Claim, tv: TableView) -> Verdict:
     table = tv.table
 
     def samples(row: str, col: str) -> list[float]:

@@ -55,8 +55,9 @@ class Regime:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One cell's runs, in repeat order, with its flattened settings and its comparison group."""
+class Member:
+    """A comparison group's member: one cell's runs, in repeat order, with its flattened settings and
+    its comparison group (the matrix's typed cell is ``agent.cell.Cell``)."""
 
     id: str
     docs: tuple[Result, ...]
@@ -75,14 +76,14 @@ class Group:
     key: str
     label: str
     workload: str
-    cells: tuple[Cell, ...]
+    cells: tuple[Member, ...]
     names: Mapping[str, str]  # cell id -> configuration name
     settings: Mapping[str, dict[str, str]]  # cell id -> the varying settings, dotted key -> value as text
-    baseline: Cell
+    baseline: Member
     baseline_rule: str  # a key of RULES
     regime: Regime
 
-    def name(self, cell: Cell) -> str:
+    def name(self, cell: Member) -> str:
         return self.names[cell.id]
 
     @property
@@ -92,13 +93,13 @@ class Group:
 
 def groups(docs: Sequence[Result], matrix: RunMatrix | None) -> list[Group]:
     """The comparison groups of these results, in the order of their first cells."""
-    grouped: dict[str, list[Cell]] = {}
+    grouped: dict[str, list[Member]] = {}
     for c in _cells(docs, matrix):
         grouped.setdefault(c.group_key, []).append(c)
     return [_group(key, members, matrix) for key, members in grouped.items()]
 
 
-def _group(key: str, members: list[Cell], matrix: RunMatrix | None) -> Group:
+def _group(key: str, members: list[Member], matrix: RunMatrix | None) -> Group:
     named = _names(members)
     names = {cid: name for cid, (name, _) in named.items()}
     base, rule = _baseline(members, matrix)
@@ -115,7 +116,7 @@ def _group(key: str, members: list[Cell], matrix: RunMatrix | None) -> Group:
     )
 
 
-def _cells(docs: Sequence[Result], matrix: RunMatrix | None) -> list[Cell]:
+def _cells(docs: Sequence[Result], matrix: RunMatrix | None) -> list[Member]:
     """The cells the documents hold, in matrix.json's order (then by id), with their groups (as
     matrix.json records them, ``group`` and ``group_label``, else ``store.comparison_group``'s)."""
     by_cell: dict[str, list[Result]] = defaultdict(list)
@@ -143,7 +144,7 @@ def _cells(docs: Sequence[Result], matrix: RunMatrix | None) -> list[Cell]:
         if len(by_class) > 1:
             key += f"|hardware:{klass}"
             label += f" on {klass}"
-        cells.append(Cell(cid, tuple(ds), flatten(params), key, label, flag))
+        cells.append(Member(cid, tuple(ds), flatten(params), key, label, flag))
     return cells
 
 
@@ -153,7 +154,7 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _names(cells: Sequence[Cell]) -> dict[str, tuple[str, dict[str, str]]]:
+def _names(cells: Sequence[Member]) -> dict[str, tuple[str, dict[str, str]]]:
     """cell id -> (configuration name, the varying settings) for the cells of one group."""
     keys = list(dict.fromkeys(k for c in cells for k in c.flat))
     varying = [k for k in keys if len({_show(c.flat.get(k, "–")) for c in cells}) > 1]
@@ -182,7 +183,7 @@ def fingerprint(flat: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, _show(flat[k])) for k in keep))
 
 
-def _baseline(members: Sequence[Cell], matrix: RunMatrix | None) -> tuple[Cell, str]:
+def _baseline(members: Sequence[Member], matrix: RunMatrix | None) -> tuple[Member, str]:
     rule_of_matrix = matrix.baseline_rule if matrix is not None else None
     flagged = [c for c in members if c.baseline_flag]
     if len(flagged) == 1:
@@ -199,7 +200,7 @@ def _storage_comparison(settings: Mapping[str, str]) -> bool:
     return any(k in STORAGE_KEYS or k.startswith(STORAGE_PREFIXES) for k in settings)
 
 
-def _regime(members: Sequence[Cell], names: Mapping[str, tuple[str, dict[str, str]]]) -> Regime:
+def _regime(members: Sequence[Member], names: Mapping[str, tuple[str, dict[str, str]]]) -> Regime:
     by_config = {names[c.id][0]: regime(list(c.docs)) for c in members}
     known = {r for r in by_config.values() if r}
     overall = "" if not known else known.pop() if len(known) == 1 and all(by_config.values()) else "varies"

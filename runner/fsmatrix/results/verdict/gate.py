@@ -40,7 +40,9 @@ from fsmatrix.results.verdict.metrics import compared_metrics, gate_metrics, met
 
 
 @dataclass
-class Row:
+class MetricComparison:
+    """One cell's metric, BASE against HEAD: a row of `compare`'s table."""
+
     cell_id: str
     metric: str
     direction: str
@@ -57,7 +59,7 @@ class CompareResult:
     base: str
     head: str
     threshold: float | None
-    rows: list[Row] = field(default_factory=list)
+    rows: list[MetricComparison] = field(default_factory=list)
     env_diffs: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
     # What differs and is compared on purpose (--across): (name, base's, head's).
     across: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
@@ -73,7 +75,7 @@ class CompareResult:
         return {key for name, _, _ in self.across for key in ACROSS[name].explains}
 
     @property
-    def regressions(self) -> list[Row]:
+    def regressions(self) -> list[MetricComparison]:
         return [r for r in self.rows if r.regression]
 
     @property
@@ -90,7 +92,7 @@ class CompareResult:
         return outcome.NOT_DECIDED
 
     @property
-    def undecided(self) -> list[Row]:
+    def undecided(self) -> list[MetricComparison]:
         """The gated rows that keep the gate from PASS (none when it failed)."""
         if self.verdict != outcome.NOT_DECIDED:
             return []
@@ -199,7 +201,7 @@ def _comparable(
     return base, head, result
 
 
-def _rows(cell_id: str, base: list[Result], head: list[Result], judging: Judging) -> list[Row]:
+def _rows(cell_id: str, base: list[Result], head: list[Result], judging: Judging) -> list[MetricComparison]:
     """One row per metric the cell's runs on both sides have; a gated row with its PASS test when
     there is a threshold."""
     docs = base + head
@@ -221,7 +223,7 @@ def _rows(cell_id: str, base: list[Result], head: list[Result], judging: Judging
                 bound = outcome.bound_samples(
                     b_values, h_values, direction, judging.threshold, judging.pass_alpha, alpha=alpha
                 )
-        rows.append(Row(cell_id, metric, direction, c, False, floor, gated=metric in gated, bound=bound))
+        rows.append(MetricComparison(cell_id, metric, direction, c, False, floor, gated=metric in gated, bound=bound))
     return rows
 
 
@@ -237,21 +239,21 @@ class Confirmed:
     first: CompareResult
     second: CompareResult | None
 
-    def _again(self, row: Row) -> Row | None:
+    def _again(self, row: MetricComparison) -> MetricComparison | None:
         if self.second is None:
             return None
         return next((r for r in self.second.rows if (r.cell_id, r.metric) == (row.cell_id, row.metric)), None)
 
     @property
-    def confirmed(self) -> list[tuple[Row, Row]]:
+    def confirmed(self) -> list[tuple[MetricComparison, MetricComparison]]:
         return [(row, again) for row in self.first.regressions if (again := self._again(row)) and again.regression]
 
     @property
-    def not_confirmed(self) -> list[tuple[Row, Row]]:
+    def not_confirmed(self) -> list[tuple[MetricComparison, MetricComparison]]:
         return [(row, again) for row in self.first.regressions if (again := self._again(row)) and not again.regression]
 
     @property
-    def not_rerun(self) -> list[Row]:
+    def not_rerun(self) -> list[MetricComparison]:
         return [row for row in self.first.regressions if self._again(row) is None]
 
     @property

@@ -19,17 +19,13 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fsmatrix.matrix import flatten
-from fsmatrix.results.store import otava
-from fsmatrix.results.store.database import Store
 from fsmatrix.results.store.document import Result
-from fsmatrix.results.store.history import Point, Selection, Series, load_series
-from fsmatrix.results.store.history import documents as stored_documents
+from fsmatrix.results.store.history import Point, Series
 from fsmatrix.results.verdict import stats, welch
 
 NOTHING_RECORDED = "no recorded change (noise, or something fsmatrix does not record)"
@@ -231,14 +227,20 @@ class Histories:
     detector: str
 
 
-def histories(store: Store, selection: Selection, threshold: float, otava_python: Path) -> Histories:
-    """The one way history is assembled: the store's series the selection picks (on its columns),
-    their change points (Otava at ``threshold``, in the interpreter ``otava_python``), and what changed at
-    each, read from the documents either side of a change point and no other."""
-    series = load_series(store, selection)
-    version, detected = otava.detect(otava_python, [s.values for s in series], max_pvalue=threshold)
-    found = [[(f.index, f.p) for f in points] for points in detected]
-    wanted = {rid for s, cps in zip(series, found, strict=True) for rid in attributed_from(s, cps)}
-    documents = stored_documents(store, wanted)
+def to_read(series: Sequence[Series], found: Sequence[Sequence[tuple[int, float]]]) -> set[str]:
+    """The stored documents the store reads for ``histories`` (``found[i]``: ``series[i]``'s change
+    points): the runs either side of each change point and no other."""
+    return {rid for s, cps in zip(series, found, strict=True) for rid in attributed_from(s, cps)}
+
+
+def histories(
+    series: Sequence[Series],
+    found: Sequence[Sequence[tuple[int, float]]],
+    documents: Mapping[str, Result],
+    detector: str,
+) -> Histories:
+    """The one way history is decided: the store's series the selection picked, their change points
+    (``found[i]``: ``series[i]``'s, as (index, p) from ``detector``) and what changed at each, from
+    ``documents`` (at least those ``to_read`` names)."""
     made = tuple(history(s, cps, documents) for s, cps in zip(series, found, strict=True))
-    return Histories(made, f"Apache Otava {version}")
+    return Histories(made, detector)

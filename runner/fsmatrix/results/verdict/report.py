@@ -2,17 +2,16 @@
 report sees them (an environment axis, such as the guest image, written into their params: derived
 once, here), the run's typed ``matrix.json`` and ``race.json``, and the answer built from them. The
 CLI (`fsmatrix report`, the report `fsmatrix run` writes), the page, the Slurm collector and the
-benchmarks all start here; the renderers take the finished ``Report`` and decide nothing.
+benchmarks all start here, with what the store read (``store.load_run_records``); the renderers take the
+finished ``Report`` and decide nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from fsmatrix.results import store
-from fsmatrix.results.store import Race, Result, RunMatrix
+from fsmatrix.results.store import Race, Result, RunMatrix, RunRecords
 from fsmatrix.results.verdict import answering, environment
 from fsmatrix.results.verdict.answer import DEFAULT_RULE, Answer, Rule
 
@@ -26,12 +25,10 @@ class Report:
     race: Race | None  # the run's race when it raced
 
 
-def report(directory: Path, rule: Rule = DEFAULT_RULE) -> Report:
-    """The report on every result under ``directory`` (a run directory or a results root; UserError when
-    it holds none), with its matrix.json(s) and, for a run directory that raced, its race."""
-    docs = store.load_results(directory)
-    race = store.load_race(directory) if directory.is_dir() else None
-    return of_results(docs, store.load_run_matrix(directory), race, rule)
+def of_run(records: RunRecords, rule: Rule = DEFAULT_RULE) -> Report:
+    """The report on a run directory's (or a results root's) records, as the store read them
+    (``store.load_run_records``): its results, its matrix.json(s) and, when it raced, its race."""
+    return of_results(records.results, records.matrix, records.race, rule)
 
 
 def of_results(

@@ -22,7 +22,7 @@ from dataclasses import replace
 from fsmatrix.agent import workloads
 from fsmatrix.results.verdict import groups, metrics, outliers, power, stats, work
 from fsmatrix.results.verdict.answer import Configuration, CrashVerdict, Factor, Open, Rule, SpeedGroup, Why
-from fsmatrix.results.verdict.configurations import Cell, Group, fingerprint
+from fsmatrix.results.verdict.configurations import Group, Member, fingerprint
 from fsmatrix.results.verdict.raced import RacedGroup
 
 MAX_WHY = 3  # secondary metrics named as the reason, at most
@@ -49,7 +49,7 @@ SECONDARY = {
 SHORT_METRIC = {"tps": "TPS", "iops": "IOPS"}  # the words for a metric where its title is long
 
 
-def _metric(kind: str, cells: Sequence[Cell]) -> tuple[str | None, str, str]:
+def _metric(kind: str, cells: Sequence[Member]) -> tuple[str | None, str, str]:
     """The workload's primary metric, its words and its direction (the first key metric of an
     unregistered workload)."""
     if kind in workloads.WORKLOADS:
@@ -63,7 +63,7 @@ def _metric(kind: str, cells: Sequence[Cell]) -> tuple[str | None, str, str]:
     return None, "", "lower"
 
 
-def _values(c: Cell, metric: str) -> list[float | None]:
+def _values(c: Member, metric: str) -> list[float | None]:
     """The metric per run: a failed run (or a passed one without it) is None; skipped runs left out."""
     out: list[float | None] = []
     for d in c.docs:
@@ -142,7 +142,7 @@ def speed_group(
     return _with_why(g)
 
 
-def _outliers(name: str, c: Cell, metric: str) -> tuple[outliers.Outlier, ...]:
+def _outliers(name: str, c: Member, metric: str) -> tuple[outliers.Outlier, ...]:
     runs = [
         (d.repeat, v) for d in c.docs if d.status == "passed" and (v := metrics.metric_value(d, metric)) is not None
     ]
@@ -163,7 +163,7 @@ def _settle_seconds(group: Group, still: Sequence[Open], by_config: Mapping[str,
 
 def _configuration(
     group: Group,
-    c: Cell,
+    c: Member,
     metric: str | None,
     decided: groups.IntervalDecision | None,
     raced: RacedGroup | None,
@@ -236,7 +236,7 @@ def _with_why(g: SpeedGroup) -> SpeedGroup:
     return replace(g, why=_why(g.group, cell[pair[0]], cell[pair[1]], g.metric))
 
 
-def _why(group: Group, best: Cell, against: Cell, primary: str) -> Why:
+def _why(group: Group, best: Member, against: Member, primary: str) -> Why:
     factors = []
     measured = 0
     for metric, words in SECONDARY.items():

@@ -273,7 +273,7 @@ def holm(p_values: list[float]) -> list[float]:
 
 
 def is_regression(c: Comparison, threshold: float) -> bool:
-    """The gate's and bisect's confirmation rule (``REGRESSION_RULE``): significantly worse, and the
+    """The gate's and bisect's confirmation rule (in words: ``regression_rule``): significantly worse, and the
     *estimated* worsening above ``threshold`` (relative: 0.05 = 5 %). The estimate, not a test, is
     compared with the threshold: a tested "worse by more than 5 %" (the race's shifted test) would
     have caught about 7 of 40 planted stand-in regressions where this rule catches 36 or more."""

@@ -1,5 +1,5 @@
 """A results root's one SQLite: its store (``<root>/store.sqlite``, ``database.Store``), which serves as
-the root's index. `fsmatrix run` adds each document it writes (``Index.add``), `results merge` each one
+the root's index. `fsmatrix run` adds each document it writes (``RootStore.add``), `results merge` each one
 it copies, `results reindex` every file under the root (``reindex``); the estimates read it
 (``past_runs.py``), and it is the store `results push`, `list` and `history` use when none is named.
 The files stay the truth: the store can always be filled again from them.
@@ -63,7 +63,7 @@ def open_store(url: StoreURL, results_root: Path) -> Iterator[Store]:
             yield store
 
 
-class Index:
+class RootStore:
     """A results root's store, kept open while `fsmatrix run` or `results merge` adds documents to it."""
 
     def __init__(self, root: Path) -> None:
