@@ -5,9 +5,6 @@ MAX_PARAMETERS parameters (``self`` and ``cls`` not counted; keyword-only ones, 
 decorated with ``@click.command``, ``@click.group`` or ``@<group>.command``) takes one parameter per
 option, so it is exempt from the parameter count, never from the length.
 
-``KNOWN``: the offenders of the moment in modules other helpers are reworking, each one still an
-offender (a test checks that): the list only shrinks.
-
 Standalone: ``python tests/test_function_size.py [FOLDER]`` prints the offenders in FOLDER (default:
 ``runner/fsmatrix``), one ``file:line name: what`` a line.
 """
@@ -25,60 +22,6 @@ MAX_LINES = 80
 MAX_PARAMETERS = 6
 CLICK_DECORATORS = ("command", "group")  # click.command, click.group, some_group.command
 
-# (file relative to the package's parent, qualified name, "lines" or "parameters"): offenders in modules
-# other helpers of issue 49 rework at the same time (agent/, backends/, bench/, bisect/, matrix/, runs,
-# racing, slurm, cli/run.py). Remove an entry with the fix.
-KNOWN = frozenset(
-    {
-        ("fsmatrix/agent/crash/flush_points.py", "FlushPoints._one_point", "parameters"),
-        ("fsmatrix/agent/databases/gtm.py", "create_database", "parameters"),
-        ("fsmatrix/agent/databases/gtm.py", "attach_database", "parameters"),
-        ("fsmatrix/agent/databases/gtm.py", "_global_directory", "parameters"),
-        ("fsmatrix/agent/databases/gtm.py", "opened", "parameters"),
-        ("fsmatrix/agent/databases/postgres.py", "create", "parameters"),
-        ("fsmatrix/agent/databases/postgres.py", "attach", "parameters"),
-        ("fsmatrix/agent/job.py", "result_document", "parameters"),
-        ("fsmatrix/agent/job.py", "run_job", "lines"),
-        ("fsmatrix/agent/job.py", "run_job", "parameters"),
-        ("fsmatrix/agent/job.py", "run_recovery", "parameters"),
-        ("fsmatrix/agent/proc.py", "run", "parameters"),
-        ("fsmatrix/agent/storage/devices.py", "_reasons", "lines"),
-        ("fsmatrix/agent/storage/prepare.py", "_set_up", "parameters"),
-        ("fsmatrix/agent/storage/prepare.py", "prepare", "lines"),
-        ("fsmatrix/agent/workloads/pgbench/recover.py", "recover", "lines"),
-        ("fsmatrix/agent/workloads/pgbench/recover.py", "_verify_recovered", "parameters"),
-        ("fsmatrix/agent/workloads/pgbench/run.py", "run", "lines"),
-        ("fsmatrix/agent/workloads/threen1/recover.py", "recover", "lines"),
-        ("fsmatrix/agent/workloads/threen1/run.py", "run_standalone", "parameters"),
-        ("fsmatrix/agent/workloads/threen1/run.py", "run", "parameters"),
-        ("fsmatrix/agent/workloads/threen1/run.py", "run", "lines"),
-        ("fsmatrix/agent/workloads/threen1/run.py", "_outcome", "parameters"),
-        ("fsmatrix/backends/libvirt.py", "domain_xml", "parameters"),
-        ("fsmatrix/backends/libvirt.py", "domain_xml", "lines"),
-        ("fsmatrix/backends/qemu/backend.py", "QemuBackend._vm_command", "parameters"),
-        ("fsmatrix/backends/qemu/backend.py", "QemuBackend.launch", "parameters"),
-        ("fsmatrix/backends/qemu/backend.py", "QemuBackend._host_result", "parameters"),
-        ("fsmatrix/backends/qemu/cmdline.py", "qemu_command", "parameters"),
-        ("fsmatrix/backends/qemu/crash_host.py", "VmBackend.launch", "parameters"),
-        ("fsmatrix/bench/race.py", "measure", "parameters"),
-        ("fsmatrix/bench/threen1_side_by_side.py", "run_published", "parameters"),
-        ("fsmatrix/bench/threen1_side_by_side.py", "run_ours", "parameters"),
-        ("fsmatrix/bisect/driver.py", "Bisector._step", "parameters"),
-        ("fsmatrix/bisect/lab.py", "GitLab.__init__", "parameters"),
-        ("fsmatrix/bisect/search.py", "_race", "parameters"),
-        ("fsmatrix/bisect/search.py", "judge_ends", "parameters"),
-        ("fsmatrix/bisect/search.py", "judge_step", "parameters"),
-        ("fsmatrix/bisect/session.py", "run", "parameters"),
-        ("fsmatrix/cli/run.py", "run", "lines"),
-        ("fsmatrix/cli/run.py", "_run_on_slurm", "parameters"),
-        ("fsmatrix/matrix/expand.py", "expand_document", "lines"),
-        ("fsmatrix/racing.py", "run_race", "parameters"),
-        ("fsmatrix/runs.py", "run_matrix", "lines"),
-        ("fsmatrix/runs.py", "run_matrix", "parameters"),
-        ("fsmatrix/slurm.py", "prepare", "parameters"),
-    }
-)
-
 
 @dataclass(frozen=True, order=True)
 class Oversized:
@@ -89,10 +32,6 @@ class Oversized:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line} {self.name}: {self.what}"
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return self.path, self.name, self.what.split()[1]
 
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -151,16 +90,10 @@ def _listing(found: list[Oversized]) -> str:
 
 
 def test_no_function_is_too_long_or_takes_too_many_parameters() -> None:
-    found = [o for o in oversized() if o.key not in KNOWN]
+    found = oversized()
     assert found == [], f"{len(found)} functions over {MAX_LINES} lines or {MAX_PARAMETERS} parameters:\n" + _listing(
         found
     )
-
-
-def test_every_known_offender_still_offends() -> None:
-    """A fixed offender leaves ``KNOWN`` with its fix: the list only shrinks."""
-    still = {o.key for o in oversized()}
-    assert sorted(KNOWN - still) == [], "fixed: remove these from KNOWN"
 
 
 def test_the_check_sees_a_planted_long_function_and_a_wide_one(tmp_path: Path) -> None:
@@ -212,15 +145,6 @@ def test_a_click_command_is_exempt_from_the_parameter_count_only(tmp_path: Path)
         f"fsmatrix/cli/planted.py:{line('def long_command')} long_command: {MAX_LINES + 1} lines",
         f"fsmatrix/cli/planted.py:{line('def not_a_command')} not_a_command: 7 parameters",
     ]
-
-
-def test_known_offenders_are_keyed_without_line_numbers() -> None:
-    """A known offender stays known when lines above it move: keyed by file, name and kind."""
-    assert Oversized("fsmatrix/runs.py", 57, "run_matrix", "123 lines").key == (
-        "fsmatrix/runs.py",
-        "run_matrix",
-        "lines",
-    )
 
 
 if __name__ == "__main__":

@@ -342,8 +342,8 @@ def cpu_hogs(count: int) -> Iterator[list[int]]:
             hog.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
-    interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
+def _parser() -> argparse.ArgumentParser:
+    """The benchmark's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=40, help="rounds (each: an A/A pair and every detection)")
     parser.add_argument(
@@ -381,7 +381,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N1,N2",
         help="with --analyse: judge only the first N1 and N2 pairs of each round's two batches",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    interrupt_on_sigterm()  # a timeout's SIGTERM unmounts and detaches as Ctrl-C does
+    args = _parser().parse_args(argv)
     try:
         threshold = gate.parse_threshold(args.threshold)
         if args.pairs is not None:

@@ -105,11 +105,12 @@ def simulate(
     threshold: float,
     rounds: int,
     *,
-    alpha: float = stats.ALPHA,
     seed: int = 0,
 ) -> dict[tuple[str, float], Outcomes]:
     """Each design's outcomes, per true effect (0.2: HEAD 20 % worse), over ``rounds`` rounds of pairs
-    whose log ratios are normal with sd ln(1 + ``spread``). Every design sees the same draws."""
+    whose log ratios are normal with sd ln(1 + ``spread``), judged at the gate's α. Every design sees
+    the same draws."""
+    alpha = stats.ALPHA
     rng = np.random.default_rng(seed)
     sd = math.log1p(spread)
     most = max(max(d.looks) for d in designs_)

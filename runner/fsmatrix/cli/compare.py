@@ -123,12 +123,7 @@ def compare_cmd(
         raise UserError("--confirm confirms the gate's regressions: give --fail-on-regression THRESHOLD too")
     b = sides.load_side(base, results_root)
     h = sides.load_side(head, results_root)
-    if calibration == "none":
-        cal_paths: list[Path] = []
-    elif calibration == "auto":
-        cal_paths = calibrations.find(results_root, environment.env_hash(h.docs))
-    else:
-        cal_paths = [Path(calibration)]
+    cal_paths = _calibration_paths(calibration, results_root, h)
     floors = calibrate.noise_floors([calibrations.load(p) for p in cal_paths])
 
     def judge(base_side: sides.Side, head_side: sides.Side) -> gate.CompareResult:
@@ -154,6 +149,14 @@ def compare_cmd(
         confirming = gate.Confirmed(result, again)
     elif confirm:
         confirming = gate.Confirmed(result, None)
+    _show(fmt, result, confirming, not_decided)
+    if cal_paths:
+        click.echo(f"noise floors from {', '.join(str(p) for p in cal_paths)}", err=True)
+    sys.exit(confirming.exit_status(not_decided) if confirming else result.exit_status(not_decided))
+
+
+def _show(fmt: str, result: gate.CompareResult, confirming: gate.Confirmed | None, not_decided: str) -> None:
+    """``compare``'s output in ``fmt`` (json, md or a table): the comparison, its confirmation batch's, the verdict."""
     second = confirming.second if confirming else None
     if fmt == "json":
         doc = comparison.to_json(result, not_decided)
@@ -183,9 +186,15 @@ def compare_cmd(
                     out.print(line, markup=False, highlight=False)
         for line in comparison.confirmation_lines(confirming) if confirming else []:
             out.print(line, markup=False, highlight=False)
-    if cal_paths:
-        click.echo(f"noise floors from {', '.join(str(p) for p in cal_paths)}", err=True)
-    sys.exit(confirming.exit_status(not_decided) if confirming else result.exit_status(not_decided))
+
+
+def _calibration_paths(calibration: str, results_root: Path, head: sides.Side) -> list[Path]:
+    """The stored calibrations ``--calibration`` names: none, those of HEAD's environment (auto), or a file."""
+    if calibration == "none":
+        return []
+    if calibration == "auto":
+        return calibrations.find(results_root, environment.env_hash(head.docs))
+    return [Path(calibration)]
 
 
 def _side_or_none(spec: str, results_root: Path) -> sides.Side | None:
