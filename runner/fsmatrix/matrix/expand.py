@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import yamlpos
+from fsmatrix.matrix import design, yamlpos
 from fsmatrix.matrix.baselines import (
     DEFAULTS_RULE,
     NAMED_RULE,
@@ -28,6 +28,7 @@ from fsmatrix.matrix.baselines import (
     group_of,
     named_baselines,
 )
+from fsmatrix.matrix.design import Fraction
 from fsmatrix.matrix.flat import (
     Flat,
     Leaf,
@@ -58,11 +59,13 @@ TOP_LEVEL = (
     "reproduces",
     "scales",
     "runner",
+    "design",
 )
 # What a scale (``scales: {NAME: {...}}``, chosen by ``fsmatrix run --scale NAME``) may set: each
 # replaces the file's own key, except ``defaults``, which it layers over the file's defaults.
 SCALE_KEYS = (
-    "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner"
+    "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner",
+    "design",
 )  # fmt: skip
 # Refused before any expansion work: a matrix beyond these is a typo (or an attack), not a plan.
 MAX_CELLS = 10_000
@@ -118,6 +121,7 @@ class Matrix:
     baseline_rule: str = DEFAULTS_RULE
     race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: the default race (racing.design)
     includes: list[IncludeEffect] = field(default_factory=list)  # what each ``include`` entry did
+    design: Fraction | None = None  # the file's ``design:`` when it is a fraction (design.py)
 
     def is_baseline(self, cell: MatrixCell) -> bool:
         """Whether ``cell`` is the baseline of its comparison group."""
@@ -235,6 +239,7 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
                 "'exclude' removes every combination of the axes; nothing would run",
                 yamlpos.line_of(doc, "exclude"),
             )
+    combos, fraction = design.step(doc, axes, axis_values, combos, fail)  # the full cross, or a fraction of it
 
     originals = [(c, dict[str, Leaf]()) for c in combos]
     created: list[Flat] = []
@@ -295,7 +300,9 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
             fail,
         )
     baseline = baseline_entry(doc, fail)
-    matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race)
+    matrix = Matrix(
+        name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race, design=fraction
+    )
     seen: set[str] = set()
     flat_ids: list[str] = []
     for flat in flats:
