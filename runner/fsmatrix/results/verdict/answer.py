@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fsmatrix.results.verdict.configurations import Group, Regime
+from fsmatrix.results.verdict.effects import Effects
 from fsmatrix.results.verdict.groups import DELTA, Interval
 from fsmatrix.results.verdict.outliers import Outlier
 from fsmatrix.results.verdict.power import DRAWS
@@ -164,6 +165,7 @@ class SpeedGroup(Answered):
     work: Work | None  # the work per operation, compared where time does not decide (not separated, equivalent)
     settle_s: float | None  # the run time the runs that would settle the open pairs would take (None: unknown)
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
+    effects: Effects | None = None  # each setting's effect, where the configurations differ in two or more (effects.py)
 
     @property
     def decided_on_time(self) -> bool:
