@@ -157,3 +157,34 @@ def test_the_family_holds_on_null_effects() -> None:
         terms, *_ = fitted
         wrong += any(t.ci_low > 1 or t.ci_high < 1 for t in terms)
     assert wrong <= 8
+
+
+def test_the_report_json_and_page_show_the_effects() -> None:
+    import json
+
+    import jsonschema
+
+    from conftest import REPO
+    from fsmatrix.results.render import answer_text
+    from fsmatrix.results.render import effects as shown
+    from fsmatrix.results.render import page
+
+    m = made()
+    record = store.RunMatrix.read(run_records.matrix_record(m, m.cells, 3))
+    found = answering.build(typed(docs_of(m.cells)), record, None, answer.Rule(draws=200))
+    g = found.groups[0]
+    assert isinstance(g, answer.SpeedGroup) and g.effects is not None
+    head = shown.headline(g.effects, g.metric_words)
+    assert head.startswith("What moves elapsed time here: gtm.global_buffers 35000 → 64 1.6")
+    assert "; gtm.journal before → nobefore 0.9" in head and head.endswith("the other three within ±5 %.")
+    text = "\n".join(answer_text.markdown_lines(found))
+    assert "#### Effects of the settings on elapsed time" in text and "| gtm.global_buffers 35000 → 64 |" in text
+    doc = {"title": "t", "answer": answer_text.to_json(found)}
+    schema = json.loads((REPO / "docs" / "answer.schema.json").read_text(encoding="utf-8"))
+    jsonschema.validate(doc, schema)
+    group = doc["answer"]["groups"][0]
+    assert group["design"]["kind"] == "full" and group["design"]["full_runs"] == 32
+    assert {e["setting"] for e in group["effects"] if e["words"] == "matters"} == {"gtm.global_buffers", "gtm.journal"}
+    assert all(len(i["settings"]) == 2 for i in group["interactions"])
+    html = "\n".join(page._answer_html(found))
+    assert '<svg class="effects"' in html and "Effects of the settings" in html

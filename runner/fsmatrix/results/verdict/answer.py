@@ -21,7 +21,8 @@ from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.stats import ALPHA
 from fsmatrix.results.verdict.work import Work
 
-VERSION = 3  # of the answer's JSON (docs/answer.schema.json): 3 adds decided, work and outliers; 2 had no "tied"
+VERSION = 4  # of the answer's JSON (docs/answer.schema.json): 4 adds design, effects and interactions; 3 decided, work
+# and outliers; 2 had no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
 # A speed group: "best" (one configuration best, every other worse or equivalent within ±δ),
 # "equivalent" (every configuration equivalent within ±δ to the leader), "not separated" (some
