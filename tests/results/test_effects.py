@@ -165,9 +165,8 @@ def test_the_report_json_and_page_show_the_effects() -> None:
     import jsonschema
 
     from conftest import REPO
-    from fsmatrix.results.render import answer_text
+    from fsmatrix.results.render import answer_text, page
     from fsmatrix.results.render import effects as shown
-    from fsmatrix.results.render import page
 
     m = made()
     record = store.RunMatrix.read(run_records.matrix_record(m, m.cells, 3))

@@ -169,46 +169,42 @@ def of_group(
     missing += [e.id for e in entries if e.group == group.key and e.id not in present]  # no run at all
     kind, resolution = _kind(group, varying, matrix)
     cells = len(group.cells) + len(missing) - sum(1 for c in group.cells if group.name(c) in missing)
-    shape = {"kind": kind, "runs": cells, "full_runs": 2 ** len(varying), "resolution": resolution}
+    head = {
+        "kind": kind,
+        "runs": cells,
+        "full_runs": 2 ** len(varying),
+        "resolution": resolution,
+        "metric": metric,
+        "direction": direction,
+        "missing": tuple(missing),
+        "alpha": alpha,
+        "delta": delta,
+    }
     if bad:
-        return _unfitted(
-            shape, metric, direction, missing, "not enough data: a value of 0 or less has no log", alpha, delta
-        )
+        return _unfitted(head, "not enough data: a value of 0 or less has no log")
     result = fit(runs, varying, alpha, delta)
     if isinstance(result, str):
-        return _unfitted(shape, metric, direction, missing, result, alpha, delta)
+        return _unfitted(head, result)
     terms, family, pure, lof = result
     named = [_named(t, varying, low, high) for t in terms]
     return Effects(
-        **shape,
-        metric=metric,
-        direction=direction,
+        **head,
         effects=tuple(e for e in named if len(e.settings) == 1),
         interactions=tuple(e for e in named if len(e.settings) == 2),
-        missing=tuple(missing),
         reason="",
         family=family,
-        alpha=alpha,
-        delta=delta,
         pure_error_df=pure,
         lack_of_fit=lof,
     )
 
 
-def _unfitted(
-    shape: Mapping[str, Any], metric: str, direction: str, missing: list[str], reason: str, alpha: float, delta: float
-) -> Effects:
+def _unfitted(head: Mapping[str, Any], reason: str) -> Effects:
     return Effects(
-        **shape,
-        metric=metric,
-        direction=direction,
+        **head,
         effects=(),
         interactions=(),
-        missing=tuple(missing),
         reason=reason,
         family=0,
-        alpha=alpha,
-        delta=delta,
         pure_error_df=0,
         lack_of_fit=None,
     )
