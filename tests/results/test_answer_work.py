@@ -66,7 +66,7 @@ def test_the_json_carries_the_work_and_the_decision_and_meets_the_schema() -> No
     doc = {"title": "t", "answer": answer_text.to_json(answering.build(typed(docs)))}
     jsonschema.validate(doc, SCHEMA)
     (g,) = doc["answer"]["groups"]
-    assert doc["answer"]["version"] == 3
+    assert doc["answer"]["version"] == 4
     assert g["decided"] == {"on_time": False, "on_work": ["device_write_bytes_per_op"]}
     (d,) = g["work"]["differences"]
     assert d["least"] == "ext4" and d["more"][0]["configuration"] == "xfs" and d["more"][0]["ci_low"] > 1.8

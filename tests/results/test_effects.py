@@ -177,7 +177,10 @@ def test_the_report_json_and_page_show_the_effects() -> None:
     assert head.startswith("What moves elapsed time here: gtm.global_buffers 35000 → 64 1.6")
     assert "; gtm.journal before → nobefore 0.9" in head and head.endswith("the other three within ±5 %.")
     text = "\n".join(answer_text.markdown_lines(found))
-    assert "#### Effects of the settings on elapsed time" in text and "| gtm.global_buffers 35000 → 64 |" in text
+    assert (
+        "**Effects of the settings on elapsed time: What moves elapsed time here: " in text
+        and "| gtm.global_buffers 35000 → 64 |" in text
+    )
     doc = {"title": "t", "answer": answer_text.to_json(found)}
     schema = json.loads((REPO / "docs" / "answer.schema.json").read_text(encoding="utf-8"))
     jsonschema.validate(doc, schema)

@@ -26,8 +26,7 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
 
 from fsmatrix.matrix import design
 from fsmatrix.results.verdict import effects
@@ -115,11 +114,23 @@ def trial(plan: Plan, cvs: tuple[float, ...], rnd: random.Random, cov: str) -> t
     return wrong, found, matters, 2
 
 
+@dataclass(frozen=True)
+class Row:
+    """One design at one CV: the trials fitted, the family error, the 2δ settings found and called matters."""
+
+    design: str
+    cv: str
+    trials: int
+    family_error: float | None
+    found_2delta: float | None
+    matters_2delta: float | None
+
+
 LEVELS: dict[str, tuple[list[tuple[int, ...]], design.Fraction | None]] = {}
 
 
-def simulate(trials: int, seed: int, cov: str) -> list[dict[str, Any]]:
-    rows = []
+def simulate(trials: int, seed: int, cov: str) -> list[Row]:
+    rows: list[Row] = []
     for plan in PLANS:
         LEVELS[plan.name] = levels_of(plan)
         for cv_name, cvs in CVS.items():
@@ -135,19 +146,19 @@ def simulate(trials: int, seed: int, cov: str) -> list[dict[str, Any]]:
                 matters += one[2]
                 big += one[3]
             rows.append(
-                {
-                    "design": plan.name,
-                    "cv": cv_name,
-                    "trials": fitted,
-                    "family_error": wrong / fitted if fitted else None,
-                    "found_2delta": found / big if big else None,
-                    "matters_2delta": matters / big if big else None,
-                }
+                Row(
+                    plan.name,
+                    cv_name,
+                    fitted,
+                    wrong / fitted if fitted else None,
+                    found / big if big else None,
+                    matters / big if big else None,
+                )
             )
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], trials: int, seed: int, cov: str) -> str:
+def markdown(rows: list[Row], trials: int, seed: int, cov: str) -> str:
     lines = [
         f"effects model ({cov}, Bonferroni at α {ALPHA:g}), {REPEATS} repeats, δ {DELTA:.0%}: "
         f"{trials} trials a row, seed {seed}",
@@ -157,8 +168,8 @@ def markdown(rows: list[dict[str, Any]], trials: int, seed: int, cov: str) -> st
     ]
     for r in rows:
         lines.append(
-            f"| {r['design']} | {r['cv']} | {r['family_error'] or 0:.1%} | {r['found_2delta'] or 0:.0%} | "
-            f"{r['matters_2delta'] or 0:.0%} |"
+            f"| {r.design} | {r.cv} | {r.family_error or 0:.1%} | {r.found_2delta or 0:.0%} | "
+            f"{r.matters_2delta or 0:.0%} |"
         )
     return "\n".join(lines)
 
@@ -171,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=["md", "json"], default="md")
     args = parser.parse_args(argv)
     rows = simulate(args.trials, args.seed, args.cov)
-    print(json.dumps(rows, indent=1) if args.format == "json" else markdown(rows, args.trials, args.seed, args.cov))
+    print(
+        json.dumps([asdict(r) for r in rows], indent=1)
+        if args.format == "json"
+        else markdown(rows, args.trials, args.seed, args.cov)
+    )
     return 0
 
 
