@@ -342,6 +342,8 @@ def matrix_record(
     }
     if race is not None:
         record["race"] = race.to_dict()
+    if matrix.design is not None:  # a fraction's generators: read back, never rebuilt (matrix/design.py)
+        record["design"] = matrix.design.record()
     return record
 
 

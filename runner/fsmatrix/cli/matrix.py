@@ -109,6 +109,8 @@ def expand(
             f"{whole.show(at_most=plan.race is not None)} ({shape}), from the runs in {results_root} on this host"
         )
         click.echo(plan.why)
+        for line in m.design.describe() if m.design is not None else []:
+            click.echo(line)
         for effect in m.includes:
             click.echo(effect.describe())
     include_warnings(m)

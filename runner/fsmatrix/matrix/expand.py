@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import yamlpos
+from fsmatrix.matrix import design, yamlpos
 from fsmatrix.matrix.baselines import (
     DEFAULTS_RULE,
     NAMED_RULE,
@@ -29,6 +29,7 @@ from fsmatrix.matrix.baselines import (
     group_of,
     named_baselines,
 )
+from fsmatrix.matrix.design import Fraction
 from fsmatrix.matrix.flat import (
     Flat,
     Leaf,
@@ -59,11 +60,13 @@ TOP_LEVEL = (
     "reproduces",
     "scales",
     "runner",
+    "design",
 )
 # What a scale (``scales: {NAME: {...}}``, chosen by ``fsmatrix run --scale NAME``) may set: each
 # replaces the file's own key, except ``defaults``, which it layers over the file's defaults.
 SCALE_KEYS = (
-    "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner"
+    "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner",
+    "design",
 )  # fmt: skip
 # How a step refuses bad input: the message and its line in the file.
 Fail = Callable[[str, int | None], UserError]
@@ -119,8 +122,9 @@ class Matrix:
     # every group of the whole matrix (whatever a selection keeps), and how they were chosen.
     baselines: dict[str, str] = field(default_factory=dict)
     baseline_rule: str = DEFAULTS_RULE
-    race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: the default race (racing.design)
+    race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: the default race (racing.plan)
     includes: list[IncludeEffect] = field(default_factory=list)  # what each ``include`` entry did
+    design: Fraction | None = None  # the file's ``design:`` when it is a fraction (design.py)
 
     def is_baseline(self, cell: MatrixCell) -> bool:
         """Whether ``cell`` is the baseline of its comparison group."""
@@ -192,14 +196,18 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
     axis_values = _axes(doc, fail)
     _check_size(doc, axis_values, fail)
     crossed = _cross(axis_values)
-    # The combinations of the cross that run: every one (a fractional design would choose some here).
-    selected = crossed
-    included = _include(doc, _exclude(doc, selected, fail), fail)
+    # The combinations that run: the cross ``exclude`` leaves, or a fraction of it (design.py; after
+    # exclude, so that an exclude that would unbalance a fraction is refused).
+    axes = doc.get("axes", {}) or {}
+    selected, fraction = design.step(doc, axes, axis_values, _exclude(doc, crossed, fail), fail)
+    included = _include(doc, selected, fail)
     defaults = _defaults(doc, scale_defaults, fail)
     cell_defaults = CellDefaults(defaults, _built_defaults(defaults, settings, included.flats, name), settings)
     race = _race(doc, repeat, fail)
     baseline = baseline_entry(doc, fail)
-    matrix = Matrix(name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race)
+    matrix = Matrix(
+        name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race, design=fraction
+    )
     matrix.cells, flat_ids = _cells(included.flats, cell_defaults, name, fail)
     axis_paths = {path for values in axis_values for value in values for path in value}
     matrix.includes = _include_effects(included, flat_ids, axis_paths, defaults)

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from fsmatrix.agent import jsonfile
+from fsmatrix.results.render import effects
 from fsmatrix.results.render.phrases import open_advice, race_rule
 from fsmatrix.results.render.sentences import crash_text, said
 from fsmatrix.results.render.words import pct
@@ -61,6 +62,8 @@ def markdown_lines(answer: Answer) -> list[str]:
         lines += [f"### {group_heading(g)}", "", f"**{words.headline}**", ""]
         lines += [f"- {_bold_unsafe(s)}" for s in words.details]
         lines.append("")
+        if isinstance(g, SpeedGroup) and g.effects is not None:
+            lines += effects.markdown_lines(g.effects, g.metric_words)
     return lines
 
 
@@ -156,6 +159,7 @@ def _group_json(g: GroupResult, delta: float) -> dict[str, Any]:
         "work": _work_json(speed.work) if speed and speed.work else None,
         "outliers": [asdict(o) for o in speed.outliers] if speed else [],
         "rule": speed.rule if speed else None,
+        **effects.to_json(speed.effects if speed else None),
         "headline": words.headline,
         "details": list(words.details),
         "sentences": list(words.sentences),

@@ -20,7 +20,7 @@ from pathlib import Path
 import matplotlib
 
 from fsmatrix.agent import workloads
-from fsmatrix.results.render import answer_text, crashtable, seed, tables
+from fsmatrix.results.render import answer_text, crashtable, effects, seed, tables
 from fsmatrix.results.render.charts import (
     MAX_SERIES_RUNS_PER_CELL,
     bar_chart,
@@ -85,6 +85,8 @@ def _answer_html(found: answer.Answer) -> list[str]:
         ]
         if words.details:
             parts.append("<ul>" + "".join(f"<li>{text(s)}</li>" for s in words.details) + "</ul>")
+        if isinstance(g, answer.SpeedGroup) and g.effects is not None:
+            parts += effects.html_parts(g.effects, g.metric_words)
     parts.append("</section>")
     speed = [g for g in found.groups if isinstance(g, answer.SpeedGroup) and g.metric is not None]
     charts = [(g, forest_chart(g)) for g in speed]

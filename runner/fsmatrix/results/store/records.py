@@ -50,6 +50,7 @@ class RunMatrix:
     file: str | None
     cells: tuple[MatrixEntry, ...]
     baseline_rule: str | None
+    design: Mapping[str, Any] | None = None  # a fraction's record (matrix/design.py: Fraction.record)
 
     @classmethod
     def read(cls, record: Mapping[str, Any]) -> RunMatrix:
@@ -72,6 +73,7 @@ class RunMatrix:
             file if isinstance(file, str) else None,
             tuple(entries.values()),
             rule if isinstance(rule, str) else None,
+            record["design"] if isinstance(record.get("design"), Mapping) else None,
         )
 
     def entry(self, cell_id: str) -> MatrixEntry | None:

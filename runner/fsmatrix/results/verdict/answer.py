@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fsmatrix.results.verdict.configurations import Group, Regime
+from fsmatrix.results.verdict.effects import Effects
 from fsmatrix.results.verdict.groups import DELTA, STATUSES, Interval
 from fsmatrix.results.verdict.outliers import Outlier
 from fsmatrix.results.verdict.power import DRAWS
@@ -20,7 +21,8 @@ from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.stats import ALPHA
 from fsmatrix.results.verdict.work import Work
 
-VERSION = 4  # of the answer's JSON (docs/answer.schema.json): 4 adds rule; 3 decided, work, outliers; 2 no "tied"
+VERSION = 4  # of the answer's JSON (docs/answer.schema.json): 4 adds rule, design, effects and interactions; 3
+# decided, work and outliers; 2 had no "tied"
 CRASH_VERDICTS = ("safe", "unsafe", "unsafe by design", "no verdict")
 # A group's verdict, in the words of its configurations' statuses (groups.STATUSES, which a race's
 # decisions also end in: store.STATUS_OF_ACTION) but "worse": a speed group "best" (one configuration
@@ -167,6 +169,7 @@ class SpeedGroup(Answered):
     settle_s: float | None  # the run time the runs that would settle the open pairs would take (None: unknown)
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
     rule: str  # how the words were decided: "pairs" or "mcb" (groups.compare_group, mcb.py), or "race"
+    effects: Effects | None = None  # each setting's effect, where the configurations differ in two or more (effects.py)
 
     @property
     def decided_on_time(self) -> bool:

@@ -5,10 +5,19 @@ mark configurations unsafe in the speed groups too. How it is computed, for peop
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from fsmatrix.results.store import Race, Result, RunMatrix
-from fsmatrix.results.verdict import configurations, environment
-from fsmatrix.results.verdict.answer import DEFAULT_RULE, Answer, CrashGroup, CrashVerdict, GroupResult, Rule
+from fsmatrix.results.verdict import configurations, effects, environment
+from fsmatrix.results.verdict.answer import (
+    DEFAULT_RULE,
+    Answer,
+    CrashGroup,
+    CrashVerdict,
+    GroupResult,
+    Rule,
+    SpeedGroup,
+)
 from fsmatrix.results.verdict.crash import UNSAFE, crash_group
 from fsmatrix.results.verdict.raced import raced_groups
 from fsmatrix.results.verdict.speed import speed_group
@@ -38,5 +47,15 @@ def build(
     for g in found:
         ids = {c.id for c in g.cells}
         raced = next((r for r in races if ids <= set(r.cells)), None)
-        answered.append(crashed[g.key] if g.key in crashed else speed_group(g, rule, unsafe_elsewhere, raced))
+        answered.append(
+            crashed[g.key]
+            if g.key in crashed
+            else with_effects(speed_group(g, rule, unsafe_elsewhere, raced), matrix, rule)
+        )
     return Answer(alpha=rule.alpha, delta=rule.delta, confidence=1 - rule.alpha, groups=tuple(answered))
+
+
+def with_effects(g: SpeedGroup, matrix: RunMatrix | None, rule: Rule) -> SpeedGroup:
+    """The speed group with its settings' effects, where it has two or more settings of two values (effects.py)."""
+    found = effects.of_group(g.group, g.metric, g.direction, matrix, rule.alpha, rule.delta)
+    return replace(g, effects=found) if found is not None else g

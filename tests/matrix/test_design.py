@@ -1,0 +1,166 @@
+"""``design:``: two-level fractions of a matrix's axes (matrix/design.py): the fraction chosen, its
+resolution and alias chains, matrix.json keeping its generators, ``matrix expand`` showing it, fixed
+repeats, and every bad input one line naming ``design`` with exit 2 before any run."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import invoke
+from fsmatrix import matrix, racing, runs
+from fsmatrix.errors import UserError
+from fsmatrix.matrix import design
+
+FIVE = """\
+name: five
+design: DESIGN
+axes:
+  filesystem: [ext4]
+  gtm.global_buffers: [35000, 64]
+  gtm.journal: [before, nobefore]
+  gtm.sync_io: [false, true]
+  gtm.full_block_writes: [false, true]
+  mount_options: ["", "noatime"]
+  workload:
+    - threen1: {start: 1, end: 1000, workers: 2, block: 100}
+repeat: 3
+"""
+
+
+def five(tmp_path: Path, spec: str, text: str = FIVE) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text(text.replace("DESIGN", spec))
+    return path
+
+
+def fail(message: str, line: int | None) -> Exception:
+    return UserError(message, line=line)
+
+
+def test_full_is_the_cross_and_the_default(tmp_path: Path) -> None:
+    full = matrix.load(five(tmp_path, "full"))
+    assert len(full.cells) == 32 and full.design is None
+    without = matrix.load(five(tmp_path, "full", FIVE.replace("design: DESIGN\n", "")))
+    assert [c.id for c in without.cells] == [c.id for c in full.cells]
+
+
+def test_a_half_fraction_of_five_settings_is_resolution_v(tmp_path: Path) -> None:
+    m = matrix.load(five(tmp_path, "{kind: fractional, resolution: 4}"))
+    assert m.design is not None and (m.design.runs, m.design.resolution, m.design.full_runs) == (16, 5, 32)
+    assert len(m.cells) == 16
+    # balanced: every setting at each of its values in half the cells, every pair of settings in each
+    # combination a quarter
+    flats = [matrix.flatten(c.params) for c in m.cells]
+    for f in m.design.factors:
+        assert Counter(str(x[f]) for x in flats).most_common()[-1][1] == 8
+    pairs = Counter((str(x["gtm.journal"]), str(x["mount_options"])) for x in flats)
+    assert set(pairs.values()) == {4}
+    # no main effect or two-setting interaction aliased with another
+    assert m.design.alias_chains() == []
+
+
+def test_eight_runs_of_five_settings_and_their_alias_chains(tmp_path: Path) -> None:
+    m = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}"))
+    assert m.design is not None and (m.design.runs, m.design.resolution) == (8, 3)
+    assert len(m.cells) == 8
+    chains = [" = ".join(design.term_name(t, m.design.factors) for t in c) for c in m.design.alias_chains()]
+    # resolution III: each setting aliased with some two-setting interaction
+    for f in m.design.factors:
+        assert any(chain.startswith(f + " = ") for chain in chains), (f, chains)
+    words = m.design.defining_words()
+    assert len(words) == 3 and min(w.bit_count() for w in words) == 3
+
+
+def test_the_cells_are_those_of_the_levels(tmp_path: Path) -> None:
+    made = design.fraction(design.DesignSpec("fractional", runs=8), ["a", "b", "c", "d"], None, fail)
+    assert made.runs == 8 and made.resolution == 4 and len(made.levels()) == 8
+    # each cell satisfies the defining relation: an even number of high levels in every word
+    for levels in made.levels():
+        for word in made.defining_words():
+            assert sum(levels[i] for i in range(4) if word >> i & 1) % 2 == 0
+    assert len(set(made.levels())) == 8
+
+
+def test_many_settings_use_the_fewest_runs_at_the_resolution() -> None:
+    made = design.fraction(design.DesignSpec("fractional", resolution=4), [f"s{i}" for i in range(10)], None, fail)
+    assert made.runs == 32 and made.resolution >= 4
+
+
+def test_matrix_json_keeps_the_generators(tmp_path: Path) -> None:
+    m = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}"))
+    record = runs.matrix_record(m, m.cells, 3)
+    assert record["design"]["generators"] == list(m.design.generators) if m.design else False
+    assert record["design"]["resolution"] == 3 and record["design"]["runs"] == 8
+    assert "design" not in runs.matrix_record(matrix.load(five(tmp_path, "full")), [], 3)
+
+
+def test_a_fraction_runs_fixed_repeats(tmp_path: Path) -> None:
+    m = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}"))
+    plan = racing.plan(m, m.cells)
+    assert plan.race is None and plan.repeat == 3 and "fraction" in plan.why
+    with pytest.raises(UserError, match="design: a fraction runs fixed repeats"):
+        racing.plan(m, m.cells, race=True)
+
+
+def test_expand_prints_the_design(tmp_path: Path) -> None:
+    done = invoke("matrix", "expand", str(five(tmp_path, "{kind: fractional, runs: 8}")), "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "design: a 2^(5−2) fraction of resolution III: 8 of the full cross's 32 cells" in done.stdout
+    assert "aliased: gtm.journal = gtm.sync_io × mount_options" in done.stdout
+    assert "generator: " in done.stdout and "defining relation: I = " in done.stdout
+
+
+BAD = [
+    ("{kind: fractional, resolution: 6}", FIVE, "no fraction of 5 settings reaches resolution 6"),
+    ("{kind: fractional, runs: 4}", FIVE, "no fraction of 5 settings has 4 runs; at least 8"),
+    ("{kind: fractional, runs: 12}", FIVE, "must be a power of two"),
+    ("{kind: fractional, runs: 32}", FIVE, "the full cross"),
+    ("{kind: fractional, resolution: 2}", FIVE, "below III"),
+    ("{kind: fractional}", FIVE, "one of resolution or runs"),
+    ("{kind: plackett}", FIVE, "unknown kind 'plackett'"),
+    ("halfway", FIVE, "unknown kind 'halfway'"),
+    (
+        "{kind: fractional, runs: 8}",
+        FIVE + "include:\n  - {gtm.journal: before, gtm.block_size: 8192}\n",
+        "takes no include entries",
+    ),
+    ("{kind: fractional, runs: 8}", FIVE + "exclude:\n  - {gtm.journal: nobefore, gtm.sync_io: true}\n", "'exclude'"),
+    (
+        "{kind: fractional, runs: 8}",
+        FIVE.replace("[before, nobefore]", "[before, nobefore, 'off']"),
+        "gtm.journal (3 values)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "text", "why"), BAD)
+def test_bad_designs_are_one_line_and_exit_2(tmp_path: Path, spec: str, text: str, why: str) -> None:
+    path = five(tmp_path, spec, text)
+    done = invoke("matrix", "expand", str(path), "--results", str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{path}:2: " in lines[0] and "design" in lines[0] and why in lines[0], lines
+
+
+def test_run_refuses_a_bad_design_before_any_run(tmp_path: Path) -> None:
+    path = five(tmp_path, "{kind: fractional, resolution: 6}")
+    done = invoke("run", str(path), "--backend", "host", "--results", str(tmp_path / "results"))
+    assert done.returncode == 2 and "design" in done.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+def test_an_exclude_outside_the_fraction_is_fine(tmp_path: Path) -> None:
+    """An exclude that removes only cells the fraction does not run leaves it balanced."""
+    m = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}"))
+    assert m.design is not None
+    kept = {json.dumps(c.params, sort_keys=True) for c in m.cells}
+    full = matrix.load(five(tmp_path, "full"))
+    outside = next(c for c in full.cells if json.dumps(c.params, sort_keys=True) not in kept)
+    flat = matrix.flatten(outside.params)
+    entry = ", ".join(f"{f}: {json.dumps(flat[f])}" for f in m.design.factors)
+    again = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}", FIVE + f"exclude:\n  - {{{entry}}}\n"))
+    assert [c.id for c in again.cells] == [c.id for c in m.cells]
