@@ -36,6 +36,8 @@ WORDS = {
     "sdb": "a device name",
     "PGPASSFILE": "libpq's environment",
     "PGPASSWORD": "libpq's environment",
+    "fracfact_by_res": "pyDOE's fraction of a resolution",
+    "fracfact_opt": "pyDOE's minimum-aberration fraction",
 }
 NAME = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 BACKTICKED = re.compile(rf"(?<!`)``?({NAME})(?:\([^`]*\))?``?(?!`)")

@@ -178,7 +178,7 @@ def test_the_report_json_and_page_show_the_effects() -> None:
     assert "; gtm.journal before → nobefore 0.9" in head and head.endswith("the other three within ±5 %.")
     text = "\n".join(answer_text.markdown_lines(found))
     assert (
-        "**Effects of the settings on elapsed time: What moves elapsed time here: " in text
+        "**Effects of the settings on elapsed time.** What moves elapsed time here: " in text
         and "| gtm.global_buffers 35000 → 64 |" in text
     )
     doc = {"title": "t", "answer": answer_text.to_json(found)}

@@ -80,7 +80,7 @@ def test_format_2_leader_and_failed_are_read_as_format_3s() -> None:
 def test_a_failed_cell_is_not_enough_data_and_the_leader_not_separated_in_the_answer() -> None:
     """The one intended change: a raced group answers a cell whose runs failed as the unraced answer
     does ("not enough data", not "worse"); an undecided race's leader reads as before."""
-    (g,) = report.report(FORMAT_2).answer.groups
+    (g,) = report.of_run(store.load_run_records(FORMAT_2)).answer.groups
     assert isinstance(g, answer.SpeedGroup) and g.raced is not None and not g.raced.decided
     statuses = {c.name: (c.status, c.decided_by) for c in g.configurations}
     assert statuses == {

@@ -91,7 +91,7 @@ def _row(x: Effect) -> str:
 
 def markdown_lines(e: Effects, metric_words: str) -> list[str]:
     """A group's "Effects of the settings" block of report.md."""
-    lines = [f"**Effects of the settings on {metric_words}: {headline(e, metric_words)}**", ""]
+    lines = [f"**Effects of the settings on {metric_words}.** {headline(e, metric_words)}", ""]
     lines.append(f"- Design: {design_text(e)}.")
     if e.missing:
         lines.append(f"- Missing (no usable run; aliases worked out on what ran): {', '.join(e.missing)}.")
