@@ -14,7 +14,7 @@ from fsmatrix.agent.job import SCHEMA_VERSION
 from fsmatrix.cli import main
 from fsmatrix.results import store
 from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import metrics
+from fsmatrix.results.verdict import gate, metrics
 
 PROVENANCE = {
     "backend": "host",
@@ -234,27 +234,56 @@ def test_compare_refuses_results_from_two_hosts(tmp_path: Path) -> None:
     assert "host.machine_id" in runner.invoke(main, ["compare", str(base), str(other)]).output
 
 
-def test_only_the_declared_metrics_fail_the_gate(tmp_path: Path) -> None:
-    """3n+1 gates elapsed_s and cpu_busy_s: more device bytes per update alone are reported, never gated."""
-    base = write_run(tmp_path, "base", samples(10.0, seed=1))
-    index = store.RootStore(tmp_path)
+def _head_writing(root: Path, per_op: float) -> Path:
+    """A head run whose device bytes written per operation are ``per_op`` (+ a little noise), time as usual."""
+    index = store.RootStore(root)
     try:
         for i, value in enumerate(samples(10.0, seed=2), 1):
             doc = make_doc("head", i, value)
-            doc["metrics"]["device_write_bytes_per_op"] = 15.0 + i / 100
-            path = tmp_path / "head" / CELL / f"r{i}.json"
+            doc["metrics"]["device_write_bytes_per_op"] = per_op + i / 100
+            path = root / "head" / CELL / f"r{i}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc), encoding="utf-8")
             index.add("head", doc, path)
     finally:
         index.close()
-    result = invoke("compare", str(base), str(tmp_path / "head"), "--fail-on-regression", "5%", "--format", "json")
-    assert result.exit_code == 0, result.output
-    rows = {r["metric"]: r for r in json.loads(result.output)["rows"]}
-    assert rows["device_write_bytes_per_op"]["verdict"] == "slower" and not rows["device_write_bytes_per_op"]["gated"]
-    assert [m for m, r in rows.items() if r["gated"]] == ["elapsed_s", "cpu_busy_s"]
-    table = invoke("compare", str(base), str(tmp_path / "head"), "--fail-on-regression", "5%")
-    assert "advisory" in table.output and "gate PASSED" in table.output
+    return root / "head"
+
+
+def test_only_the_declared_metrics_and_work_fail_the_gate(tmp_path: Path) -> None:
+    """3n+1 gates elapsed_s and cpu_busy_s, and the gate the work metrics both sides measured: 50 % more
+    device bytes per update fail it though the time held; the rates of the same time stay advisory."""
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    head = _head_writing(tmp_path, 15.0)
+    result = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--format", "json")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.output)
+    rows = {r["metric"]: r for r in doc["rows"]}
+    assert rows["device_write_bytes_per_op"]["gated"] and rows["device_write_bytes_per_op"]["regression"]
+    assert rows["device_write_bytes_per_op"]["threshold"] == gate.WORK_THRESHOLDS["device_write_bytes_per_op"]
+    assert [m for m, r in rows.items() if r["gated"]] == ["elapsed_s", "cpu_busy_s", "device_write_bytes_per_op"]
+    assert not rows["updates_per_s"]["gated"] and not rows["elapsed_s"]["regression"]
+    table = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--format", "md")
+    # the FAIL names the metric, its ratio and interval, and its own threshold
+    assert "GATE FAILED: 1 regression(s)" in table.output
+    assert f"{CELL} device_write_bytes_per_op ×1.5" in table.output and "threshold +2.0%)" in table.output
+    # not gated (off): advisory again, and the gate passes on time
+    off = ["--work-threshold", "device_write_bytes_per_op=off"]
+    table = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", *off)
+    assert table.exit_code == 0 and "advisory" in table.output and "gate PASSED" in table.output
+    # its own threshold above the change: shown below it, PASS
+    assert (
+        invoke(
+            "compare",
+            str(base),
+            str(head),
+            "--fail-on-regression",
+            "5%",
+            "--work-threshold",
+            "device_write_bytes_per_op=60%",
+        ).exit_code
+        == 0
+    )
     # The run's own CPU-seconds are gated: a rise there fails the gate though the time held.
     cpu = write_run(tmp_path / "cpu", "head", samples(10.0, seed=2), cpu=2.5)
     assert invoke("compare", str(base), str(cpu), "--fail-on-regression", "5%").exit_code == 1

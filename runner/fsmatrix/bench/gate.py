@@ -8,7 +8,9 @@ way ``.github/scripts/pr-gate.sh`` makes them. Each **round** runs
   workflow's: repeat i of each side next to the others, as base and head alternate there), where
   A and B are the same cell (an A/A pair: nothing changed) and V is the cell with a real cost added
   (``--variant``, the stand-in regression, default ``gtm.sync_io=true``: GT.M syncs every journal
-  write). ``--design batches`` runs A×N, then B×N, then V×N instead: the pessimistic case of
+  write; or ``--settings FILE``, a settings file laid over V's runs as ``fsmatrix run --settings``
+  lays a build's settings over a gate side, the cell keeping its id: the stand-in of a change of
+  work, e.g. one that writes more bytes per operation at about the same time). ``--design batches`` runs A×N, then B×N, then V×N instead: the pessimistic case of
   separate batches, which carries the drift between them;
 - a **confirmation batch**: the same with ``--confirm-repeats`` triples, independent of the first.
 
@@ -26,6 +28,9 @@ and a regression failing only when the confirmation batch shows it again (``gate
 
 - A vs B: a failure is a **false alarm**;
 - A vs V: a failure is a **detection** of the stand-in regression;
+
+every comparison judged on time and work together (``gate.WORK_THRESHOLDS``: one Holm family, one
+verdict);
 - A vs B with B's gated metrics made 10 % and 20 % worse (``--slowdowns``): detections of
   slowdowns of known size on top of the machine's real noise.
 
@@ -166,6 +171,12 @@ def design_verdict(
     return gate_designs.run_design(design, look, confirmed, available)
 
 
+def judged_metrics(base: sides.Side, head: sides.Side) -> list[str]:
+    """The metrics the gate decides on for these sides: time's, and the work metrics both measured."""
+    work, _ = gate.work_gated(list(base.docs), list(head.docs), gate.WORK_THRESHOLDS)
+    return [*gate_metrics(base.docs), *work]
+
+
 class Tally:
     """The gate's verdicts per kind of comparison and form or design of the gate, round by round.
     The forms judge the first ``repeats`` pairs of a round's first batch; the designs as many as they look at."""
@@ -207,14 +218,14 @@ class Tally:
                         if row.gated and math.isfinite(row.comparison.ratio):
                             self.changes[kind].setdefault(row.metric, []).append(row.comparison.ratio - 1)
         a_docs = rnd.first["a"].docs
-        for metric in gate_metrics(a_docs):
+        for metric in judged_metrics(rnd.first["a"], rnd.first["b"]):
             pairs = metrics.metric_pairs(a_docs, rnd.first["b"].docs, metric)
             logs = [math.log(b / a) for a, b in pairs if a > 0 and b > 0]
             if len(logs) > 1:
                 self.spreads.setdefault(metric, []).append(math.expm1(statistics.stdev(logs)))
         for batch in (rnd.first, rnd.second):
             a_docs = batch["a"].docs
-            for metric in gate_metrics(a_docs):
+            for metric in judged_metrics(batch["a"], batch["v"]):
                 pairs = metrics.metric_pairs(a_docs, batch["v"].docs, metric)
                 self.stand_in.setdefault(metric, []).extend(math.log(v / a) for a, v in pairs if a > 0 and v > 0)
 
@@ -232,34 +243,50 @@ class Tally:
 
 @dataclass
 class Setup:
-    """The cell and its stand-in variant, expanded from the gate's matrix."""
+    """The cell and its stand-in variant, expanded from the gate's matrix; ``build``: the settings laid
+    over the variant's runs (``--settings``), None when the variant is a changed default (``--variant``)."""
 
     base: matrix.Matrix
     variant: matrix.Matrix
+    build: matrix.BuildSettings | None = None
 
     @property
     def cell_id(self) -> str:
         return self.base.cells[0].id
 
 
-def setup(matrix_file: Path, only: str, variant: str) -> Setup:
-    """The one cell of ``matrix_file`` matching ``only``, and the same cell with ``variant`` set."""
+def setup(matrix_file: Path, only: str, variant: str, settings: Path | None = None) -> Setup:
+    """The one cell of ``matrix_file`` matching ``only``, and the same cell with ``variant`` set (or,
+    with ``settings``, the same cell with that settings file laid over it, keeping its id)."""
     try:
         doc = yaml.safe_load(matrix_file.read_text())
     except OSError as exc:
         raise UserError(f"--matrix {matrix_file}: {exc.strerror}") from None
+    if settings is not None:
+        build = matrix.read_settings(settings)
+        base = matrix.expand_document(doc, "gate")
+        index = _chosen(base, only, matrix_file)
+        changed = matrix.expand_document(doc, "gate", None, build)
+        if changed.cells[index].params == base.cells[index].params:
+            raise UserError(f"--settings {settings}: changes nothing in cell {base.cells[index].id}")
+        return Setup(_one(base, index), _one(changed, index), build)
     if "=" not in variant:
         raise UserError(f"--variant {variant!r}: expected KEY=VALUE, e.g. gtm.sync_io=true")
     base = matrix.expand_document(doc, "gate")
-    chosen = [i for i, cell in enumerate(base.cells) if fnmatch.fnmatchcase(cell.id, only)]
-    if len(chosen) != 1:
-        ids = ", ".join(c.id for c in base.cells)
-        raise UserError(f"--only {only!r} matches {len(chosen)} cells of {matrix_file} (need one): {ids}")
+    index = _chosen(base, only, matrix_file)
     changed = matrix.expand_document(_with(doc, variant), "gate")
-    index = chosen[0]
     if changed.cells[index].id == base.cells[index].id:
         raise UserError(f"--variant {variant}: changes nothing in cell {base.cells[index].id}")
     return Setup(_one(base, index), _one(changed, index))
+
+
+def _chosen(m: matrix.Matrix, only: str, matrix_file: Path) -> int:
+    """The index of the one cell of ``m`` matching ``only``; UserError when not exactly one does."""
+    chosen = [i for i, cell in enumerate(m.cells) if fnmatch.fnmatchcase(cell.id, only)]
+    if len(chosen) != 1:
+        ids = ", ".join(c.id for c in m.cells)
+        raise UserError(f"--only {only!r} matches {len(chosen)} cells of {matrix_file} (need one): {ids}")
+    return chosen[0]
 
 
 def _one(m: matrix.Matrix, index: int) -> matrix.Matrix:
@@ -285,7 +312,9 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
             plan = [(side, i) for side in SIDES for i in range(1, repeats + 1)]
         for side, i in plan:
             which = cells.variant if side == "v" else cells.base
-            options = runs.RunOptions(args.results, f"gate-r{number}-{side}{suffix}", racing.RunPlan.fixed(i))
+            build = cells.build if side == "v" else None
+            run_id = f"gate-r{number}-{side}{suffix}"
+            options = runs.RunOptions(args.results, run_id, racing.RunPlan.fixed(i), settings=build)
             runs.run_matrix(which, which.cells, backend, options, console)
     after = os.getloadavg()[0]
     jsonfile.write_atomic(
@@ -297,7 +326,7 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
             "max_pairs": max(args.repeats, args.max_pairs),
             "confirm_repeats": args.confirm_repeats,
             "load_hog": args.load_hog,
-            "variant": args.variant,
+            "variant": stand_in(args),
             "cell_id": cells.cell_id,
             "load_before": before,
             "load_after": after,
@@ -366,6 +395,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threshold", default="5%", help="pr-gate.yml's THRESHOLD")
     parser.add_argument("--slowdowns", default="0.1,0.2", help="injected slowdowns of B's gated metrics")
     parser.add_argument("--variant", default="gtm.sync_io=true", metavar="KEY=VALUE", help="the stand-in regression")
+    parser.add_argument(
+        "--settings",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the stand-in instead: a settings file laid over V's runs (fsmatrix run --settings), the cell keeping its id",
+    )
     parser.add_argument("--design", choices=["interleaved", "batches"], default="interleaved")
     parser.add_argument("--matrix", type=Path, default=Path("matrix/pr.yaml"), help="the gate's matrix")
     parser.add_argument("--only", default=DEFAULT_ONLY, help="the one cell of --matrix to run (a glob)")
@@ -415,11 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     designs = gate_designs.designs(args.repeats, args.step, args.max_pairs, args.confirm_repeats)
     if args.simulate is not None:
         return simulated(args, designs, slowdowns, threshold)
-    tally = Tally(args.variant, slowdowns, threshold, args.repeats, designs)
+    tally = Tally(stand_in(args), slowdowns, threshold, args.repeats, designs)
     if args.analyse:
         return analyse(args, tally)
     try:
-        cells = setup(args.matrix, args.only, args.variant)
+        cells = setup(args.matrix, args.only, args.variant, args.settings)
     except UserError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -443,6 +479,11 @@ def main(argv: list[str] | None = None) -> int:
         backend.close()
     print(_table(args, tally, f"{(time.monotonic() - started) / 60:.1f} min"))
     return 0
+
+
+def stand_in(args: Any) -> str:
+    """The stand-in regression in words: ``--settings FILE`` or ``--variant``'s KEY=VALUE."""
+    return f"--settings {args.settings}" if args.settings is not None else str(args.variant)
 
 
 def analyse(args: Any, tally: Tally) -> int:
@@ -553,7 +594,7 @@ def _table(args: Any, tally: Tally, how: str) -> str:
         for metric, v in tally.stand_in.items()
         if len(v) > 1
     )
-    lines += ["", f"Stand-in {args.variant}, its effect over every pair of every round (geometric mean): {effect}"]
+    lines += ["", f"Stand-in {stand_in(args)}, its effect over every pair of every round (geometric mean): {effect}"]
     return "\n".join(lines)
 
 

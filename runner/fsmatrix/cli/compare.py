@@ -40,6 +40,16 @@ def _out_console() -> Console:
     "PASS (exit 0) when every gated metric is shown not worse than THRESHOLD, NOT DECIDED otherwise (--not-decided).",
 )
 @click.option(
+    "--work-threshold",
+    "work_thresholds",
+    multiple=True,
+    metavar="METRIC=PCT",
+    help="A work metric's own threshold in the gate (repeatable; METRIC=off: not gated). Gated by default, where "
+    "both sides measured them: "
+    + ", ".join(f"{m}={t:.0%}" for m, t in gate.WORK_THRESHOLDS.items())
+    + " (docs/statistics-and-gate.md).",
+)
+@click.option(
     "--not-decided",
     "not_decided",
     type=click.Choice(list(outcome.ON_NOT_DECIDED)),
@@ -108,6 +118,7 @@ def compare_cmd(
     flagged_to: Path | None,
     not_decided: str,
     looks: str | None,
+    work_thresholds: tuple[str, ...],
 ) -> None:
     """Compare BASE with HEAD (result directories or run ids): medians, ratio, CI, verdict per metric.
 
@@ -116,6 +127,9 @@ def compare_cmd(
     """
     limit = gate.parse_threshold(threshold) if threshold is not None else None
     planned = outcome.Looks.parse(looks) if looks is not None else None
+    work = gate.parse_work_thresholds(work_thresholds)
+    if work_thresholds and limit is None:
+        raise UserError("--work-threshold sets a work metric's threshold in the gate: give --fail-on-regression too")
     if planned and limit is None:
         raise UserError("--looks plans the gate's looks: give --fail-on-regression THRESHOLD too")
     crossing = [environment.parse_across(text) for text in across]
@@ -127,7 +141,7 @@ def compare_cmd(
     floors = calibrate.noise_floors([calibrations.load(p) for p in cal_paths])
 
     def judge(base_side: sides.Side, head_side: sides.Side) -> gate.CompareResult:
-        judging = gate.Judging(limit, alpha, floors, paired, planned)
+        judging = gate.Judging(limit, alpha, floors, paired, planned, work)
         return gate.compare(base_side, head_side, judging, allow_env_diff=allow_env_diff, across=crossing)
 
     result = judge(b, h)
@@ -141,7 +155,11 @@ def compare_cmd(
         # The confirmation batch is one look of its own: fixed pairs, judged at α.
         again = (
             gate.compare(
-                b2, h2, gate.Judging(limit, alpha, floors, paired), allow_env_diff=allow_env_diff, across=crossing
+                b2,
+                h2,
+                gate.Judging(limit, alpha, floors, paired, work=work),
+                allow_env_diff=allow_env_diff,
+                across=crossing,
             )
             if rerun and b2 and h2
             else None

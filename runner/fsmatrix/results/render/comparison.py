@@ -100,11 +100,14 @@ def summary_lines(result: CompareResult) -> list[str]:
         counts[row.comparison.verdict] += 1
     lines.append("; ".join(f"{n} {v}" for v, n in sorted(counts.items())))
     if result.threshold is not None:
-        gated = sorted({f"{r.metric}" for r in result.rows if r.gated})
+        gated = sorted({r.metric for r in result.rows if r.gated and r.metric not in result.work})
+        work = [m for m in result.work if any(r.gated and r.metric == m for r in result.rows)]
+        work_words = f" and on work, {work_thresholds(result, work)}," if work else ""
         lines.append(
-            f"the gate decides on {', '.join(gated) or 'nothing'} (each workload's declaration), p-values "
+            f"the gate decides on {', '.join(gated) or 'nothing'} (each workload's declaration){work_words} p-values "
             f"Holm-adjusted across all {sum(r.gated for r in result.rows)} of those tests; the other rows are advisory"
         )
+        lines += left_out_lines(result)
         lines += verdict_lines(result)
     if any(r.comparison.interval == "range" for r in result.rows):
         lines.append(
@@ -115,13 +118,39 @@ def summary_lines(result: CompareResult) -> list[str]:
     return lines
 
 
+def work_thresholds(result: CompareResult, metrics: list[str]) -> str:
+    """``device_write_bytes_per_op +2.0%, fsyncs_per_op +10.0%``: work metrics with their thresholds."""
+    return ", ".join(f"{m} +{result.work[m]:.1%}" for m in metrics)
+
+
+def left_out_lines(result: CompareResult) -> list[str]:
+    """The work metrics the gate left out, one line for each reason, naming the cells."""
+    by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for cell_id, metric, why in result.work_left_out:
+        by_reason[(metric, why)].append(cell_id)
+    return [
+        f"not gated: {metric} ({why}) in {', '.join(cells)}; a work metric counts where both sides measured it"
+        for (metric, why), cells in by_reason.items()
+    ]
+
+
+def regression_words(row: MetricComparison) -> str:
+    """``cell metric ×1.083 [1.071..1.095] (+8.3%, threshold +2.0%)``: what a FAIL names."""
+    c = row.comparison
+    threshold = f", threshold +{row.threshold:.1%}" if row.threshold is not None else ""
+    return f"{row.cell_id} {row.metric} ×{c.ratio:.3f} [{_ci(c)}] (+{c.worse_by:.1%}{threshold})"
+
+
 def verdict_lines(result: CompareResult) -> list[str]:
     """The gate's rules and its verdict, PASS, FAIL or NOT DECIDED (``outcome``), in words."""
     threshold = result.threshold or 0.0
     lines = [f"the gate's rule: a regression is {stats.regression_rule(threshold, result.fail_level)}"]
+    own = [m for m in result.work if any(r.gated and r.metric == m for r in result.rows)]
     lines.append(
-        f"a PASS needs every gated metric shown not worse than +{threshold:.1%}: a one-sided test against "
-        f"+{threshold:.1%} at {result.pass_level:.3g} (on the pairs' log ratios when paired), the upper bound below it"
+        f"a PASS needs every gated metric shown not worse than +{threshold:.1%}"
+        + (f" (work metrics: their own, {work_thresholds(result, own)})" if own else "")
+        + f": a one-sided test against that threshold at {result.pass_level:.3g} (on the pairs' log ratios when "
+        "paired), the upper bound below it"
     )
     if result.looks:
         lines.append(
@@ -130,18 +159,18 @@ def verdict_lines(result: CompareResult) -> list[str]:
         )
     regs = result.regressions
     if result.verdict == outcome.FAIL:
-        names = ", ".join(f"{r.cell_id} {r.metric} +{r.comparison.worse_by * 100:.1f}%" for r in regs)
+        names = ", ".join(regression_words(r) for r in regs)
         lines.append(
-            f"GATE FAILED: {len(regs)} regression(s), significant with an estimate above {threshold:.1%}: {names}"
+            f"GATE FAILED: {len(regs)} regression(s), significant with an estimate above its threshold: {names}"
         )
     elif result.verdict == outcome.PASS:
         shown = "; ".join(
             f"{r.cell_id} {r.metric} at most +{r.bound.upper:.1%}" for r in result.rows if r.gated and r.bound
         )
-        lines.append(f"gate PASSED: every gated metric shown not worse than +{threshold:.1%} ({shown})")
+        lines.append(f"gate PASSED: every gated metric shown not worse than its threshold ({shown})")
     else:
         lines.append(
-            f"gate NOT DECIDED: nothing significantly worse with an estimate above {threshold:.1%}, and not shown "
+            "gate NOT DECIDED: nothing significantly worse with an estimate above its threshold, and not shown "
             f"below it: {'; '.join(not_decided_sentence(r) for r in result.undecided)}"
         )
     return lines
@@ -194,6 +223,8 @@ def to_json(result: CompareResult, not_decided: str = "distinct") -> dict[str, A
             "looks": list(result.looks.sizes) if result.looks else None,
             "fail_level": result.fail_level,
             "pass_level": result.pass_level,
+            "work_thresholds": dict(result.work),
+            "work_left_out": [{"cell_id": c, "metric": m, "why": w} for c, m, w in result.work_left_out],
         }
         if result.threshold is not None
         else {}
@@ -214,6 +245,7 @@ def to_json(result: CompareResult, not_decided: str = "distinct") -> dict[str, A
                 "regression": r.regression,
                 "gated": r.gated,
                 "p_holm": clean(r.p_holm),
+                **({"threshold": r.threshold} if result.threshold is not None else {}),
                 "noise_floor": r.noise_floor,
                 **{k: clean(v) for k, v in r.comparison.to_dict().items()},
                 **bound(r),

@@ -13,7 +13,9 @@ image with HEAD's on another, matched by every other setting; or what is under t
 explain may differ.
 
 With a threshold, the gate's verdict is PASS, FAIL or NOT DECIDED (``outcome``), at one look or at
-each of the planned looks of a gate that adds pairs (``Judging.looks``).
+each of the planned looks of a gate that adds pairs (``Judging.looks``). The gate decides on work too:
+each of ``WORK_THRESHOLDS`` a cell's runs measured on both sides is a gated row with its own threshold,
+in the same Holm family as time's tests and in the same PASS (every gated row shown not worse).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from fsmatrix.errors import UserError
 from fsmatrix.results.store import Result
@@ -38,6 +41,25 @@ from fsmatrix.results.verdict.environment import (
 )
 from fsmatrix.results.verdict.metrics import compared_metrics, gate_metrics, metric_pairs, metric_values
 
+# The work per operation the gate decides on beside time, each with its own threshold (lower is better
+# for all). Each is about three times the largest run-to-run CV measured for it on the demo's cells
+# (docs/measurements.md "Work per operation": bytes written 0.3-0.4 %, write requests 0.6-3.5 %,
+# flushes 1.8-2.3 %, fsync calls 1.5-3.0 %), rounded up to 2, 10 or 15 %: an A/A estimate from 8 pairs
+# (its sd about CV/2) then lies some 6 sd below the threshold, so only a spike of a short run's counts
+# could raise a false alarm, while the PASS test's upper bound (about one CV above the estimate at 8
+# pairs) lies well below it. CPU instructions were not measured (no counters under TCG): the time
+# threshold's default, 5 %, until they are. docs/statistics-and-gate.md.
+WORK_THRESHOLDS: Mapping[str, float] = MappingProxyType(
+    {
+        "device_write_bytes_per_op": 0.02,
+        "device_write_ios_per_op": 0.15,
+        "device_flushes_per_op": 0.10,
+        "fsyncs_per_op": 0.10,
+        "instructions_per_op": 0.05,
+    }
+)
+NOT_MEASURED, ZERO = "not measured", "0 (no ratio)"
+
 
 @dataclass
 class MetricComparison:
@@ -52,6 +74,7 @@ class MetricComparison:
     gated: bool = False  # the cell's primary metric: the gate decides on it; every other row is advisory
     p_holm: float = math.nan  # the gated rows' p-values adjusted together (Holm)
     bound: outcome.Bound | None = None  # a gated row's PASS test (with a threshold); None: it cannot be made
+    threshold: float | None = None  # a gated row's threshold (a work metric's own); None: no gate
 
 
 @dataclass
@@ -68,6 +91,9 @@ class CompareResult:
     looks: outcome.Looks | None = None  # the planned looks of a gate that adds pairs; None: one look
     fail_level: float = stats.ALPHA  # the two-sided level the FAIL test compared with (after Holm)
     pass_level: float = stats.ALPHA  # the one-sided level of the PASS tests
+    work: Mapping[str, float] = field(default_factory=dict)  # the work metrics gated, and their thresholds
+    # Work metrics the gate left out of a cell: (cell, metric, on which side: NOT_MEASURED or ZERO).
+    work_left_out: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def explained(self) -> set[str]:
@@ -112,13 +138,15 @@ class Judging:
     """How ``compare`` judges each row: the gate's threshold (None: no gate), α, the noise floor of
     each (cell, metric) from stored calibrations, whether the sides ran in pairs (repeat i of BASE
     next to repeat i of HEAD: ``stats.compare_paired``), and the planned looks of a gate that adds
-    pairs (None: one look, at α; ``outcome.Looks``: each test at Pocock's level for those looks)."""
+    pairs (None: one look, at α; ``outcome.Looks``: each test at Pocock's level for those looks), and the
+    work metrics gated beside time with their thresholds (``WORK_THRESHOLDS``; empty: time alone)."""
 
     threshold: float | None = None
     alpha: float = stats.ALPHA
     noise_floors: Mapping[tuple[str, str], float] = field(default_factory=dict)
     paired: bool = False
     looks: outcome.Looks | None = None
+    work: Mapping[str, float] = field(default_factory=lambda: dict(WORK_THRESHOLDS))
 
     @property
     def fail_alpha(self) -> float:
@@ -144,6 +172,7 @@ def compare(
     judging = judging or Judging()
     base, head, result = _comparable(base, head, judging.threshold, allow_env_diff, across)
     result.looks, result.fail_level, result.pass_level = judging.looks, judging.fail_alpha, judging.pass_alpha
+    result.work = dict(judging.work) if judging.threshold is not None else {}
     bc, hc = base.by_cell(), head.by_cell()
     common = sorted(set(bc) & set(hc))
     result.only_base = sorted(set(bc) - set(hc))
@@ -151,16 +180,41 @@ def compare(
     if not common:
         raise UserError(f"{base.label} and {head.label} have no cell in common")
     for cell_id in common:
-        result.rows += _rows(cell_id, bc[cell_id], hc[cell_id], judging)
-    # A few declared metrics per cell decide, and all of those tests are corrected together: k
-    # uncorrected tests at alpha would cry wolf up to k times as often. The other metrics (rates
-    # derived from the same time, device counters) explain a verdict; they never fail the gate.
+        work, left_out = work_gated(bc[cell_id], hc[cell_id], result.work)
+        result.rows += _rows(cell_id, bc[cell_id], hc[cell_id], judging, work)
+        result.work_left_out += [(cell_id, metric, why) for metric, why in left_out]
+    # A few declared metrics per cell decide — time's and the work metrics measured on both sides — and
+    # all of those tests are corrected together: k uncorrected tests at alpha would cry wolf up to k
+    # times as often. The other metrics (rates derived from the same time) explain a verdict; they
+    # never fail the gate.
     decisive = [r for r in result.rows if r.gated]
     for row, p_holm in zip(decisive, stats.holm([r.comparison.p_value for r in decisive]), strict=True):
         row.p_holm = p_holm
         row.comparison = stats.decide(row.comparison, p_holm, alpha=judging.fail_alpha, noise_floor=row.noise_floor)
-        row.regression = judging.threshold is not None and stats.is_regression(row.comparison, judging.threshold)
+        row.regression = row.threshold is not None and stats.is_regression(row.comparison, row.threshold)
     return result
+
+
+def work_gated(
+    base: list[Result], head: list[Result], thresholds: Mapping[str, float]
+) -> tuple[dict[str, float], list[tuple[str, str]]]:
+    """The work metrics of ``thresholds`` the gate decides on in one cell, with their thresholds, and
+    those it leaves out, with why: not measured on a side (no passed run of it has the metric: CPU
+    instructions without counters, flushes on an old kernel) or 0 there (jfs sends no flush: no
+    ratio). What counts is fixed by what was measured, never by whether the values differ."""
+    gated: dict[str, float] = {}
+    left_out: list[tuple[str, str]] = []
+    for metric, threshold in thresholds.items():
+        why = [
+            f"{NOT_MEASURED if not values else ZERO} on {name}"
+            for name, docs in (("base", base), ("head", head))
+            if not (values := metric_values(docs, metric)) or min(values) <= 0
+        ]
+        if why:
+            left_out.append((metric, ", ".join(why)))
+        else:
+            gated[metric] = threshold
+    return gated, left_out
 
 
 def _comparable(
@@ -201,29 +255,35 @@ def _comparable(
     return base, head, result
 
 
-def _rows(cell_id: str, base: list[Result], head: list[Result], judging: Judging) -> list[MetricComparison]:
-    """One row per metric the cell's runs on both sides have; a gated row with its PASS test when
-    there is a threshold."""
+def _rows(
+    cell_id: str, base: list[Result], head: list[Result], judging: Judging, work: Mapping[str, float]
+) -> list[MetricComparison]:
+    """One row per metric the cell's runs on both sides have, and per work metric gated (``work``);
+    a gated row with its threshold and its PASS test when there is a gate."""
     docs = base + head
-    gated = gate_metrics(docs)
+    # Time's declared metrics are gated (Holm) with or without a gate; work's only in a gate (``work``).
+    thresholds: dict[str, float | None] = {**dict.fromkeys(gate_metrics(docs), judging.threshold), **work}
+    compared = {**compared_metrics(docs), **dict.fromkeys(work, "lower")}
     rows = []
     alpha = judging.fail_alpha
-    for metric, direction in compared_metrics(docs).items():
+    for metric, direction in compared.items():
         floor = judging.noise_floors.get((cell_id, metric), 0.0)
+        threshold = thresholds.get(metric)
         bound = None
         if judging.paired:
             pairs = metric_pairs(base, head, metric)
             c = stats.compare_paired(pairs, direction, alpha=alpha, noise_floor=floor)
-            if judging.threshold is not None and metric in gated:
-                bound = outcome.bound_paired(pairs, direction, judging.threshold, judging.pass_alpha, alpha=alpha)
+            if threshold is not None:
+                bound = outcome.bound_paired(pairs, direction, threshold, judging.pass_alpha, alpha=alpha)
         else:
             b_values, h_values = metric_values(base, metric), metric_values(head, metric)
             c = stats.compare_samples(b_values, h_values, direction, alpha=alpha, noise_floor=floor)
-            if judging.threshold is not None and metric in gated:
-                bound = outcome.bound_samples(
-                    b_values, h_values, direction, judging.threshold, judging.pass_alpha, alpha=alpha
-                )
-        rows.append(MetricComparison(cell_id, metric, direction, c, False, floor, gated=metric in gated, bound=bound))
+            if threshold is not None:
+                bound = outcome.bound_samples(b_values, h_values, direction, threshold, judging.pass_alpha, alpha=alpha)
+        gated = metric in thresholds
+        rows.append(
+            MetricComparison(cell_id, metric, direction, c, False, floor, gated, bound=bound, threshold=threshold)
+        )
     return rows
 
 
@@ -274,6 +334,24 @@ class Confirmed:
 def flagged_cells(result: CompareResult) -> list[str]:
     """The cells with a regression, in order: the ones a confirmation batch runs again."""
     return sorted({row.cell_id for row in result.regressions})
+
+
+def parse_work_thresholds(texts: Sequence[str]) -> dict[str, float]:
+    """``--work-threshold METRIC=PCT`` (repeatable) laid over ``WORK_THRESHOLDS``; ``METRIC=off``: that
+    metric not gated (advisory). UserError naming the option's value otherwise."""
+    found = dict(WORK_THRESHOLDS)
+    for text in texts:
+        metric, sep, value = (part.strip() for part in text.partition("="))
+        if not sep or metric not in WORK_THRESHOLDS:
+            raise UserError(
+                f"--work-threshold {text!r}: expected METRIC=PCT (or METRIC=off), METRIC one of "
+                + ", ".join(WORK_THRESHOLDS)
+            )
+        if value == "off":
+            found.pop(metric, None)
+        else:
+            found[metric] = parse_threshold(value)
+    return found
 
 
 def parse_threshold(text: str) -> float:
