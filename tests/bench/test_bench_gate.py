@@ -146,3 +146,25 @@ def test_bad_input_is_one_line_and_exit_2(
     assert bench_gate.main([*args, "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_stand_in_may_be_a_settings_file_keeping_the_cell_id(tmp_path: Path) -> None:
+    """--settings FILE: V is the same cell (same id) with the file's settings laid over it, as
+    `fsmatrix run --settings` lays a build's over a gate side; a file changing nothing is refused."""
+    repo = Path(__file__).resolve().parents[2]
+    settings = tmp_path / "more-bytes.yaml"
+    settings.write_text("mount_options: data=journal\n")
+    cells = bench_gate.setup(repo / "matrix/pr.yaml", bench_gate.DEFAULT_ONLY, "gtm.sync_io=true", settings)
+    assert cells.build is not None and cells.variant.cells[0].id == cells.cell_id
+    assert cells.variant.cells[0].spec.mount_options == "data=journal" and cells.base.cells[0].spec.mount_options == ""
+    same = tmp_path / "same.yaml"
+    same.write_text("gtm.block_size: 4096\n")
+    with pytest.raises(bench_gate.UserError, match="changes nothing"):
+        bench_gate.setup(repo / "matrix/pr.yaml", bench_gate.DEFAULT_ONLY, "gtm.sync_io=true", same)
+
+
+def test_the_gate_bench_judges_time_and_work_together() -> None:
+    """The bench's judged metrics: time's declared ones and the work metrics both sides measured."""
+    docs = typed(make_doc("a", i, 10.0) for i in range(1, 4))
+    side = sides.Side("a", docs)
+    assert bench_gate.judged_metrics(side, side) == ["elapsed_s", "cpu_busy_s", "device_write_bytes_per_op"]

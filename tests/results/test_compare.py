@@ -14,7 +14,7 @@ from fsmatrix.agent.job import SCHEMA_VERSION
 from fsmatrix.cli import main
 from fsmatrix.results import store
 from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import gate, metrics
+from fsmatrix.results.verdict import gate, metrics, stats
 
 PROVENANCE = {
     "backend": "host",
@@ -310,3 +310,65 @@ def test_gated_p_values_are_corrected_across_cells(tmp_path: Path) -> None:
     assert alone["verdict"] == "slower"
     five = rows("all")
     assert len(five) == 5 and all(r["p_holm"] >= 0.05 and r["verdict"] == "no change" for r in five)
+
+
+def _with_work(run: Path, metric: str, values: list[float | None]) -> None:
+    """Set ``metric`` in each of the run's documents, in repeat order (None: not measured)."""
+    for path, value in zip(sorted(run.rglob("r*.json")), values, strict=True):
+        doc = json.loads(path.read_text())
+        doc["metrics"][metric] = value
+        path.write_text(json.dumps(doc))
+
+
+def test_work_tests_join_times_holm_family(tmp_path: Path) -> None:
+    """Every gated row, time's and work's, is adjusted together: Holm over all of them."""
+    base = write_run(tmp_path / "b", "base", samples(10.0, n=8, seed=1, cv=0.01))
+    head = write_run(tmp_path / "h", "head", samples(10.0, n=8, seed=2, cv=0.01))
+    for run, seed in ((base, 3), (head, 4)):
+        _with_work(run, "fsyncs_per_op", samples(0.0002, n=8, seed=seed, cv=0.02))
+    args = ["compare", str(base), str(head), "--paired", "--fail-on-regression", "5%", "--format", "json"]
+    doc = json.loads(invoke(*args).output)
+    gated = [r for r in doc["rows"] if r["gated"]]
+    assert [r["metric"] for r in gated] == ["elapsed_s", "cpu_busy_s", "device_write_bytes_per_op", "fsyncs_per_op"]
+    assert [r["p_holm"] for r in gated] == pytest.approx(stats.holm([r["p_value"] for r in gated]), nan_ok=True)
+    assert {r["metric"]: r["threshold"] for r in gated}["fsyncs_per_op"] == gate.WORK_THRESHOLDS["fsyncs_per_op"]
+    # time alone (the work metrics off): a family of two
+    off = [f"--work-threshold={m}=off" for m in ("device_write_bytes_per_op", "fsyncs_per_op")]
+    alone = [r for r in json.loads(invoke(*args, *off).output)["rows"] if r["gated"]]
+    assert [r["metric"] for r in alone] == ["elapsed_s", "cpu_busy_s"]
+
+
+def test_a_work_metric_not_measured_on_a_side_is_left_out_and_said_so(tmp_path: Path) -> None:
+    base = write_run(tmp_path / "b", "base", samples(10.0, n=8, seed=1, cv=0.005))
+    head = write_run(tmp_path / "h", "head", samples(10.0, n=8, seed=2, cv=0.005))
+    _with_work(base, "fsyncs_per_op", samples(0.0002, n=8, seed=3, cv=0.02))
+    _with_work(head, "fsyncs_per_op", [None] * 8)  # no counters on head: never 0
+    _with_work(base, "device_flushes_per_op", [0.0] * 8)  # jfs sends no flush: no ratio
+    _with_work(head, "device_flushes_per_op", [0.0] * 8)
+    args = ["compare", str(base), str(head), "--paired", "--fail-on-regression", "5%"]
+    doc = json.loads(invoke(*args, "--format", "json").output)
+    assert "fsyncs_per_op" not in {r["metric"] for r in doc["rows"] if r["gated"]}
+    left = {(w["metric"], w["why"]) for w in doc["work_left_out"]}
+    assert ("fsyncs_per_op", "not measured on head") in left
+    assert ("device_flushes_per_op", "0 (no ratio) on base, 0 (no ratio) on head") in left
+    assert ("instructions_per_op", "not measured on base, not measured on head") in left
+    assert doc["verdict"] == "PASS"  # what was measured on both sides is shown below its threshold
+    md = invoke(*args, "--format", "md").output
+    assert f"not gated: fsyncs_per_op (not measured on head) in {CELL}" in md
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("bytes=2%", "--work-threshold 'bytes=2%': expected METRIC=PCT"),
+        ("fsyncs_per_op", "--work-threshold 'fsyncs_per_op': expected METRIC=PCT"),
+        ("fsyncs_per_op=lots", "threshold 'lots'"),
+    ],
+)
+def test_bad_work_thresholds_are_refused(tmp_path: Path, option: str, message: str) -> None:
+    base = write_run(tmp_path, "base", samples(10.0, seed=1))
+    head = write_run(tmp_path, "head", samples(10.0, seed=2))
+    out = invoke("compare", str(base), str(head), "--fail-on-regression", "5%", "--work-threshold", option)
+    assert out.exit_code == 2 and message in out.output and "Traceback" not in out.output
+    alone = invoke("compare", str(base), str(head), "--work-threshold", "fsyncs_per_op=5%")
+    assert alone.exit_code == 2 and "give --fail-on-regression" in alone.output

@@ -10,7 +10,8 @@ way ``.github/scripts/pr-gate.sh`` makes them. Each **round** runs
   (``--variant``, the stand-in regression, default ``gtm.sync_io=true``: GT.M syncs every journal
   write; or ``--settings FILE``, a settings file laid over V's runs as ``fsmatrix run --settings``
   lays a build's settings over a gate side, the cell keeping its id: the stand-in of a change of
-  work, e.g. one that writes more bytes per operation at about the same time). ``--design batches`` runs A×N, then B×N, then V×N instead: the pessimistic case of
+  work, e.g. one that writes more bytes per operation at about the same time).
+  ``--design batches`` runs A×N, then B×N, then V×N instead: the pessimistic case of
   separate batches, which carries the drift between them;
 - a **confirmation batch**: the same with ``--confirm-repeats`` triples, independent of the first.
 
@@ -400,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the stand-in instead: a settings file laid over V's runs (fsmatrix run --settings), the cell keeping its id",
+        help="the stand-in instead: a settings file laid over V's runs (fsmatrix run --settings), keeping the cell id",
     )
     parser.add_argument("--design", choices=["interleaved", "batches"], default="interleaved")
     parser.add_argument("--matrix", type=Path, default=Path("matrix/pr.yaml"), help="the gate's matrix")
