@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
+import secrets
 import sqlite3
 import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -91,7 +93,10 @@ def run_matrix(
     plan = options.plan
     run_dir = options.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    jsonfile.write_atomic(run_dir / "matrix.json", matrix_record(matrix, cells, plan.repeat, plan.race))
+    seed = order_seed(run_dir)
+    todo = _todo(cells, plan, options.order, seed)
+    record = matrix_record(matrix, cells, plan.repeat, plan.race, _order_record(todo, options.order, seed))
+    jsonfile.write_atomic(run_dir / "matrix.json", record)
     backend.preflight(cells)
     try:
         index = store.RootStore(options.results_root)  # a store of another schema, or no store at all, says why itself
@@ -100,7 +105,6 @@ def run_matrix(
         raise UserError(
             f"--results {options.results_root}: cannot write its store.sqlite ({exc}): is the disk full?"
         ) from exc
-    todo = _todo(cells, plan, options.order)
     if plan.why:
         console.print(plan.why, markup=False, highlight=False)
     found = cell_estimates(options.results_root, cells)
@@ -127,15 +131,50 @@ def run_matrix(
     return runner.summary
 
 
-def _todo(cells: list[MatrixCell], plan: racing.RunPlan, order: str) -> list[tuple[MatrixCell, int]]:
+def _todo(cells: list[MatrixCell], plan: racing.RunPlan, order: str, seed: int) -> list[tuple[MatrixCell, int]]:
     """The fixed repeats to run, (cell, repeat) in order (a race: none; it chooses round by round)."""
     if plan.race is not None:
         return []
     if order == "rounds":
         # Round r runs every cell once: a drift of the machine's load spreads over every cell,
-        # instead of landing on the cells that happened to run while it lasted.
-        return [(c, r) for r in range(1, plan.repeat + 1) for c in cells]
+        # instead of landing on the cells that happened to run while it lasted. Within the round, an
+        # order drawn afresh from the run's seed: a drift within a round lines up with no axis.
+        return [(c, r) for r in range(1, plan.repeat + 1) for c in round_order(cells, seed, r)]
     return [(c, r) for c in cells for r in range(1, plan.repeat + 1)]
+
+
+def round_order(cells: list[MatrixCell], seed: int, r: int) -> list[MatrixCell]:
+    """Round ``r``'s cells in the order drawn from ``seed`` (the same seed and round: the same order)."""
+    shuffled = list(cells)
+    random.Random(f"{seed}/{r}").shuffle(shuffled)
+    return shuffled
+
+
+def order_seed(run_dir: Path) -> int:
+    """The seed of the order within rounds: the one the run directory's matrix.json recorded (a resumed
+    run keeps its order), else a new one."""
+    found = store.load_run_matrix(run_dir) if (run_dir / "matrix.json").is_file() else None
+    if found is not None and found.order is not None:
+        return found.order.seed
+    return secrets.randbits(32)
+
+
+def stored_design(run_dir: Path) -> Mapping[str, Any] | None:
+    """The fraction a run directory's matrix.json recorded (matrix/design.py's ``Fraction.record``),
+    for expansion to take instead of building it again: a resumed run or a shard runs the cells it
+    was given."""
+    found = store.load_run_matrix(run_dir) if (run_dir / "matrix.json").is_file() else None
+    return found.design if found is not None else None
+
+
+def _order_record(todo: list[tuple[MatrixCell, int]], order: str, seed: int) -> store.RunOrder | None:
+    """What matrix.json records of a run in rounds: the seed and each round's order of cell ids."""
+    if order != "rounds" or not todo:
+        return None
+    rounds: dict[int, list[str]] = {}
+    for cell, r in todo:
+        rounds.setdefault(r, []).append(cell.id)
+    return store.RunOrder(seed, tuple(tuple(ids) for _, ids in sorted(rounds.items())))
 
 
 def _columns(eta: EstimatedTime | None) -> tuple[ProgressColumn, ...]:
@@ -310,7 +349,11 @@ class EstimatedTime(ProgressColumn):
 
 
 def matrix_record(
-    matrix: Matrix, cells: list[MatrixCell], repeat: int, race: RaceSettings | None = None
+    matrix: Matrix,
+    cells: list[MatrixCell],
+    repeat: int,
+    race: RaceSettings | None = None,
+    order: store.RunOrder | None = None,
 ) -> dict[str, Any]:
     """What a run directory's ``matrix.json`` holds: the matrix's name, file and repeats, and each
     selected cell with its settings, its comparison group (``group``: the key, ``group_label``: for
@@ -318,7 +361,8 @@ def matrix_record(
     ``baseline_rule`` says how the baselines were chosen (``named`` by the file's ``baseline``, or
     ``defaults``) and ``baselines`` maps every group key of the whole matrix to its baseline's id (a
     selection may leave a baseline out). A race
-    adds its settings (``race``; ``repeat`` is then its maximum repeats)."""
+    adds its settings (``race``; ``repeat`` is then its maximum repeats); fixed repeats in rounds, their
+    ``order`` (the seed and each round's cell ids); a fraction, its ``design`` (design.Fraction.record)."""
     entries = []
     for c in cells:
         group = group_of(c.spec)
@@ -342,6 +386,8 @@ def matrix_record(
     }
     if race is not None:
         record["race"] = race.to_dict()
+    if order is not None:
+        record["order"] = order.record()
     if matrix.design is not None:  # a fraction's generators: read back, never rebuilt (matrix/design.py)
         record["design"] = matrix.design.record()
     return record

@@ -98,6 +98,70 @@ def test_matrix_json_keeps_the_generators(tmp_path: Path) -> None:
     assert "design" not in runs.matrix_record(matrix.load(five(tmp_path, "full")), [], 3)
 
 
+def test_a_stored_design_is_taken_not_built_again(tmp_path: Path) -> None:
+    """Resume (``fsmatrix run`` on a run directory whose matrix.json holds a fraction) takes the stored
+    generators, even where pyDOE would choose others today; a record of another ``design:`` or other
+    settings, or one fsmatrix did not write, is not taken."""
+    path = five(tmp_path, "{kind: fractional, runs: 8}")
+    built = matrix.load(path)
+    assert built.design is not None and built.design.record()["asked"] == {"runs": 8}
+    # another 8-run fraction of the five: the two generated factors from other products
+    other = {**built.design.record(), "words": [1, 2, 4, 1 | 2 | 4, 1 | 2]}
+    taken = matrix.load(path, stored_design=lambda name: other if name == "five" else None)
+    assert taken.design is not None and list(taken.design.words) == other["words"]
+    assert {c.id for c in taken.cells} != {c.id for c in built.cells} and len(taken.cells) == 8
+    for stale in (
+        {**other, "asked": {"runs": 16}},  # the file asks for another design now
+        {**other, "factors": other["factors"][::-1]},  # other settings
+        {**other, "words": [1, 2, 4, 8, 3]},  # four base factors: 16 runs, not the 8 asked
+        {**other, "words": [1, 2, 4, "x", 3]},
+    ):
+        again = matrix.load(path, stored_design=lambda name, s=stale: s)  # type: ignore[misc]
+        assert again.design is not None and again.design.words == built.design.words, stale
+
+
+def test_a_resumed_run_reads_its_fraction_from_matrix_json(tmp_path: Path) -> None:
+    path = five(tmp_path, "{kind: fractional, runs: 8}")
+    built = matrix.load(path)
+    assert built.design is not None
+    run_dir = tmp_path / "results" / "five"
+    run_dir.mkdir(parents=True)
+    record = runs.matrix_record(built, built.cells, 3)
+    record["design"]["words"] = [1, 2, 4, 7, 3]
+    (run_dir / "matrix.json").write_text(json.dumps(record))
+    assert runs.stored_design(run_dir) == record["design"]
+    assert runs.stored_design(tmp_path / "results" / "none") is None
+    # as `fsmatrix run` loads the file (cli/run.py)
+    taken = matrix.load(path, stored_design=lambda name: runs.stored_design(tmp_path / "results" / name))
+    assert taken.design is not None and list(taken.design.words) == [1, 2, 4, 7, 3]
+
+
+def test_the_fraction_is_the_same_every_time() -> None:
+    """Shards (GitHub jobs, Slurm tasks) expand the file again, each with the same fsmatrix and pyDOE as
+    the step that chose their cells: the choice is a function of the settings and ``design:`` alone
+    (an exhaustive search in a fixed order, or the greedy one's), never of a random draw."""
+    for spec in (design.DesignSpec("fractional", runs=8), design.DesignSpec("fractional", runs=64)):
+        factors = [f"s{i}" for i in range(5 if spec.runs == 8 else 10)]
+        first = design.fraction(spec, factors, None, fail)
+        assert all(design.fraction(spec, factors, None, fail).words == first.words for _ in range(2))
+
+
+def test_a_ten_setting_fraction_is_built_quickly() -> None:
+    """fracfact_opt's search grows as C(2^m − m − 1, p): 15 s and more past 9 settings. Beyond
+    MAX_SEARCH the generators are chosen one at a time, at the resolution the best design has here."""
+    import time
+
+    started = time.monotonic()
+
+    def made(k: int, n: int) -> design.Fraction:
+        return design.fraction(design.DesignSpec("fractional", runs=n), [f"s{i}" for i in range(k)], None, fail)
+
+    tens, nine = [made(10, 32), made(10, 64)], made(9, 32)
+    assert time.monotonic() - started < 20  # generous: a loaded machine; the search itself took minutes
+    assert [(f.runs, f.resolution) for f in (*tens, nine)] == [(32, 4), (64, 4), (32, 4)]
+    assert all(len(f.levels()) == f.runs for f in (*tens, nine))
+
+
 def test_a_fraction_runs_fixed_repeats(tmp_path: Path) -> None:
     m = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}"))
     plan = racing.plan(m, m.cells)

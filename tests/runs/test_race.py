@@ -486,8 +486,15 @@ def test_repeat_or_no_race_runs_fixed_repeats_in_rounds(
     done = run_cli(tmp_path, TWO + "repeat: 2\n", *args)
     assert f"fixed repeats: {repeats} a cell" in done.stderr
     assert not (tmp_path / "r" / "m" / racing.RACE_FILE).exists() and "race: " not in done.stdout
-    # Rounds by default: every cell once per round.
-    assert backend.calls == [(fs, r) for r in range(1, repeats + 1) for fs in ("ext4", "xfs")]
+    # Rounds by default: every cell once per round, in the round's order matrix.json records.
+    assert sorted(backend.calls) == sorted((fs, r) for r in range(1, repeats + 1) for fs in ("ext4", "xfs"))
+    assert [r for _, r in backend.calls] == [r for r in range(1, repeats + 1) for _ in range(2)]
+    rounds = json.loads((tmp_path / "r" / "m" / "matrix.json").read_text())["order"]["rounds"]
+    fs_of = {
+        c["id"]: c["params"]["filesystem"]
+        for c in json.loads((tmp_path / "r" / "m" / "matrix.json").read_text())["cells"]
+    }
+    assert backend.calls == [(fs_of[c], r) for r, ids in enumerate(rounds, 1) for c in ids]
     assert runs_of(tmp_path / "r", "m") == {"ext4": repeats, "xfs": repeats}
 
 

@@ -173,7 +173,8 @@ def run(
     _check_executor(executor, shared, devices, race, {**slurm_only, "--sbatch-arg": bool(sbatch_args)})
     budget_s = _budget(budget)
     build = matrix.read_settings(settings_file) if settings_file else None
-    m = matrix.load(file, scale, build)
+    # A fraction a run (or a shard) of this run id recorded is taken as it was (matrix/design.py).
+    m = matrix.load(file, scale, build, lambda name: runs.stored_design(results_root / (run_id or name)))
     pusher = Pusher(store_urls.resolve(store_url, results_root)) if push else None  # bad URLs before any run
     if store_url is not None and not push:
         raise UserError("--store names where --push pushes: give --push too")

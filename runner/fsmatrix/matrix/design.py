@@ -4,8 +4,9 @@ of it (``{kind: fractional, resolution: R}`` or ``{kind: fractional, runs: N}``)
 A fraction is taken over the axes with two values (an axis of one value is a constant; one of three or
 more values is refused): the 2^(k−p) design of the fewest runs that reaches resolution R, or of the
 highest resolution that fits in N runs. pyDOE builds it: ``fracfact_opt`` (the minimum-aberration
-generators at a run size, by exhaustive search: used while the search is small, ``MAX_SEARCH``) and
-``fracfact_by_res`` (the fewest runs at a resolution, when the search would be too long). The
+generators at a run size, by exhaustive search: used while the search is small, ``MAX_SEARCH``) and,
+when the search would be too long, ``fracfact_by_res`` (the fewest runs at a resolution) or, for
+``runs: N``, generators chosen one at a time (``_greedy_words``). The
 generators chosen (``Fraction.generators``: a setting = the product of others) are what ``matrix.json``
 stores; the defining relation, the resolution and the alias chains follow from them
 (``defining_words``, ``alias_chains``) with bit masks, one bit a factor.
@@ -16,10 +17,11 @@ pyDOE (and so numpy and scipy) is imported only when a fraction is built: ``fsma
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,7 @@ class Fraction:
     words: tuple[int, ...]  # per factor, a bit mask over ``factors``
     runs: int
     resolution: int
+    spec: DesignSpec | None = None  # the file's ``design:`` it was built for
 
     @property
     def full_runs(self) -> int:
@@ -122,9 +125,11 @@ class Fraction:
         return lines
 
     def record(self) -> dict[str, Any]:
-        """What ``matrix.json`` stores, so a resumed run or a shard reads the design, not rebuilds it."""
+        """What ``matrix.json`` stores, so a resumed run or a shard reads the design, not rebuilds it
+        (``asked``: the file's ``resolution`` or ``runs`` it was built for, ``from_record``'s check)."""
         return {
             "kind": "fractional",
+            **({"asked": _asked(self.spec)} if self.spec is not None else {}),
             "factors": list(self.factors),
             "generators": list(self.generators),
             "words": list(self.words),
@@ -132,6 +137,32 @@ class Fraction:
             "full_runs": self.full_runs,
             "resolution": self.resolution,
         }
+
+
+def _asked(spec: DesignSpec) -> dict[str, int]:
+    return {"resolution": spec.resolution} if spec.resolution is not None else {"runs": spec.runs or 0}
+
+
+def from_record(record: Any, spec: DesignSpec, factors: Sequence[str]) -> Fraction | None:
+    """The fraction a run directory's ``matrix.json`` stored, when it was built for this ``spec`` over
+    these ``factors`` (None otherwise: the file changed since, or the record is not one fsmatrix
+    wrote): a resumed run and a shard take it as it was, whatever pyDOE or ``MAX_SEARCH`` would
+    choose today."""
+    if not isinstance(record, Mapping) or record.get("asked") != _asked(spec):
+        return None
+    words = record.get("words")
+    if record.get("factors") != list(factors) or not isinstance(words, list) or len(words) != len(factors):
+        return None
+    k = len(factors)
+    if not all(isinstance(w, int) and not isinstance(w, bool) and 0 < w < 1 << k for w in words):
+        return None
+    base = [i for i, w in enumerate(words) if w == 1 << i]
+    if any(w & ~sum(1 << i for i in base) for w in words):  # every word a product of base factors
+        return None
+    made = Fraction(tuple(factors), tuple(words), 1 << len(base), 0)
+    if made.runs != record.get("runs") or (spec.runs is not None and made.runs != spec.runs):
+        return None
+    return Fraction(made.factors, made.words, made.runs, resolution_of(made.defining_words()))
 
 
 def _parity(word: int, bits: tuple[int, ...]) -> int:
@@ -250,8 +281,31 @@ def _fraction(k: int, p: int | None, resolution: int | None) -> list[int] | None
             return None
         if _search_size(k, p) > MAX_SEARCH:
             return _words_of(np.asarray(matrix))
+    if _search_size(k, p) > MAX_SEARCH:
+        return _greedy_words(k, p)
     generator, _, _ = pydoe.fracfact_opt(k, p)
     return _words_of(np.asarray(pydoe.fracfact(generator)))
+
+
+def _greedy_words(k: int, p: int) -> list[int]:
+    """A 2^(k−p) design when fracfact_opt's search would be too long: the generators taken one at a
+    time, each the product of base factors that leaves the design so far the highest resolution and,
+    at it, the fewest shortest words (lowest aberration; ties: the higher-order product, then the
+    first). Not always the minimum-aberration design, but in milliseconds, and the same every time."""
+    m = k - p
+    words = [1 << i for i in range(m)]
+    candidates = sorted((w for w in range(1, 1 << m) if w.bit_count() >= 2), key=lambda w: (-w.bit_count(), w))
+    for _ in range(p):
+
+        def score(word: int) -> tuple[int, int]:
+            made = Fraction(tuple(map(str, range(len(words) + 1))), (*words, word), 1 << m, 0)
+            defining = made.defining_words()
+            shortest = resolution_of(defining)
+            return (-shortest, sum(1 for w in defining if w.bit_count() == shortest))
+
+        best = min((w for w in candidates if w not in words), key=score)
+        words.append(best)
+    return words
 
 
 def _search_size(k: int, p: int) -> int:
@@ -283,12 +337,18 @@ def _words_of(design: Any) -> list[int]:
 
 
 def step(
-    doc: dict[str, Any], axes: dict[str, Any], axis_values: Sequence[Sequence[Flat]], kept: list[Flat], fail: Fail
+    doc: dict[str, Any],
+    axes: dict[str, Any],
+    axis_values: Sequence[Sequence[Flat]],
+    kept: list[Flat],
+    fail: Fail,
+    stored: Mapping[str, Any] | None = None,
 ) -> tuple[list[Flat], Fraction | None]:
     """Expansion's design step, where the crossed combinations become the cells: ``kept`` (the cross
     ``exclude`` left) for a full cross; a fraction's cells otherwise, refusing ``include`` entries, axes of
     three or more values and an ``exclude`` that removes any of its cells (each one line naming
-    ``design``, exit 2)."""
+    ``design``, exit 2). ``stored``: the design a run directory's matrix.json recorded, taken instead of
+    building it again when it was built for the same ``design:`` and settings (``from_record``)."""
     line = yamlpos.line_of(doc, "design")
     spec = parse(doc.get("design"), line, fail)
     if spec.kind == "full":
@@ -300,7 +360,8 @@ def step(
     if wide:
         raise fail(f"design: a two-level fraction takes axes of two values; {', '.join(wide)}", line)
     two = [i for i, size in enumerate(sizes) if size == 2]
-    made = fraction(spec, [key for key, size in zip(axes, sizes, strict=True) if size == 2], line, fail)
+    factors = [key for key, size in zip(axes, sizes, strict=True) if size == 2]
+    made = dataclasses.replace(from_record(stored, spec, factors) or fraction(spec, factors, line, fail), spec=spec)
     wanted = set(made.levels())
     left = {_key(c) for c in kept}
     chosen = []

@@ -13,7 +13,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,10 @@ def _plural(ids: tuple[str, ...]) -> str:
     return f"{len(ids)} cell{'s' if len(ids) != 1 else ''}"
 
 
+# The design a run of the matrix of this name recorded in its matrix.json (runs.stored_design), if any.
+StoredDesign = Callable[[str], Mapping[str, Any] | None]
+
+
 @dataclass
 class Matrix:
     name: str
@@ -138,11 +142,16 @@ class Matrix:
         return [c for c in self.cells if any(fnmatch.fnmatchcase(c.id, g) for g in globs)]
 
 
-def load(path: str | Path, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
+def load(
+    path: str | Path,
+    scale: str | None = None,
+    settings: BuildSettings | None = None,
+    stored_design: StoredDesign | None = None,
+) -> Matrix:
     """Read, validate and expand a matrix file, at one of its ``scales`` when ``scale`` names one,
-    with the ``settings`` of a build under test (``read_settings``) when given.
-    Raises UserError (exit 2) on any bad input."""
-    return expand_document(read_file(path, "a matrix file"), str(path), scale, settings)
+    with the ``settings`` of a build under test (``read_settings``) when given; ``stored_design``: where
+    a fraction recorded before is found (design.step). Raises UserError (exit 2) on any bad input."""
+    return expand_document(read_file(path, "a matrix file"), str(path), scale, settings, stored_design)
 
 
 def scale_names(doc: Any) -> list[str]:
@@ -182,10 +191,17 @@ def _at_scale(doc: dict[str, Any], scale: str, fail: Any) -> tuple[dict[str, Any
     return result, scale_defaults
 
 
-def expand_document(doc: Any, name: str, scale: str | None = None, settings: BuildSettings | None = None) -> Matrix:
+def expand_document(
+    doc: Any,
+    name: str,
+    scale: str | None = None,
+    settings: BuildSettings | None = None,
+    stored_design: StoredDesign | None = None,
+) -> Matrix:
     """The matrix of a document read from ``name``, at ``scale`` (None: the file's own), with the
     ``settings`` of a build under test when given: its cells, their baselines, what each ``include``
-    entry did. Raises UserError (exit 2, with the file's line) on any bad input."""
+    entry did; a fraction as ``stored_design`` (given the matrix's name) recorded it when it did.
+    Raises UserError (exit 2, with the file's line) on any bad input."""
 
     def fail(message: str, line: int | None) -> UserError:
         return UserError(message, file=name, line=line)
@@ -199,7 +215,8 @@ def expand_document(doc: Any, name: str, scale: str | None = None, settings: Bui
     # The combinations that run: the cross ``exclude`` leaves, or a fraction of it (design.py; after
     # exclude, so that an exclude that would unbalance a fraction is refused).
     axes = doc.get("axes", {}) or {}
-    selected, fraction = design.step(doc, axes, axis_values, _exclude(doc, crossed, fail), fail)
+    stored = stored_design(title) if stored_design is not None and "design" in doc else None
+    selected, fraction = design.step(doc, axes, axis_values, _exclude(doc, crossed, fail), fail, stored)
     included = _include(doc, selected, fail)
     defaults = _defaults(doc, scale_defaults, fail)
     cell_defaults = CellDefaults(defaults, _built_defaults(defaults, settings, included.flats, name), settings)

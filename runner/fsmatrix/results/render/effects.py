@@ -209,7 +209,10 @@ def chart_svg(e: Effects) -> str:
             f'<text x="{LEFT + WIDTH + 6}" y="{y + 4:.1f}" font-size="11">{_num(x.ratio)}×</text>',
         ]
     axis_y = PAD + ROW * len(terms) + 14
-    for v in (lo_b, 1.0, hi_b):
+    # the axis's ends and 1; the band's edges only where their labels do not run into 1's (a wide axis
+    # leaves the ±δ band a few pixels: "0.95", "1" and "1.05" printed over each other)
+    marks = [low, 1.0, high] + [v for v in (lo_b, hi_b) if abs(at(v) - at(1.0)) >= 30]
+    for v in sorted(marks):
         parts.append(f'<text x="{at(v):.1f}" y="{axis_y}" text-anchor="middle" font-size="10">{_num(v)}</text>')
     parts.append("</svg>")
     return "\n".join(parts)

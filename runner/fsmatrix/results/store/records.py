@@ -42,6 +42,29 @@ class MatrixEntry:
 
 
 @dataclass(frozen=True)
+class RunOrder:
+    """The order fixed repeats ran in, round by round (``matrix.json``'s ``order``): the seed each
+    round's order was drawn from (runs.round_order) and each round's cell ids in the order they ran."""
+
+    seed: int
+    rounds: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def read(cls, record: Any) -> RunOrder | None:
+        """None when ``record`` is no order (a run of an older fsmatrix, cell by cell, or a race)."""
+        if not isinstance(record, Mapping):
+            return None
+        seed = record.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            return None
+        rounds = [tuple(str(i) for i in r) for r in _list(record.get("rounds")) if isinstance(r, list)]
+        return cls(seed, tuple(rounds))
+
+    def record(self) -> dict[str, Any]:
+        return {"seed": self.seed, "rounds": [list(r) for r in self.rounds]}
+
+
+@dataclass(frozen=True)
 class RunMatrix:
     """``matrix.json``: the matrix's name and file, its cells in the matrix's order, and how the
     baselines were chosen (``baseline_rule``: "named", "defaults", or None when not recorded)."""
@@ -51,6 +74,7 @@ class RunMatrix:
     cells: tuple[MatrixEntry, ...]
     baseline_rule: str | None
     design: Mapping[str, Any] | None = None  # a fraction's record (matrix/design.py: Fraction.record)
+    order: RunOrder | None = None  # the order within rounds (runs.py), when the run recorded one
 
     @classmethod
     def read(cls, record: Mapping[str, Any]) -> RunMatrix:
@@ -74,6 +98,7 @@ class RunMatrix:
             tuple(entries.values()),
             rule if isinstance(rule, str) else None,
             record["design"] if isinstance(record.get("design"), Mapping) else None,
+            RunOrder.read(record.get("order")),
         )
 
     def entry(self, cell_id: str) -> MatrixEntry | None:
