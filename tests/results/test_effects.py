@@ -190,3 +190,18 @@ def test_the_report_json_and_page_show_the_effects() -> None:
     assert all(len(i["settings"]) == 2 for i in group["interactions"])
     html = "\n".join(page._answer_html(found))
     assert '<svg class="effects"' in html and "Effects of the settings" in html
+
+
+def _term(words: str, low: float, high: float) -> effects.Effect:
+    return effects.Effect(("a",), "x", "y", (low * high) ** 0.5, low, high, words, None, ())
+
+
+def test_settle_repeats_scale_with_the_widest_open_interval_and_say_none_when_all_are_settled() -> None:
+    settled = [_term("matters", 1.3, 1.5), _term("equivalent", 0.98, 1.02)]
+    assert effects.settle_repeats(settled, 15, 0.05, 0.05, 3.0) is None
+    wide = effects.settle_repeats([*settled, _term("not separated", 0.9, 1.1)], 15, 0.05, 0.05, 3.0)
+    narrow = effects.settle_repeats([*settled, _term("unsettled", 1.01, 1.11)], 15, 0.05, 0.05, 3.0)
+    assert wide is not None and narrow is not None
+    # the runs needed grow as the square of the interval's width: about four times for twice as wide
+    assert 3 <= wide / narrow <= 5, (wide, narrow)
+    assert effects.settle_repeats([_term("not separated", 0.5, 2.0)], 15, 0.05, 0.05, 3.0) == effects.SETTLE_MAX + 1

@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from fsmatrix.results.render.words import pct
-from fsmatrix.results.verdict.effects import Effect, Effects
+from fsmatrix.results.verdict.effects import SETTLE_MAX, SETTLE_POWER, Effect, Effects
 
 EMPTY = '""'  # an empty setting's value (mount_options "")
 ROMAN = {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII"}
@@ -75,6 +75,17 @@ def design_text(e: Effects) -> str:
     return shape
 
 
+def settle_text(e: Effects) -> str:
+    """ "about 7 runs per cell would settle every effect and interaction within ±5 % (...)"."""
+    n = e.settle_repeats
+    assert n is not None
+    many = f"more than {SETTLE_MAX}" if n > SETTLE_MAX else f"about {n}"
+    return (
+        f"{many} runs per cell would settle every effect and interaction still open within ±{pct(e.delta)} "
+        f"({pct(SETTLE_POWER)} of the time: inside ±{pct(e.delta)} if it is nothing, beyond it if twice that)"
+    )
+
+
 WORDS = {
     "matters": "matters",
     "equivalent": "equivalent",
@@ -110,6 +121,8 @@ def markdown_lines(e: Effects, metric_words: str) -> list[str]:
             f"- Lack of fit (what the settings and their pairs leave in the cells' means): "
             f"F({lof.df_model}, {lof.df_error}) = {lof.f:.2f}, p = {lof.p_value:.2g}: {verdict}."
         )
+    if e.settle_repeats is not None:
+        lines.append(f"- To settle: {settle_text(e)}.")
     lines += ["", "| setting | ratio [interval] | words | share | aliased with |", "|---|---|---|---|---|"]
     lines += [_row(x) for x in sorted(e.effects, key=lambda x: -x.size)]
     if e.interactions:
@@ -139,7 +152,7 @@ def to_json(e: Effects | None) -> dict[str, Any]:
         return {"design": None, "effects": [], "interactions": []}
     design = {"kind": e.kind, "runs": e.runs, "full_runs": e.full_runs, "resolution": e.resolution}
     return {
-        "design": {**design, "missing": list(e.missing), "reason": e.reason},
+        "design": {**design, "missing": list(e.missing), "reason": e.reason, "settle_repeats": e.settle_repeats},
         "effects": [_effect_json(x) for x in e.effects],
         "interactions": [_effect_json(x) for x in e.interactions],
     }
@@ -154,6 +167,8 @@ def html_parts(e: Effects, metric_words: str) -> list[str]:
     ]
     if e.missing:
         parts.append(f"<p>Missing (no usable run): {escape(', '.join(e.missing))}.</p>")
+    if e.settle_repeats is not None:
+        parts.append(f"<p>To settle: {escape(settle_text(e))}.</p>")
     svg = chart_svg(e) if e.fitted else ""
     if svg:
         caption = (

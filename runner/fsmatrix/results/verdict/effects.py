@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from fsmatrix.results.store import RunMatrix
 from fsmatrix.results.verdict import metrics
@@ -112,6 +113,9 @@ class Effects:
     delta: float
     pure_error_df: int
     lack_of_fit: LackOfFit | None
+    # Runs per cell that would settle every term not yet settled (``settle_repeats``); None: all are
+    # settled, or nothing was fitted; SETTLE_MAX + 1: more than SETTLE_MAX.
+    settle_repeats: int | None = None
 
     @property
     def fitted(self) -> bool:
@@ -120,6 +124,27 @@ class Effects:
     def matters(self) -> tuple[Effect, ...]:
         """The settings and interactions that matter, largest first."""
         return tuple(sorted((e for e in (*self.effects, *self.interactions) if e.words == "matters"), key=_largest))
+
+
+SETTLE_POWER = 0.9  # the share of the time an undecided term would then be settled (below)
+SETTLE_MAX = 100  # runs per cell beyond which the advice says "more than"
+
+
+def settle_repeats(terms: Sequence[Effect], family: int, alpha: float, delta: float, per_cell: float) -> int | None:
+    """Runs per cell that would settle each term not yet settled (words "unsettled" or "not
+    separated"), ``SETTLE_POWER`` of the time: its interval wholly inside ±δ if the term is 0, wholly
+    beyond ±δ if it is 2δ. The standard error shrinks as 1/√runs; it is read back from each interval's
+    width at the family's normal critical value (the t's small-sample excess left out: an estimate,
+    not a promise). None when every term is settled; SETTLE_MAX + 1 for more than SETTLE_MAX."""
+    open_terms = [x for x in terms if x.words in ("unsettled", "not separated") and x.ci_low > 0]
+    if not open_terms or per_cell <= 0:
+        return None
+    crit = float(stats.norm.ppf(1 - alpha / (2 * max(family, 1))))
+    push = float(stats.norm.ppf(SETTLE_POWER))
+    margin = math.log1p(delta)
+    widest = max(math.log(x.ci_high / x.ci_low) / 2 for x in open_terms)  # crit·se of the widest
+    needed = math.ceil(per_cell * (widest * (1 + push / crit) / margin) ** 2)
+    return min(max(needed, math.ceil(per_cell) + 1), SETTLE_MAX + 1)
 
 
 def _largest(e: Effect) -> float:
@@ -187,6 +212,7 @@ def of_group(
         return _unfitted(head, result)
     terms, family, pure, lof = result
     named = [_named(t, varying, low, high) for t in terms]
+    ran = len({r.cell for r in runs})
     return Effects(
         **head,
         effects=tuple(e for e in named if len(e.settings) == 1),
@@ -195,6 +221,7 @@ def of_group(
         family=family,
         pure_error_df=pure,
         lack_of_fit=lof,
+        settle_repeats=settle_repeats(named, family, alpha, delta, len(runs) / ran if ran else 0.0),
     )
 
 
