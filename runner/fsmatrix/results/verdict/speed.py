@@ -130,7 +130,10 @@ def speed_group(
         raced=raced,
         work=(
             work.work(
-                group, [c.name for c in configs if c.status != "not enough data"], alpha=rule.alpha, delta=rule.delta
+                group,
+                [c.name for c in configs if c.status != "not enough data"],
+                alpha=rule.alpha,
+                delta=rule.delta if rule.work_delta is None else rule.work_delta,
             )
             if verdict in ("not separated", "equivalent")
             else None
