@@ -103,7 +103,7 @@ class Work:
 def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> Work:
     """The work comparison of the configurations ``names`` (those with enough data on time)."""
     cells = {group.name(c): c for c in group.cells if group.name(c) in names}
-    per_metric: dict[str, dict[str, groups.Values]] = {}
+    per_metric: dict[str, dict[str, list[float]]] = {}
     for metric in (m.name for m in WORK_METRICS):
         values = {n: metrics.metric_values(list(c.docs), metric) for n, c in cells.items()}
         # Compared where two configurations or more can be (enough runs that measured it) and some run did
@@ -128,11 +128,11 @@ def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> W
     return Work(tuple(per_metric), tuple(found), tuple(settled), 1 - alpha, delta)
 
 
-def _standings(values: dict[str, groups.Values], level: float, delta: float) -> tuple[WorkStanding, ...] | None:
+def _standings(values: dict[str, list[float]], level: float, delta: float) -> tuple[WorkStanding, ...] | None:
     """Every configuration's words on one metric, the least first (None: fewer than two usable)."""
     enough = {n: v for n, v in values.items() if len(v) >= stats.MIN_SAMPLES}
     none = [n for n, v in enough.items() if max(v) == 0]
-    some = {n: v for n, v in enough.items() if min(v) > 0}
+    some: dict[str, groups.Values] = {n: v for n, v in enough.items() if min(v) > 0}
     short = tuple(WorkStanding(n, NOT_ENOUGH, None) for n in values if n not in none and n not in some)
     if none:  # a configuration doing none of this work is the least; the others do more, by no ratio
         return (
