@@ -13,6 +13,7 @@ from fsmatrix.results.verdict.answer import Configuration, Open, Why
 from fsmatrix.results.verdict.configurations import RULES, Regime
 from fsmatrix.results.verdict.groups import Interval
 from fsmatrix.results.verdict.outliers import RULE, Outlier
+from fsmatrix.results.verdict.outliers import name as outlier_name
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
 from fsmatrix.results.verdict.work import Work, words_of
@@ -130,7 +131,7 @@ def outlier_sentence(found: Sequence[Outlier], words: str, named: int | None = N
     """The runs outside their configuration's spread, named (the first ``named``, when given), and kept
     in every figure."""
     shown = found[:named] if named is not None else found
-    listed = join([f"{o.configuration} r{o.repeat} {o.ratio:.2f}× the median of its other runs" for o in shown])
+    listed = join([f"{outlier_name(o)} {o.ratio:.2f}× the median of its other runs" for o in shown])
     if len(shown) < len(found):
         listed += f" … and {len(found) - len(shown)} more"
     return f"Outlier runs on {words} ({RULE}; kept in every figure above): {listed}."
