@@ -38,9 +38,7 @@ class Outlier:
     run_id: str = ""  # the run it belongs to ("" unknown): a results root holds several runs' r2
 
 
-def outliers(
-    configuration: str, runs: Sequence[tuple[int, float]], run_ids: Sequence[str] = ()
-) -> tuple[Outlier, ...]:
+def outliers(configuration: str, runs: Sequence[tuple[int, float]], run_ids: Sequence[str] = ()) -> tuple[Outlier, ...]:
     """The outlier runs among ``runs`` ((repeat, value) of one configuration's passed runs; values <= 0,
     which have no logarithm, are never judged); ``run_ids``: the run each belongs to, in that order."""
     ids = list(run_ids) or [""] * len(runs)
