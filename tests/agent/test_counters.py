@@ -6,14 +6,13 @@ from __future__ import annotations
 import errno
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from fsmatrix.agent import cgroup, counters, work
+from fsmatrix.agent import cgroup, counters, proc, work
 from fsmatrix.agent.counters import Count, Event, Reading
 
 # This host's /proc/self/mounts (a container with cgroup v1 controllers and cgroup2 beside them, no
@@ -164,7 +163,7 @@ def _run_in_cgroup(events: tuple[Event, ...] = counters.EVENTS) -> dict[str, obj
     ):
         assert cpu.directory is not None, "this test needs a writable cgroup hierarchy"
         with run.measured():
-            subprocess.run([sys.executable, "-c", WRITER, scratch], check=True)
+            proc.run([sys.executable, "-c", WRITER, scratch])  # it joins the cgroup itself (proc.in_run)
     return run.summary()
 
 
@@ -173,8 +172,7 @@ def test_the_counters_count_a_real_workload_on_its_cgroup() -> None:
     summary = _run_in_cgroup()
     counts = summary["counts"]
     assert isinstance(counts, dict) and isinstance(summary["unavailable"], dict)
-    # Its own calls only: the Python interpreter itself calls neither, and the test process (in the
-    # cgroup too) only waits for it.
+    # Its own calls only: the Python interpreter itself calls neither, and the test process stays out.
     assert FSYNCS <= counts["fsync"] <= FSYNCS + 2, summary
     assert FDATASYNCS <= counts["fdatasync"] <= FDATASYNCS + 2, summary
     assert counts["context_switches"] > 0, summary

@@ -106,3 +106,12 @@ def _device_of(path: Path) -> str:
     """Kernel name of the block device holding ``path`` (via its major:minor)."""
     dev = os.stat(path).st_dev
     return Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve().name
+
+
+def test_a_device_missing_from_diskstats_is_not_measured_never_zero() -> None:
+    # issue 51: a device /proc/diskstats does not list was summed as 0 bytes, 0 IOs, 0 flushes
+    with sampler.Sampler(["fsmatrix-no-such-device"], interval=0.2) as s:
+        time.sleep(0.3)
+    summary = s.summary()
+    assert summary["io_missing"] == ["fsmatrix-no-such-device"]
+    assert set(summary["io"].values()) == {None}

@@ -76,3 +76,21 @@ def test_no_operations_reported() -> None:
 def test_the_work_metrics_are_listed_once_lower_is_better() -> None:
     assert len(set(NAMES)) == len(NAMES) and all(m.better == "lower" and m.title for m in work.WORK_METRICS)
     assert all(n.endswith("_per_op") for n in NAMES)
+
+
+def test_a_device_missing_from_diskstats_leaves_the_device_totals_not_measured() -> None:
+    missing = samples() | {"io": dict.fromkeys(samples()["io"]), "io_missing": ["md127"]}
+    metrics, unavailable = job._device_metrics(parse_cell(THREEN1), OUTCOME, missing)
+    for name in ("device_write_bytes_per_op", "device_ios_per_op", "device_flushes_per_op"):
+        assert metrics[name] is None and unavailable[name] == "not in /proc/diskstats: md127"
+    assert metrics["fsyncs_per_op"] == 0.00025  # the counters still count
+
+
+def test_a_stripes_flushes_are_counted_at_its_disks_not_its_md_device() -> None:
+    # issue 51: a bio-based md / dm device may leave the flush field 0: the disks got the flushes
+    stripe = samples(flushes=0) | {"components": {"io": {"flushes": 80}, "io_missing": []}}
+    metrics, _ = job._device_metrics(parse_cell(THREEN1), OUTCOME, stripe)
+    assert metrics["device_flushes_per_op"] == 0.0004
+    unlisted = samples(flushes=0) | {"components": {"io": {"flushes": None}, "io_missing": ["loop9"]}}
+    metrics, unavailable = job._device_metrics(parse_cell(THREEN1), OUTCOME, unlisted)
+    assert metrics["device_flushes_per_op"] is None and "loop9" in unavailable["device_flushes_per_op"]

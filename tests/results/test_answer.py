@@ -480,6 +480,11 @@ def test_the_cli_prints_the_answer_first_and_json_that_matches_the_schema(tmp_pa
     assert {v["verdict"] for v in crash["crash"]} == {"unsafe", "unsafe by design", "safe"}
     bad = runner.invoke(main, ["report", str(run_dir), "--format", "json", "--delta", "0%"])
     assert bad.exit_code == 2 and "--delta" in bad.output
+    work = runner.invoke(main, ["report", str(run_dir), "--format", "json", "--work-delta", "2%"])
+    assert work.exit_code == 0, work.output
+    assert all(g["work"]["delta"] == 0.02 for g in json.loads(work.output)["answer"]["groups"] if g["work"])
+    bad = runner.invoke(main, ["report", str(run_dir), "--format", "json", "--work-delta", "100%"])
+    assert bad.exit_code == 2 and "--work-delta 100%" in bad.output
 
 
 def test_the_schema_rejects_what_the_answer_never_writes() -> None:

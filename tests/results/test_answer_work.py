@@ -80,3 +80,64 @@ def test_a_group_decided_on_work_says_so_in_its_headline() -> None:
     assert same.decided_on_work == ("device_write_bytes_per_op",)
     noisy = two([4000.0, 5000.0, 3000.0], [4200.0, 3500.0, 5100.0])
     assert noisy.decided_on_work == () and "Decided on work" not in sentences.said(noisy, 0.05).headline
+
+
+XFS = [4000.0, 4010.0, 3990.0]
+
+
+def _words(g: Any) -> dict[str, str]:
+    assert g.work is not None
+    (d,) = g.work.differences or (None,)
+    return {} if d is None else {s.configuration: s.words for s in d.standings}
+
+
+def test_a_work_difference_inside_delta_is_equivalent_never_more_work() -> None:
+    # issue 51: ext4 1.01× [1.007, 1.021] xfs's bytes was "more"; inside ±5 % it is equivalent (decided)
+    g = two([w * 1.014 for w in XFS], XFS)
+    assert g.work is not None and g.work.differences == ()
+    assert g.decided_on_work == ("device_write_bytes_per_op",)
+    assert not any(s.startswith("Work,") for s in sentences.said(g, 0.05).details)
+
+
+def test_a_difference_shown_but_reaching_past_delta_is_unsettled_and_decides_nothing() -> None:
+    g = two([w * 1.05 for w in [4040.0, 4000.0, 3960.0]], [4040.0, 4000.0, 3960.0])
+    assert g.work is not None
+    (d,) = g.work.differences
+    (name, r), *_ = d.unsettled
+    assert name == "ext4" and 1 < r.ci_low < 1.05 < r.ci_high and d.more == ()
+    assert g.decided_on_work == ()
+    line = next(s for s in sentences.said(g, 0.05).details if s.startswith("Work,"))
+    assert "(× xfs's): ext4 1.05× [" in line and "more, size unsettled" in line and "margin of ±5 %" in line
+
+
+def test_the_work_margin_can_be_set_apart_from_the_answers_delta() -> None:
+    from fsmatrix.results.verdict.answer import Rule
+
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    docs = with_work(runs(ext4, TIMES), [w * 1.014 for w in XFS]) + with_work(runs(xfs, [t * 1.02 for t in TIMES]), XFS)
+    (g,) = answering.build(typed(docs), rule=Rule(work_delta=0.001)).groups
+    assert g.work is not None and g.work.delta == 0.001
+    assert [n for n, _ in g.work.differences[0].more] == ["ext4"]
+
+
+def test_a_configuration_whose_runs_all_measured_zero_does_none_and_is_the_least() -> None:
+    g = two([0.0, 0.0, 0.0], XFS)  # tmpfs, or a stack that never calls fsync
+    assert g.work is not None
+    (d,) = g.work.differences
+    assert d.least == "ext4" and d.does_none and d.more == (("xfs", None),)
+    assert g.decided_on_work == ("device_write_bytes_per_op",)
+    line = next(s for s in sentences.said(g, 0.05).details if s.startswith("Work,"))
+    assert "(ext4 does none): xfs more work" in line
+
+
+def test_zero_and_non_zero_runs_of_one_configuration_are_not_enough_data() -> None:
+    g = two([0.0, 4000.0, 4010.0], [w * 2 for w in XFS])
+    assert g.work is not None and g.work.differences == ()  # the least cannot be called on ext4's mix
+    assert g.work.compared == ("device_write_bytes_per_op",)
+
+
+def test_a_metric_on_which_all_are_equivalent_is_named_so_in_the_headline_not_as_decided() -> None:
+    same = two([w * 1.014 for w in XFS], XFS)
+    headline = sentences.said(same, 0.05).headline
+    assert "Decided on work" not in headline
+    assert headline.endswith(" Equivalent within ±5 % on device bytes written per operation.")

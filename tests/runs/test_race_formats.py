@@ -126,3 +126,13 @@ def test_fsmatrix_run_refuses_to_continue_a_race_of_format_1(tmp_path: Path) -> 
         UserError, match=r"the stored race has other retire margin \(0.05, now 0: a race.json of format 1"
     ):
         _run(tmp_path, Drawn(LAWS), RaceSettings(3, 5))
+
+
+def test_run_help_describes_the_retire_test_the_race_makes_not_the_old_margin() -> None:
+    # issue 51: the race retires on "worse" (one-sided, no margin) since race.json format 2
+    from click.testing import CliRunner
+
+    from fsmatrix.cli import main
+
+    text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert "worse than their group's best leave" in text and "by more than delta" not in text

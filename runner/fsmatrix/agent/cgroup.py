@@ -2,9 +2,13 @@
 
 Summing a process tree misses what matters: GT.M's JOB workers and the PostgreSQL server detach
 from the process that started them, and the machine-wide /proc/stat counts the neighbours too. A
-cgroup catches every process started inside it, detached or not. ``RunCpu`` moves this process
-into a fresh cgroup for the run (its children inherit it), reads the cgroup's CPU counters around
-the measured part, and moves everything back and removes the cgroup on the way out.
+cgroup catches every process started inside it, detached or not. ``RunCpu`` makes a fresh cgroup for
+the run, and every command the run starts (``proc.run``, the database servers) writes its own pid
+into it before it execs (``proc.in_run``: an exec wrapper): the workload's processes enter, this
+process never does. On the host backend it is the CLI, whose progress bar and samplers are no part
+of the run's CPU seconds, instructions, cycles or context switches (before issue 51 they were: this
+process entered the cgroup itself). It reads the cgroup's CPU counters around the measured part,
+and moves what is left back and removes the cgroup on the way out.
 
 cgroup v2 (``cpu.stat``: user_usec, system_usec, present in every cgroup even without the cpu
 controller) is used where it is mounted, else v1's ``cpuacct``. Where neither can be written (an
@@ -20,6 +24,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from fsmatrix.agent import proc
 
 log = logging.getLogger("fsmatrix")
 
@@ -120,9 +126,11 @@ class RunCpu:
         except OSError as exc:
             log.debug("no cgroup for this run (%s): CPU from /proc/stat", exc)
             return self
-        try:
-            _move(os.getpid(), directory)
-        except OSError as exc:
+        proc.set_run_cgroup(directory)
+        try:  # a command that joins it: what every command of the run will do
+            proc.run(["true"], timeout=30)
+        except proc.CommandError as exc:
+            proc.set_run_cgroup(None)
             log.debug("cannot enter cgroup %s (%s): CPU from /proc/stat", directory, exc)
             with contextlib.suppress(OSError):
                 directory.rmdir()
@@ -135,8 +143,9 @@ class RunCpu:
         if self.directory is None or self._home is None or self.hierarchy is None:
             return
         self._end = read_cpu(self.directory, self.hierarchy.version)
-        # Every process still in the run's cgroup goes home with us (the workload's own cleanup
-        # has normally ended them); then the empty cgroup can go.
+        proc.set_run_cgroup(None)
+        # Every process still in the run's cgroup goes to ours (the workload's own cleanup has
+        # normally ended them); then the empty cgroup can go.
         for _ in range(3):
             with contextlib.suppress(OSError):
                 for pid in (self.directory / "cgroup.procs").read_text().split():

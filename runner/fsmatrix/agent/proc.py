@@ -7,9 +7,11 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("fsmatrix")
 
@@ -38,6 +40,38 @@ class AsUser:
     gid: int
 
 
+# The run's cgroup while one is open (cgroup.RunCpu sets it): every command started here writes its own
+# pid into the cgroup's cgroup.procs before it execs the real command, so the run's processes are counted
+# and no thread of this process ever is (the host backend's progress bar, the samplers).
+_RUN_CGROUP: list[Path] = []
+JOIN = 'echo $$ > "$0" && exec "$@"'  # sh: $0 the cgroup.procs file, "$@" the command
+# Root joins first, then drops to the user (who could not move itself out of root's cgroup).
+JOIN_AS = (
+    "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); os.setgroups([]); "
+    "os.setgid(int(sys.argv[3])); os.setuid(int(sys.argv[2]))\n"
+    "try: os.execvp(sys.argv[4], sys.argv[4:])\n"
+    "except OSError as e: sys.exit(f'{sys.argv[4]}: {e.strerror}')"
+)
+
+
+def set_run_cgroup(directory: Path | None) -> None:
+    """Commands started from now on join ``directory`` (a cgroup) themselves; None: no longer."""
+    _RUN_CGROUP[:] = [directory] if directory is not None else []
+
+
+def in_run(argv: Sequence[str], uid: int | None = None, gid: int | None = None) -> tuple[list[str], dict[str, Any]]:
+    """``argv`` as it is started: prefixed to join the run's cgroup first where one is open, and the
+    keyword arguments of subprocess that run it as ``uid``/``gid`` (None: this user). Joining as
+    another user, the wrapper switches users itself after joining: the arguments are then empty."""
+    as_user: dict[str, Any] = {} if uid is None else {"user": uid, "group": gid, "extra_groups": []}
+    if not _RUN_CGROUP:
+        return list(argv), as_user
+    procs = str(_RUN_CGROUP[0] / "cgroup.procs")
+    if uid is None:
+        return ["/bin/sh", "-c", JOIN, procs, *argv], {}
+    return [sys.executable, "-c", JOIN_AS, procs, str(uid), str(gid), *argv], {}
+
+
 def run(
     cmd: Sequence[str] | AsUser,
     *,
@@ -52,9 +86,10 @@ def run(
     user = cmd if isinstance(cmd, AsUser) else None
     argv = list(cmd.cmd if isinstance(cmd, AsUser) else cmd)
     log.debug("run: %s", " ".join(argv))
+    started, as_user = in_run(argv, user.uid if user else None, user.gid if user else None)
     try:
         proc = subprocess.run(
-            argv,
+            started,
             capture_output=True,
             text=True,
             errors="replace",
@@ -63,9 +98,7 @@ def run(
             cwd=cwd,
             input=input,
             check=False,
-            user=user.uid if user is not None else None,
-            group=user.gid if user is not None else None,
-            extra_groups=[] if user is not None else None,
+            **as_user,
         )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"") if isinstance(exc.stdout, bytes) else ""

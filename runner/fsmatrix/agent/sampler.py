@@ -109,6 +109,7 @@ class Sampler:
         self.devices = devices
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
+        self.missing: set[str] = set()  # devices /proc/diskstats did not list at some snapshot
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fsmatrix-sampler", daemon=True)
         self._start_cpu: dict[str, float] = {}
@@ -123,14 +124,16 @@ class Sampler:
         self._by_device: list[dict[str, DiskCounters]] = []
 
     def _snapshot(self) -> tuple[float, dict[str, float], DiskCounters]:
-        stats = parse_diskstats(_read("/proc/diskstats"))
         io = ZERO
-        for name in self.devices:
-            io = io + stats.get(name, ZERO)
+        for counters in self._devices().values():
+            io = io + counters
         return time.monotonic(), parse_proc_stat(_read("/proc/stat")), io
 
     def _devices(self) -> dict[str, DiskCounters]:
+        """Each device's counters now; one missing from /proc/diskstats is noted in ``missing`` (its
+        totals are then not measured, never 0) and counts as ZERO in the per-second series."""
         stats = parse_diskstats(_read("/proc/diskstats"))
+        self.missing.update(name for name in self.devices if name not in stats)
         return {name: stats.get(name, ZERO) for name in self.devices}
 
     def __enter__(self) -> Sampler:
@@ -188,18 +191,25 @@ class Sampler:
             "wall_s": round(wall, 3),
             "window_s": [round(window[0], 3), round(window[1], 3)],
             "cpu_s": cpu,
-            "io": {
-                "reads": io.reads,
-                "read_bytes": io.read_bytes,
-                "writes": io.writes,
-                "write_bytes": io.write_bytes,
-                "flushes": io.flushes,
-                "busy_pct": round(100 * io.busy_ms / 1000 / wall, 1),
-            },
+            "io": self._io(io, wall),
+            # Devices /proc/diskstats did not list (the io totals are then None: not measured, never 0).
+            "io_missing": sorted(self.missing),
             "io_by_device": self._io_by_device(),
             "bound": bound,
             "io_bound_fraction": round(classes.count("io") / len(classes), 3) if classes else 0.0,
             "series": self.samples,
+        }
+
+    def _io(self, io: DiskCounters, wall: float) -> dict[str, int | float | None]:
+        if self.missing:
+            return dict.fromkeys(("reads", "read_bytes", "writes", "write_bytes", "flushes", "busy_pct"))
+        return {
+            "reads": io.reads,
+            "read_bytes": io.read_bytes,
+            "writes": io.writes,
+            "write_bytes": io.write_bytes,
+            "flushes": io.flushes,
+            "busy_pct": round(100 * io.busy_ms / 1000 / wall, 1),
         }
 
     def _io_by_device(self) -> dict[str, dict[str, int | None]]:

@@ -53,12 +53,17 @@ def totals(samples: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[st
     values: dict[str, float | None] = {
         "device_write_bytes": io["write_bytes"],
         "device_read_bytes": io["read_bytes"],
-        "device_ios": io["reads"] + io["writes"],
+        "device_ios": None if io["reads"] is None else io["reads"] + io["writes"],
         "device_write_ios": io["writes"],
         "device_read_ios": io["reads"],
-        "device_flushes": io.get("flushes"),
+        # A stripe's flushes are counted at its disks: the md / dm device is bio-based and may leave
+        # the flush field empty (0, not "not measured"); by the layout, never by the values.
+        "device_flushes": (samples["components"]["io"] if "components" in samples else io).get("flushes"),
     }
     reasons = {} if values["device_flushes"] is not None else {"device_flushes": NO_FLUSHES}
+    for total in ("device_write_bytes", "device_read_bytes", "device_ios", "device_write_ios", "device_read_ios"):
+        _unlisted(values, reasons, total, samples)
+    _unlisted(values, reasons, "device_flushes", samples.get("components") or samples)
     events = {
         "fsyncs": ("fsync", "fdatasync"),
         "instructions": ("instructions",),
@@ -74,6 +79,13 @@ def totals(samples: Mapping[str, Any]) -> tuple[dict[str, float | None], dict[st
             why = [missing.get(n) or "not counted" for n, v in zip(names, found, strict=True) if v is None]
             reasons[total] = "; ".join(dict.fromkeys(why))
     return values, reasons
+
+
+def _unlisted(values: dict[str, float | None], reasons: dict[str, str], total: str, samples: Mapping[str, Any]) -> None:
+    """A device total not measured where a device it sums was missing from /proc/diskstats."""
+    if samples.get("io_missing"):
+        values[total] = None
+        reasons[total] = f"not in /proc/diskstats: {', '.join(samples['io_missing'])}"
 
 
 def per_op(

@@ -297,6 +297,14 @@ def calibrate_cmd(
     sys.exit(0 if ok else 1)
 
 
+def _percentage(option: str, text: str) -> float:
+    """A minimum effect given as a percentage (5%), as a fraction; a clear error otherwise."""
+    value = gate.parse_threshold(text)
+    if not 0 < value < 1:
+        raise UserError(f"{option} {text}: expected a percentage above 0 and below 100, such as 5%")
+    return value
+
+
 @click.command("report")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option(
@@ -325,16 +333,23 @@ def calibrate_cmd(
     help="The answer's minimum effect: a configuration is 'equivalent within ±DELTA' when its interval lies "
     "inside ±DELTA; one not separated gets the runs per configuration that would settle ±DELTA.",
 )
-def report_cmd(directory: Path, fmt: str, html_dir: Path | None, title: str | None, delta: str) -> None:
+@click.option(
+    "--work-delta",
+    default=None,
+    help="The work answer's practical margin (default: --delta): a configuration does 'more work' only when "
+    "its interval lies wholly beyond 1+WORK_DELTA, and is 'equivalent' when it lies inside ±WORK_DELTA.",
+)
+def report_cmd(
+    directory: Path, fmt: str, html_dir: Path | None, title: str | None, delta: str, work_delta: str | None
+) -> None:
     """Print the answer and the tables for the results under DIRECTORY (a run directory or a results root)."""
-    min_effect = gate.parse_threshold(delta)
-    if not 0 < min_effect < 1:
-        raise UserError(f"--delta {delta}: expected a percentage above 0 and below 100, such as 5%")
+    min_effect = _percentage("--delta", delta)
+    work_effect = _percentage("--work-delta", work_delta) if work_delta is not None else None
     name = title or str(directory)
     if html_dir is None and fmt not in ("md", "json"):  # the exports need no answer
         docs = store.load_results(directory)
     else:
-        found = report.of_run(store.load_run_records(directory), Rule(delta=min_effect))
+        found = report.of_run(store.load_run_records(directory), Rule(delta=min_effect, work_delta=work_effect))
         docs = list(found.stored)
     if html_dir is not None:
         path = page.write_html(found, name, html_dir)

@@ -95,8 +95,9 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     default=None,
     help="Race (the default for a matrix whose cells form a comparison group: two or more cells of one "
     "workload and input): rounds of every cell still in the race; after each round from the minimum repeats "
-    "on, cells significantly worse than their group's best by more than delta leave, and cells equivalent to "
-    "it stop; the race stops when every group is decided, at the maximum repeats or when the budget is spent "
+    "on, cells significantly worse than their group's best leave (a one-sided test at the race's level, the "
+    "answer's 'worse'), and cells equivalent to it within ±delta stop; the race stops when every group is "
+    "decided, at the maximum repeats or when the budget is spent "
     "(docs/statistics-and-gate.md, 'Racing'). Settings: the matrix's `race:`, else min the matrix's repeat "
     "(at least 3), max 10, delta 5 %, no budget. --no-race, or --repeat N without --race: fixed repeats. "
     "A matrix without a comparison group, and --executor slurm, run fixed repeats.",

@@ -97,6 +97,9 @@ def test_parse_values_come_from_the_right_fields() -> None:
     low, high = sorted((n["read_lat_p95_us"], n["write_lat_p95_us"]))
     assert low <= n["lat_p95_us"] <= high
     assert n["runtime_s"] == max(job["read"]["runtime"], job["write"]["runtime"]) / 1000
+    # issue 51: the operations are the I/Os fio counted, not iops × runtime rebuilt from rounded rates
+    assert n["ios"] == job["read"]["total_ios"] + job["write"]["total_ios"]
+    assert fio.WORKLOAD.operations(n) == n["ios"]
 
 
 def test_parse_aggregated_jobs() -> None:

@@ -73,6 +73,8 @@ def test_parse_rndrw_exact_values() -> None:
         "iops": pytest.approx(9436.10 + 6290.40),
     }
     assert isinstance(numbers["events"], int)
+    # issue 51: the operations are the events sysbench counted, not iops × total time (15,734.3 here)
+    assert sysbench.WORKLOAD.operations(numbers) == 16376
 
 
 @pytest.mark.parametrize("mode", sysbench.VALID_MODES)

@@ -370,12 +370,14 @@ class Cluster:
         every ``poll`` seconds: what a measured start, a crash recovery's, can make finer)."""
         if self.postmaster is not None and self.postmaster.poll() is None:
             raise RuntimeError("the server is already running")
-        kwargs: dict[str, Any] = {}
-        if self.owner.switch:
-            kwargs.update(user=self.owner.uid, group=self.owner.gid, extra_groups=[])
+        # The run's cgroup, where one is open: the server joins it itself (proc.in_run).
+        switch = self.owner.switch
+        argv, kwargs = proc.in_run(
+            self.server_args(), self.owner.uid if switch else None, self.owner.gid if switch else None
+        )
         with self.log_file.open("ab") as log_out:
             self.postmaster = subprocess.Popen(
-                self.server_args(),
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log_out,
                 stderr=subprocess.STDOUT,

@@ -139,7 +139,8 @@ def parse_json(doc: str | Mapping[str, Any]) -> dict[str, float | int]:
     Sums throughput, IOPS and bytes over all reported jobs (one entry with group_reporting), weights
     latency means by I/O count. Returns {read,write}_mib_s, {read,write}_iops, iops, lat_mean_us,
     {read,write}_lat_mean_us, lat_p95_us, lat_p99_us (of all I/O: fio's "mixed" section when present),
-    {read,write}_lat_p{95,99}_us, runtime_s, io_bytes, {read,write}_io_bytes. ValueError when the
+    {read,write}_lat_p{95,99}_us, runtime_s, io_bytes, {read,write}_io_bytes and ios (the I/O requests
+    completed, fio's total_ios). ValueError when the
     document is not a fio report.
     """
     report: Mapping[str, Any]
@@ -180,6 +181,8 @@ def parse_json(doc: str | Mapping[str, Any]) -> dict[str, float | int]:
         raise ValueError(f"fio report lacks or mangles a field: {exc!r}") from exc
     numbers["iops"] = float(numbers["read_iops"]) + float(numbers["write_iops"])
     numbers["io_bytes"] = int(numbers["read_io_bytes"]) + int(numbers["write_io_bytes"])
+    # The I/O requests fio completed, as it counts them (the work metrics' operations: never iops × runtime).
+    numbers["ios"] = sum(int(stats["total_ios"]) for stats in every_direction)
     numbers["runtime_s"] = max(runtimes_ms, default=0.0) / 1000.0
     return numbers
 
@@ -394,7 +397,7 @@ WORKLOAD = Workload(
     summary=lambda p: f"fio {p.pattern} rs{p.record_size} {p.file_size} j{p.jobs}",
     row_keys=("pattern",),
     operation="I/O request",
-    operations=lambda m: m.get("iops", 0) * m.get("runtime_s", 0),
+    operations=lambda m: m.get("ios"),
     needs_filesystem=False,  # filesystem raw: fio runs on the block device itself
     guest_packages=("fio",),
     host_packages=("fio",),

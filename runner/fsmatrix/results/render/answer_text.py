@@ -101,13 +101,17 @@ def _configuration_json(c: Configuration) -> dict[str, Any]:
 
 
 def _work_json(w: Work) -> dict[str, Any]:
+    no_ratio = {"value": None, "ci_low": None, "ci_high": None, "confidence": None, "family": None}
     differences = [
         {
             "metric": d.metric,
             "words": d.words,
             "least": d.least,
-            "more": [{"configuration": n, **(_interval_json(r) or {})} for n, r in d.more],
+            "least_does_none": d.does_none,
+            "more": [{"configuration": n, **(_interval_json(r) or no_ratio)} for n, r in d.more],
+            "unsettled": [{"configuration": n, **(_interval_json(r) or no_ratio)} for n, r in d.unsettled],
             "equivalent": list(d.equivalent),
+            "standings": [{"configuration": s.configuration, "words": s.words} for s in d.standings],
         }
         for d in w.differences
     ]
@@ -115,6 +119,7 @@ def _work_json(w: Work) -> dict[str, Any]:
         "compared": list(w.compared),
         "decided": list(w.decided),
         "confidence": w.confidence,
+        "delta": w.delta,
         "differences": differences,
     }
 

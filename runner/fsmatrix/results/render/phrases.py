@@ -11,10 +11,12 @@ from fsmatrix.results.store import Race
 from fsmatrix.results.verdict import power, stats
 from fsmatrix.results.verdict.answer import Configuration, Open, Why
 from fsmatrix.results.verdict.configurations import RULES, Regime
+from fsmatrix.results.verdict.groups import Interval
 from fsmatrix.results.verdict.outliers import RULE, Outlier
+from fsmatrix.results.verdict.outliers import name as outlier_name
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
-from fsmatrix.results.verdict.work import Work
+from fsmatrix.results.verdict.work import Work, words_of
 
 
 def count_are(n: int) -> str:
@@ -81,31 +83,55 @@ def open_advice(o: Open, delta: float) -> str:
 
 
 def work_sentence(w: Work, words: str, named: int | None = None) -> str:
-    """What the configurations' work per operation separates where time does not (per metric, the first
-    ``named`` configurations and how many more, when given)."""
+    """What the configurations' work per operation shows where time does not (per metric, in the words of
+    verdict.work.WORDS; the first ``named`` configurations of each word and how many more, when given)."""
     parts = []
     for d in w.differences:
-        shown = d.more[:named] if named is not None else d.more
-        listed = join(
-            [f"{n} {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]" for n, r in shown], [n for n, _ in shown]
-        )
-        if len(shown) < len(d.more):
-            listed += f" … and {len(d.more) - len(shown)} more"
-        parts.append(f"{d.words} (× {d.least}'s): {listed}")
+        listed = [
+            *_work_words([(n, _ratio(r)) for n, r in d.more], "more work", named),
+            *_work_words([(n, _ratio(r)) for n, r in d.unsettled], "more, size unsettled", named),
+            *_work_words([(n, "") for n in d.equivalent], f"equivalent within ±{pct(w.delta)}", named),
+        ]
+        least = f"{d.least} does none" if d.does_none else f"× {d.least}'s"
+        parts.append(f"{d.words} ({least}): {'; '.join(listed)}")
     compared = len(w.compared)
     return (
-        f"Work, where {words} does not decide (the same rule per work metric, {compared} metric"
-        f"{'s' if compared != 1 else ''} whose intervals hold together at {pct(w.confidence)}): "
-        + "; ".join(parts)
-        + "."
+        f"Work, where {words} does not decide (the same intervals per work metric, {compared} metric"
+        f"{'s' if compared != 1 else ''} whose intervals hold together at {pct(w.confidence)}, "
+        f"read with a margin of ±{pct(w.delta)}): " + "; ".join(parts) + "."
     )
+
+
+def work_headline(w: Work) -> str:
+    """The headline's words on the work metrics that decided: those showing a difference (the work sentence
+    below), and those on which every configuration is equivalent within ±δ (no sentence below)."""
+    shown = {d.metric for d in w.differences}
+    decided = [words_of(m) for m in w.decided if m in shown]
+    same = [words_of(m) for m in w.decided if m not in shown]
+    text = f" Decided on work: {and_list(decided)} (below)." if decided else ""
+    return text + (f" Equivalent within ±{pct(w.delta)} on {and_list(same)}." if same else "")
+
+
+def _ratio(r: Interval | None) -> str:
+    return f" {r.ratio:.2f}× [{r.ci_low:.2f}, {r.ci_high:.2f}]" if r is not None else ""
+
+
+def _work_words(shown: Sequence[tuple[str, str]], words: str, named: int | None) -> list[str]:
+    """``words`` after the configurations that have them (with their ratios), the first ``named``."""
+    if not shown:
+        return []
+    first = shown[:named] if named is not None else shown
+    listed = join([f"{n}{r}" for n, r in first], [n for n, _ in first])
+    if len(first) < len(shown):
+        listed += f" … and {len(shown) - len(first)} more"
+    return [f"{listed} {words}"]
 
 
 def outlier_sentence(found: Sequence[Outlier], words: str, named: int | None = None) -> str:
     """The runs outside their configuration's spread, named (the first ``named``, when given), and kept
     in every figure."""
     shown = found[:named] if named is not None else found
-    listed = join([f"{o.configuration} r{o.repeat} {o.ratio:.2f}× the median of its other runs" for o in shown])
+    listed = join([f"{outlier_name(o)} {o.ratio:.2f}× the median of its other runs" for o in shown])
     if len(shown) < len(found):
         listed += f" … and {len(found) - len(shown)} more"
     return f"Outlier runs on {words} ({RULE}; kept in every figure above): {listed}."

@@ -23,6 +23,7 @@ from fsmatrix.results.render.phrases import (
     settle_time,
     stop_words,
     why_sentence,
+    work_headline,
     work_sentence,
 )
 from fsmatrix.results.render.words import and_list, join, pct, plain
@@ -35,7 +36,6 @@ from fsmatrix.results.verdict.answer import (
     SpeedGroup,
 )
 from fsmatrix.results.verdict.crash import UNSAFE
-from fsmatrix.results.verdict.work import words_of as work_words
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,8 @@ def _speed(g: SpeedGroup, delta: float) -> Said:
         if g.verdict == "equivalent"
         else ()
     )
-    if not g.decided_on_time and g.decided_on_work:
-        decided = and_list([work_words(m) for m in g.decided_on_work])
-        headline += f" Decided on work: {decided} (below)."
+    if not g.decided_on_time and g.work is not None and g.decided_on_work:
+        headline += work_headline(g.work)
     for name in (n for n in answered if n in g.unsafe):
         label, v = g.unsafe[name]
         headline += f" But {name} is UNSAFE: {unsafe_reason(v)} in {label}; not the answer, whatever its speed."
@@ -207,8 +206,8 @@ def _speed_many(g: SpeedGroup, delta: float) -> Said:
             if names:
                 details.append(f"{text} the leader ({words}, × its): {_few(names, by_config, status)}.")
     answered = (g.best,) if g.best else g.not_separated
-    if not g.decided_on_time and g.decided_on_work:
-        headline += f" Decided on work: {and_list([work_words(m) for m in g.decided_on_work])} (below)."
+    if not g.decided_on_time and g.work is not None and g.decided_on_work:
+        headline += work_headline(g.work)
     unsafe_answered = [n for n in answered if n in g.unsafe]
     if unsafe_answered:
         headline += (

@@ -38,12 +38,14 @@ VERDICTS = (*(s for s in STATUSES if s != "worse"), "single", "crash")
 @dataclass(frozen=True)
 class Rule:
     """How the answer decides: the family error α of each group's claims, the minimum effect δ (of the
-    equivalence test and the repeat advice), and the repeat advice's simulated draws per n and seed."""
+    equivalence test and the repeat advice), and the repeat advice's simulated draws per n and seed;
+    ``work_delta``: the practical margin of the work answer's words (None: ``delta``)."""
 
     alpha: float = ALPHA
     delta: float = DELTA
     draws: int = DRAWS
     seed: int = 0
+    work_delta: float | None = None
 
 
 DEFAULT_RULE = Rule()

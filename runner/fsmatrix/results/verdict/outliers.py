@@ -35,20 +35,28 @@ class Outlier:
     value: float
     ratio: float  # its value over the median of the other runs
     spreads: float  # how many robust standard deviations (of the others' logs) away
+    run_id: str = ""  # the run it belongs to ("" unknown): a results root holds several runs' r2
 
 
-def outliers(configuration: str, runs: Sequence[tuple[int, float]]) -> tuple[Outlier, ...]:
+def outliers(configuration: str, runs: Sequence[tuple[int, float]], run_ids: Sequence[str] = ()) -> tuple[Outlier, ...]:
     """The outlier runs among ``runs`` ((repeat, value) of one configuration's passed runs; values <= 0,
-    which have no logarithm, are never judged)."""
-    usable = [(r, v) for r, v in runs if v > 0 and math.isfinite(v)]
+    which have no logarithm, are never judged); ``run_ids``: the run each belongs to, in that order."""
+    ids = list(run_ids) or [""] * len(runs)
+    usable = [(r, v, i) for (r, v), i in zip(runs, ids, strict=True) if v > 0 and math.isfinite(v)]
     if len(usable) < MIN_OTHERS + 1:
         return ()
     found = []
-    for i, (repeat, value) in enumerate(usable):
-        others = [math.log(v) for j, (_, v) in enumerate(usable) if j != i]
+    for i, (repeat, value, run_id) in enumerate(usable):
+        others = [math.log(v) for j, (_, v, _) in enumerate(usable) if j != i]
         centre = statistics.median(others)
         spread = max(1.4826 * statistics.median(abs(x - centre) for x in others), math.log1p(FLOOR))
         away = abs(math.log(value) - centre) / spread
         if away > K:
-            found.append(Outlier(configuration, repeat, value, value / math.exp(centre), away))
+            found.append(Outlier(configuration, repeat, value, value / math.exp(centre), away, run_id))
     return tuple(found)
+
+
+def name(o: Outlier) -> str:
+    """How the answer names an outlier run: its configuration, repeat and run ("ext4 r2 of run
+    20250101-1200"; a results root holds several runs' r2), the run left out where unknown."""
+    return f"{o.configuration} r{o.repeat}" + (f" of run {o.run_id}" if o.run_id else "")

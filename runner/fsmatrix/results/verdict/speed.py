@@ -130,7 +130,10 @@ def speed_group(
         raced=raced,
         work=(
             work.work(
-                group, [c.name for c in configs if c.status != "not enough data"], alpha=rule.alpha, delta=rule.delta
+                group,
+                [c.name for c in configs if c.status != "not enough data"],
+                alpha=rule.alpha,
+                delta=rule.delta if rule.work_delta is None else rule.work_delta,
             )
             if verdict in ("not separated", "equivalent")
             else None
@@ -143,10 +146,8 @@ def speed_group(
 
 
 def _outliers(name: str, c: Member, metric: str) -> tuple[outliers.Outlier, ...]:
-    runs = [
-        (d.repeat, v) for d in c.docs if d.status == "passed" and (v := metrics.metric_value(d, metric)) is not None
-    ]
-    return outliers.outliers(name, runs)
+    passed = [(d, v) for d in c.docs if d.status == "passed" and (v := metrics.metric_value(d, metric)) is not None]
+    return outliers.outliers(name, [(d.repeat, v) for d, v in passed], [d.run_id for d, _ in passed])
 
 
 def _settle_seconds(group: Group, still: Sequence[Open], by_config: Mapping[str, Configuration]) -> float | None:

@@ -4,15 +4,24 @@ These vary far less than wall time between runs, so they often separate what tim
 ext4 are not separated on elapsed time; ext4 writes 1.90× [1.88, 1.92] xfs's device bytes per
 operation".
 
-The same rule as the time answer (``groups.compare_group``: Welch's intervals on logs, Bonferroni over
-the pairs), once per work metric, with α split evenly over the metrics compared (Bonferroni again):
+The same intervals as the time answer (``groups.compare_group``: Welch's intervals on logs, Bonferroni
+over the pairs), once per work metric, with α split evenly over the metrics compared (Bonferroni again):
 every work interval of a group, over every metric, holds together with probability at least 1 - α,
 as a family of its own beside the time answer's. Only runs that measured a metric count for it (a
 metric not available in a guest, such as CPU instructions under TCG, is absent, never 0).
+
+Work counts are so steady that an interval excludes 1 for differences of a percent no one would act
+on, so each configuration's interval against the least is read with a practical margin δ (the
+answer's δ unless ``work_delta`` is set), in ``WORDS``: *more work* when it lies wholly beyond 1+δ,
+*equivalent* (within ±δ) when it lies inside, *shown, size unsettled* when it excludes 1 and reaches
+past 1+δ, *not separated* otherwise. Only "more work" and "equivalent" decide. A configuration whose
+runs all measured 0 does none of that work (the least, no ratio); one with zero and non-zero runs
+has *not enough data* on that metric.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,16 +30,63 @@ from fsmatrix.results.verdict import groups, metrics, stats
 from fsmatrix.results.verdict.configurations import Group
 from fsmatrix.results.verdict.groups import Interval
 
+LEAST, NONE, MORE, EQUIVALENT, UNSETTLED, NOT_SEPARATED, NOT_ENOUGH = (
+    "least",
+    "least; does none",
+    "more work",
+    "equivalent",
+    "shown, size unsettled",
+    "not separated",
+    "not enough data",
+)
+WORDS = (LEAST, NONE, MORE, EQUIVALENT, UNSETTLED, NOT_SEPARATED, NOT_ENOUGH)
+DECIDING = (LEAST, NONE, MORE, EQUIVALENT, NOT_ENOUGH)  # what leaves a metric decided
+
+
+@dataclass(frozen=True)
+class WorkStanding:
+    """One configuration on one work metric: its words (``WORDS``) and its interval against the least
+    (None for the least, for a ratio to or of none, and without enough data)."""
+
+    configuration: str
+    words: str
+    against_least: Interval | None
+
 
 @dataclass(frozen=True)
 class WorkDifference:
-    """One work metric on which some configuration does more work than the one doing least."""
+    """One work metric on which some configuration is shown to do more work than the one doing least."""
 
     metric: str
     words: str
-    least: str  # the configuration with the least work (the best geometric mean)
-    more: tuple[tuple[str, Interval], ...]  # the configurations separated from it: ratio to ``least``, interval
-    equivalent: tuple[str, ...]  # shown within ±δ of ``least``
+    least: str  # the configuration with the least work (the best geometric mean, or one doing none)
+    standings: tuple[WorkStanding, ...]  # every configuration compared, the least first
+
+    def with_words(self, words: str) -> tuple[str, ...]:
+        return tuple(s.configuration for s in self.standings if s.words == words)
+
+    @property
+    def more(self) -> tuple[tuple[str, Interval | None], ...]:
+        """The configurations doing more work (beyond 1+δ): their ratio to ``least`` (None against none)."""
+        return tuple((s.configuration, s.against_least) for s in self.standings if s.words == MORE)
+
+    @property
+    def unsettled(self) -> tuple[tuple[str, Interval], ...]:
+        """Shown to do more, by how much not settled (the interval excludes 1 and reaches past 1+δ)."""
+        return tuple(
+            (s.configuration, s.against_least)
+            for s in self.standings
+            if s.words == UNSETTLED and s.against_least is not None
+        )
+
+    @property
+    def equivalent(self) -> tuple[str, ...]:
+        """Within ±δ of ``least`` (or doing none, as it does)."""
+        return self.with_words(EQUIVALENT)
+
+    @property
+    def does_none(self) -> bool:
+        return self.standings[0].words == NONE
 
 
 @dataclass(frozen=True)
@@ -39,45 +95,76 @@ class Work:
 
     compared: tuple[str, ...]
     differences: tuple[WorkDifference, ...]
-    decided: tuple[str, ...]  # the compared metrics on which every pair is decided (none left not separated)
+    decided: tuple[str, ...]  # the compared metrics on which every configuration is "more work" or "equivalent"
     confidence: float  # 1 - α: every interval over every compared metric together
+    delta: float = 0.05  # the practical margin δ of the words
 
 
 def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> Work:
     """The work comparison of the configurations ``names`` (those with enough data on time)."""
     cells = {group.name(c): c for c in group.cells if group.name(c) in names}
-    per_metric: dict[str, dict[str, groups.Values]] = {}
+    per_metric: dict[str, dict[str, list[float]]] = {}
     for metric in (m.name for m in WORK_METRICS):
         values = {n: metrics.metric_values(list(c.docs), metric) for n, c in cells.items()}
-        # Compared where two configurations or more can be (enough runs that measured it, none <= 0):
-        # which metrics count is fixed by what was measured, never by what the values show.
-        measured: dict[str, groups.Values] = {
-            n: v for n, v in values.items() if len(v) >= stats.MIN_SAMPLES and min(v) > 0
-        }
-        if len(measured) >= 2:
-            per_metric[metric] = measured
+        # Compared where two configurations or more can be (enough runs that measured it) and some run did
+        # any of that work (none reading the device: nothing to compare): fixed by what was measured.
+        enough = [v for v in values.values() if len(v) >= stats.MIN_SAMPLES]
+        if len(enough) >= 2 and any(max(v) > 0 for v in enough):
+            per_metric[metric] = values
     if not per_metric:
-        return Work((), (), (), 1 - alpha)
+        return Work((), (), (), 1 - alpha, delta)
     level = alpha / len(per_metric)
     found, settled = [], []
-    for metric, measured_values in per_metric.items():
-        decided = groups.compare_group(measured_values, "lower", alpha=level, delta=delta)
-        difference = _difference(metric, decided)
-        if difference is not None:
-            found.append(difference)
-        if decided.leader is not None and not decided.not_separated:
+    for metric, values in per_metric.items():
+        standings = _standings(values, level, delta)
+        if standings is None:
+            continue
+        if all(s.words in DECIDING for s in standings):
             settled.append(metric)
-    return Work(tuple(per_metric), tuple(found), tuple(settled), 1 - alpha)
+        if any(s.words in (MORE, UNSETTLED) for s in standings) or (
+            standings[0].words == NONE and any(s.words != EQUIVALENT for s in standings[1:])
+        ):
+            found.append(WorkDifference(metric, words_of(metric), standings[0].configuration, standings))
+    return Work(tuple(per_metric), tuple(found), tuple(settled), 1 - alpha, delta)
 
 
-def _difference(metric: str, decided: groups.IntervalDecision) -> WorkDifference | None:
-    if decided.leader is None or not decided.worse:
+def _standings(values: dict[str, list[float]], level: float, delta: float) -> tuple[WorkStanding, ...] | None:
+    """Every configuration's words on one metric, the least first (None: fewer than two usable)."""
+    enough = {n: v for n, v in values.items() if len(v) >= stats.MIN_SAMPLES}
+    none = [n for n, v in enough.items() if max(v) == 0]
+    some: dict[str, groups.Values] = {n: v for n, v in enough.items() if min(v) > 0}
+    short = tuple(WorkStanding(n, NOT_ENOUGH, None) for n in values if n not in none and n not in some)
+    if none:  # a configuration doing none of this work is the least; the others do more, by no ratio
+        return (
+            WorkStanding(none[0], NONE, None),
+            *(WorkStanding(n, EQUIVALENT, None) for n in none[1:]),
+            *(WorkStanding(n, MORE, None) for n in some),
+            *short,
+        )
+    if len(some) < 2:
         return None
-    more = tuple(
-        (s.config, s.against_leader) for s in decided.standings if s.status == "worse" and s.against_leader is not None
-    )
-    equivalent = tuple(s.config for s in decided.standings if s.status == "equivalent")
-    return WorkDifference(metric, words_of(metric), decided.leader, more, equivalent)
+    decided = groups.compare_group(some, "lower", alpha=level, delta=delta)
+    if decided.leader is None:
+        return None
+    out = [WorkStanding(decided.leader, LEAST, None)]
+    for s in decided.standings:
+        if s.config != decided.leader and s.against_leader is not None:
+            out.append(WorkStanding(s.config, words_for(s.against_leader, delta), s.against_leader))
+    return (*out, *short)
+
+
+def words_for(interval: Interval, delta: float) -> str:
+    """``WORDS`` for a configuration's interval against the least (ratio this / least, so >= 1 is more)."""
+    low, high, bound = interval.ci_low, interval.ci_high, 1 + delta
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return NOT_SEPARATED
+    if low > bound:
+        return MORE
+    if 1 / bound < low and high < bound:
+        return EQUIVALENT
+    if low > 1:
+        return UNSETTLED
+    return NOT_SEPARATED
 
 
 def words_of(metric: str) -> str:

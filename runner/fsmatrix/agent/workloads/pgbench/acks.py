@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from fsmatrix.agent import proc
 from fsmatrix.agent.databases import postgres
 
 log = logging.getLogger("fsmatrix")
@@ -157,8 +158,9 @@ class AckClient:
         self._stderr = ""
 
     def start(self) -> None:
+        argv, _ = proc.in_run([self.cluster.tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"])  # the run's cgroup
         self._psql = subprocess.Popen(
-            [self.cluster.tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1"],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.errors,
