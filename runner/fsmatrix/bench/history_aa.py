@@ -87,8 +87,9 @@ def injected(runs: list[Path], factor: float, store: str) -> dict[str, Any]:
     }
 
 
-def _work_rows(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each work series of a history: its points, distinct values, change points (attributed)."""
+def _work_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each work series of `fsmatrix history`'s JSON ``answer``: its points, distinct values, change
+    points (attributed)."""
     return [
         {
             "metric": s["metric"],
@@ -97,7 +98,7 @@ def _work_rows(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "change_points": len(s["change_points"]),
             "attributed": sum(1 for c in s["change_points"] if c["changed"]),
         }
-        for s in series
+        for s in answer["series"]
         if s["metric"] in WORK
     ]
 
@@ -133,7 +134,7 @@ def measure(
                 "change_points": len(cps),
                 "attributed": sum(1 for c in cps if c["changed"]),
                 "found": [{"index": c["index"], "ratio": c["ratio"], "p": c["p"]} for c in cps],
-                "work": _work_rows(doc["series"]),
+                "work": _work_rows(doc),
                 "injected": injected(sat, factor, f"sqlite:///{tmp}/h{h}-injected.sqlite"),
             })  # fmt: skip
     meta["load_after"] = bench_results.load_average()
