@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+from fsmatrix.bench.history_store import comparable
+
 BENCH = [sys.executable, "-m", "fsmatrix.bench.history"]
 
 
@@ -55,3 +57,15 @@ def test_bench_history_store_bad_options() -> None:
         done = subprocess.run([*BENCH, *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and done.stderr.strip().startswith("fsmatrix.bench.history: error: "), done.stderr
         assert words in done.stderr
+
+
+def test_outputs_are_compared_without_the_work_series() -> None:
+    """A commit before schema version 3 has no work series and no ``kind``: the rest must match."""
+    old = {"detector": "Apache Otava 0.8.0", "series": [{"metric": "elapsed_s", "points": []}]}
+    new = {"detector": "Apache Otava 0.8.0", "series": [
+        {"metric": "elapsed_s", "kind": "key", "points": []},
+        {"metric": "fsyncs_per_op", "kind": "work", "points": []},
+    ]}  # fmt: skip
+    assert comparable(json.dumps(old)) == comparable(json.dumps(new))
+    new["series"][0]["points"] = [1.0]
+    assert comparable(json.dumps(old)) != comparable(json.dumps(new))

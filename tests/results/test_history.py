@@ -22,6 +22,7 @@ import matplotlib.image
 import pytest
 
 from conftest import FSMATRIX, TEST_DATA, invoke
+from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.backends import image
 from fsmatrix.bench.throwaway_pg import available, cluster
 from fsmatrix.results.render import trends
@@ -37,6 +38,7 @@ FIRST = datetime(2026, 11, 1, 1, 0, tzinfo=UTC)
 # A drift of 20 % over 60 runs (seeded): Otava 0.8.0 cuts it into four levels, as any step detector must
 # (it has no trend model); pinned so that another Otava or threshold that changes this is noticed.
 DRIFT_CUTS = [17, 40, 48]
+WORK_NAMES = {m.name for m in WORK_METRICS}
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +47,21 @@ def otava_python() -> Path:
     return otava.ensure(image.cache_root() / otava.VENV_NAME)
 
 
-def document(i: int, value: float, *, run_id: str = "nightly", change: dict[str, Any] | None = None) -> dict[str, Any]:
+NOT_MEASURED = "not measured in this test's history"
+
+
+def document(
+    i: int, value: float, *, run_id: str = "nightly", change: dict[str, Any] | None = None, work: bool = False
+) -> dict[str, Any]:
     """The template as the ``i``-th night's run: elapsed_s = ``value``; ``change``: dotted paths
-    (``provenance.kernel``, ``params.gtm.global_buffers``) set to new values."""
+    (``provenance.kernel``, ``params.gtm.global_buffers``) set to new values. Its work per operation
+    (the template's device bytes per operation) kept with ``work``, else not measured (None, and why:
+    no series of them)."""
     doc = copy.deepcopy(TEMPLATE)
+    if not work:
+        for name in [n for n in doc["metrics"] if n in WORK_NAMES]:
+            doc["metrics"][name] = None
+            doc.setdefault("metrics_unavailable", {})[name] = NOT_MEASURED
     started = FIRST + timedelta(days=i)
     doc.update(
         run_id=run_id,
@@ -266,7 +279,11 @@ def test_bad_input_is_one_line(two_builds: list[Path], tmp_path: Path) -> None:
     cli("results", "push", *map(str, two_builds), "--store", url)
     for args, status, words in [
         (["--since", "last tuesday"], 2, "--since 'last tuesday': not a date"),
-        (["--metric", "bogus_s"], 2, "--metric 'bogus_s': no stored result has it as a key metric; known: elapsed_s"),
+        (
+            ["--metric", "bogus_s"],
+            2,
+            "--metric 'bogus_s': no stored result has it as a key or work metric; known: elapsed_s",
+        ),
         (["--fail-over", "lots"], 2, "threshold 'lots'"),
         (["--threshold", "2"], 2, "--threshold"),
         (["--store", "postgresql://nobody@/nothing?host=/nonexistent-socket-dir"], 1, "cannot connect"),

@@ -1,8 +1,9 @@
-"""History on the store's columns (results/store/history.py, schema version 2): the selection is SQL on
-both databases, the points are built from columns, a document is read only either side of a change
-point, and a store of version 1 is migrated with its new columns filled from its documents (all of it
-or none of it). Real SQLite files and a throwaway PostgreSQL (fsmatrix.bench.throwaway_pg), real Otava
-where change points are wanted; the documents are a real host-backend result (tests/data/goldens)."""
+"""History on the store's columns (results/store/history.py, schema version 3): the selection is SQL on
+both databases, the points are built from columns, the work per operation is rows of its own kind
+(measured values only), a document is read only either side of a change point, and a store of version 1
+or 2 is migrated with its new columns and work rows filled from its documents (all of it or none of
+it). Real SQLite files and a throwaway PostgreSQL (fsmatrix.bench.throwaway_pg), real Otava where change
+points are wanted; the documents are a real host-backend result (tests/data/goldens)."""
 
 from __future__ import annotations
 
@@ -83,22 +84,26 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
     return Target(server.url(name), on_server)
 
 
-def made(cell: str, nights: int, *, change: dict[str, Any] | None = None, start: int = 0) -> list[dict[str, Any]]:
-    """``nights`` runs of one cell, elapsed_s and cpu_busy_s its key metrics."""
+def made(
+    cell: str, nights: int, *, change: dict[str, Any] | None = None, start: int = 0, work: bool = False
+) -> list[dict[str, Any]]:
+    """``nights`` runs of one cell, elapsed_s and cpu_busy_s its key metrics; ``work``: with the
+    template's work per operation (device bytes written and read per operation)."""
     docs = []
     for i in range(start, start + nights):
-        doc = document(i, 1.0 + i / 100, run_id=f"night-{i:02d}", change=change)
+        doc = document(i, 1.0 + i / 100, run_id=f"night-{i:02d}", change=change, work=work)
         doc["cell_id"] = cell
         doc["key_metrics"] = {"elapsed_s": "lower", "cpu_busy_s": "lower"}
         docs.append(doc)
     return docs
 
 
-def shelf() -> list[dict[str, Any]]:
+def shelf(work: bool = False) -> list[dict[str, Any]]:
     """Two cells of two comparison groups, one of them on two hardware classes, a failed run, and a run
     whose start time is in another offset (its text sorts after the next night's, its instant before)."""
-    docs = made("ext4-a", 6) + made("ext4-a", 4, change={"provenance.host.cpu_model": OTHER_CPU}, start=10)
-    docs += made("xfs-b", 5, change=WIDE, start=20)
+    other = {"provenance.host.cpu_model": OTHER_CPU}
+    docs = made("ext4-a", 6, work=work) + made("ext4-a", 4, change=other, start=10, work=work)
+    docs += made("xfs-b", 5, change=WIDE, start=20, work=work)
     docs[1]["status"] = "failed"
     docs[2]["started_at"] = "2026-11-04T02:30:00+02:00"  # 00:30Z: before night 3's 01:00Z, its text after
     return docs
@@ -178,7 +183,10 @@ def test_an_unknown_metric_class_or_group_is_one_line(tmp_path: Path) -> None:
     push(url, shelf())
     env = {k: None for k in os.environ if k == store_urls.ENV or k.startswith("PG")}
     for args, words in [
-        (["--metric", "tps"], "--metric 'tps': no stored result has it as a key metric; known: cpu_busy_s, elapsed_s"),
+        (
+            ["--metric", "tps"],
+            "--metric 'tps': no stored result has it as a key or work metric; known: cpu_busy_s, elapsed_s",
+        ),
         (
             ["--hardware-class", "a Cray", "--only", "xfs-*"],
             "--hardware-class 'a Cray': no stored result of xfs-* is of that hardware class; known: AMD EPYC, 2 CPUs",
@@ -223,68 +231,127 @@ def test_only_the_documents_either_side_of_a_change_point_are_read(
 
 
 # --------------------------------------------------------------------------------------------
-# version 1 → 2
+# the work per operation: rows of its own kind, measured values only
 
 
-def version_1_store(target: Target, docs: Sequence[dict[str, Any]]) -> None:
-    """A store as an fsmatrix of schema version 1 left it: its tables, and its rows without the columns
-    version 2 added."""
+def test_work_metrics_are_rows_beside_the_key_metrics() -> None:
+    doc = document(0, 1.0, work=True)
+    doc["metrics"].update(fsyncs_per_op=2.0, instructions_per_op=None, cycles_per_op=float("nan"))
+    doc["metrics_unavailable"] = {"instructions_per_op": "perf events not permitted"}
+    doc["key_metrics"] = {"elapsed_s": "lower", "device_write_bytes_per_op": "lower"}
+    rows = database.metric_rows(Result.read(doc))
+    assert rows == (
+        ("elapsed_s", 1.0, "lower", schema.KEY),
+        ("device_write_bytes_per_op", 193.984, "lower", schema.KEY),  # declared key too: one row, key
+        ("device_read_bytes_per_op", 0.0, "lower", schema.WORK),  # 0 measured is a point; None is none
+        ("fsyncs_per_op", 2.0, "lower", schema.WORK),
+    )
+
+
+def test_work_series_are_told_apart(target: Target) -> None:
+    docs = made("ext4-a", 3, work=True)
+    docs[1]["key_metrics"]["device_write_bytes_per_op"] = "lower"  # one run declared it key: the series is key
+    push(target.url, docs)
+    with database.Store.open(target.parsed) as opened:
+        found = {s.metric: s.kind for s in stored_history.load_series(opened)}
+    assert found == {
+        "cpu_busy_s": schema.KEY,
+        "device_read_bytes_per_op": schema.WORK,
+        "device_write_bytes_per_op": schema.KEY,
+        "elapsed_s": schema.KEY,
+    }
+    assert series_of(target.url, metric="device_read_bytes_per_op")[0][4] == ["night-00", "night-01", "night-02"]
+
+
+# --------------------------------------------------------------------------------------------
+# version 1 or 2 → 3
+
+
+def old_store(target: Target, docs: Sequence[dict[str, Any]], version: int) -> None:
+    """A store as an fsmatrix of schema ``version`` (1 or 2) left it: its tables, and its rows without
+    what later versions added (version 2's columns, version 3's rows of the work metrics)."""
     dialect = target.parsed.scheme
-    for statement in schema.MIGRATIONS[1](dialect):
-        target.raw(statement, ())
-    target.raw(f"INSERT INTO {schema.META} (key, value) VALUES ('schema_version', '1')", ())
+    for v in range(1, version + 1):
+        for statement in schema.MIGRATIONS[v](dialect):
+            target.raw(statement, ())
+    target.raw(f"INSERT INTO {schema.META} (key, value) VALUES ('schema_version', ?)", (str(version),))
     document_type = "?" if dialect == "sqlite" else "?::jsonb"
     for row in (database.ResultColumns.of(Result.read(d)) for d in docs):
+        columns = (
+            "id, run_id, cell_id, repeat, host, status, workload, comparison_group, hardware_class, "
+            "fsmatrix_commit, settings_sha256, kernel, image, backend, tools, started_at, finished_at, pushed_at"
+        )
+        values: list[Any] = [
+            row.id, row.run_id, row.cell_id, row.repeat, row.host, row.status, row.workload, row.comparison_group,
+            row.hardware_class, row.fsmatrix_commit, row.settings_sha256, row.kernel, row.image, row.backend,
+            row.tools, row.started_at, row.finished_at, "2026-11-30T00:00:00+00:00",
+        ]  # fmt: skip
+        if version >= 2:
+            columns += ", comparison_label, duration_s"
+            values += [row.comparison_label, row.duration_s]
         target.raw(
-            "INSERT INTO results (id, run_id, cell_id, repeat, host, status, workload, comparison_group, "
-            "hardware_class, fsmatrix_commit, settings_sha256, kernel, image, backend, tools, started_at, "
-            f"finished_at, pushed_at, document) VALUES ({'?, ' * 18}{document_type})",
-            (row.id, row.run_id, row.cell_id, row.repeat, row.host, row.status, row.workload, row.comparison_group,
-             row.hardware_class, row.fsmatrix_commit, row.settings_sha256, row.kernel, row.image, row.backend,
-             row.tools, row.started_at, row.finished_at, "2026-11-30T00:00:00+00:00", row.document),
-        )  # fmt: skip
-        for metric, value, direction in row.metrics:
-            target.raw("INSERT INTO result_metrics VALUES (?, ?, ?, ?)", (row.id, metric, value, direction))
+            f"INSERT INTO results ({columns}, document) VALUES ({'?, ' * len(values)}{document_type})",
+            (*values, row.document),
+        )
+        for metric, value, direction, kind in row.metrics:
+            if kind == schema.KEY:  # an older fsmatrix stored the key metrics only
+                target.raw("INSERT INTO result_metrics VALUES (?, ?, ?, ?)", (row.id, metric, value, direction))
 
 
-def test_a_version_1_store_is_migrated_and_its_columns_filled(
-    target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_is_migrated_and_filled_from_its_documents(
+    target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
-    docs = shelf()
+    docs = shelf(work=True)
     docs[0]["duration_s"] = 12.5
-    version_1_store(target, docs)
+    docs[3]["metrics"]["device_read_bytes_per_op"] = None  # not measured there: no row, no point
+    docs[3]["metrics_unavailable"] = {"device_read_bytes_per_op": "no data devices"}
+    old_store(target, docs, version)
+    assert target.raw("SELECT COUNT(*) FROM result_metrics", ()) == [(2 * len(docs),)]  # the key metrics only
     monkeypatch.setattr(database, "BATCH", 4)  # several batches of the fill
     with database.Store.open(target.parsed) as opened:
         assert opened.count() == len(docs)
     assert target.raw(f"SELECT value FROM {schema.META}", ()) == [(str(schema.VERSION),)]
     filled = {r[0]: (r[1], r[2]) for r in target.raw("SELECT id, comparison_label, duration_s FROM results", ())}
-    for d in docs:
-        row = database.ResultColumns.of(Result.read(d))
+    rows = [database.ResultColumns.of(Result.read(d)) for d in docs]
+    for row in rows:
         assert filled[row.id] == (row.comparison_label, row.duration_s) and row.comparison_label
-    assert filled[database.ResultColumns.of(Result.read(docs[0])).id][1] == 12.5
+    assert filled[rows[0].id][1] == 12.5
+    stored = set(target.raw("SELECT result_id, metric, value, direction, kind FROM result_metrics", ()))
+    assert stored == {(row.id, *m) for row in rows for m in row.metrics}
+    work = {(rid, metric) for rid, metric, _, _, kind in stored if kind == schema.WORK}
+    assert len(work) == 2 * len(docs) - 1 and (rows[3].id, "device_read_bytes_per_op") not in work
     fresh = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
     push(fresh, docs)
     assert series_of(target.url) == series_of(fresh) != []
+    assert {s[2] for s in series_of(target.url)} >= {"device_write_bytes_per_op", "device_read_bytes_per_op"}
 
 
-def test_a_migration_stopped_halfway_leaves_version_1(target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
-    docs = shelf()
-    version_1_store(target, docs)
+@pytest.mark.parametrize(
+    ("version", "killed", "added"), [(1, "comparison_group", "comparison_label"), (2, "metric_rows", "kind")]
+)
+def test_a_migration_stopped_halfway_leaves_the_old_version(
+    target: Target, monkeypatch: pytest.MonkeyPatch, version: int, killed: str, added: str
+) -> None:
+    docs = shelf(work=True)
+    old_store(target, docs, version)
     monkeypatch.setattr(database, "BATCH", 4)
     calls = itertools.count()
+    original = getattr(database, killed)
 
-    def failing(params: Any, workload: str) -> tuple[str, str]:
+    def failing(*args: Any) -> Any:
         if next(calls) == 6:  # in the fill's second batch
             raise RuntimeError("the migration is killed here")
-        return comparison_group(params, workload)
+        return original(*args)
 
-    monkeypatch.setattr(database, "comparison_group", failing)
+    monkeypatch.setattr(database, killed, failing)
     with pytest.raises(RuntimeError, match="killed here"), database.Store.open(target.parsed):
         pass
-    assert target.raw(f"SELECT value FROM {schema.META}", ()) == [("1",)]
-    with pytest.raises(Exception, match="comparison_label"):
-        target.raw("SELECT comparison_label FROM results", ())
+    assert target.raw(f"SELECT value FROM {schema.META}", ()) == [(str(version),)]
+    with pytest.raises(Exception, match=added):
+        target.raw(f"SELECT {added} FROM results r JOIN result_metrics m ON m.result_id = r.id", ())
     monkeypatch.undo()
     with database.Store.open(target.parsed) as opened:
         assert opened.count() == len(docs)
     assert target.raw(f"SELECT value FROM {schema.META}", ()) == [(str(schema.VERSION),)]
+    assert target.raw("SELECT COUNT(*) FROM result_metrics WHERE kind = 'work'", ()) == [(2 * len(docs),)]

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from fsmatrix.results.store.schema import WORK
 from fsmatrix.results.verdict.history import NOTHING_RECORDED, ChangePoint, History
 
 
@@ -36,6 +37,7 @@ def to_json(histories: Sequence[History], *, detector: str, threshold: float) ->
             {
                 "cell_id": h.series.cell_id,
                 "metric": h.series.metric,
+                "kind": h.series.kind,
                 "direction": h.series.direction,
                 "hardware_class": h.series.hardware_class,
                 "comparison_group": h.series.group_label,
@@ -59,6 +61,12 @@ def changed_text(cp: ChangePoint) -> str:
     if not cp.changed:
         return NOTHING_RECORDED
     return "; ".join(f"{name} {_value(b)} → {_value(a)}" for name, (b, a) in cp.changed.items())
+
+
+def metric_words(kind: str, direction: str) -> str:
+    """How a series' metric reads beside its name: ``lower is better``; ``work per operation, lower is
+    better`` for a work metric (the agent's WORK_METRICS) that no run declared key."""
+    return ("work per operation, " if kind == WORK else "") + f"{direction} is better"
 
 
 def ratio_text(cp: ChangePoint) -> str:
@@ -97,7 +105,8 @@ def markdown(histories: Sequence[History], *, shown: str, detector: str, thresho
         for h in histories:
             s = h.series
             lines.append(
-                f"| {s.cell_id} | {s.hardware_class} | {s.metric} ({s.direction} is better) | {len(s.points)} | "
+                f"| {s.cell_id} | {s.hardware_class} | {s.metric} ({metric_words(s.kind, s.direction)}) | "
+                f"{len(s.points)} | "
                 f"{s.points[0].time} | {s.points[-1].time} | {len(h.change_points)} |"
             )
     return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from fsmatrix.results.render.charts import figure, svg_of
-from fsmatrix.results.render.history import changed_text, ratio_text
+from fsmatrix.results.render.history import changed_text, metric_words, ratio_text
 from fsmatrix.results.render.page import CSP, STYLE
 from fsmatrix.results.verdict.history import History
 
@@ -77,7 +77,8 @@ def group_page(title: str, label: str, histories: Sequence[History]) -> str:
     for h in histories:
         s = h.series
         caption = (
-            f"{s.cell_id}, {s.metric}, {s.hardware_class}: {len(s.points)} runs, {len(h.change_points)} change points"
+            f"{s.cell_id}, {s.metric} ({metric_words(s.kind, s.direction)}), {s.hardware_class}: "
+            f"{len(s.points)} runs, {len(h.change_points)} change points"
         )
         parts += [f"<h2>{html.escape(s.cell_id)} · {html.escape(s.metric)}</h2>", figure(trend_chart(h), caption)]
         parts.append(_table(h))

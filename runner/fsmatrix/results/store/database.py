@@ -10,7 +10,7 @@ PostgreSQL for a fleet (``url.py`` says which). One schema for both (``schema.py
   busy timeout (writers wait for each other instead of failing), PostgreSQL's own locking.
 - A store it cannot reach is one line (``StoreUnreachable``, exit 1); a database that is not an
   fsmatrix store, or one of a newer schema, is refused (exit 2) before anything is written; an older
-  one is migrated (``schema.py``), the columns a migration adds filled from its documents.
+  one is migrated (``schema.py``), the columns and rows a migration adds filled from its documents.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.errors import UserError
 from fsmatrix.results.store import schema
 from fsmatrix.results.store.document import Result, comparison_group, hardware_class
@@ -74,18 +76,13 @@ class ResultColumns:
     finished_at: str | None
     duration_s: float | None
     document: str
-    metrics: tuple[tuple[str, float, str], ...]  # (key metric, value, direction)
+    metrics: tuple[tuple[str, float, str, str], ...]  # (metric, value, direction, kind: schema.KEY or WORK)
 
     @classmethod
     def of(cls, result: Result) -> ResultColumns:
         prov = result.provenance
         settings = prov.section.get("settings")
         image = prov.image.get("name") if prov.image else None
-        metrics = tuple(
-            (name, float(value), direction)
-            for name, direction in result.key_metrics.items()
-            if isinstance(value := result.metrics.get(name), int | float)
-        )
         text = canonical(result.document)
         group, label = comparison_group(result.params, result.workload)
         return cls(
@@ -109,8 +106,24 @@ class ResultColumns:
             finished_at=result.finished_at,
             duration_s=result.duration_s,
             document=text,
-            metrics=metrics,
+            metrics=metric_rows(result),
         )
+
+
+def metric_rows(result: Result) -> tuple[tuple[str, float, str, str], ...]:
+    """The rows of ``result_metrics`` of one result: its key metrics, then the work metrics it measured
+    that are not key metrics too (a None, not measured, is no row; nor is a value that is not finite)."""
+    key = [(name, result.metrics.get(name), direction, schema.KEY) for name, direction in result.key_metrics.items()]
+    work = [
+        (m.name, result.metrics.get(m.name), m.better, schema.WORK)
+        for m in WORK_METRICS
+        if m.name not in result.key_metrics
+    ]
+    return tuple(
+        (name, float(value), direction, kind)
+        for name, value, direction, kind in key + work
+        if isinstance(value, int | float) and math.isfinite(value)
+    )
 
 
 @dataclass
@@ -178,25 +191,33 @@ class Store:
                 )
             for statement in schema.migrations(self.dialect, found or 0):
                 self._execute(statement)
-            if found and found < schema.FILLED_FROM_DOCUMENTS:
-                self._fill_from_documents()
+            if found and found < schema.WORK_FROM_DOCUMENTS:
+                self._fill_from_documents(found)
 
-    def _fill_from_documents(self) -> None:
-        """The columns version 2 added, filled from the documents of an older store, ``BATCH`` at a time
-        (by id: the documents are never all in memory at once). In the migration's transaction: a
-        migration stopped halfway leaves the store at its old version."""
+    def _fill_from_documents(self, found: int) -> None:
+        """What the migrations from version ``found`` added, filled from the documents of the store,
+        ``BATCH`` at a time (by id: the documents are never all in memory at once): version 2's columns,
+        version 3's rows of the work metrics. In the migration's transaction: a migration stopped halfway
+        leaves the store at its old version."""
         last = ""
         while rows := self._execute(
             "SELECT id, document FROM results WHERE id > ? ORDER BY id LIMIT ?", [last, BATCH]
         ).fetchall():
-            filled = []
+            filled, work = [], []
             for rid, stored in rows:
                 try:
                     result = Result.read(_parsed(stored))
                 except ValueError:  # checked when it was pushed: an older fsmatrix's that this one cannot read
                     continue
                 filled.append((comparison_group(result.params, result.workload)[1], result.duration_s, rid))
-            self._execute_many("UPDATE results SET comparison_label = ?, duration_s = ? WHERE id = ?", filled)
+                work += [(rid, *row) for row in metric_rows(result) if row[3] == schema.WORK]
+            if found < schema.FILLED_FROM_DOCUMENTS:
+                self._execute_many("UPDATE results SET comparison_label = ?, duration_s = ? WHERE id = ?", filled)
+            self._execute_many(
+                "INSERT INTO result_metrics (result_id, metric, value, direction, kind) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (result_id, metric) DO NOTHING",
+                work,
+            )
             last = str(rows[-1][0])
 
     def _tables(self) -> set[str]:
@@ -310,9 +331,9 @@ class Store:
             ],
         )  # fmt: skip
         self._execute_many(
-            "INSERT INTO result_metrics (result_id, metric, value, direction) VALUES (?, ?, ?, ?) "
+            "INSERT INTO result_metrics (result_id, metric, value, direction, kind) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT (result_id, metric) DO NOTHING",
-            [(r.id, metric, value, direction) for r in fresh for metric, value, direction in r.metrics],
+            [(r.id, *row) for r in fresh for row in r.metrics],
         )
 
     # ------------------------------------------------------------------ reading

@@ -1,5 +1,6 @@
-"""A store's results as series over time (``fsmatrix history``): per cell × hardware class × key
-metric, one point per stored passed run, oldest first. The decisions on them (change points, what
+"""A store's results as series over time (``fsmatrix history``): per cell × hardware class × metric
+(each key metric, and each work metric: the work per operation, schema.py), one point per stored passed
+run that measured it, oldest first. The decisions on them (change points, what
 changed) are the verdicts' (``verdict/history.py``); this module only reads.
 
 It reads the store's columns, not its documents: the cell, the start time, the hardware class, the
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fsmatrix.errors import UserError
+from fsmatrix.results.store import schema
 from fsmatrix.results.store.database import Store
 from fsmatrix.results.store.document import Direction, Result
 
@@ -29,7 +31,7 @@ CELLS_PER_QUERY = 500  # cell ids in one ``IN (...)``: far under SQLite's and Po
 class Selection:
     """What history reads: passed results of the cells matching ``only`` (globs, or comma lists of them;
     every cell without), started at or after ``since`` (ISO 8601), and, each when given, of the key
-    metric ``metric``, the hardware class ``hardware_class`` and the comparison group ``group`` (its
+    or work metric ``metric``, the hardware class ``hardware_class`` and the comparison group ``group`` (its
     label as history prints it, or its key)."""
 
     only: Sequence[str] = ()
@@ -65,6 +67,7 @@ class Series:
     group: str  # the comparison group's key (store.comparison_group)
     group_label: str
     points: tuple[Point, ...]
+    kind: str = schema.KEY  # a key metric, or the work per operation (schema.WORK)
 
     @property
     def values(self) -> list[float]:
@@ -73,12 +76,12 @@ class Series:
 
 COLUMNS = (
     "r.cell_id, r.hardware_class, m.metric, m.direction, m.value, r.started_at, r.run_id, r.repeat, r.host, "
-    "r.id, r.comparison_group, r.comparison_label"
+    "r.id, r.comparison_group, r.comparison_label, m.kind"
 )
 FROM = "FROM result_metrics m JOIN results r ON r.id = m.result_id"
 # A selected row's columns by position (COLUMNS' order): rows stay the database's tuples until they are
 # points (a row object each would cost a second in 750,000).
-CELL, CLASS, METRIC, DIRECTION, VALUE, STARTED, RUN, REPEAT, HOST, ID, GROUP, LABEL = range(12)
+CELL, CLASS, METRIC, DIRECTION, VALUE, STARTED, RUN, REPEAT, HOST, ID, GROUP, LABEL, KIND = range(13)
 
 
 def load_series(store: Store, selection: Selection | None = None) -> list[Series]:
@@ -150,7 +153,7 @@ def _check_known(store: Store, selection: Selection, chunks: Sequence[Sequence[s
     patterns = selection.patterns
     of = " of " + ", ".join(patterns) if patterns else ""
     for option, columns, given, has in (
-        ("--metric", ("m.metric",), selection.metric, "has it as a key metric"),
+        ("--metric", ("m.metric",), selection.metric, "has it as a key or work metric"),
         ("--hardware-class", ("r.hardware_class",), selection.hardware_class, "is of that hardware class"),
         ("--group", ("r.comparison_label", "r.comparison_group"), selection.group, "is of that comparison group"),
     ):
@@ -191,7 +194,9 @@ def _series(rows: Sequence[tuple[Any, ...]]) -> list[Series]:
             Point(r[STARTED] or "", str(r[RUN]), int(r[REPEAT]), float(r[VALUE]), r[HOST], str(r[ID])) for r in ordered
         )
         direction: Direction = "higher" if newest[DIRECTION] == "higher" else "lower"
-        out.append(Series(key[0], key[2], direction, key[1], str(first[GROUP]), str(first[LABEL]), points))
+        # key where any run declared it key (a work metric a workload made key): its series is one, as its rows
+        kind = schema.KEY if any(r[KIND] == schema.KEY for r in ordered) else schema.WORK
+        out.append(Series(key[0], key[2], direction, key[1], str(first[GROUP]), str(first[LABEL]), points, kind))
     return out
 
 

@@ -9,7 +9,9 @@ What runs there is ``DRIVER``: it reads every series as JSON on stdin, calls Ota
 (``otava.analysis.compute_change_points``: E-divisive split in sliding windows, then a merge step that
 keeps the change points whose Student t-test p-value is under the threshold — Fleming et al., "Hunter",
 ICPE 2023) on each, and writes the change points as JSON on stdout. No permutation test, no random
-numbers: the same series give the same change points. The store's stage: this is I/O (a process, a
+numbers: the same series give the same change points. A constant series (the bytes read per operation
+of a workload that reads nothing: 0 in every run) has none and does not reach Otava's statistics, whose
+variances are zero there. The store's stage: this is I/O (a process, a
 folder of the cache); the decisions on what Otava finds are ``verdict/history.py``'s.
 """
 
@@ -46,7 +48,7 @@ job = json.load(sys.stdin)
 found = []
 for values in job["series"]:
     points = []
-    if len(values) >= 2:
+    if len(values) >= 2 and len(set(values)) > 1:  # a constant series: nothing changed
         cps, _ = compute_change_points(
             [float(v) for v in values], window_len=job["window"], max_pvalue=job["max_pvalue"], min_magnitude=0.0
         )

@@ -15,12 +15,19 @@ Version 2 adds what history and the estimates read from documents before: the co
 (``comparison_label``), the run's ``duration_s``, and an index on the metric (``--metric``). A store of
 version 1 gets the columns filled from its documents in the same transaction (``database.Store``:
 the label needs the cell parsed, which SQL cannot do).
+
+Version 3 makes the work per operation series too (the agent's ``WORK_METRICS``: device bytes and IOs,
+flushes, fsyncs, instructions, cycles, context switches per operation): they are rows of
+``result_metrics`` beside the key metrics, told apart by ``kind`` (``key`` or ``work``; a work metric
+the document also declares key is one row, ``key``). Only measured values are rows: a metric that is
+null (its reason in the document's ``metrics_unavailable``) is never a point. A store of version 2 or
+older gets the rows of its documents' work metrics in the same transaction (``database.Store``).
 """
 
 from __future__ import annotations
 
 META = "fsmatrix_store"
-VERSION = 2
+VERSION = 3
 
 
 def _types(dialect: str) -> dict[str, str]:
@@ -77,11 +84,19 @@ def _version_2(dialect: str) -> list[str]:
     ]
 
 
+def _version_3(dialect: str) -> list[str]:
+    # the rows already there are the key metrics; the work metrics' rows are added from the documents after
+    return ["ALTER TABLE result_metrics ADD COLUMN kind TEXT NOT NULL DEFAULT 'key'"]
+
+
 # version -> the statements that bring a store from the version before it to this one
-MIGRATIONS = {1: _version_1, 2: _version_2}
+MIGRATIONS = {1: _version_1, 2: _version_2, 3: _version_3}
 
 # A store older than this version has its comparison labels and durations filled from its documents.
 FILLED_FROM_DOCUMENTS = 2
+# A store older than this version has the rows of its documents' work metrics added from its documents.
+WORK_FROM_DOCUMENTS = 3
+KEY, WORK = "key", "work"  # result_metrics.kind
 
 
 def migrations(dialect: str, found: int) -> list[str]:

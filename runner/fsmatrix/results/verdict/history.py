@@ -62,11 +62,21 @@ def _provenance(key: str) -> Callable[[Result], Any]:
     return lambda result: result.provenance.value(key)
 
 
+def _cpu_source(result: Result) -> Any:
+    samples = result.document.get("samples")
+    return samples.get("run_cpu_source") if isinstance(samples, Mapping) else None
+
+
 # What a change point is attributed to: (name, its value in a result). The cell's parameters come on top,
 # each under its own dotted name (``gtm.global_buffers``, ``vm.kernel``), and each tool of
 # ``provenance.tools`` as ``tools.NAME``. docs/history.md lists them.
 FIELDS: tuple[tuple[str, Callable[[Result], Any]], ...] = (
     ("fsmatrix commit", _commit),
+    # How the work per operation and cpu_busy_s were measured (the agent's mark of its method: which
+    # processes the run's cgroup holds), and where cpu_busy_s came from (cgroup2, cgroup1, or none: the
+    # whole machine's): a change of either moves those series without the storage stack doing anything else.
+    ("work measurement", _provenance("work_measurement")),
+    ("cpu_busy_s from", _cpu_source),
     ("settings", _settings),  # the build's settings file (`run --settings`); its values are in the parameters
     ("bisect.repo", _provenance("bisect.repo")),
     ("bisect.commit", _provenance("bisect.commit")),
