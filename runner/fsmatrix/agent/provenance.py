@@ -81,6 +81,11 @@ def image_tool(name: str) -> Path | None:
     return Path(path) if isinstance(path, str) and path else None
 
 
+# How cpu_busy_s and the perf counters are measured: changed when the method changes, so that the
+# history attributes the shift in those series to it (docs/history.md, "work measurement").
+WORK_MEASUREMENT = "cgroup: the workload's processes only"
+
+
 def collect() -> dict[str, Any]:
     """Everything about this machine and this fsmatrix that can change a number."""
     uname = platform.uname()
@@ -88,6 +93,7 @@ def collect() -> dict[str, Any]:
     return {
         "fsmatrix_version": __version__,
         "git": git_source(),
+        "work_measurement": WORK_MEASUREMENT,
         "hostname": socket.gethostname(),
         "kernel": uname.release,
         "kernel_build": uname.version,
