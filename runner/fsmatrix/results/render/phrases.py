@@ -16,7 +16,7 @@ from fsmatrix.results.verdict.outliers import RULE, Outlier
 from fsmatrix.results.verdict.outliers import name as outlier_name
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
-from fsmatrix.results.verdict.work import Work, words_of
+from fsmatrix.results.verdict.work import EQUIVALENT, Work, words_of
 
 
 def count_are(n: int) -> str:
@@ -90,7 +90,11 @@ def work_sentence(w: Work, words: str, named: int | None = None) -> str:
         listed = [
             *_work_words([(n, _ratio(r)) for n, r in d.more], "more work", named),
             *_work_words([(n, _ratio(r)) for n, r in d.unsettled], "more, size unsettled", named),
-            *_work_words([(n, "") for n in d.equivalent], f"equivalent within ±{pct(w.delta)}", named),
+            *_work_words(
+                [(s.configuration, _ratio(s.against_least)) for s in d.standings if s.words == EQUIVALENT],
+                f"equivalent within ±{pct(w.delta)}",
+                named,
+            ),
         ]
         least = f"{d.least} does none" if d.does_none else f"× {d.least}'s"
         parts.append(f"{d.words} ({least}): {'; '.join(listed)}")
