@@ -186,6 +186,17 @@ BAD = [
     ("{kind: fractional, resolution: 2}", FIVE, "below III"),
     ("{kind: fractional}", FIVE, "one of resolution or runs"),
     ("{kind: plackett}", FIVE, "unknown kind 'plackett'"),
+    ("{kind: screening}", FIVE, "takes runs: N"),
+    ("{kind: screening, runs: 12, model: main}", FIVE, "unknown keys model for screening"),
+    ("{kind: screening, runs: 4}", FIVE, "a screening design of 4 runs takes at most 3 settings; this file has 5"),
+    ("{kind: screening, runs: 32}", FIVE, "the full cross"),
+    ("{kind: screening, runs: 25}", FIVE, "pyDOE has no Plackett–Burman design of 28 runs; it has 32, 40, 48"),
+    (
+        "{kind: screening, runs: 12}",
+        FIVE.replace("[before, nobefore]", "[before, nobefore, 'off']"),
+        "a two-level screening design takes axes of two values; gtm.journal (3 values)",
+    ),
+    ("{kind: screening, runs: 12}", FIVE + "exclude:\n  - {gtm.journal: nobefore}\n", "'exclude' removes a cell"),
     ("halfway", FIVE, "unknown kind 'halfway'"),
     (
         "{kind: fractional, runs: 8}",
@@ -228,3 +239,83 @@ def test_an_exclude_outside_the_fraction_is_fine(tmp_path: Path) -> None:
     entry = ", ".join(f"{f}: {json.dumps(flat[f])}" for f in m.design.factors)
     again = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}", FIVE + f"exclude:\n  - {{{entry}}}\n"))
     assert [c.id for c in again.cells] == [c.id for c in m.cells]
+
+
+# ----------------------------------------------------------------------------------- screening
+
+
+def test_a_screening_design_is_plackett_burman_rounded_up_to_a_multiple_of_4(tmp_path: Path) -> None:
+    m = matrix.load(five(tmp_path, "{kind: screening, runs: 10}"))
+    assert isinstance(m.design, design.Screening) and (m.design.runs, m.design.full_runs) == (12, 32)
+    assert len(m.cells) == 12 and len({c.id for c in m.cells}) == 12
+    # balanced: each setting at each value in half the cells; pairs of settings in each combination a quarter
+    flats = [matrix.flatten(c.params) for c in m.cells]
+    for f in m.design.factors:
+        assert set(Counter(str(x[f]) for x in flats).values()) == {6}
+    assert set(Counter((str(x["gtm.journal"]), str(x["mount_options"])) for x in flats).values()) == {3}
+    again = design.screening(design.DesignSpec("screening", runs=12), m.design.factors, None, fail)
+    assert again.rows == m.design.rows  # the same every time (pbdesign builds, it does not draw)
+
+
+def test_a_screening_design_is_stored_and_taken_back(tmp_path: Path) -> None:
+    path = five(tmp_path, "{kind: screening, runs: 12}")
+    built = matrix.load(path)
+    record = runs.matrix_record(built, built.cells, 3)["design"]
+    assert record["kind"] == "screening" and record["asked"] == {"runs": 12} and len(record["rows"]) == 12
+    # another 12-run choice (the rows' levels flipped): taken as stored
+    other = {**record, "rows": [[1 - v for v in r] for r in record["rows"]]}
+    taken = matrix.load(path, stored_design=lambda name: other)
+    assert taken.design is not None and {c.id for c in taken.cells} != {c.id for c in built.cells}
+    stale = {**other, "asked": {"runs": 16}}
+    again = matrix.load(path, stored_design=lambda name: stale)
+    assert [c.id for c in again.cells] == [c.id for c in built.cells]
+
+
+def test_expand_prints_the_screening_design(tmp_path: Path) -> None:
+    done = invoke("matrix", "expand", str(five(tmp_path, "{kind: screening, runs: 12}")), "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "design: a Plackett–Burman screening design of 5 settings: 12 of the full cross's 32 cells" in done.stdout
+    assert "partially with the two-setting interactions" in done.stdout
+
+
+def test_the_effects_of_a_screening_design_are_main_effects_only(tmp_path: Path) -> None:
+    import math
+    import random
+
+    from conftest import typed
+    from fsmatrix.results import store
+    from fsmatrix.results.verdict import answer, answering
+
+    m = matrix.load(five(tmp_path, "{kind: screening, runs: 12}"))
+    rnd, docs = random.Random(1), []
+    for c in m.cells:
+        high = str(matrix.flatten(c.params)["gtm.global_buffers"]) == "64"
+        for r in (1, 2, 3):
+            value = 10 * math.exp((0.5 if high else -0.5) * math.log(1.7) + rnd.gauss(0, 0.03))
+            docs.append(
+                {
+                    "schema_version": 1,
+                    "run_id": "t",
+                    "cell_id": c.id,
+                    "repeat": r,
+                    "workload": c.workload_kind,
+                    "params": c.params,
+                    "status": "passed",
+                    "reason": None,
+                    "metrics": {"elapsed_s": value},
+                    "key_metrics": {"elapsed_s": "lower"},
+                    "samples": {"bound": "cpu"},
+                    "provenance": {},
+                }
+            )
+    record = store.RunMatrix.read(runs.matrix_record(m, m.cells, 3))
+    group = answering.build(typed(docs), record, None, answer.Rule(draws=200)).groups[0]
+    assert isinstance(group, answer.SpeedGroup) and group.effects is not None
+    e = group.effects
+    assert (e.kind, e.runs, e.full_runs) == ("screening", 12, 32) and e.interactions == ()
+    assert len(e.effects) == 5 and e.family == 5
+    by = {x.name: x for x in e.effects}
+    assert (
+        by["gtm.global_buffers"].words == "matters"
+        and by["gtm.global_buffers"].ci_low < 1.7 < by["gtm.global_buffers"].ci_high
+    )
