@@ -207,6 +207,10 @@ def resolution_of(words: Sequence[int]) -> int:
 # ----------------------------------------------------------------------------------- the file's key
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
 def parse(value: Any, line: int | None, fail: Fail) -> DesignSpec:
     """``design:`` as the file gives it; one line naming ``design`` and why otherwise."""
     shape = (
@@ -236,7 +240,7 @@ def parse(value: Any, line: int | None, fail: Fail) -> DesignSpec:
         return _parse_fraction(value, line, fail)
     runs = value.get("runs")
     if runs is None:
-        raise fail(f"design: a {NOUN[kind]} takes runs: N", line)
+        raise fail(f"design: {_a(NOUN[kind])} takes runs: N", line)
     if runs < 4:
         raise fail(f"design: runs {runs} is below 4", line)
     if kind == "screening":
@@ -667,8 +671,8 @@ def step(
     if spec.kind == "full":
         return kept, None
     if doc.get("include"):
-        noun = NOUN[spec.kind]
-        raise fail(f"design: a {noun} takes no include entries (they would unbalance it); run them apart", line)
+        noun = _a(NOUN[spec.kind])
+        raise fail(f"design: {noun} takes no include entries (they would unbalance it); run them apart", line)
     sizes = [len(values) for values in axis_values]
     left = {_key(c) for c in kept}
     if spec.kind == "optimal":
