@@ -190,6 +190,7 @@ BAD = [
     ("{kind: screening, runs: 12, model: main}", FIVE, "unknown keys model for screening"),
     ("{kind: screening, runs: 4}", FIVE, "a screening design of 4 runs takes at most 3 settings; this file has 5"),
     ("{kind: screening, runs: 32}", FIVE, "the full cross"),
+    ("{kind: screening, runs: 16}", FIVE, "the Plackett–Burman design of 16 runs repeats a cell over 5 settings"),
     ("{kind: screening, runs: 25}", FIVE, "pyDOE has no Plackett–Burman design of 28 runs; it has 32, 40, 48"),
     (
         "{kind: screening, runs: 12}",

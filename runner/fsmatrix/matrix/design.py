@@ -442,7 +442,8 @@ def screening(spec: DesignSpec, factors: Sequence[str], line: int | None, fail: 
         raise fail(f"design: pyDOE has no Plackett–Burman design of {n} runs; it has {sizes}, ...", line) from None
     rows = tuple(tuple(int(v > 0) for v in row[:k]) for row in matrix)
     if len(set(rows)) < len(rows):
-        raise fail(f"design: the Plackett–Burman design of {n} runs repeats a cell over {k} settings; give fewer", line)
+        repeats = f"design: the Plackett–Burman design of {n} runs repeats a cell over {k} settings"
+        raise fail(f"{repeats}; give fewer runs, or design: fractional", line)
     return Screening(tuple(factors), rows, spec)
 
 
