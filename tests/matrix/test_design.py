@@ -190,6 +190,11 @@ BAD = [
     ("{kind: screening, runs: 12, model: main}", FIVE, "unknown keys model for screening"),
     ("{kind: screening, runs: 4}", FIVE, "a screening design of 4 runs takes at most 3 settings; this file has 5"),
     ("{kind: screening, runs: 32}", FIVE, "the full cross"),
+    (
+        "{kind: optimal, runs: 4}",
+        "name: one\ndesign: DESIGN\naxes:\n  filesystem: [ext4]\n  workload:\n    - threen1: {start: 1, end: 9}\n",
+        "an optimal design needs an axis of two or more values",
+    ),
     ("{kind: screening, runs: 16}", FIVE, "the Plackett–Burman design of 16 runs repeats a cell over 5 settings"),
     ("{kind: screening, runs: 25}", FIVE, "pyDOE has no Plackett–Burman design of 28 runs; it has 32, 40, 48"),
     (
@@ -381,7 +386,8 @@ def test_a_two_level_optimal_half_is_an_orthogonal_fraction() -> None:
     """A known answer: for three two-level settings and the main model, the D-optimal 4 of 8 cells
     are a half fraction (I = ABC or I = −ABC), as informative per run as the whole cross (D-efficiency 1)."""
     cells = [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]
-    made = design.optimal(design.DesignSpec("optimal", runs=4), ["a", "b", "c"], [2, 2, 2], cells, None, fail)
+    found = design.Candidates(("a", "b", "c"), (2, 2, 2), tuple(cells))
+    made = design.optimal(design.DesignSpec("optimal", runs=4), found, None, fail)
     assert made.terms == 4 and abs(made.efficiency - 1) < 1e-9
     assert len({sum(c) % 2 for c in made.chosen}) == 1
 

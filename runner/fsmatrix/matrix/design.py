@@ -371,7 +371,7 @@ def _words_of(design: Any) -> list[int]:
 
 @dataclass(frozen=True)
 class Screening:
-    """A Plackett–Burman screening design (pyDOE's ``pbdesign``) over two-valued settings: its factors
+    """A Plackett–Burman screening design (pyDOE's pbdesign) over two-valued settings: its factors
     and its rows (each cell's levels, 0 the axis's first value, 1 its second)."""
 
     factors: tuple[str, ...]
@@ -598,20 +598,23 @@ def d_efficiency(x: Any, chosen: Sequence[int]) -> float:
     return math.exp((float(mine) - float(whole)) / p) if sign > 0 else 0.0
 
 
-def optimal(
-    spec: DesignSpec,
-    axes: Sequence[str],
-    sizes: Sequence[int],
-    candidates: Sequence[tuple[int, ...]],
-    line: int | None,
-    fail: Fail,
-    stored: Any = None,
-) -> Optimal:
+@dataclass(frozen=True)
+class Candidates:
+    """The cells an optimal design chooses among: the axes of two or more values, their sizes, and each
+    candidate cell's position on them (the cross's combinations ``exclude`` left, in the cross's order)."""
+
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+    cells: tuple[tuple[int, ...], ...]
+
+
+def optimal(spec: DesignSpec, found: Candidates, line: int | None, fail: Fail, stored: Any = None) -> Optimal:
     """The D-optimal ``spec.runs`` of these candidate cells (or those ``stored`` recorded, when built
     for this ``spec`` over these axes and still candidates); one line naming ``design`` when the
     runs are fewer than the model's terms or not fewer than the candidates."""
     assert spec.runs is not None
-    x = model_matrix(candidates, sizes, spec.model)
+    candidates = found.cells
+    x = model_matrix(candidates, found.sizes, spec.model)
     terms = x.shape[1]
     if spec.runs < terms:
         raise fail(
@@ -622,24 +625,24 @@ def optimal(
     if spec.runs >= len(candidates):
         raise fail(f"design: runs {spec.runs} takes every one of the {len(candidates)} cells; give design: full", line)
     index = {c: i for i, c in enumerate(candidates)}
-    taken = _optimal_record(stored, spec, axes, sizes, index)
-    chosen = taken if taken is not None else fedorov(x, spec.runs, spec.seed)
-    cells = tuple(candidates[i] for i in sorted(chosen))
-    made = Optimal(tuple(axes), tuple(sizes), spec.model, spec.seed, cells, len(candidates), terms, 0.0, spec)
-    return dataclasses.replace(made, efficiency=d_efficiency(x, sorted(chosen)))
+    taken = _optimal_record(stored, spec, found, index)
+    chosen = sorted(taken if taken is not None else fedorov(x, spec.runs, spec.seed))
+    cells = tuple(candidates[i] for i in chosen)
+    made = Optimal(found.axes, found.sizes, spec.model, spec.seed, cells, len(candidates), terms, 0.0, spec)
+    return dataclasses.replace(made, efficiency=d_efficiency(x, chosen))
 
 
 def _optimal_record(
-    record: Any, spec: DesignSpec, axes: Sequence[str], sizes: Sequence[int], index: Mapping[tuple[int, ...], int]
+    record: Any, spec: DesignSpec, found: Candidates, index: Mapping[tuple[int, ...], int]
 ) -> list[int] | None:
     """The candidates' indexes a matrix.json's optimal design chose, when built for this ``spec`` over
     these axes and every one is still a candidate; None otherwise."""
     if not isinstance(record, Mapping) or record.get("kind") != "optimal":
         return None
-    if record.get("asked") != _optimal_asked(spec) or record.get("axes") != list(axes):
+    if record.get("asked") != _optimal_asked(spec) or record.get("axes") != list(found.axes):
         return None
     levels = record.get("levels")
-    if record.get("sizes") != list(sizes) or not isinstance(levels, list) or len(levels) != spec.runs:
+    if record.get("sizes") != list(found.sizes) or not isinstance(levels, list) or len(levels) != spec.runs:
         return None
     if not all(isinstance(c, list) and tuple(c) in index for c in levels):
         return None
@@ -677,7 +680,12 @@ def step(
     sizes = [len(values) for values in axis_values]
     left = {_key(c) for c in kept}
     if spec.kind == "optimal":
-        return _optimal_step(spec, list(axes), sizes, axis_values, left, line, fail, stored)
+        if max(sizes, default=0) < 2:
+            raise fail("design: an optimal design needs an axis of two or more values", line)
+        found, combos = candidates_of(list(axes), axis_values, left)
+        made_optimal = optimal(spec, found, line, fail, stored)
+        wanted_cells = set(made_optimal.chosen)
+        return [c for c, at in zip(combos, found.cells, strict=True) if at in wanted_cells], made_optimal
     wide = [f"{key} ({size} values)" for key, size in zip(axes, sizes, strict=True) if size > 2]
     if wide:
         raise fail(f"design: a two-level {NOUN[spec.kind]} takes axes of two values; {', '.join(wide)}", line)
@@ -704,33 +712,23 @@ def step(
     return chosen, made
 
 
-def _optimal_step(
-    spec: DesignSpec,
-    axes: list[str],
-    sizes: list[int],
-    axis_values: Sequence[Sequence[Flat]],
-    left: set[frozenset[tuple[str, str]]],
-    line: int | None,
-    fail: Fail,
-    stored: Mapping[str, Any] | None,
-) -> tuple[list[Flat], Optimal]:
-    """The candidates (the cross's combinations ``exclude`` left, each its position on the axes of two
-    or more values) and the D-optimal cells among them, in the cross's order."""
+def candidates_of(
+    axes: Sequence[str], axis_values: Sequence[Sequence[Flat]], left: set[frozenset[tuple[str, str]]]
+) -> tuple[Candidates, list[Flat]]:
+    """The candidates of an optimal design (the cross's combinations ``exclude`` left, each its
+    position on the axes of two or more values) and their settings, in the cross's order."""
+    sizes = [len(values) for values in axis_values]
     varying = [i for i, size in enumerate(sizes) if size >= 2]
-    if not varying:
-        raise fail("design: an optimal design needs an axis of two or more values", line)
-    candidates: list[tuple[int, ...]] = []
+    cells: list[tuple[int, ...]] = []
     combos: list[Flat] = []
     for index, parts in enumerate(itertools.product(*axis_values)):
         combo = merge_flats(*parts)
         if _key(combo) in left:
             digits = _digits(index, sizes)
-            candidates.append(tuple(digits[i] for i in varying))
+            cells.append(tuple(digits[i] for i in varying))
             combos.append(combo)
-    names, used = [axes[i] for i in varying], [sizes[i] for i in varying]
-    made = optimal(spec, names, used, candidates, line, fail, stored)
-    wanted = set(made.chosen)
-    return [c for c, at in zip(combos, candidates, strict=True) if at in wanted], made
+    names, used = tuple(axes[i] for i in varying), tuple(sizes[i] for i in varying)
+    return Candidates(names, used, tuple(cells)), combos
 
 
 def _key(flat: Flat) -> frozenset[tuple[str, str]]:
