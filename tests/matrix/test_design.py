@@ -186,6 +186,23 @@ BAD = [
     ("{kind: fractional, resolution: 2}", FIVE, "below III"),
     ("{kind: fractional}", FIVE, "one of resolution or runs"),
     ("{kind: plackett}", FIVE, "unknown kind 'plackett'"),
+    ("{kind: screening}", FIVE, "takes runs: N"),
+    ("{kind: screening, runs: 12, model: main}", FIVE, "unknown keys model for screening"),
+    ("{kind: screening, runs: 4}", FIVE, "a screening design of 4 runs takes at most 3 settings; this file has 5"),
+    ("{kind: screening, runs: 32}", FIVE, "the full cross"),
+    (
+        "{kind: optimal, runs: 4}",
+        "name: one\ndesign: DESIGN\naxes:\n  filesystem: [ext4]\n  workload:\n    - threen1: {start: 1, end: 9}\n",
+        "an optimal design needs an axis of two or more values",
+    ),
+    ("{kind: screening, runs: 16}", FIVE, "the Plackett–Burman design of 16 runs repeats a cell over 5 settings"),
+    ("{kind: screening, runs: 25}", FIVE, "pyDOE has no Plackett–Burman design of 28 runs; it has 32, 40, 48"),
+    (
+        "{kind: screening, runs: 12}",
+        FIVE.replace("[before, nobefore]", "[before, nobefore, 'off']"),
+        "a two-level screening design takes axes of two values; gtm.journal (3 values)",
+    ),
+    ("{kind: screening, runs: 12}", FIVE + "exclude:\n  - {gtm.journal: nobefore}\n", "'exclude' removes a cell"),
     ("halfway", FIVE, "unknown kind 'halfway'"),
     (
         "{kind: fractional, runs: 8}",
@@ -228,3 +245,224 @@ def test_an_exclude_outside_the_fraction_is_fine(tmp_path: Path) -> None:
     entry = ", ".join(f"{f}: {json.dumps(flat[f])}" for f in m.design.factors)
     again = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}", FIVE + f"exclude:\n  - {{{entry}}}\n"))
     assert [c.id for c in again.cells] == [c.id for c in m.cells]
+
+
+# ----------------------------------------------------------------------------------- screening
+
+
+def test_a_screening_design_is_plackett_burman_rounded_up_to_a_multiple_of_4(tmp_path: Path) -> None:
+    m = matrix.load(five(tmp_path, "{kind: screening, runs: 10}"))
+    assert isinstance(m.design, design.Screening) and (m.design.runs, m.design.full_runs) == (12, 32)
+    assert len(m.cells) == 12 and len({c.id for c in m.cells}) == 12
+    # balanced: each setting at each value in half the cells; pairs of settings in each combination a quarter
+    flats = [matrix.flatten(c.params) for c in m.cells]
+    for f in m.design.factors:
+        assert set(Counter(str(x[f]) for x in flats).values()) == {6}
+    assert set(Counter((str(x["gtm.journal"]), str(x["mount_options"])) for x in flats).values()) == {3}
+    again = design.screening(design.DesignSpec("screening", runs=12), m.design.factors, None, fail)
+    assert again.rows == m.design.rows  # the same every time (pbdesign builds, it does not draw)
+
+
+def test_a_screening_design_is_stored_and_taken_back(tmp_path: Path) -> None:
+    path = five(tmp_path, "{kind: screening, runs: 12}")
+    built = matrix.load(path)
+    record = runs.matrix_record(built, built.cells, 3)["design"]
+    assert record["kind"] == "screening" and record["asked"] == {"runs": 12} and len(record["rows"]) == 12
+    # another 12-run choice (the rows' levels flipped): taken as stored
+    other = {**record, "rows": [[1 - v for v in r] for r in record["rows"]]}
+    taken = matrix.load(path, stored_design=lambda name: other)
+    assert taken.design is not None and {c.id for c in taken.cells} != {c.id for c in built.cells}
+    stale = {**other, "asked": {"runs": 16}}
+    again = matrix.load(path, stored_design=lambda name: stale)
+    assert [c.id for c in again.cells] == [c.id for c in built.cells]
+
+
+def test_expand_prints_the_screening_design(tmp_path: Path) -> None:
+    done = invoke("matrix", "expand", str(five(tmp_path, "{kind: screening, runs: 12}")), "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "design: a Plackett–Burman screening design of 5 settings: 12 of the full cross's 32 cells" in done.stdout
+    assert "partially with the two-setting interactions" in done.stdout
+
+
+def test_the_effects_of_a_screening_design_are_main_effects_only(tmp_path: Path) -> None:
+    import math
+    import random
+
+    from conftest import typed
+    from fsmatrix.results import store
+    from fsmatrix.results.verdict import answer, answering
+
+    m = matrix.load(five(tmp_path, "{kind: screening, runs: 12}"))
+    rnd, docs = random.Random(1), []
+    for c in m.cells:
+        high = str(matrix.flatten(c.params)["gtm.global_buffers"]) == "64"
+        for r in (1, 2, 3):
+            value = 10 * math.exp((0.5 if high else -0.5) * math.log(1.7) + rnd.gauss(0, 0.03))
+            docs.append(
+                {
+                    "schema_version": 1,
+                    "run_id": "t",
+                    "cell_id": c.id,
+                    "repeat": r,
+                    "workload": c.workload_kind,
+                    "params": c.params,
+                    "status": "passed",
+                    "reason": None,
+                    "metrics": {"elapsed_s": value},
+                    "key_metrics": {"elapsed_s": "lower"},
+                    "samples": {"bound": "cpu"},
+                    "provenance": {},
+                }
+            )
+    record = store.RunMatrix.read(runs.matrix_record(m, m.cells, 3))
+    group = answering.build(typed(docs), record, None, answer.Rule(draws=200)).groups[0]
+    assert isinstance(group, answer.SpeedGroup) and group.effects is not None
+    e = group.effects
+    assert (e.kind, e.runs, e.full_runs) == ("screening", 12, 32) and e.interactions == ()
+    assert len(e.effects) == 5 and e.family == 5
+    by = {x.name: x for x in e.effects}
+    assert (
+        by["gtm.global_buffers"].words == "matters"
+        and by["gtm.global_buffers"].ci_low < 1.7 < by["gtm.global_buffers"].ci_high
+    )
+
+
+# ----------------------------------------------------------------------------------- D-optimal
+
+MIXED = """\
+name: mixed
+design: DESIGN
+axes:
+  filesystem: [ext2, ext3, ext4]
+  mount_options: ["", data=journal, data=writeback]
+  gtm.global_buffers: [64, 1000, 35000]
+  gtm.journal: [before, nobefore]
+  workload:
+    - threen1: {start: 1, end: 1000, workers: 2, block: 100}
+exclude:
+  - {filesystem: ext2, mount_options: data=journal}
+  - {filesystem: ext2, mount_options: data=writeback}
+  - {filesystem: ext4, mount_options: data=journal}
+  - {filesystem: ext4, mount_options: data=writeback}
+repeat: 3
+"""
+
+
+def test_an_optimal_design_chooses_among_the_cells_exclude_leaves(tmp_path: Path) -> None:
+    """Mixed levels and a setting that exists under one filesystem only (data= under ext3): the
+    candidates are the 30 cells exclude leaves; the main model's terms those they can estimate (an
+    intercept, filesystem × mount_options' 4, global_buffers' 2, journal's 1: 8)."""
+    m = matrix.load(five(tmp_path, "{kind: optimal, runs: 12, model: main, seed: 7}", MIXED))
+    full = matrix.load(five(tmp_path, "full", MIXED))
+    assert isinstance(m.design, design.Optimal) and len(full.cells) == 30
+    assert (m.design.runs, m.design.candidates, m.design.terms, m.design.seed) == (12, 30, 8, 7)
+    assert {c.id for c in m.cells} <= {c.id for c in full.cells} and len(m.cells) == 12
+    x = design.model_matrix(m.design.chosen, m.design.sizes, "main")
+    import numpy as np
+
+    assert np.linalg.matrix_rank(x) == 8  # every term estimable from the chosen cells
+    # better per run than seeded random choices of 12 (the exchange works)
+    cands = design.model_matrix(_candidates(m.design, full), m.design.sizes, "main")
+    rng = np.random.default_rng(0)
+    randoms = [design.d_efficiency(cands, list(rng.choice(30, 12, replace=False))) for _ in range(20)]
+    assert m.design.efficiency >= max(randoms) and m.design.efficiency > 0
+    again = matrix.load(five(tmp_path, "{kind: optimal, runs: 12, model: main, seed: 7}", MIXED))
+    assert [c.id for c in again.cells] == [c.id for c in m.cells]  # seeded: the same every time
+    inter = matrix.load(five(tmp_path, "{kind: optimal, runs: 24, model: interactions}", MIXED))
+    assert isinstance(inter.design, design.Optimal) and inter.design.terms > 8 and inter.design.seed == 1
+
+
+def _candidates(made: design.Optimal, full: matrix.Matrix) -> list[tuple[int, ...]]:
+    values = {"filesystem": ["ext2", "ext3", "ext4"], "mount_options": ["", "data=journal", "data=writeback"]}
+    values |= {"gtm.global_buffers": ["64", "1000", "35000"], "gtm.journal": ["before", "nobefore"]}
+    out = []
+    for c in full.cells:
+        flat = matrix.flatten(c.params)
+        out.append(tuple(values[a].index(str(flat[a])) for a in made.axes))
+    return out
+
+
+def test_a_two_level_optimal_half_is_an_orthogonal_fraction() -> None:
+    """A known answer: for three two-level settings and the main model, the D-optimal 4 of 8 cells
+    are a half fraction (I = ABC or I = −ABC), as informative per run as the whole cross (D-efficiency 1)."""
+    cells = [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+    found = design.Candidates(("a", "b", "c"), (2, 2, 2), tuple(cells))
+    made = design.optimal(design.DesignSpec("optimal", runs=4), found, None, fail)
+    assert made.terms == 4 and abs(made.efficiency - 1) < 1e-9
+    assert len({sum(c) % 2 for c in made.chosen}) == 1
+
+
+def test_an_optimal_design_is_stored_and_never_chosen_again(tmp_path: Path) -> None:
+    path = five(tmp_path, "{kind: optimal, runs: 12}", MIXED)
+    built = matrix.load(path)
+    record = runs.matrix_record(built, built.cells, 3)["design"]
+    assert record["kind"] == "optimal" and record["asked"] == {"runs": 12, "model": "main", "seed": 1}
+    assert record["seed"] == 1 and len(record["levels"]) == 12 and record["d_efficiency"] > 0
+    # another choice recorded (the first 12 candidates): taken as stored, not chosen again
+    (tmp_path / "full").mkdir()
+    full = matrix.load(five(tmp_path / "full", "full", MIXED))
+    assert isinstance(built.design, design.Optimal)
+    other = {**record, "levels": [list(c) for c in _candidates(built.design, full)[:12]]}
+    taken = matrix.load(path, stored_design=lambda name: other)
+    assert [c.id for c in taken.cells] == [c.id for c in full.cells[:12]]
+    for stale in ({**other, "asked": {**other["asked"], "seed": 2}}, {**other, "levels": [[0, 1, 0, 0]] * 12}):
+        again = matrix.load(path, stored_design=lambda name, s=stale: s)  # type: ignore[misc]
+        assert [c.id for c in again.cells] == [c.id for c in built.cells]
+
+
+def test_expand_prints_the_d_efficiency_and_the_model(tmp_path: Path) -> None:
+    path = five(tmp_path, "{kind: optimal, runs: 12}", MIXED)
+    done = invoke("matrix", "expand", str(path), "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "design: D-optimal for the main model (seed 1): 12 of the 30 candidate cells" in done.stdout
+    assert "model: 8 terms: an intercept and each axis's levels (sum-to-zero contrasts)" in done.stdout
+    assert "D-efficiency: " in done.stdout and "(det(X'X/12) / det(X'X/30))^(1/8)" in done.stdout
+
+
+def test_an_optimal_group_has_no_effects_block_yet(tmp_path: Path) -> None:
+    from conftest import typed
+    from fsmatrix.results import store
+    from fsmatrix.results.verdict import answer, answering
+
+    m = matrix.load(five(tmp_path, "{kind: optimal, runs: 8}"))
+    docs = [
+        {
+            "schema_version": 1,
+            "run_id": "t",
+            "cell_id": c.id,
+            "repeat": r,
+            "workload": c.workload_kind,
+            "params": c.params,
+            "status": "passed",
+            "reason": None,
+            "metrics": {"elapsed_s": 10.0 + r + i},
+            "key_metrics": {"elapsed_s": "lower"},
+            "samples": {"bound": "cpu"},
+            "provenance": {},
+        }
+        for i, c in enumerate(m.cells)
+        for r in (1, 2)
+    ]
+    record = store.RunMatrix.read(runs.matrix_record(m, m.cells, 2))
+    group = answering.build(typed(docs), record, None, answer.Rule(draws=200)).groups[0]
+    assert isinstance(group, answer.SpeedGroup) and group.effects is None
+
+
+BAD_OPTIMAL = [
+    ("{kind: optimal, runs: 7}", "runs 7 is fewer than the main model's 8 terms over these axes; give runs: 8"),
+    ("{kind: optimal, runs: 12, model: interactions}", "fewer than the interactions model's"),
+    ("{kind: optimal, runs: 30}", "takes every one of the 30 cells; give design: full"),
+    ("{kind: optimal, runs: 12, model: quadratic}", "model 'quadratic'; allowed: main, interactions"),
+    ("{kind: optimal, runs: 12, resolution: 3}", "unknown keys resolution for optimal"),
+    ("{kind: optimal, runs: 12, seed: x}", "seed 'x' must be an integer"),
+    ("{kind: optimal}", "an optimal design takes runs: N"),
+]
+
+
+@pytest.mark.parametrize(("spec", "why"), BAD_OPTIMAL)
+def test_bad_optimal_designs_are_one_line_and_exit_2(tmp_path: Path, spec: str, why: str) -> None:
+    path = five(tmp_path, spec, MIXED)
+    done = invoke("matrix", "expand", str(path), "--results", str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{path}:2: " in lines[0] and "design" in lines[0] and why in lines[0], lines

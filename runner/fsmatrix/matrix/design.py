@@ -1,5 +1,8 @@
-"""A matrix's ``design:``: the full cross of its axes (``full``, the default), or a two-level fraction
-of it (``{kind: fractional, resolution: R}`` or ``{kind: fractional, runs: N}``).
+"""A matrix's ``design:``: the full cross of its axes (``full``, the default), a two-level fraction
+of it (``{kind: fractional, resolution: R}`` or ``{kind: fractional, runs: N}``), a Plackett–Burman
+screening design (``{kind: screening, runs: N}``: ``Screening``) or a D-optimal choice of cells
+(``{kind: optimal, runs: N, model: main|interactions, seed: S}``: ``Optimal``, by Fedorov's exchange
+over the cells ``exclude`` leaves, axes of any number of values).
 
 A fraction is taken over the axes with two values (an axis of one value is a constant; one of three or
 more values is refused): the 2^(k−p) design of the fewest runs that reaches resolution R, or of the
@@ -28,7 +31,11 @@ from typing import Any
 from fsmatrix.matrix import yamlpos
 from fsmatrix.matrix.flat import Flat, merge_flats
 
-KINDS = ("full", "fractional")
+KINDS = ("full", "fractional", "screening", "optimal")
+# The keys each kind takes besides ``kind`` (``runs`` is required for screening and optimal).
+KEYS = {"full": (), "fractional": ("resolution", "runs"), "screening": ("runs",), "optimal": ("runs", "model", "seed")}
+MODELS = ("main", "interactions")
+NOUN = {"fractional": "fraction", "screening": "screening design", "optimal": "optimal design"}
 # fracfact_opt tries every choice of generators: C(2^m − m − 1, p) designs of 2^k contrasts each. At
 # 2,600 choices (8 settings in 32 runs) it takes 1.6 s here; past this, fracfact_by_res's design.
 MAX_SEARCH = 3000
@@ -44,6 +51,8 @@ class DesignSpec:
     kind: str = "full"
     resolution: int | None = None
     runs: int | None = None
+    model: str = "main"  # an optimal design's model
+    seed: int = 1  # an optimal design's seed (fixed by default: shards choose alike)
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,8 @@ def from_record(record: Any, spec: DesignSpec, factors: Sequence[str]) -> Fracti
     choose today."""
     if not isinstance(record, Mapping) or record.get("asked") != _asked(spec):
         return None
+    if record.get("kind", "fractional") != "fractional":
+        return None
     words = record.get("words")
     if record.get("factors") != list(factors) or not isinstance(words, list) or len(words) != len(factors):
         return None
@@ -196,9 +207,16 @@ def resolution_of(words: Sequence[int]) -> int:
 # ----------------------------------------------------------------------------------- the file's key
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
 def parse(value: Any, line: int | None, fail: Fail) -> DesignSpec:
     """``design:`` as the file gives it; one line naming ``design`` and why otherwise."""
-    shape = "design must be full, {kind: fractional, resolution: R} or {kind: fractional, runs: N}"
+    shape = (
+        "design must be full, {kind: fractional, resolution: R | runs: N}, {kind: screening, runs: N} or "
+        "{kind: optimal, runs: N, model: main|interactions, seed: S}"
+    )
     if value is None or value == "full":
         return DesignSpec()
     if isinstance(value, str):
@@ -208,21 +226,36 @@ def parse(value: Any, line: int | None, fail: Fail) -> DesignSpec:
     kind = value.get("kind")
     if kind not in KINDS:
         raise fail(f"design: unknown kind {kind!r}; allowed: {', '.join(KINDS)}", line)
-    unknown = set(value) - {"kind", "resolution", "runs"}
+    unknown = set(value) - {"kind", *KEYS[kind]}
     if unknown:
-        raise fail(
-            f"design: unknown keys {', '.join(sorted(map(str, unknown)))}; allowed: kind, resolution, runs", line
-        )
+        allowed = ", ".join(("kind", *KEYS[kind]))
+        raise fail(f"design: unknown keys {', '.join(sorted(map(str, unknown)))} for {kind}; allowed: {allowed}", line)
     if kind == "full":
-        if set(value) != {"kind"}:
-            raise fail("design: a full cross takes no resolution or runs", line)
         return DesignSpec()
+    for key in ("resolution", "runs", "seed"):
+        number = value.get(key)
+        if key in value and (isinstance(number, bool) or not isinstance(number, int)):
+            raise fail(f"design: {key} {number!r} must be an integer", line)
+    if kind == "fractional":
+        return _parse_fraction(value, line, fail)
+    runs = value.get("runs")
+    if runs is None:
+        raise fail(f"design: {_a(NOUN[kind])} takes runs: N", line)
+    if runs < 4:
+        raise fail(f"design: runs {runs} is below 4", line)
+    if kind == "screening":
+        return DesignSpec("screening", runs=runs)
+    model = value.get("model", "main")
+    if model not in MODELS:
+        raise fail(f"design: model {model!r}; allowed: {', '.join(MODELS)}", line)
+    return DesignSpec("optimal", runs=runs, model=model, seed=value.get("seed", 1))
+
+
+def _parse_fraction(value: dict[str, Any], line: int | None, fail: Fail) -> DesignSpec:
     asked = [k for k in ("resolution", "runs") if k in value]
     if len(asked) != 1:
         raise fail(f"design: a fraction takes one of resolution or runs, not {' and '.join(asked) or 'neither'}", line)
     number = value[asked[0]]
-    if isinstance(number, bool) or not isinstance(number, int):
-        raise fail(f"design: {asked[0]} {number!r} must be an integer", line)
     if asked[0] == "resolution":
         if number < 3:
             raise fail(f"design: resolution {number} is below III; a fraction has resolution 3 or more", line)
@@ -333,6 +366,293 @@ def _words_of(design: Any) -> list[int]:
     return words
 
 
+# ----------------------------------------------------------------------------------- screening
+
+
+@dataclass(frozen=True)
+class Screening:
+    """A Plackett–Burman screening design (pyDOE's pbdesign) over two-valued settings: its factors
+    and its rows (each cell's levels, 0 the axis's first value, 1 its second)."""
+
+    factors: tuple[str, ...]
+    rows: tuple[tuple[int, ...], ...]
+    spec: DesignSpec | None = None
+
+    @property
+    def runs(self) -> int:
+        return len(self.rows)
+
+    @property
+    def full_runs(self) -> int:
+        return 1 << len(self.factors)
+
+    def levels(self) -> list[tuple[int, ...]]:
+        return list(self.rows)
+
+    def describe(self) -> list[str]:
+        return [
+            f"design: a Plackett–Burman screening design of {len(self.factors)} settings: {self.runs} of the full "
+            f"cross's {self.full_runs} cells",
+            "aliased: each setting partially with the two-setting interactions of the others (Plackett–Burman's "
+            "complex aliasing: no chain is whole, none is clear); the report estimates main effects only",
+        ]
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "kind": "screening",
+            **({"asked": {"runs": self.spec.runs}} if self.spec is not None else {}),
+            "factors": list(self.factors),
+            "rows": [list(r) for r in self.rows],
+            "runs": self.runs,
+            "full_runs": self.full_runs,
+        }
+
+
+def pb_runs(runs: int) -> int:
+    """``runs`` rounded up to a multiple of 4 (a Plackett–Burman design's size)."""
+    return -(-runs // 4) * 4
+
+
+def pb_sizes(at_least: int) -> list[int]:
+    """The Plackett–Burman sizes pyDOE builds (4, 12 or 20 times a power of two) from ``at_least``, three."""
+    sizes = sorted({b << e for b in (4, 12, 20) for e in range(12)})
+    return [n for n in sizes if n >= at_least][:3]
+
+
+def screening(spec: DesignSpec, factors: Sequence[str], line: int | None, fail: Fail) -> Screening:
+    """The Plackett–Burman design of ``spec.runs`` (rounded up to a multiple of 4) over these settings;
+    one line naming ``design`` when it cannot be had."""
+    import numpy as np
+    import pydoe
+
+    assert spec.runs is not None
+    k, n = len(factors), pb_runs(spec.runs)
+    if n <= k:
+        raise fail(
+            f"design: a screening design of {n} runs takes at most {n - 1} settings; this file has {k} axes of "
+            f"two values: give runs: {pb_runs(k + 1)} or more",
+            line,
+        )
+    if n >= 1 << k:
+        raise fail(f"design: runs {n} is the full cross of {k} settings or more; give design: full", line)
+    try:
+        matrix = np.asarray(pydoe.pbdesign(n - 1))  # n − 1 columns: n rows
+    except ValueError:
+        sizes = ", ".join(map(str, pb_sizes(n)))
+        raise fail(f"design: pyDOE has no Plackett–Burman design of {n} runs; it has {sizes}, ...", line) from None
+    rows = tuple(tuple(int(v > 0) for v in row[:k]) for row in matrix)
+    if len(set(rows)) < len(rows):
+        repeats = f"design: the Plackett–Burman design of {n} runs repeats a cell over {k} settings"
+        raise fail(f"{repeats}; give fewer runs, or design: fractional", line)
+    return Screening(tuple(factors), rows, spec)
+
+
+def screening_from_record(record: Any, spec: DesignSpec, factors: Sequence[str]) -> Screening | None:
+    """The screening design a matrix.json stored, when built for this ``spec`` over these ``factors``."""
+    if not isinstance(record, Mapping) or record.get("kind") != "screening":
+        return None
+    if record.get("asked") != {"runs": spec.runs} or record.get("factors") != list(factors):
+        return None
+    rows = record.get("rows")
+    if not isinstance(rows, list) or len(rows) != pb_runs(spec.runs or 0):
+        return None
+    if not all(isinstance(r, list) and len(r) == len(factors) and all(v in (0, 1) for v in r) for r in rows):
+        return None
+    made = tuple(tuple(int(v) for v in r) for r in rows)
+    return Screening(tuple(factors), made, spec) if len(set(made)) == len(made) else None
+
+
+# ----------------------------------------------------------------------------------- D-optimal
+
+STARTS = 5  # seeded random starts of the exchange; the best is kept
+MAX_EXCHANGES = 2000  # per start: each one raises det(X'X), so this only bounds a pathological case
+RIDGE = 1e-6  # added to X'X while the start is singular, so the exchange can leave it
+
+
+@dataclass(frozen=True)
+class Optimal:
+    """A D-optimal choice of cells for a model: the axes of two or more values, their sizes, the model,
+    the seed, the chosen cells (each its position on every axis), the candidate cells (the cross
+    ``exclude`` left), the model's estimable terms over them and the D-efficiency (``d_efficiency``)."""
+
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+    model: str
+    seed: int
+    chosen: tuple[tuple[int, ...], ...]
+    candidates: int
+    terms: int
+    efficiency: float
+    spec: DesignSpec | None = None
+
+    @property
+    def runs(self) -> int:
+        return len(self.chosen)
+
+    def levels(self) -> list[tuple[int, ...]]:
+        return list(self.chosen)
+
+    def describe(self) -> list[str]:
+        model = (
+            "an intercept and each axis's levels (sum-to-zero contrasts)"
+            if self.model == "main"
+            else "an intercept, each axis's levels (sum-to-zero contrasts) and every two-axis product"
+        )
+        return [
+            f"design: D-optimal for the {self.model} model (seed {self.seed}): {self.runs} of the "
+            f"{self.candidates} candidate cells (the cross that exclude leaves)",
+            f"model: {self.terms} terms: {model}; terms the candidates cannot estimate are left out",
+            f"D-efficiency: {self.efficiency:.3f} (per run, against all {self.candidates} candidates: "
+            f"(det(X'X/{self.runs}) / det(X'X/{self.candidates}))^(1/{self.terms}))",
+        ]
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "kind": "optimal",
+            **({"asked": _optimal_asked(self.spec)} if self.spec is not None else {}),
+            "axes": list(self.axes),
+            "sizes": list(self.sizes),
+            "model": self.model,
+            "seed": self.seed,
+            "levels": [list(c) for c in self.chosen],
+            "runs": self.runs,
+            "candidates": self.candidates,
+            "terms": self.terms,
+            "d_efficiency": round(self.efficiency, 6),
+        }
+
+
+def _optimal_asked(spec: DesignSpec) -> dict[str, Any]:
+    return {"runs": spec.runs, "model": spec.model, "seed": spec.seed}
+
+
+def model_matrix(cells: Sequence[Sequence[int]], sizes: Sequence[int], model: str) -> Any:
+    """The model's columns over these cells (each its position on every axis): an intercept, each
+    axis's s − 1 sum-to-zero contrasts (level l < s − 1: +1 at l, −1 at the last level, else 0), and
+    for ``interactions`` every product of two axes' contrasts; then only the columns the cells can
+    estimate (each independent of those before it: a setting that exists under one filesystem only,
+    or an exclude, leaves some out)."""
+    import numpy as np
+
+    at = np.asarray(cells, dtype=int).reshape(len(cells), len(sizes))
+    per_axis = [
+        [(at[:, a] == lv).astype(float) - (at[:, a] == s - 1).astype(float) for lv in range(s - 1)]
+        for a, s in enumerate(sizes)
+    ]
+    columns = [np.ones(len(cells))] + [c for cols in per_axis for c in cols]
+    if model == "interactions":
+        for a, b in itertools.combinations(range(len(sizes)), 2):
+            columns += [x * y for x in per_axis[a] for y in per_axis[b]]
+    kept: list[Any] = []
+    basis = np.zeros((len(cells), 0))
+    for column in columns:
+        residual = column - basis @ (basis.T @ column)
+        norm = float(np.linalg.norm(residual))
+        if norm > 1e-8 * max(1.0, float(np.linalg.norm(column))):
+            kept.append(column)
+            basis = np.column_stack([basis, residual / norm])
+    return np.column_stack(kept)
+
+
+def fedorov(x: Any, n: int, seed: int) -> list[int]:
+    """Fedorov's exchange: from a seeded random start of ``n`` distinct rows of ``x``, swap the chosen
+    row and the unchosen one whose exchange raises det(X'X) most (the det ratio (1 + d_j)(1 − d_i) +
+    d_ij², d the prediction variances under (X'X)⁻¹), until no swap raises it; the best of ``STARTS``
+    starts. Deterministic for a seed (and a numpy)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows, p = x.shape
+    best: tuple[float, list[int]] | None = None
+    for _ in range(STARTS):
+        chosen = [int(i) for i in rng.choice(rows, n, replace=False)]
+        for _ in range(MAX_EXCHANGES):
+            design = x[chosen]
+            inverse = np.linalg.inv(design.T @ design + RIDGE * np.eye(p))
+            a = x @ inverse
+            d = np.einsum("ij,ij->i", a, x)
+            cross = a[chosen] @ x.T
+            gain = (1 + d[None, :]) * (1 - d[chosen][:, None]) + cross**2
+            gain[:, chosen] = 0.0
+            i, j = np.unravel_index(int(np.argmax(gain)), gain.shape)
+            if gain[i, j] <= 1 + 1e-9:
+                break
+            chosen[int(i)] = int(j)
+        sign, logdet = np.linalg.slogdet(x[chosen].T @ x[chosen])
+        score = float(logdet) if sign > 0 else -math.inf
+        if best is None or score > best[0] + 1e-9:
+            best = (score, sorted(chosen))
+    assert best is not None
+    return best[1]
+
+
+def d_efficiency(x: Any, chosen: Sequence[int]) -> float:
+    """(det(X_d'X_d/N) / det(X'X/C))^(1/p): the chosen cells' information per run against the
+    candidates' (1: as informative per run as running every candidate; it can exceed 1)."""
+    import numpy as np
+
+    rows, p = x.shape
+    design = x[list(chosen)]
+    sign, mine = np.linalg.slogdet(design.T @ design / len(chosen))
+    _, whole = np.linalg.slogdet(x.T @ x / rows)
+    return math.exp((float(mine) - float(whole)) / p) if sign > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The cells an optimal design chooses among: the axes of two or more values, their sizes, and each
+    candidate cell's position on them (the cross's combinations ``exclude`` left, in the cross's order)."""
+
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+    cells: tuple[tuple[int, ...], ...]
+
+
+def optimal(spec: DesignSpec, found: Candidates, line: int | None, fail: Fail, stored: Any = None) -> Optimal:
+    """The D-optimal ``spec.runs`` of these candidate cells (or those ``stored`` recorded, when built
+    for this ``spec`` over these axes and still candidates); one line naming ``design`` when the
+    runs are fewer than the model's terms or not fewer than the candidates."""
+    assert spec.runs is not None
+    candidates = found.cells
+    x = model_matrix(candidates, found.sizes, spec.model)
+    terms = x.shape[1]
+    if spec.runs < terms:
+        raise fail(
+            f"design: runs {spec.runs} is fewer than the {spec.model} model's {terms} terms over these axes; "
+            f"give runs: {terms} or more",
+            line,
+        )
+    if spec.runs >= len(candidates):
+        raise fail(f"design: runs {spec.runs} takes every one of the {len(candidates)} cells; give design: full", line)
+    index = {c: i for i, c in enumerate(candidates)}
+    taken = _optimal_record(stored, spec, found, index)
+    chosen = sorted(taken if taken is not None else fedorov(x, spec.runs, spec.seed))
+    cells = tuple(candidates[i] for i in chosen)
+    made = Optimal(found.axes, found.sizes, spec.model, spec.seed, cells, len(candidates), terms, 0.0, spec)
+    return dataclasses.replace(made, efficiency=d_efficiency(x, chosen))
+
+
+def _optimal_record(
+    record: Any, spec: DesignSpec, found: Candidates, index: Mapping[tuple[int, ...], int]
+) -> list[int] | None:
+    """The candidates' indexes a matrix.json's optimal design chose, when built for this ``spec`` over
+    these axes and every one is still a candidate; None otherwise."""
+    if not isinstance(record, Mapping) or record.get("kind") != "optimal":
+        return None
+    if record.get("asked") != _optimal_asked(spec) or record.get("axes") != list(found.axes):
+        return None
+    levels = record.get("levels")
+    if record.get("sizes") != list(found.sizes) or not isinstance(levels, list) or len(levels) != spec.runs:
+        return None
+    if not all(isinstance(c, list) and tuple(c) in index for c in levels):
+        return None
+    chosen = sorted({index[tuple(c)] for c in levels})
+    return chosen if len(chosen) == len(levels) else None
+
+
+Design = Fraction | Screening | Optimal
+
+
 # ----------------------------------------------------------------------------------- expansion's step
 
 
@@ -343,27 +663,40 @@ def step(
     kept: list[Flat],
     fail: Fail,
     stored: Mapping[str, Any] | None = None,
-) -> tuple[list[Flat], Fraction | None]:
+) -> tuple[list[Flat], Design | None]:
     """Expansion's design step, where the crossed combinations become the cells: ``kept`` (the cross
-    ``exclude`` left) for a full cross; a fraction's cells otherwise, refusing ``include`` entries, axes of
-    three or more values and an ``exclude`` that removes any of its cells (each one line naming
-    ``design``, exit 2). ``stored``: the design a run directory's matrix.json recorded, taken instead of
-    building it again when it was built for the same ``design:`` and settings (``from_record``)."""
+    ``exclude`` left) for a full cross; a design's cells otherwise, refusing ``include`` entries; for a
+    fraction or a screening design also axes of three or more values and an ``exclude`` that removes
+    any of its cells (each one line naming ``design``, exit 2); an optimal design chooses among
+    ``kept``. ``stored``: the design a run directory's matrix.json recorded, taken instead of building
+    it again when it was built for the same ``design:`` and settings (``from_record``)."""
     line = yamlpos.line_of(doc, "design")
     spec = parse(doc.get("design"), line, fail)
     if spec.kind == "full":
         return kept, None
     if doc.get("include"):
-        raise fail("design: a fraction takes no include entries (they would unbalance it); run them apart", line)
+        noun = _a(NOUN[spec.kind])
+        raise fail(f"design: {noun} takes no include entries (they would unbalance it); run them apart", line)
     sizes = [len(values) for values in axis_values]
+    left = {_key(c) for c in kept}
+    if spec.kind == "optimal":
+        if max(sizes, default=0) < 2:
+            raise fail("design: an optimal design needs an axis of two or more values", line)
+        found, combos = candidates_of(list(axes), axis_values, left)
+        made_optimal = optimal(spec, found, line, fail, stored)
+        wanted_cells = set(made_optimal.chosen)
+        return [c for c, at in zip(combos, found.cells, strict=True) if at in wanted_cells], made_optimal
     wide = [f"{key} ({size} values)" for key, size in zip(axes, sizes, strict=True) if size > 2]
     if wide:
-        raise fail(f"design: a two-level fraction takes axes of two values; {', '.join(wide)}", line)
+        raise fail(f"design: a two-level {NOUN[spec.kind]} takes axes of two values; {', '.join(wide)}", line)
     two = [i for i, size in enumerate(sizes) if size == 2]
     factors = [key for key, size in zip(axes, sizes, strict=True) if size == 2]
-    made = dataclasses.replace(from_record(stored, spec, factors) or fraction(spec, factors, line, fail), spec=spec)
+    made: Fraction | Screening
+    if spec.kind == "screening":
+        made = screening_from_record(stored, spec, factors) or screening(spec, factors, line, fail)
+    else:
+        made = dataclasses.replace(from_record(stored, spec, factors) or fraction(spec, factors, line, fail), spec=spec)
     wanted = set(made.levels())
-    left = {_key(c) for c in kept}
     chosen = []
     for index, parts in enumerate(itertools.product(*axis_values)):
         digits = _digits(index, sizes)
@@ -371,12 +704,31 @@ def step(
             combo = merge_flats(*parts)
             if _key(combo) not in left:
                 raise fail(
-                    "design: 'exclude' removes a cell of the fraction, which would unbalance it; "
+                    f"design: 'exclude' removes a cell of the {NOUN[spec.kind]}, which would unbalance it; "
                     "leave the exclude out, or take the excluded value off its axis",
                     line,
                 )
             chosen.append(combo)
     return chosen, made
+
+
+def candidates_of(
+    axes: Sequence[str], axis_values: Sequence[Sequence[Flat]], left: set[frozenset[tuple[str, str]]]
+) -> tuple[Candidates, list[Flat]]:
+    """The candidates of an optimal design (the cross's combinations ``exclude`` left, each its
+    position on the axes of two or more values) and their settings, in the cross's order."""
+    sizes = [len(values) for values in axis_values]
+    varying = [i for i, size in enumerate(sizes) if size >= 2]
+    cells: list[tuple[int, ...]] = []
+    combos: list[Flat] = []
+    for index, parts in enumerate(itertools.product(*axis_values)):
+        combo = merge_flats(*parts)
+        if _key(combo) in left:
+            digits = _digits(index, sizes)
+            cells.append(tuple(digits[i] for i in varying))
+            combos.append(combo)
+    names, used = tuple(axes[i] for i in varying), tuple(sizes[i] for i in varying)
+    return Candidates(names, used, tuple(cells)), combos
 
 
 def _key(flat: Flat) -> frozenset[tuple[str, str]]:

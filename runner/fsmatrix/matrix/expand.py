@@ -29,7 +29,7 @@ from fsmatrix.matrix.baselines import (
     group_of,
     named_baselines,
 )
-from fsmatrix.matrix.design import Fraction
+from fsmatrix.matrix.design import Design
 from fsmatrix.matrix.flat import (
     Flat,
     Leaf,
@@ -128,7 +128,7 @@ class Matrix:
     baseline_rule: str = DEFAULTS_RULE
     race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: the default race (racing.plan)
     includes: list[IncludeEffect] = field(default_factory=list)  # what each ``include`` entry did
-    design: Fraction | None = None  # the file's ``design:`` when it is a fraction (design.py)
+    design: Design | None = None  # the file's ``design:`` unless a full cross (design.py)
 
     def is_baseline(self, cell: MatrixCell) -> bool:
         """Whether ``cell`` is the baseline of its comparison group."""
