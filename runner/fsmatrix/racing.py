@@ -133,13 +133,13 @@ def plan(
     UserError for what cannot be meant: ``--budget`` with fixed repeats asked for, a race's maximum
     below its minimum, a race asked for under Slurm."""
     fixed = race is False or (race is None and repeat is not None)
-    if m.design is not None and not fixed:  # a fraction's cells run alike: a race would unbalance it
+    if m.design is not None and not fixed:  # a design's cells run alike: a race would unbalance it
         if race or m.race is not None or budget_s is not None:
             raise UserError(
-                "design: a fraction runs fixed repeats (a race would unbalance it): leave out --race, "
+                "design: a designed experiment runs fixed repeats (a race would unbalance it): leave out --race, "
                 "--budget and the matrix's race:"
             )
-        return RunPlan(None, repeat or m.repeat, f"fixed repeats: {repeat or m.repeat} a cell (a fraction)")
+        return RunPlan(None, repeat or m.repeat, f"fixed repeats: {repeat or m.repeat} a cell (a designed experiment)")
     if fixed:
         if budget_s is not None:
             given = "--no-race" if race is False else f"--repeat {repeat} (fixed repeats)"

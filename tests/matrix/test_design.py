@@ -165,8 +165,8 @@ def test_a_ten_setting_fraction_is_built_quickly() -> None:
 def test_a_fraction_runs_fixed_repeats(tmp_path: Path) -> None:
     m = matrix.load(five(tmp_path, "{kind: fractional, runs: 8}"))
     plan = racing.plan(m, m.cells)
-    assert plan.race is None and plan.repeat == 3 and "fraction" in plan.why
-    with pytest.raises(UserError, match="design: a fraction runs fixed repeats"):
+    assert plan.race is None and plan.repeat == 3 and "designed experiment" in plan.why
+    with pytest.raises(UserError, match="design: a designed experiment runs fixed repeats"):
         racing.plan(m, m.cells, race=True)
 
 
