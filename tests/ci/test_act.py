@@ -76,22 +76,8 @@ def wheelhouse() -> Path:
     if not (where / ".complete").exists():
         building = where.with_name(where.name + ".tmp")
         shutil.rmtree(building, ignore_errors=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--use-pep517",
-                "-w",
-                str(building),
-                f"{REPO}[dev]",
-                "setuptools>=61",
-            ],
-            check=True,
-            timeout=1800,
-        )
+        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--use-pep517", "-w", str(building)]
+        subprocess.run([*pip, f"{REPO}[dev]", "setuptools>=61"], check=True, timeout=1800)
         for own in building.glob("fsmatrix-*.whl"):
             own.unlink()  # the workflows install fsmatrix from their checkouts
         (building / ".complete").touch()
