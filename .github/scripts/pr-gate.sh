@@ -49,6 +49,11 @@ done
 [ "$step" -ge 1 ] || step=1
 looks=()
 if [ "$max_pairs" -gt "$repeats" ]; then
+  # compare --looks judges no look of fewer than 3 pairs: refused before any run, not after all of them
+  if [ "$repeats" -lt 3 ]; then
+    echo "REPEATS=$repeats with MAX_PAIRS=$max_pairs: a gate that adds pairs starts with at least 3" >&2
+    exit 2
+  fi
   looks=(--looks "$repeats:$step:$max_pairs")
 fi
 mkdir -p "$6"

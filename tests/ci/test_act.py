@@ -5,9 +5,11 @@ act runs each job directly on this host (`-P LABEL=-self-hosted`), in a throwawa
 this checkout committed to a git "server" (a directory: GITHUB_SERVER_URL=file://...). GitHub's own
 actions cannot be fetched offline; small stand-ins under tests/ci/act/actions take their place
 (`--local-repository`, keyed by the refs the workflows pin): checkout clones from that server,
-upload- and download-artifact keep artefacts in a directory. `gh` is a stub that records what it was
-asked. Everything runs on the host backend with tiny matrices: the steps really run (act's `-n` is
-not a dry run on the host), as root, on loop devices.
+upload- and download-artifact keep artefacts in a directory. `gh` is a stand-in (tests/ci/act/gh.py)
+that records what it was asked and answers the check-runs API as GitHub does. act keeps no step
+summary (it empties the file before every step): the throwaway copy of pr-gate.yml copies its gate
+step's summary out on exit. Everything runs on the host backend with tiny matrices: the steps really
+run (act's `-n` is not a dry run on the host), as root, on loop devices.
 """
 
 from __future__ import annotations
@@ -67,17 +69,15 @@ def wheelhouse() -> Path:
     """The Python packages fsmatrix needs, as wheels in a directory (built once per pyproject.toml, kept
     in the fsmatrix cache): the workflows' `pip install`s take them from there (PIP_NO_INDEX), since
     PyPI answers slowly here (about 2 s a request, 80 s an install). The same packages, installed by
-    the workflows' own commands."""
+    the workflows' own commands. (--use-pep517: an sdist without pyproject.toml, libvirt-python, is
+    built in an isolated environment that has `wheel`, which the tests' virtualenv need not have.)"""
     digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()[:12]
     where = Path(os.environ.get("FSMATRIX_CACHE", "/var/cache/fsmatrix")) / "act" / f"wheelhouse-{digest}"
     if not (where / ".complete").exists():
         building = where.with_name(where.name + ".tmp")
         shutil.rmtree(building, ignore_errors=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(building), f"{REPO}[dev]", "setuptools>=61"],
-            check=True,
-            timeout=1800,
-        )
+        pip = [sys.executable, "-m", "pip", "wheel", "-q", "--use-pep517", "-w", str(building)]
+        subprocess.run([*pip, f"{REPO}[dev]", "setuptools>=61"], check=True, timeout=1800)
         for own in building.glob("fsmatrix-*.whl"):
             own.unlink()  # the workflows install fsmatrix from their checkouts
         (building / ".complete").touch()
@@ -97,9 +97,18 @@ def commit(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def throwaway_repository(where: Path) -> Path:
+# pr-gate.yml's gate step, in the throwaway copy: its step summary copied out when it ends, however it ends.
+GATE_STEP = "        run: bash base/.github/scripts/pr-gate.sh "
+KEEP_SUMMARY = """\
+        run: |
+          trap 'cp "$GITHUB_STEP_SUMMARY" "$FSMATRIX_ACT_SUMMARIES/$GITHUB_RUN_ID-$GITHUB_JOB.md"' EXIT
+          bash base/.github/scripts/pr-gate.sh """
+
+
+def throwaway_repository(where: Path, gate: dict[str, str] = SMALL_GATE) -> Path:
     """This checkout's files (as they are in the working tree) committed to a fresh repository, with
-    the test's tiny matrices and the gate's small settings (test_workflows.SMALL_GATE)."""
+    the test's tiny matrices and the gate's small settings (``gate``: test_workflows.SMALL_GATE, or
+    others of the same keys), in pr-gate.yml and in pr-verdict.yml, which judges with the same."""
     listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
     for name in listed.decode().split("\0"):
         if name and (REPO / name).is_file():
@@ -109,14 +118,18 @@ def throwaway_repository(where: Path) -> Path:
     (where / "matrix" / "pr.yaml").write_text(TINY_GATE)
     # the verdict judges at the gate's threshold (a verdict at another one would judge another gate)
     # (the gate's backend is a repository variable, not a literal: the gate's runs pass it with --var)
-    literals = [key for key in SMALL_GATE if key != GATE_BACKEND]
-    for name, keys in (("pr-gate.yml", literals), ("pr-verdict.yml", ["THRESHOLD"])):
+    literals = [key for key in gate if key != GATE_BACKEND]
+    judged = ["THRESHOLD", "REPEATS", "PAIRS_STEP", "MAX_PAIRS"]  # pr-verdict.yml's copy of the gate's settings
+    for name, keys in (("pr-gate.yml", literals), ("pr-verdict.yml", judged)):
         workflow = where / ".github" / "workflows" / name
         text = workflow.read_text()
         for key in keys:
             setting = re.compile(rf'^  {key}: "[^"]*"$', re.M)
             assert setting.search(text), f"{name} sets no {key}"
-            text = setting.sub(f'  {key}: "{SMALL_GATE[key]}"', text)
+            text = setting.sub(f'  {key}: "{gate[key]}"', text)
+        if name == "pr-gate.yml":
+            assert text.count(GATE_STEP) == 1, "pr-gate.yml's gate step changed: update GATE_STEP"
+            text = text.replace(GATE_STEP, KEEP_SUMMARY)
         workflow.write_text(text)
     git(where, "init", "-q", "-b", "main")
     commit(where, "base")
@@ -146,6 +159,15 @@ class Act:
         text = log.read_text() if log.exists() else ""
         return [call.strip("\n").split("\n") for call in text.split("\n--\n") if call.strip()]
 
+    def check_runs(self, head_sha: str, slug: str = SLUG) -> dict[str, dict[str, Any]]:
+        """The check runs posted on a commit (gh.py's store), by name."""
+        runs = (self.root / "checks" / slug / head_sha).glob("*.json")
+        return {doc["name"]: doc for doc in (json.loads(p.read_text()) for p in runs)}
+
+    def step_summary(self, run_id: int, job: str) -> str:
+        """The step summary pr-gate.yml's gate step wrote in run ``run_id`` (KEEP_SUMMARY)."""
+        return (self.root / "summaries" / f"{run_id}-{job}.md").read_text()
+
     def repository(self, slug: str = SLUG) -> Path:
         """A repository on the stand-in server (created empty)."""
         path = self.server / slug
@@ -170,8 +192,9 @@ class Act:
         stubs = self.root / "bin"
         stubs.mkdir(exist_ok=True)
         gh = stubs / "gh"
-        gh.write_text(f'#!/bin/sh\n# gh, recording its arguments\nprintf "%s\\n" "$@" -- >> {self.root / "gh.log"}\n')
+        gh.write_text(f'#!/bin/sh\nexec {sys.executable} {ACT / "gh.py"} "$@"\n')
         gh.chmod(0o755)
+        (self.root / "summaries").mkdir(exist_ok=True)
         args = [str(self.binary), event, "-W", workflow, "-C", str(workdir), "-e", str(event_file)]
         for label in PLATFORMS:
             args += ["-P", f"{label}=-self-hosted"]
@@ -186,7 +209,8 @@ class Act:
             args += ["--env", f"{key}={value}"]
         for key, value in (variables or {}).items():
             args += ["--var", f"{key}={value}"]
-        for key, value in (secrets or {}).items():
+        # the token act gives the jobs (github.token): gh refuses to run without one
+        for key, value in {"GITHUB_TOKEN": "act-test-token", **(secrets or {})}.items():
             args += ["-s", f"{key}={value}"]
         args += ["--action-cache-path", str(self.root / "act-cache"), "--no-cache-server"]
         # The jobs inherit act's environment: not the Python path of the tests' own fsmatrix (every
@@ -198,6 +222,9 @@ class Act:
             **inherited,
             "PATH": f"{stubs}:{os.environ['PATH']}",
             "FSMATRIX_ACT_ARTIFACTS": str(self.artifacts),
+            "FSMATRIX_ACT_GH_LOG": str(self.root / "gh.log"),
+            "FSMATRIX_ACT_CHECKS": str(self.root / "checks"),
+            "FSMATRIX_ACT_SUMMARIES": str(self.root / "summaries"),
             "XDG_CACHE_HOME": str(self.root / "xdg-cache"),
             "PIP_NO_INDEX": "1",
             "PIP_NO_COMPILE": "1",
@@ -260,16 +287,30 @@ def test_matrix_workflow_runs_expand_shards_merge_report(act: Act) -> None:
     assert {d["provenance"]["host"].get("container_image") for d in docs} == {None}, docs[0]["provenance"]["host"]
 
 
-def synthetic_pr(act: Act, head: str) -> tuple[Path, dict[str, Any]]:
+ROUTINE = Path("runner") / "fsmatrix" / "agent" / "workloads" / "threen1" / "threen1.m"
+# The gate when the base's runs all fail and the head fixes them: no pair to compare, NOT DECIDED at
+# every look, whatever the noise. 3 pairs, then 1 more: the gate adds pairs once, then stops at MAX_PAIRS.
+UNDECIDED_GATE = {**SMALL_GATE, "PAIRS_STEP": "1", "MAX_PAIRS": "4"}
+
+
+def synthetic_pr(act: Act, head: str, gate: dict[str, str] = SMALL_GATE) -> tuple[Path, dict[str, Any]]:
     """The throwaway repository with a pull request from branch `feature` to `main`: ``head`` is
-    "unchanged" (a documentation edit) or "regressed" (every 3n+1 number costs several times the work:
-    a real slowdown of the code under test). Returns the repository and the pull_request event."""
-    repo = throwaway_repository(act.repository())
+    "unchanged" (a documentation edit), "regressed" (every 3n+1 number costs several times the work:
+    a real slowdown of the code under test) or "fixes a broken base" (the base's 3n+1 routine divides
+    by zero in every run; the head's is the good one). Returns the repository and the pull_request event."""
+    repo = throwaway_repository(act.repository(), gate)
+    if head == "fixes a broken base":
+        good = (repo / ROUTINE).read_text()
+        assert " set len=v\n" in good
+        (repo / ROUTINE).write_text(good.replace(" set len=v\n", " set len=v\n set len=len/0\n", 1))
+        commit(repo, "every 3n+1 run fails")
     base = git(repo, "rev-parse", "HEAD")
     git(repo, "checkout", "-q", "-b", "feature")
     if head == "regressed":
         slow = _regressed_runner(act.root / "slow") / "fsmatrix" / "agent" / "workloads" / "threen1" / "threen1.m"
-        shutil.copy2(slow, repo / "runner" / "fsmatrix" / "agent" / "workloads" / "threen1" / "threen1.m")
+        shutil.copy2(slow, repo / ROUTINE)
+    elif head == "fixes a broken base":
+        (repo / ROUTINE).write_text(good)
     else:
         with (repo / "README.md").open("a") as readme:
             readme.write("\nA documentation change: the code under test is the same.\n")
@@ -289,27 +330,51 @@ def synthetic_pr(act: Act, head: str) -> tuple[Path, dict[str, Any]]:
     return repo, event
 
 
-@pytest.mark.parametrize("head", ["unchanged", "regressed"])
+@pytest.mark.parametrize("head", ["unchanged", "regressed", "fixes a broken base"])
 def test_pr_gate_and_verdict_workflows_on_a_synthetic_pull_request(act: Act, head: str) -> None:
-    repo, event = synthetic_pr(act, head)
+    """pr-gate.yml ends in PASS or NOT DECIDED on an unchanged head (A/A at 3 pairs may be either; both
+    leave the job green), a confirmed FAIL on a real slowdown, and NOT DECIDED after adding pairs when
+    the base's runs all fail (neutral: the job passes with a notice). The verdict heads the step
+    summary; pr-verdict.yml judges the uploaded results again and posts the check run."""
+    gate_settings = UNDECIDED_GATE if head == "fixes a broken base" else SMALL_GATE
+    repo, event = synthetic_pr(act, head, gate_settings)
     gate = act(
         repo,
         ".github/workflows/pr-gate.yml",
         "pull_request",
         event,
-        variables={"FSMATRIX_IN_CONTAINER": "0", GATE_BACKEND: SMALL_GATE[GATE_BACKEND]},
+        variables={"FSMATRIX_IN_CONTAINER": "0", GATE_BACKEND: gate_settings[GATE_BACKEND]},
         run_id=21,
     )
     results = act.artifact(21, "pr-gate-results")
-    for side in ("base", "head"):
-        docs = [json.loads(p.read_text()) for p in (results / side).rglob("r*.json")]
-        assert len(docs) == int(SMALL_GATE["REPEATS"]) and {d["status"] for d in docs} == {"passed"}, log(gate)
+    verdict_of_gate = (results / "verdict.txt").read_text().strip()
+    pairs = int((results / "pairs.txt").read_text())
+    statuses = {
+        side: [json.loads(p.read_text())["status"] for p in (results / side).rglob("r*.json")]
+        for side in ("base", "head")
+    }
+    assert statuses["head"] == ["passed"] * pairs, log(gate)
+    summary = act.step_summary(21, "gate")
+    notice = "::notice title=fsmatrix gate NOT DECIDED::gate NOT DECIDED"
     if head == "unchanged":
-        assert gate.returncode == 0, log(gate)
+        assert gate.returncode == 0 and verdict_of_gate in ("PASS", "NOT DECIDED"), log(gate)
+        assert pairs == int(SMALL_GATE["REPEATS"]) and statuses["base"] == ["passed"] * pairs
         assert not (results / "head-confirm").exists()
-    else:
-        assert gate.returncode != 0 and failed_jobs(gate) == {"gate"}, log(gate)
+        assert (notice in gate.stdout) == (verdict_of_gate == "NOT DECIDED"), log(gate)
+    elif head == "regressed":
+        assert gate.returncode != 0 and failed_jobs(gate) == {"gate"} and verdict_of_gate == "FAIL", log(gate)
+        assert pairs == int(SMALL_GATE["REPEATS"]) and statuses["base"] == ["passed"] * pairs
         assert "CONFIRMED regression" in (results / "comparison.md").read_text()
+    else:
+        # NOT DECIDED at 3 pairs, 1 more pair, NOT DECIDED at 4, the most: the job passes, with the notice
+        assert gate.returncode == 0 and verdict_of_gate == "NOT DECIDED", log(gate)
+        assert "== not decided after 3 pairs: 1 more pairs" in gate.stdout, log(gate)
+        assert "== not decided after 4 pairs, the most the gate runs (MAX_PAIRS)" in gate.stdout, log(gate)
+        assert pairs == 4 and statuses["base"] and "passed" not in statuses["base"], statuses
+        assert notice in gate.stdout, log(gate)
+    sentence = {"PASS": "gate PASSED", "FAIL": "GATE FAILED", "NOT DECIDED": "gate NOT DECIDED"}[verdict_of_gate]
+    assert summary.startswith(f"**fsmatrix gate: {verdict_of_gate}** after {pairs} pairs: {sentence}"), summary
+    assert summary == (results / "summary.md").read_text()
 
     # pr-verdict, as workflow_run would start it when pr-gate completes (act does not chain them)
     run = {"id": 21, "event": "pull_request", "head_sha": event["pull_request"]["head"]["sha"]}
@@ -320,16 +385,15 @@ def test_pr_gate_and_verdict_workflows_on_a_synthetic_pull_request(act: Act, hea
         {"action": "completed", "workflow_run": run, "repository": {"full_name": SLUG}},
         run_id=22,
     )
-    assert (verdict.returncode == 0) == (head == "unchanged"), log(verdict)
-    [status] = [call for call in act.gh_calls if call[0] == "api"]  # act itself asks `gh auth token`
-    assert status[:2] == ["api", f"repos/{SLUG}/statuses/{run['head_sha']}"], status
-    fields = dict(arg.split("=", 1) for arg in status[2:] if "=" in arg)
-    assert fields["state"] == ("success" if head == "unchanged" else "failure"), status
-    assert fields["context"] == "fsmatrix/pr-verdict"
-    expected = "passed: nothing" if head == "unchanged" else "failed:"
-    assert (
-        fields["description"] == f"{expected} significantly worse with an estimate above {SMALL_GATE['THRESHOLD']}"
-    ), status
+    # NOT DECIDED is no failure of pr-verdict's job either: its check run says neutral
+    assert (verdict.returncode == 0) == (verdict_of_gate != "FAIL"), log(verdict)
+    [posted] = [call for call in act.gh_calls if call[0] == "api"]
+    assert posted[:2] == ["api", f"repos/{SLUG}/check-runs"], posted
+    check = act.check_runs(run["head_sha"])["fsmatrix/pr-verdict"]
+    conclusion = {"PASS": "success", "FAIL": "failure", "NOT DECIDED": "neutral"}[verdict_of_gate]
+    assert (check["status"], check["conclusion"]) == ("completed", conclusion), check
+    assert check["output"]["title"].startswith(f"{verdict_of_gate}: {sentence}"), check
+    assert check["details_url"] == f"file://{act.server}/{SLUG}/actions/runs/22"
 
 
 @pytest.mark.parametrize("broken", ["needs", "matrix"])
@@ -396,7 +460,8 @@ echo "gtm.global_buffers: $(cat buffers.txt)"
 def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act, head: str) -> None:
     """A throwaway repository (acme/db) whose workflow calls fsmatrix's gate.yml at a commit on a pull
     request that changes its configuration: each side's runs get its build's settings under the same
-    cell id, and the caller's next job reads the verdict. A head whose build fails fails the gate."""
+    cell id, the gate's inputs for adding pairs reach gate.sh (its looks), and the caller's next job reads
+    the verdict (pass or not-decided: A/A-like at 3 pairs may be either). A head whose build fails fails the gate."""
     fsmatrix = throwaway_repository(act.repository())
     ref = git(fsmatrix, "rev-parse", "HEAD")
     caller = act.repository("acme/db")
@@ -421,6 +486,10 @@ def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act, head: str) -
             "repeats": int(SMALL_GATE["REPEATS"]),
             "confirm-repeats": int(SMALL_GATE["CONFIRM_REPEATS"]),
             "threshold": SMALL_GATE["THRESHOLD"],
+            "pairs-step": 1,
+            "max-pairs": int(SMALL_GATE["REPEATS"]) + 1,
+            "time-budget": 30,
+            "not-decided": "neutral",
             "container": False,
         }
     )
@@ -460,16 +529,25 @@ def test_a_caller_repository_gets_a_verdict_from_gate_yml(act: Act, head: str) -
         assert not (results / "base").exists()  # nothing ran
         return
     assert done.returncode == 0, log(done)
-    assert "The fsmatrix gate says pass" in done.stdout, log(done)
+    verdict = (results / "verdict.txt").read_text().strip()
+    said = {"PASS": "pass", "NOT DECIDED": "not-decided"}[verdict]
+    assert f"The fsmatrix gate says {said}" in done.stdout, log(done)
+    comparison = (results / "comparison.md").read_text()
+    first = int(SMALL_GATE["REPEATS"])
+    assert f"looking after {first}, {first + 1} pairs" in comparison, comparison  # pairs-step and max-pairs
+    pairs = int((results / "pairs.txt").read_text())
+    assert pairs == first + 1 if verdict == "NOT DECIDED" else pairs in (first, first + 1), log(done)
+    # not-decided: neutral, the job passed; a NOT DECIDED gate said so in a notice
+    assert ("::notice title=fsmatrix gate NOT DECIDED::" in done.stdout) == (verdict == "NOT DECIDED"), log(done)
     ids = {}
     for side_name, buffers in (("base", 4000), ("head", 4100)):
         docs = [json.loads(p.read_text()) for p in (results / side_name).rglob("r*.json")]
-        assert len(docs) == int(SMALL_GATE["REPEATS"]) and {d["status"] for d in docs} == {"passed"}, log(done)
+        assert len(docs) == pairs and {d["status"] for d in docs} == {"passed"}, log(done)
         assert {d["params"]["gtm"]["global_buffers"] for d in docs} == {buffers}, docs[0]["params"]
         ids[side_name] = {d["cell_id"] for d in docs}
     assert ids["base"] == ids["head"] and len(ids["base"]) == 1
     assert (results / "settings" / "head.yaml").read_text() == "gtm.global_buffers: 4100\n"
-    assert "gate passed: nothing significantly worse" in (results / "comparison.md").read_text()
+    assert ("- gate PASSED: " in comparison) == (verdict == "PASS"), comparison
 
 
 # The nightly's matrix here: one small 3n+1 cell, 12 runs a night (enough points for Otava on each side).
@@ -534,3 +612,29 @@ def test_nightly_reports_a_change_point_and_fails_over_its_threshold(act: Act, t
             else:
                 assert night.returncode != 0 and failed_jobs(night) == {"nightly"}, log(night)
             assert (act.artifact(run_id, "trends") / "trends" / "index.html").exists()
+
+
+def test_the_gh_stand_in_refuses_what_github_refuses(tmp_path: Path) -> None:
+    """gh.py's check run API: a check run GitHub would take is stored; one it would refuse (a missing
+    name, an unknown conclusion, a completed one without a conclusion, no token) fails as gh does."""
+    env = {**os.environ, "FSMATRIX_ACT_GH_LOG": str(tmp_path / "log"), "FSMATRIX_ACT_CHECKS": str(tmp_path / "checks")}
+    good = ["name=fsmatrix/pr-verdict", "head_sha=abc", "status=completed", "conclusion=neutral"]
+    good += ["output[title]=NOT DECIDED: t", "output[summary]=NOT DECIDED: s"]
+
+    def gh(fields: list[str], token: str = "t") -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, str(ACT / "gh.py"), "api", "repos/acme/x/check-runs"]
+        args += [arg for field in fields for arg in ("-f", field)]
+        return subprocess.run(args, env={**env, "GH_TOKEN": token}, capture_output=True, text=True, check=False)
+
+    assert gh(good).returncode == 0
+    stored = json.loads((tmp_path / "checks" / "acme" / "x" / "abc" / "fsmatrix_pr-verdict.json").read_text())
+    assert stored["conclusion"] == "neutral" and stored["output"]["summary"] == "NOT DECIDED: s"
+    for planted, why in (
+        (good[1:], "name is missing"),
+        ([*good[:3], "conclusion=undecided"], "conclusion 'undecided' is not one of"),
+        (good[:3], "conclusion is required when status is completed"),
+        (good[:5], "output needs a title and a summary"),
+    ):
+        refused = gh(planted)
+        assert refused.returncode == 1 and why in refused.stderr, (planted, refused.stderr)
+    assert gh(good, token="").returncode == 4

@@ -97,7 +97,7 @@ def _scripted(where: Path, log: Path, statuses: Path) -> Path:
 
 
 def _sequential(
-    tmp_path: Path, statuses: list[int], settings: dict[str, str]
+    tmp_path: Path, statuses: list[int], settings: dict[str, str], repeats: str = "3"
 ) -> tuple[subprocess.CompletedProcess[str], list[str], Path]:
     log, script = tmp_path / "calls.log", tmp_path / "statuses"
     log.touch()
@@ -109,7 +109,7 @@ def _sequential(
     env = {**{k: v for k, v in os.environ.items() if k not in drop}, **settings}
     out = tmp_path / "out"
     done = subprocess.run(
-        ["bash", str(GATE), str(base), str(head), str(matrix), "2", "0.05", str(out), "2"],
+        ["bash", str(GATE), str(base), str(head), str(matrix), repeats, "0.05", str(out), "2"],
         capture_output=True,
         text=True,
         env=env,
@@ -125,13 +125,13 @@ def _pairs(calls: list[str], run_id: str = "head") -> list[int]:
 
 @needs_root
 def test_not_decided_adds_pairs_until_the_gate_passes(tmp_path: Path) -> None:
-    done, calls, out = _sequential(tmp_path, [3, 3, 0], {"MAX_PAIRS": "6", "PAIRS_STEP": "2"})
+    done, calls, out = _sequential(tmp_path, [3, 3, 0], {"MAX_PAIRS": "7", "PAIRS_STEP": "2"})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _pairs(calls) == [1, 2, 3, 4, 5, 6] and _pairs(calls, "base") == [1, 2, 3, 4, 5, 6]
+    assert _pairs(calls) == [1, 2, 3, 4, 5, 6, 7] and _pairs(calls, "base") == [1, 2, 3, 4, 5, 6, 7]
     compares = [c for c in calls if c.split()[1] == "compare"]
-    assert len(compares) == 3 and all("--looks 2:2:6 " in c for c in compares), compares
-    assert (out / "verdict.txt").read_text() == "PASS\n" and (out / "pairs.txt").read_text() == "6\n"
-    assert "**fsmatrix gate: PASS** after 6 pairs: gate PASSED: stand-in" in (out / "summary.md").read_text()
+    assert len(compares) == 3 and all("--looks 3:2:7 " in c for c in compares), compares
+    assert (out / "verdict.txt").read_text() == "PASS\n" and (out / "pairs.txt").read_text() == "7\n"
+    assert "**fsmatrix gate: PASS** after 7 pairs: gate PASSED: stand-in" in (out / "summary.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -139,14 +139,14 @@ def test_not_decided_adds_pairs_until_the_gate_passes(tmp_path: Path) -> None:
 )
 @needs_root
 def test_the_budget_of_pairs_ends_not_decided_as_told(tmp_path: Path, not_decided: str | None, status: int) -> None:
-    settings = {"MAX_PAIRS": "5", "PAIRS_STEP": "2", **({"NOT_DECIDED": not_decided} if not_decided else {})}
+    settings = {"MAX_PAIRS": "6", "PAIRS_STEP": "2", **({"NOT_DECIDED": not_decided} if not_decided else {})}
     done, calls, out = _sequential(tmp_path, [3, 3, 3], settings)
     assert done.returncode == status, done.stdout + done.stderr
-    assert _pairs(calls) == [1, 2, 3, 4, 5]  # 2, then 2 more, then the last one MAX_PAIRS allows
-    assert "not decided after 5 pairs, the most the gate runs" in done.stdout
+    assert _pairs(calls) == [1, 2, 3, 4, 5, 6]  # 3, then 2 more, then the last one MAX_PAIRS allows
+    assert "not decided after 6 pairs, the most the gate runs" in done.stdout
     assert (out / "verdict.txt").read_text() == "NOT DECIDED\n"
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("**fsmatrix gate: NOT DECIDED** after 5 pairs: gate NOT DECIDED: at the measured")
+    assert summary.startswith("**fsmatrix gate: NOT DECIDED** after 6 pairs: gate NOT DECIDED: at the measured")
     assert ("::notice title=fsmatrix gate NOT DECIDED::gate NOT DECIDED" in done.stdout) == (not_decided == "neutral")
 
 
@@ -154,20 +154,20 @@ def test_the_budget_of_pairs_ends_not_decided_as_told(tmp_path: Path, not_decide
 def test_the_time_budget_stops_adding_pairs(tmp_path: Path) -> None:
     # bash takes SECONDS from the environment: the gate has "run" 10 minutes already.
     done, calls, _ = _sequential(tmp_path, [3], {"MAX_PAIRS": "8", "TIME_BUDGET": "10", "SECONDS": "600"})
-    assert done.returncode == 3 and _pairs(calls) == [1, 2]
+    assert done.returncode == 3 and _pairs(calls) == [1, 2, 3]
     assert "the time budget of 10 minutes is spent" in done.stdout
 
 
 @needs_root
 def test_a_fail_at_a_look_is_confirmed_before_the_gate_fails(tmp_path: Path) -> None:
-    done, calls, out = _sequential(tmp_path, [3, 1, 1], {"MAX_PAIRS": "6", "PAIRS_STEP": "2"})
+    done, calls, out = _sequential(tmp_path, [3, 1, 1], {"MAX_PAIRS": "7", "PAIRS_STEP": "2"})
     assert done.returncode == 1, done.stdout + done.stderr
-    assert _pairs(calls) == [1, 2, 3, 4]  # stopped at the look that failed
+    assert _pairs(calls) == [1, 2, 3, 4, 5]  # stopped at the look that failed
     assert _pairs(calls, "head-confirm") == [1, 2] and all(
         "--only cell-a" in c for c in calls if "--run-id head-confirm" in c
     )
     last = [c for c in calls if c.split()[1] == "compare"][-1]
-    assert "--confirm" in last and "--looks 2:2:6" in last
+    assert "--confirm" in last and "--looks 3:2:7" in last
     assert (out / "verdict.txt").read_text() == "FAIL\n"
 
 
@@ -182,3 +182,11 @@ def test_a_fail_at_a_look_is_confirmed_before_the_gate_fails(tmp_path: Path) -> 
 def test_bad_gate_settings_are_refused_before_any_run(tmp_path: Path, settings: dict[str, str], message: str) -> None:
     done, calls, _ = _sequential(tmp_path, [], settings)
     assert done.returncode == 2 and calls == [] and done.stderr.strip() == message
+
+
+@needs_root
+def test_a_gate_that_adds_pairs_from_fewer_than_3_is_refused_before_any_run(tmp_path: Path) -> None:
+    # compare --looks judges no look of fewer than 3 pairs: refused at once, not after every pair has run
+    done, calls, _ = _sequential(tmp_path, [], {"MAX_PAIRS": "4"}, repeats="2")
+    assert done.returncode == 2 and calls == []
+    assert done.stderr.strip() == "REPEATS=2 with MAX_PAIRS=4: a gate that adds pairs starts with at least 3"
