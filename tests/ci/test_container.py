@@ -225,7 +225,8 @@ def test_workflow_scripts_run_fsmatrix_in_the_image(tag: str, tmp_path: Path) ->
     assert [d["provenance"]["host"]["container_image"]["name"] for d in docs] == [tag]
 
     gate = workflow("pr-gate.yml")
-    gate_env = {**env, "REPEATS": "2", "THRESHOLD": "0.5"}
+    # two pairs decide nothing: NOT DECIDED, which pr-gate.yml marks neutral (exit 0) as here
+    gate_env = {**env, "REPEATS": "2", "THRESHOLD": "0.5", "NOT_DECIDED": "neutral"}
     bash(step(gate, "gate", "Run base and head"), tmp_path / "ws", gate_env)
     for side in ("base", "head"):
         docs = [load_document(p).document for p in iter_result_files(tmp_path / "ws" / "gate-results" / side)]

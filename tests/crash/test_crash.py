@@ -179,10 +179,12 @@ def test_the_injector_kills_the_runs_processes_and_not_itself(capsys: pytest.Cap
     event = crash.CrashEvent(mode="kill", after_s=0.3)
     with cgroup.RunCpu() as run_cpu:
         assert run_cpu.directory is not None, "this test needs a writable cgroup hierarchy"
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        # started as the workloads start theirs (proc.in_run): joining the run's cgroup, which this
+        # process never enters
+        child = subprocess.Popen(proc.in_run([sys.executable, "-c", "import time; time.sleep(60)"])[0])
         # a detached grandchild (setsid, parent gone), as GT.M's JOB workers are
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # the pipe would wait for the sleep
-        subprocess.run(["setsid", "-f", "sleep", "60"], check=True, **quiet)
+        subprocess.run(proc.in_run(["setsid", "-f", "sleep", "60"])[0], check=True, **quiet)
         injector = Injector(event, run_cpu.directory, kill=True)
         t0 = time.monotonic()
         with injector.armed():
