@@ -195,8 +195,12 @@ def run(
         console.print(plan.why, markup=False, highlight=False)
         args = ["--backend", backend, "--workdir", str(workdir.resolve()), "--repeat", str(plan.repeat)]
         args += ["--order", order, "--no-race", *(["--scale", scale] if scale else [])]
-        how = _SlurmRun(shared, run_id, backend, plan.repeat, results_root, shard_size, tuple(args), force)
-        sys.exit(_run_on_slurm(m, cells, how, _SlurmSubmit(detach, kvm_gres, sbatch_args, settings_file)))
+        request = slurm.SlurmRequest(
+            matrix=m, cells=cells, shared=shared, run_id=run_id, backend=backend, repeat=plan.repeat,
+            results_root=results_root, shard_size=shard_size, task_args=args, force=force,
+            settings_file=settings_file,
+        )  # fmt: skip
+        sys.exit(_run_on_slurm(request, _SlurmSubmit(detach, kvm_gres, sbatch_args)))
     chosen = _local_backend(backend, devices, yes, workdir)
     options = runs.RunOptions(results_root, run_id, plan, force, order, build)
     try:
@@ -305,41 +309,22 @@ def _check_slurm(shared: Path | None, devices: tuple[str, ...], race: bool | Non
 
 
 @dataclass(frozen=True)
-class _SlurmRun:
-    """What the Slurm tasks run: ``repeat`` fixed repeats of the cells under ``run_id``, their results
-    in ``shared``, merged into ``results_root``; ``task_args``: each task's own `fsmatrix run` options."""
-
-    shared: Path
-    run_id: str
-    backend: str
-    repeat: int
-    results_root: Path
-    shard_size: int | None
-    task_args: tuple[str, ...]
-    force: bool
-
-
-@dataclass(frozen=True)
 class _SlurmSubmit:
-    """How they are submitted: ``detach`` (return once submitted), the /dev/kvm gres, more sbatch
-    options, and the build's settings file given to every task."""
+    """How the run's array is submitted: ``detach`` (return once submitted), the /dev/kvm gres, more
+    sbatch options."""
 
     detach: bool
     kvm_gres: str
     sbatch_args: tuple[str, ...]
-    settings_file: Path | None
 
 
-def _run_on_slurm(m: matrix.Matrix, cells: list[matrix.MatrixCell], how: _SlurmRun, submit: _SlurmSubmit) -> int:
-    """Submit the cells as a Slurm job array; unless ``detach``, wait, merge and report. The exit status."""
-    sub = slurm.prepare(slurm.SlurmRequest(
-        matrix=m, cells=cells, shared=how.shared, run_id=how.run_id, backend=how.backend, repeat=how.repeat,
-        results_root=how.results_root, shard_size=how.shard_size, task_args=list(how.task_args), force=how.force,
-        settings_file=submit.settings_file,
-    ))  # fmt: skip
+def _run_on_slurm(request: slurm.SlurmRequest, submit: _SlurmSubmit) -> int:
+    """Submit the request's cells as a Slurm job array; unless ``detach``, wait, merge and report. The
+    exit status."""
+    sub = slurm.prepare(request)
     extra = [word for arg in submit.sbatch_args for word in shlex.split(arg)]
     with slurm.cancelled_on_interrupt(sub, console):  # from the submission on: Ctrl-C leaves no job behind
-        job_id = slurm.submit(sub, slurm.gres_for(how.backend, submit.kvm_gres), extra)
+        job_id = slurm.submit(sub, slurm.gres_for(request.backend, submit.kvm_gres), extra)
         tasks = f"{len(sub.shards)} array tasks, {sub.total_runs} runs"
         console.print(f"submitted Slurm job {job_id}: {tasks} ({sub.directory})", markup=False, highlight=False)
         if submit.detach:
@@ -347,7 +332,7 @@ def _run_on_slurm(m: matrix.Matrix, cells: list[matrix.MatrixCell], how: _SlurmR
             click.echo(f"fsmatrix slurm collect {sub.directory}")
             return 0
         slurm.wait(sub, console)
-    return slurm.finish(slurm.collect(sub, how.results_root, console.print), click.echo)
+    return slurm.finish(slurm.collect(sub, request.results_root, console.print), click.echo)
 
 
 def _budget(value: str | None) -> float | None:
