@@ -291,29 +291,14 @@ def test_the_effects_of_a_screening_design_are_main_effects_only(tmp_path: Path)
     from conftest import typed
     from fsmatrix.results import store
     from fsmatrix.results.verdict import answer, answering
+    from test_answer import runs as result_docs
 
     m = matrix.load(five(tmp_path, "{kind: screening, runs: 12}"))
     rnd, docs = random.Random(1), []
     for c in m.cells:
         high = str(matrix.flatten(c.params)["gtm.global_buffers"]) == "64"
-        for r in (1, 2, 3):
-            value = 10 * math.exp((0.5 if high else -0.5) * math.log(1.7) + rnd.gauss(0, 0.03))
-            docs.append(
-                {
-                    "schema_version": 1,
-                    "run_id": "t",
-                    "cell_id": c.id,
-                    "repeat": r,
-                    "workload": c.workload_kind,
-                    "params": c.params,
-                    "status": "passed",
-                    "reason": None,
-                    "metrics": {"elapsed_s": value},
-                    "key_metrics": {"elapsed_s": "lower"},
-                    "samples": {"bound": "cpu"},
-                    "provenance": {},
-                }
-            )
+        values = [10 * math.exp((0.5 if high else -0.5) * math.log(1.7) + rnd.gauss(0, 0.03)) for _ in (1, 2, 3)]
+        docs += result_docs(c, values)
     record = store.RunMatrix.read(runs.matrix_record(m, m.cells, 3))
     group = answering.build(typed(docs), record, None, answer.Rule(draws=200)).groups[0]
     assert isinstance(group, answer.SpeedGroup) and group.effects is not None
@@ -423,26 +408,10 @@ def test_an_optimal_group_has_no_effects_block_yet(tmp_path: Path) -> None:
     from conftest import typed
     from fsmatrix.results import store
     from fsmatrix.results.verdict import answer, answering
+    from test_answer import runs as result_docs
 
     m = matrix.load(five(tmp_path, "{kind: optimal, runs: 8}"))
-    docs = [
-        {
-            "schema_version": 1,
-            "run_id": "t",
-            "cell_id": c.id,
-            "repeat": r,
-            "workload": c.workload_kind,
-            "params": c.params,
-            "status": "passed",
-            "reason": None,
-            "metrics": {"elapsed_s": 10.0 + r + i},
-            "key_metrics": {"elapsed_s": "lower"},
-            "samples": {"bound": "cpu"},
-            "provenance": {},
-        }
-        for i, c in enumerate(m.cells)
-        for r in (1, 2)
-    ]
+    docs = [doc for i, c in enumerate(m.cells) for doc in result_docs(c, [10.0 + r + i for r in (1, 2)])]
     record = store.RunMatrix.read(runs.matrix_record(m, m.cells, 2))
     group = answering.build(typed(docs), record, None, answer.Rule(draws=200)).groups[0]
     assert isinstance(group, answer.SpeedGroup) and group.effects is None

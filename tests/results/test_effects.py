@@ -17,6 +17,7 @@ from fsmatrix import runs as run_records
 from fsmatrix.matrix import MatrixCell, expand_document
 from fsmatrix.results import store
 from fsmatrix.results.verdict import answer, answering, effects
+from test_answer import runs as result_docs
 
 THREEN1 = {"threen1": {"start": 1, "end": 1000, "workers": 2, "block": 100}}
 AXES = {
@@ -42,24 +43,7 @@ def docs_of(cells: list[MatrixCell], repeats: int = 3, cv: float = 0.03, seed: i
         flat = matrices.flatten(c.params)
         high = {k: flat.get(k, AXES[k][0]) != AXES[k][0] for k in AXES}
         log_mean = math.log(10) + sum(v / 2 * (1 if high[k] else -1) for k, v in TRUE.items())
-        for r in range(1, repeats + 1):
-            value = math.exp(log_mean + rnd.gauss(0, cv))
-            out.append(
-                {
-                    "schema_version": 1,
-                    "run_id": "t",
-                    "cell_id": c.id,
-                    "repeat": r,
-                    "workload": c.workload_kind,
-                    "params": c.params,
-                    "status": "passed",
-                    "reason": None,
-                    "metrics": {"elapsed_s": value},
-                    "key_metrics": {"elapsed_s": "lower"},
-                    "samples": {"bound": "cpu"},
-                    "provenance": {},
-                }
-            )
+        out += result_docs(c, [math.exp(log_mean + rnd.gauss(0, cv)) for _ in range(repeats)])
     return out
 
 
