@@ -157,17 +157,7 @@ def _speed_details(
     for name, (label, v) in g.unsafe.items():
         if name not in answered:
             details.append(f"UNSAFE: {name}: {unsafe_reason(v)} in {label}; not an answer, whatever its speed.")
-    if g.work is not None and g.work.differences:
-        details.append(work_sentence(g.work, g.metric_words))
-    if g.outliers:
-        details.append(outlier_sentence(g.outliers, g.metric_words))
-    details.append(baseline_sentence(g.group.baseline_name, g.group.baseline_rule))
-    regime_text = regime_sentence(g.group.regime)
-    if regime_text:
-        details.append(regime_text)
-    why_text = why_sentence(g.why) if g.why is not None else None
-    if why_text:
-        details.append(why_text)
+    details += _context(g, g.metric_words, None)
     if g.still_open:
         details.append(
             "To settle: "
@@ -228,23 +218,28 @@ def _speed_many(g: SpeedGroup, delta: float) -> Said:
         listed = join([f"{n} in {label}" for n, (label, _) in unsafe[:NAMED]], [n for n, _ in unsafe[:NAMED]])
         more = f" … and {len(unsafe) - NAMED} more" if len(unsafe) > NAMED else ""
         details.append(f"UNSAFE (lost data or did not recover after a crash): {listed}{more}: the crash verdicts.")
-    if g.work is not None and g.work.differences:
-        details.append(work_sentence(g.work, words, NAMED))
-    if g.outliers:
-        details.append(outlier_sentence(g.outliers, words, NAMED))
-    details.append(baseline_sentence(g.group.baseline_name, g.group.baseline_rule))
-    regime_text = regime_sentence(g.group.regime, NAMED)
-    if regime_text:
-        details.append(regime_text)
-    why_text = why_sentence(g.why) if g.why is not None else None
-    if why_text:
-        details.append(why_text)
+    details += _context(g, words, NAMED)
     if g.still_open:
         details.append(
             f"To settle: {settle_text(g.still_open, delta).removeprefix('; ')} for all {len(g.still_open)} open "
             f"pairs{settle_time(g.settle_s)} (each one's advice: the JSON's still_open)."
         )
     return Said(headline, tuple(details))
+
+
+def _context(g: SpeedGroup, words: str, named: int | None) -> list[str]:
+    """What every speed group's answer says after its decisions: the work where time does not decide,
+    the outlier runs, the baseline, the regime and why; the first ``named`` of each list (None: all)."""
+    said = []
+    if g.work is not None and g.work.differences:
+        said.append(work_sentence(g.work, words, named))
+    if g.outliers:
+        said.append(outlier_sentence(g.outliers, words, named))
+    said.append(baseline_sentence(g.group.baseline_name, g.group.baseline_rule))
+    regime_text = regime_sentence(g.group.regime, named)
+    why_text = why_sentence(g.why) if g.why is not None else None
+    said += [s for s in (regime_text, why_text) if s]
+    return said
 
 
 def _many_headline(
