@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from fsmatrix.bisect import search
+from fsmatrix.bisect import bisection
 from fsmatrix.errors import UserError
 from fsmatrix.results import store
 from fsmatrix.results.verdict import metrics, stats
@@ -71,9 +71,9 @@ class Plan:
     confirm_rounds: int = 8  # fresh pairs of the culprit and its parent (the PR gate confirms with 8)
     metric: str | None = None  # None: the gated metric the ends show regressed most clearly
 
-    def look(self, after_round: int, alpha: float) -> search.JudgeLook:
+    def look(self, after_round: int, alpha: float) -> bisection.JudgeLook:
         """The look after round ``after_round`` at level ``alpha`` (a step's, or one metric's share)."""
-        return search.JudgeLook(
+        return bisection.JudgeLook(
             after_round=after_round,
             max_rounds=self.max_rounds,
             delta=self.threshold,
@@ -211,7 +211,7 @@ class Bisector:
         plan = self.plan
         docs: dict[str, list[store.Result]] = {"good": [], "bad": []}
         metrics: dict[str, str] = {}
-        verdicts: dict[str, search.Judgement] = {}
+        verdicts: dict[str, bisection.Judgement] = {}
         r = 0
         for r in range(1, plan.max_rounds + 1):
             for p in self._order(r, [good_p, bad_p]):
@@ -225,7 +225,7 @@ class Bisector:
                 continue
             per_metric = plan.alpha / len(metrics)
             verdicts = {
-                m: search.judge_ends(_values(docs["good"], m), _values(docs["bad"], m), d, plan.look(r, per_metric))
+                m: bisection.judge_ends(_values(docs["good"], m), _values(docs["bad"], m), d, plan.look(r, per_metric))
                 for m, d in metrics.items()
             }
             if any(j.verdict == "regression" for j in verdicts.values()) or all(
@@ -269,9 +269,9 @@ class Bisector:
 
     def _search(self, ends: ComparedEnds, report: dict[str, Any]) -> None:
         plan = self.plan
-        s = search.Search(self.n)
-        planned = search.planned_steps(self.n, plan.max_skips)
-        alpha_step = search.step_alpha(plan.alpha, self.n, plan.max_skips)
+        s = bisection.Search(self.n)
+        planned = bisection.planned_steps(self.n, plan.max_skips)
+        alpha_step = bisection.step_alpha(plan.alpha, self.n, plan.max_skips)
         report.update(planned_steps=planned, step_alpha=alpha_step)
         decided, k = 0, 0
         stopped = None
@@ -337,7 +337,7 @@ class Bisector:
                 break
             if r < plan.min_rounds:
                 continue
-            judgement = search.judge_step(
+            judgement = bisection.judge_step(
                 _values(docs["good"], ends.metric),
                 _values(docs["bad"], ends.metric),
                 _values(docs["commit"], ends.metric),

@@ -37,6 +37,37 @@ class RaceSettings:
         return asdict(self)
 
 
+SEARCH_KEYS = ("budget", "delta", "repeats", "confirm", "screen_runs", "max_candidates", "max_repeats", "seed")
+SEARCH_REPEATS = 2  # runs of each screening and refining cell: replicates for pure error, half a cross's 3+
+SEARCH_CONFIRM = 5  # fresh runs of the winner and of the baseline, interleaved
+SEARCH_MAX_CANDIDATES = 8  # configurations raced at most (the model's best first)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """``search:`` (``fsmatrix search``, runner/fsmatrix/search/): how a search spends its runs.
+    ``budget``: runs (an integer) or time ("3h", "90m"), at most one of ``budget_runs`` and
+    ``budget_s`` set (neither: the full cross's runs at ``repeats``, i.e. no limit but the space);
+    ``delta``: the minimum effect (a setting whose effect lies within ±δ is fixed at its default; the
+    untried configurations are bounded at δ); ``repeats``: runs of each screening and refining cell;
+    ``confirm``: fresh runs of the winner and of the baseline at the end; ``screen_runs``: the screening
+    design's cells (None: the smallest design of the screening model); ``max_candidates``: the race's
+    entrants at most; ``max_repeats``: the race's last round; ``seed``: the designs' and orders' seed."""
+
+    budget_runs: int | None = None
+    budget_s: float | None = None
+    delta: float = RACE_DELTA
+    repeats: int = SEARCH_REPEATS
+    confirm: int = SEARCH_CONFIRM
+    screen_runs: int | None = None
+    max_candidates: int = SEARCH_MAX_CANDIDATES
+    max_repeats: int = RACE_MAX_REPEATS
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def default_race(repeat: int) -> RaceSettings:
     """The race of a matrix without ``race:`` (``fsmatrix run`` races a matrix with a comparison group
     by default): every cell at least the matrix's ``repeat`` runs (and at least ``RACE_MIN_REPEATS``),
