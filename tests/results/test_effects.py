@@ -189,3 +189,17 @@ def test_settle_repeats_scale_with_the_widest_open_interval_and_say_none_when_al
     # the runs needed grow as the square of the interval's width: about four times for twice as wide
     assert 3 <= wide / narrow <= 5, (wide, narrow)
     assert effects.settle_repeats([_term("not separated", 0.5, 2.0)], 15, 0.05, 0.05, 3.0) == effects.SETTLE_MAX + 1
+
+
+def test_a_two_level_optimal_design_gets_the_model_it_was_chosen_for() -> None:
+    """A D-optimal design over two-level settings reads as its model: main effects only for "main"
+    (no interaction estimated), with the two-setting interactions for "interactions"."""
+    main = made({"kind": "optimal", "runs": 10, "model": "main", "seed": 3})
+    e = effects_of(main, docs_of(main.cells))
+    assert (e.kind, e.runs, e.full_runs) == ("optimal", 10, 32)
+    assert e.interactions == () and len(e.effects) == 5
+    buffers = {x.name: x for x in e.effects}["gtm.global_buffers"]
+    assert buffers.words == "matters" and buffers.ci_low < 1.7 < buffers.ci_high
+    wide = made({"kind": "optimal", "runs": 20, "model": "interactions", "seed": 3})
+    w = effects_of(wide, docs_of(wide.cells))
+    assert w.kind == "optimal" and len(w.interactions) == 10

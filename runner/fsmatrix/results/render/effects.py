@@ -70,6 +70,9 @@ def design_text(e: Effects) -> str:
         shape = f"a fraction{res}: {e.runs} of the full cross's {e.full_runs} cells"
     elif e.kind == "full":
         shape = f"the full cross: {e.runs} cells"
+    elif e.kind in ("screening", "optimal"):
+        noun = "a Plackett–Burman screening design" if e.kind == "screening" else "a D-optimal design"
+        shape = f"{noun}: {e.runs} of the full cross's {e.full_runs} cells"
     else:
         shape = f"{e.runs} of the full cross's {e.full_runs} cells"
     return shape

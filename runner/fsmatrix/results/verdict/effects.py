@@ -172,7 +172,7 @@ def of_group(
     group: Group, metric: str | None, direction: str, matrix: RunMatrix | None, alpha: float, delta: float
 ) -> Effects | None:
     """The effects of a speed group whose configurations differ in two or more settings, each of two
-    values; None for any other group."""
+    values (a D-optimal design's too: the model it was chosen for); None for any other group."""
     if metric is None or len(group.cells) < 2:
         return None
     varying = list(next(iter(group.settings.values())))
@@ -194,8 +194,6 @@ def of_group(
     present = {c.id for c in group.cells}
     entries = matrix.cells if matrix is not None else ()
     missing += [e.id for e in entries if e.group == group.key and e.id not in present]  # no run at all
-    if matrix is not None and matrix.design and matrix.design.get("kind") == "optimal":
-        return None  # a D-optimal design's mixed-level model is not fitted yet (docs/effects.md)
     kind, resolution = _kind(group, varying, matrix)
     cells = len(group.cells) + len(missing) - sum(1 for c in group.cells if group.name(c) in missing)
     head = {
@@ -211,8 +209,7 @@ def of_group(
     }
     if bad:
         return _unfitted(head, "not enough data: a value of 0 or less has no log")
-    # A Plackett–Burman design aliases each setting partially with many interactions: main effects only.
-    result = fit(runs, varying, alpha, delta, max_order=1 if kind == "screening" else 2)
+    result = fit(runs, varying, alpha, delta, max_order=_max_order(kind, matrix))
     if isinstance(result, str):
         return _unfitted(head, result)
     terms, family, pure, lof = result
@@ -242,9 +239,20 @@ def _unfitted(head: Mapping[str, Any], reason: str) -> Effects:
     )
 
 
+def _max_order(kind: str, matrix: RunMatrix | None) -> int:
+    """The model's highest order: main effects only for a Plackett–Burman design (each setting partially
+    aliased with many interactions) and for a D-optimal design chosen for the main-effects model (its
+    cells were chosen to estimate nothing more); two-setting interactions otherwise."""
+    model = matrix.design.get("model") if matrix is not None and matrix.design else None
+    return 1 if kind == "screening" or (kind == "optimal" and model == "main") else 2
+
+
 def _kind(group: Group, varying: list[str], matrix: RunMatrix | None) -> tuple[str, int | None]:
-    """A fraction as matrix.json records it (its factors the group's settings), a full cross, or other cells."""
+    """A design as matrix.json records it (a fraction or a screening design: its factors the group's
+    settings; an optimal design: its axes), a full cross, or other cells."""
     record = matrix.design if matrix is not None else None
+    if record and record.get("kind") == "optimal" and set(record.get("axes", ())) == set(varying):
+        return "optimal", None
     if record and set(record.get("factors", ())) == set(varying) and record.get("kind") == "screening":
         return "screening", None
     if record and set(record.get("factors", ())) == set(varying):
