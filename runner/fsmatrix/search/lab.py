@@ -118,12 +118,8 @@ class RealLab:
 
     def runs_used(self) -> int:
         """The result documents under the search's stage folders (runs made, or found stored)."""
-        return sum(
-            1
-            for stage in STAGES
-            if self.place.stage_dir(stage).is_dir()
-            for _ in store.iter_result_files(self.place.stage_dir(stage))
-        )
+        dirs = [self.place.stage_dir(stage) for stage in STAGES]
+        return sum(len(list(store.iter_result_files(d))) for d in dirs if d.is_dir())
 
     def runs_of(self, budget_s: float) -> int | None:
         """``budget_s`` in runs: over the mean of the space's cells' estimates (their past runs stored
