@@ -17,7 +17,7 @@ from fsmatrix.matrix import Matrix, MatrixCell, groups
 from fsmatrix.matrix.expand import Cross
 from fsmatrix.results.verdict.space import Config, Space, SpaceSetting
 
-MAX_LABEL = 24  # a level's label at most (a mapping value's is shortened past it)
+MAX_LABEL = 24  # a mapping value's label past this length names its settings by their initials
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,17 @@ def _searchable(m: Matrix) -> Cross:
 
 def level_label(axis: str, value: Mapping[str, Any]) -> str:
     """A level's label as the report shows a value: true/false as on/off, "" as "none"; a mapping
-    value (``gtm: {global_buffers: 1000, journal_buffers: 2312}``) as its settings, each by its last
-    name ("global_buffers=1000 journal_buffers=2312"), shortened past ``MAX_LABEL``."""
+    value (``gtm: {global_buffers: 1000, journal_buffers: 2312}``) as its settings by their last names
+    ("global_buffers=1000 journal_buffers=2312"), by their initials past ``MAX_LABEL`` ("gb=1000 jb=2312")."""
     if list(value) == [axis]:
         return _show(value[axis])
-    parts = [f"{path.rsplit('.', 1)[-1]}={_show(v)}" for path, v in value.items()]
-    text = " ".join(parts)
-    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+    names = [path.rsplit(".", 1)[-1] for path in value]
+    text = " ".join(f"{name}={_show(v)}" for name, v in zip(names, value.values(), strict=True))
+    if len(text) <= MAX_LABEL:
+        return text
+    return " ".join(
+        f"{''.join(w[:1] for w in name.split('_'))}={_show(v)}" for name, v in zip(names, value.values(), strict=True)
+    )
 
 
 def _show(value: Any) -> str:
