@@ -2,6 +2,7 @@
 
 run.py        run, cleanup
 bisect.py     bisect
+search.py     search
 matrix.py     matrix expand / settings
 workload.py   workload NAME (generated from each workload's declaration)
 results.py    compare, report, calibrate
@@ -44,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("compare", "calibrate_cmd"),
     "vagrant": ("vagrant", "vagrant_group"),
     "bisect": ("bisect", "bisect"),
+    "search": ("search", "search"),
     "slurm": ("slurm", "slurm_group"),
     "history": ("history", "history"),
 }

@@ -201,7 +201,7 @@ def run(
             settings_file=settings_file,
         )  # fmt: skip
         sys.exit(_run_on_slurm(request, _SlurmSubmit(detach, kvm_gres, sbatch_args)))
-    chosen = _local_backend(backend, devices, yes, workdir)
+    chosen = local_backend(backend, devices, yes, workdir)
     options = runs.RunOptions(results_root, run_id, plan, force, order, build)
     try:
         summary = runs.run_matrix(
@@ -230,7 +230,7 @@ def _check_executor(
         raise UserError(f"{', '.join(given)}: for --executor slurm only")
 
 
-def _local_backend(backend: str, devices: tuple[str, ...], yes: bool, workdir: Path) -> Backend:
+def local_backend(backend: str, devices: tuple[str, ...], yes: bool, workdir: Path) -> Backend:
     """The backend that runs here, made once --device is checked (and confirmed) and what dead runs
     left in ``workdir`` is reaped."""
     writable_directory(workdir, "--workdir")

@@ -45,7 +45,14 @@ from fsmatrix.matrix.flat import (
 )
 from fsmatrix.matrix.ids import MatrixCell, make_cell
 from fsmatrix.matrix.read import read_file
-from fsmatrix.matrix.settings import MAX_REPEAT, BuildSettings, RaceSettings, race_settings
+from fsmatrix.matrix.settings import (
+    MAX_REPEAT,
+    BuildSettings,
+    RaceSettings,
+    SearchSettings,
+    race_settings,
+    search_settings,
+)
 
 TOP_LEVEL = (
     "name",
@@ -61,12 +68,13 @@ TOP_LEVEL = (
     "scales",
     "runner",
     "design",
+    "search",
 )
 # What a scale (``scales: {NAME: {...}}``, chosen by ``fsmatrix run --scale NAME``) may set: each
 # replaces the file's own key, except ``defaults``, which it layers over the file's defaults.
 SCALE_KEYS = (
     "description", "axes", "include", "exclude", "defaults", "baseline", "repeat", "race", "reproduces", "runner",
-    "design",
+    "design", "search",
 )  # fmt: skip
 # How a step refuses bad input: the message and its line in the file.
 Fail = Callable[[str, int | None], UserError]
@@ -110,6 +118,19 @@ def _plural(ids: tuple[str, ...]) -> str:
     return f"{len(ids)} cell{'s' if len(ids) != 1 else ''}"
 
 
+@dataclass(frozen=True)
+class Cross:
+    """The full cross a search chooses among (search/space_of.py): the axes of two or more values, their
+    sizes and each combination ``exclude`` left as its position on them (``design.candidates_of``, in
+    the cross's order), the id of each one's cell, and the lines of the file's top-level keys (a search
+    refuses ``design`` and ``include`` there)."""
+
+    candidates: design.Candidates
+    values: tuple[tuple[Mapping[str, Any], ...], ...]  # each varying axis's values, {dotted path: value}
+    ids: tuple[str, ...]
+    lines: Mapping[str, int | None]
+
+
 # The design a run of the matrix of this name recorded in its matrix.json (runs.stored_design), if any.
 StoredDesign = Callable[[str], Mapping[str, Any] | None]
 
@@ -129,6 +150,8 @@ class Matrix:
     race: RaceSettings | None = None  # the file's (or its scale's) ``race:``; None: the default race (racing.plan)
     includes: list[IncludeEffect] = field(default_factory=list)  # what each ``include`` entry did
     design: Design | None = None  # the file's ``design:`` unless a full cross (design.py)
+    search: SearchSettings | None = None  # the file's (or its scale's) ``search:``; `fsmatrix run` ignores it
+    cross: Cross | None = None  # the cross ``exclude`` left, for `fsmatrix search` (None: a design's cells)
 
     def is_baseline(self, cell: MatrixCell) -> bool:
         """Whether ``cell`` is the baseline of its comparison group."""
@@ -225,7 +248,10 @@ def expand_document(
     matrix = Matrix(
         name=title, path=name, repeat=repeat, scale=scale, reproduces=reproduces, race=race, design=fraction
     )
+    matrix.search = _search(doc, fail)
     matrix.cells, flat_ids = _cells(included.flats, cell_defaults, name, fail)
+    if fraction is None:
+        matrix.cross = _cross_of(doc, axis_values, selected, flat_ids)
     axis_paths = {path for values in axis_values for value in values for path in value}
     matrix.includes = _include_effects(included, flat_ids, axis_paths, defaults)
     if baseline is None:
@@ -397,6 +423,34 @@ def _race(doc: dict[str, Any], repeat: int, fail: Fail) -> RaceSettings | None:
         else yamlpos.line_of(doc, "race"),
         fail,
     )
+
+
+def _search(doc: dict[str, Any], fail: Fail) -> SearchSettings | None:
+    if "search" not in doc:
+        return None
+    search_doc = doc["search"]
+    return search_settings(
+        search_doc,
+        lambda key: yamlpos.line_of(search_doc, key)
+        if key is not None and isinstance(search_doc, dict)
+        else yamlpos.line_of(doc, "search"),
+        fail,
+    )
+
+
+def _cross_of(doc: dict[str, Any], axis_values: list[list[Flat]], kept: list[Flat], flat_ids: list[str]) -> Cross:
+    """The cross ``exclude`` left (``kept``, the first flats expansion made cells of: ``flat_ids`` in
+    the same order) as ``design.candidates_of`` places it on the axes."""
+    axes = list((doc.get("axes", {}) or {}).keys())
+    left = {design._key(c) for c in kept}  # design.step's own key of a combination
+    found, _ = design.candidates_of(axes, axis_values, left)
+    lines = {key: yamlpos.line_of(doc, key) for key in ("design", "include", "search", "axes") if key in doc}
+    values = tuple(
+        tuple({path: leaf.value for path, leaf in value.items()} for value in axis)
+        for axis in axis_values
+        if len(axis) >= 2
+    )
+    return Cross(found, values, tuple(flat_ids[: len(kept)]), lines)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Settings a matrix run takes besides its cells: ``race:`` (``RaceSettings``) and the settings of a
-build under test (``BuildSettings``, ``fsmatrix run --settings FILE``)."""
+"""Settings a matrix run takes besides its cells: ``race:`` (``RaceSettings``), ``search:``
+(``SearchSettings``, ``fsmatrix search``) and the settings of a build under test (``BuildSettings``,
+``fsmatrix run --settings FILE``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ SEARCH_KEYS = ("budget", "delta", "repeats", "confirm", "screen_runs", "max_cand
 SEARCH_REPEATS = 2  # runs of each screening and refining cell: replicates for pure error, half a cross's 3+
 SEARCH_CONFIRM = 5  # fresh runs of the winner and of the baseline, interleaved
 SEARCH_MAX_CANDIDATES = 8  # configurations raced at most (the model's best first)
+MAX_SEARCH_RUNS = 100_000  # a search's budget in runs at most: beyond it, a typo
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,64 @@ class SearchSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def search_settings(value: Any, where: Any, fail: Any) -> SearchSettings:
+    """A ``search:`` mapping (None or ``{}``: the defaults) checked; ``where(key)`` is the line of a key
+    (``where(None)``: the block's). Each bad value is one line naming the key and what is allowed."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise fail(f"search {show(value)} must be a mapping of {', '.join(SEARCH_KEYS)} (or empty)", where(None))
+    for key in value:
+        if key not in SEARCH_KEYS:
+            raise fail(f"search: unknown key {key!r}; allowed: {', '.join(SEARCH_KEYS)}", where(key))
+
+    def count(key: str, low: int, default: int, why: str) -> int:
+        v = value.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_REPEAT:
+            raise fail(f"search.{key} {show(v)} must be an integer from {low} to {MAX_REPEAT} ({why})", where(key))
+        return int(v)
+
+    budget_runs, budget_s = _search_budget(value.get("budget"), where, fail)
+    delta = value.get("delta", RACE_DELTA)
+    if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
+        raise fail(
+            f"search.delta {show(delta)} must be a number in (0, 1): the minimum effect, e.g. 0.05 for 5 %",
+            where("delta"),
+        )
+    seed = value.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise fail(f"search.seed {show(seed)} must be an integer >= 0 (the designs' and orders' seed)", where("seed"))
+    return SearchSettings(
+        budget_runs=budget_runs,
+        budget_s=budget_s,
+        delta=float(delta),
+        repeats=count("repeats", 2, SEARCH_REPEATS, "replicates are required: at least 2"),
+        confirm=count("confirm", 3, SEARCH_CONFIRM, "fresh runs of the winner and the baseline: at least 3"),
+        screen_runs=None if value.get("screen_runs") is None else count("screen_runs", 2, 0, "the screening cells"),
+        max_candidates=count("max_candidates", 2, SEARCH_MAX_CANDIDATES, "the race's entrants: a race needs two"),
+        max_repeats=count("max_repeats", RACE_MIN_REPEATS, RACE_MAX_REPEATS, "the race's last round: at least 3"),
+        seed=int(seed),
+    )
+
+
+def _search_budget(budget: Any, where: Any, fail: Any) -> tuple[int | None, float | None]:
+    """``search.budget``: a number of runs (an integer), or a duration ("3h", "90m", "1800s"); None: none."""
+    if budget is None:
+        return None, None
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        if 1 <= budget <= MAX_SEARCH_RUNS:
+            return int(budget), None
+    elif isinstance(budget, str) and re.search(r"[smh]\s*$", budget):
+        seconds = parse_duration(budget)
+        if seconds is not None:
+            return None, seconds
+    raise fail(
+        f"search.budget {show(budget)} must be a number of runs (an integer from 1 to {MAX_SEARCH_RUNS}) or a "
+        "duration with s, m or h (e.g. 90m, 3h, 1.5h)",
+        where("budget"),
+    )
 
 
 def default_race(repeat: int) -> RaceSettings:
