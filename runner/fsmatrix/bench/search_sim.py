@@ -91,7 +91,7 @@ def _sizes(rng: np.random.Generator, band: tuple[int, int]) -> list[int]:
 
 def _signed(rng: np.random.Generator, low: float, high: float, size: tuple[int, ...]) -> np.ndarray:
     """Log effects of ``low`` to ``high`` (as ratios − 1), either way at random."""
-    return np.log1p(rng.uniform(low, high, size)) * rng.choice((-1.0, 1.0), size)
+    return np.asarray(np.log1p(rng.uniform(low, high, size)) * rng.choice((-1.0, 1.0), size), dtype=float)
 
 
 def _term(levels: Sequence[int], which: Sequence[int], table: np.ndarray) -> np.ndarray:
@@ -102,14 +102,18 @@ def _term(levels: Sequence[int], which: Sequence[int], table: np.ndarray) -> np.
     return np.broadcast_to(np.transpose(table, order).reshape(shape), tuple(levels)).reshape(-1)
 
 
-def _interaction(rng: np.random.Generator, levels: Sequence[int], which: Sequence[int], low: float, high: float) -> np.ndarray:
+def _interaction(
+    rng: np.random.Generator, levels: Sequence[int], which: Sequence[int], low: float, high: float
+) -> np.ndarray:
     table = _signed(rng, low, high, tuple(levels[i] for i in which))
     for axis in range(len(which)):  # a default level adds nothing: the term is an interaction
         np.moveaxis(table, axis, 0)[0] = 0.0
     return _term(levels, which, table)
 
 
-def true_logs(rng: np.random.Generator, levels: Sequence[int], variant: str | None) -> tuple[np.ndarray, tuple[int, ...]]:
+def true_logs(
+    rng: np.random.Generator, levels: Sequence[int], variant: str | None
+) -> tuple[np.ndarray, tuple[int, ...]]:
     """The true log metric of every configuration (module docstring) and the active settings."""
     k = len(levels)
     active = tuple(sorted(int(i) for i in rng.choice(k, size=int(rng.integers(2, min(4, k) + 1)), replace=False)))
@@ -141,11 +145,15 @@ def _cvs(rng: np.random.Generator, levels: Sequence[int], cv: float | str, varia
     return np.asarray(cvs, dtype=float)
 
 
-def true_space(seed: Sequence[int], kind: str, cv: float | str, band: tuple[int, int], variant: str | None = None) -> TrueSpace:
+def true_space(
+    seed: Sequence[int], kind: str, cv: float | str, band: tuple[int, int], variant: str | None = None
+) -> TrueSpace:
     """A seeded true space of ``kind`` ("holds", or "wrong" with its ``variant``), noise ``cv`` and a
     number of configurations in ``band`` (module docstring)."""
     if kind not in KINDS or cv not in CVS or (kind == "wrong") != (variant in VARIANTS):
-        raise ValueError(f"kind {kind!r}, cv {cv!r}, variant {variant!r}: kinds {KINDS}, CVs {CVS}, variants {VARIANTS}")
+        raise ValueError(
+            f"kind {kind!r}, cv {cv!r}, variant {variant!r}: kinds {KINDS}, CVs {CVS}, variants {VARIANTS}"
+        )
     rng = np.random.default_rng(list(seed))
     levels = _sizes(rng, band)
     settings = tuple(SpaceSetting(f"s{i}", tuple(f"l{j}" for j in range(n))) for i, n in enumerate(levels))
@@ -185,7 +193,9 @@ class SimulatedLab:
     def race(self, configs: Sequence[Config], max_repeats: int, delta: float) -> RaceResult:
         """The configurations raced as bench/race_sim.py's ``race_trial`` races a group: rounds of the
         cells still in, ``race_look`` after each (min 3 repeats, ``max_repeats``, ``delta``)."""
-        settings = RaceSettings(min_repeats=stats.MIN_SAMPLES, max_repeats=max(max_repeats, stats.MIN_SAMPLES), delta=delta)
+        settings = RaceSettings(
+            min_repeats=stats.MIN_SAMPLES, max_repeats=max(max_repeats, stats.MIN_SAMPLES), delta=delta
+        )
         names = [f"c{j}" for j in range(len(configs))]
         drawn: dict[str, list[float | None]] = {c: [] for c in names}
         left: dict[str, Left] = {}
