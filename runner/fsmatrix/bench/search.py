@@ -329,8 +329,8 @@ def markdown(table: Sequence[Row], results: Sequence[SpaceResult]) -> str:
             reasons[reason] = reasons.get(reason, 0) + 1
     lines += [
         "",
-        f"{len(results)} spaces; δ = {_pct(DELTA)}, α = {ALPHA:g}; random and optuna at the search's runs of each space. "
-        "Within δ over every space (no answer is a miss); covers over the spaces with an interval.",
+        f"{len(results)} spaces; δ = {_pct(DELTA)}, α = {ALPHA:g}; random and optuna at the search's runs of each "
+        "space. Within δ over every space (no answer is a miss); covers over the spaces with an interval.",
     ]
     if reasons:
         lines.append(
