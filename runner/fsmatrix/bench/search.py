@@ -239,16 +239,16 @@ def simulate(per_kind: int, seed: int = 0, engine: Engine = run_search) -> list[
 
 @dataclass(frozen=True)
 class Share:
-    """``hits`` of ``n`` with the exact 95 % Clopper–Pearson interval ((nan, nan) for n = 0)."""
+    """``hits`` of ``n`` with the exact 95 % Clopper–Pearson interval (None for n = 0)."""
 
     hits: int
     n: int
-    ci: tuple[float, float]
+    ci: tuple[float, float] | None
 
     @classmethod
     def of(cls, flags: Sequence[bool]) -> Share:
         hits = sum(flags)
-        return cls(hits, len(flags), stats.clopper_pearson(hits, len(flags)))
+        return cls(hits, len(flags), stats.clopper_pearson(hits, len(flags)) if flags else None)
 
 
 @dataclass(frozen=True)
@@ -310,7 +310,7 @@ def _pct(x: float) -> str:
 
 
 def _share(s: Share) -> str:
-    if s.n == 0:
+    if s.ci is None:
         return "-"
     return f"{_pct(s.hits / s.n)} [{_pct(s.ci[0])}, {_pct(s.ci[1])}]"
 
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None, engine: Engine = run_search) -> int:
         return 2
     table = rows(results)
     if args.format == "json":
-        print(json.dumps(to_json(table, results, args.seed), indent=1))
+        print(json.dumps(to_json(table, results, args.seed), indent=1, allow_nan=False))
     else:
         print(markdown(table, results), end="")
     return 0
