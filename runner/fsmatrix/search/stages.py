@@ -170,19 +170,24 @@ def check_budget(budget: int, words: str, cells: int, repeats: int) -> None:
         )
 
 
-def budget_of(space: Space, settings: SearchSettings, lab: SearchLab) -> tuple[int, str]:
-    """The budget in runs and in words: ``budget_runs``; a time budget through ``lab.runs_of`` (no
-    estimate: no limit, said so); none: the full cross's runs at ``UNLIMITED_REPEATS``."""
+def budget_of(space: Space, settings: SearchSettings, lab: SearchLab) -> tuple[int, str, bool]:
+    """The budget in runs, in words and whether it limits the search: ``budget_runs``; a time budget
+    through ``lab.runs_of`` (no estimate: no limit, said so); none: the full cross's runs at
+    ``UNLIMITED_REPEATS``."""
     full = space.full_cross_runs(UNLIMITED_REPEATS)
     if settings.budget_runs is not None:
-        return settings.budget_runs, f"budget {settings.budget_runs} runs"
+        return settings.budget_runs, f"budget {settings.budget_runs} runs", True
     if settings.budget_s is not None:
         runs = lab.runs_of(settings.budget_s)
         time = f"{settings.budget_s:g} s"
         if runs is None:
-            return full, f"budget {time}: no estimate of a run's time yet, so no limit but the full cross's {full} runs"
-        return runs, f"budget {time} (about {runs} runs)"
-    return full, f"no budget: at most the full cross's {full} runs ({UNLIMITED_REPEATS} repeats)"
+            return (
+                full,
+                f"budget {time}: no estimate of a run's time yet, so no limit but the full cross's {full} runs",
+                False,
+            )
+        return runs, f"budget {time} (about {runs} runs)", True
+    return full, f"no budget: at most the full cross's {full} runs ({UNLIMITED_REPEATS} repeats)", False
 
 
 # ----------------------------------------------------------------------------------- the stages
@@ -357,8 +362,8 @@ def untried_bound(
 def run_search(space: Space, settings: SearchSettings, lab: SearchLab, alpha: float) -> SearchAnswer:
     """The four stages of the module's docstring on ``lab``; the answer."""
     plan, words = screen_design(space, settings)
-    budget, budget_words = budget_of(space, settings, lab)
-    if settings.budget_runs is not None or "about" in budget_words:
+    budget, budget_words, limited = budget_of(space, settings, lab)
+    if limited:
         check_budget(budget, budget_words, len(plan), settings.repeats)
     search = _Search(space, settings, lab, alpha, budget)
     search.measure("screen", plan, settings.repeats, f"{words}; {budget_words}")
