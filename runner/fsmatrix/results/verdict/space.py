@@ -226,8 +226,8 @@ def term_name(space: Space, term: Term) -> str:
 
 def fit(space: Space, observations: Sequence[Observation], interacting: Sequence[int]) -> SpaceModel | str:
     """The model of the module's docstring on these runs (main effects of every setting, two-setting
-    interactions among ``interacting``), or why it cannot be fitted ("not enough data: ...": no
-    replicate, fewer runs than terms, a value ≤ 0)."""
+    interactions among ``interacting``), or why it cannot be fitted ("not enough data: ...": no run, no
+    replicate, a value ≤ 0; a replicate leaves more runs than estimable columns)."""
     import statsmodels.api as sm
 
     if not observations:
@@ -242,9 +242,7 @@ def fit(space: Space, observations: Sequence[Observation], interacting: Sequence
     terms = terms_of(space, interacting)
     kept = [terms[j] for j in estimable(rows_of(space, list(counts), terms))]
     x = rows_of(space, configs, kept)
-    n, p = x.shape
-    if n <= p:
-        return f"not enough data: {n} runs for the model's {p} terms (no degree of freedom left for the error)"
+    n, p = x.shape  # p ≤ the configurations that ran < n, with a replicate: the error has n − p ≥ 1 df
     leverage = np.einsum("ij,jk,ik->i", x, np.linalg.pinv(x.T @ x), x)
     cov_type = COV if float(np.max(leverage)) < LEVERAGE else "nonrobust"
     result = sm.OLS(np.log(values), x).fit(cov_type=cov_type)
