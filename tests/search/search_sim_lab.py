@@ -47,6 +47,7 @@ class SimulatedLab:
     run_s: float | None = None  # a run's seconds (``runs_of``); None: no estimate
     used: int = 0
     calls: list[tuple[str, int]] = field(default_factory=list)  # (stage, configurations) per call
+    ran: set[Config] = field(default_factory=set)  # every configuration run
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +55,7 @@ class SimulatedLab:
 
     def _draw(self, config: Config) -> float:
         self.used += 1
+        self.ran.add(config)
         return math.exp(self.truth(config) + float(self.rng.normal(0.0, self.sigma)))
 
     def measure(self, stage: str, configs: Sequence[Config], repeats: int) -> list[Observation]:
