@@ -16,7 +16,9 @@ from search_sim_lab import SimulatedLab, additive, space_of
 TRUE = {(0, 1): -0.3, (0, 2): 0.1, (1, 1): 0.2, (2, 1): 0.0}  # s0 of three levels, s1 and s2 of two
 
 
-def _runs(space: Space, truth_effects: dict[tuple[int, int], float], repeats: int, sigma: float = 0.03) -> list[Observation]:
+def _runs(
+    space: Space, truth_effects: dict[tuple[int, int], float], repeats: int, sigma: float = 0.03
+) -> list[Observation]:
     lab = SimulatedLab(space, additive(10.0, truth_effects), sigma=sigma, seed=3)
     return lab.measure("screen", space.configurations, repeats)
 
@@ -119,4 +121,7 @@ def test_a_level_that_never_ran_is_not_separated() -> None:
     never = next(e for e in rows if e.level == "v2")
     assert never.words == "not separated" and math.isnan(never.ratio)
     assert next(e for e in rows if (e.setting, e.level) == ("s0", "v1")).words == "matters"
-    assert setting_effects(space, runs[:2], 0.05, 0.05) == "not enough data: no configuration ran twice (the model's error needs replicates)"
+    assert (
+        setting_effects(space, runs[:2], 0.05, 0.05)
+        == "not enough data: no configuration ran twice (the model's error needs replicates)"
+    )

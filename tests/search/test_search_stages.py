@@ -81,7 +81,9 @@ def test_every_refusal_is_one_line_naming_the_key() -> None:
     )
     assert len(screen_plan(space, SearchSettings(budget_runs=18))) == 9
     lab = SimulatedLab(space, additive(1.0, {}), run_s=60.0)
-    with pytest.raises(SearchError, match=r"^search: budget 960 s \(about 16 runs\) is less than the screening stage's 18"):
+    with pytest.raises(
+        SearchError, match=r"^search: budget 960 s \(about 16 runs\) is less than the screening stage's 18"
+    ):
         run_search(space, SearchSettings(budget_s=960.0), lab, 0.05)
     assert lab.used == 0  # refused before any run
 
@@ -100,7 +102,6 @@ def test_an_additive_space_finds_the_known_best_and_fixes_the_null_settings() ->
     assert answer.untried == 32 - len(lab.ran) and answer.runs_used == lab.used <= 60
     assert [s.name for s in answer.stages] == ["screen", "refine", "race", "confirm"]
     assert answer.full_cross_runs == 96 and answer.candidates[0].config == BEST
-
 
 
 def _three_setting_interaction(c: Config) -> float:
@@ -129,16 +130,22 @@ class ChangedLab(SimulatedLab):
     def measure(self, stage: str, configs: Sequence[Config], repeats: int) -> list[Observation]:
         runs = super().measure(stage, configs, repeats)
         slower = [dataclasses.replace(o, value=o.value * 1.3) for o in runs if o.config == self.changed]
-        return [o for o in runs if o.config != self.changed or stage != "confirm"] + (slower if stage == "confirm" else [])
+        return [o for o in runs if o.config != self.changed or stage != "confirm"] + (
+            slower if stage == "confirm" else []
+        )
 
 
 def test_a_model_that_did_not_hold_bounds_nothing_and_says_why() -> None:
     space = space_of([2] * 5)
-    answer = run_search(space, SearchSettings(budget_runs=60), ChangedLab(space, additive(10.0, STRONG), sigma=NOISE, seed=1), 0.05)
+    answer = run_search(
+        space, SearchSettings(budget_runs=60), ChangedLab(space, additive(10.0, STRONG), sigma=NOISE, seed=1), 0.05
+    )
     assert answer.best == BEST and answer.model_held is False
     assert answer.untried_bound is None and answer.bound_holds is None
     assert any("judged on their own runs" in n for n in answer.notes)
-    same = ChangedLab(space, additive(10.0, STRONG), sigma=NOISE, seed=1, changed=(0, 0, 0, 0, 1))  # planted: not the winner
+    same = ChangedLab(
+        space, additive(10.0, STRONG), sigma=NOISE, seed=1, changed=(0, 0, 0, 0, 1)
+    )  # planted: not the winner
     assert run_search(space, SearchSettings(budget_runs=60), same, 0.05).model_held is True
 
 
@@ -164,7 +171,10 @@ def test_the_budget_in_time_and_none_are_said_in_the_screen_stage() -> None:
     space = space_of([2] * 4)
     truth = additive(10.0, STRONG)
     unknown = run_search(space, SearchSettings(budget_s=3600.0), SimulatedLab(space, truth), 0.05)
-    assert "budget 3600 s: no estimate of a run's time yet, so no limit but the full cross's 48 runs" in unknown.stages[0].design
+    assert (
+        "budget 3600 s: no estimate of a run's time yet, so no limit but the full cross's 48 runs"
+        in unknown.stages[0].design
+    )
     timed = run_search(space, SearchSettings(budget_s=3600.0), SimulatedLab(space, truth, run_s=60.0), 0.05)
     assert "budget 3600 s (about 60 runs)" in timed.stages[0].design
     free = run_search(space, SearchSettings(), SimulatedLab(space, truth), 0.05)
