@@ -15,8 +15,37 @@
    the observed ratio must fall inside the model's interval for it; where it does not, the model was
    wrong there, and the answer rests on the candidates' own runs alone (no bound on the untried).
 
+**The budget** (``budget_of``): ``budget`` in runs; a time budget in runs through the lab's estimate
+(no estimate yet: no limit but the full cross's runs, said in the screen stage's design); none: the
+full cross's runs at ``UNLIMITED_REPEATS``. After screening, the confirmation's 2 × ``confirm`` runs
+are kept back, then the race's worst case (``max_candidates`` × ``max_repeats``), but never more than
+half of what is left after the confirmation's: the rest is the refining stage's (``refine_share``).
+The race's last round is ``max_repeats``, or what the budget still pays for (``stats.MIN_SAMPLES`` at
+least). A lab may overrun the budget by a race's rounds: the budget is planned, not policed.
+
+**Decisions in detail.** A setting is fixed when every row of its screening effect is *equivalent*;
+the others (*matters*, *unsettled*, *not separated*) stay in. The model on the screening and refining
+runs has every setting's main effects and the two-setting interactions among the settings still in.
+The predicted best is taken over the whole space; the candidates are the subspace's configurations
+(fixed settings at their default) not shown worse than it. One candidate is the winner unraced.
+
+**The winner and the baseline.** The confirmation measures the winner and the baseline afresh; the
+observed ratio (geometric means, Welch's interval on the logs at 1 − α) must fall inside the model's
+Scheffé interval for the same ratio (``model_held``). Where the winner *is* the baseline, there is
+nothing to confirm: no confirmation runs; observed and predicted are 1 [1, 1] (a configuration over
+itself), ``model_held`` None and a note says the model was not checked — the bound is still the
+model's, unchecked. Where the model did not hold, the untried configurations are not bounded
+(``untried_bound`` and ``bound_holds`` None, and a note: the candidates were judged on their own runs).
+
+**The untried bound.** For every configuration never run in any stage, the far end of its Scheffé
+interval against the winner, turned to "how much better" (> 1: better, in the metric's direction);
+the largest is ``untried_bound``; it *holds* when at most 1 + δ. The same family as every other
+contrast of the space, so the bound holds with the other intervals at 1 − α, under ``ASSUMPTION``.
+
 Bad input, before any run (``SearchError``, one line naming the key, exit 2 in the CLI): a budget
-smaller than the screening stage, a space of one configuration."""
+smaller than the screening stage, a space of one configuration, ``screen_runs`` that no design of the
+screening model can have (fewer than its terms; for two-level settings not a multiple of 4, or a
+Plackett–Burman size pyDOE does not build)."""
 
 from __future__ import annotations
 
