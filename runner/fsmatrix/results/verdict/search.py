@@ -5,6 +5,7 @@ model's bound on it, the runs used against the full cross's; its JSON (docs/sear
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,9 @@ class SearchAnswer:
     each against the predicted best; ``untried``: configurations of the space never run;
     ``untried_bound``: the largest ratio by which the model allows an untried configuration to beat the
     best found (the better direction: > 1 is better), and ``bound_holds`` whether that is at most 1 + δ;
-    ``assumption``: what the bound rests on; ``runs_used`` against ``full_cross_runs`` (3 repeats)."""
+    ``assumption``: what the bound rests on; ``runs_used`` against ``full_cross_runs`` (3 repeats);
+    ``notes``: what the numbers alone do not say (the winner is the baseline, so nothing was confirmed;
+    the model did not hold, so the candidates were judged on their own runs; ...), one sentence each."""
 
     space: Space
     delta: float
@@ -68,7 +71,77 @@ class SearchAnswer:
     full_cross_runs: int
     stages: tuple[StageRecord, ...]
     reason: str | None = None
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The documented JSON (docs/search.schema.json)."""
-        raise NotImplementedError
+        """The documented JSON (docs/search.schema.json): numbers that are not finite as null."""
+        space = self.space
+        return {
+            "version": VERSION,
+            "metric": space.metric,
+            "direction": space.direction,
+            "alpha": self.alpha,
+            "delta": self.delta,
+            "confidence": 1 - self.alpha,
+            "settings": [
+                {"name": s.name, "levels": list(s.levels), "default": s.levels[s.default]} for s in space.settings
+            ],
+            "configurations": len(space.configurations),
+            "baseline": _config(space, space.baseline),
+            "best": None if self.best is None else _config(space, self.best),
+            "reason": self.reason,
+            "observed": _ratio(self.observed),
+            "predicted": _ratio(self.predicted),
+            "model_held": self.model_held,
+            "effects": [_effect(e) for e in self.effects],
+            "fixed": [_effect(e) for e in self.fixed],
+            "candidates": [_contrast(space, c) for c in self.candidates],
+            "untried": self.untried,
+            "untried_bound": _number(self.untried_bound),
+            "bound_holds": self.bound_holds,
+            "assumption": self.assumption,
+            "runs_used": self.runs_used,
+            "full_cross_runs": self.full_cross_runs,
+            "stages": [
+                {"name": s.name, "design": s.design, "configurations": s.configurations, "runs": s.runs}
+                for s in self.stages
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def _number(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _config(space: Space, config: Config) -> dict[str, Any]:
+    levels = {s.name: s.levels[i] for s, i in zip(space.settings, config, strict=True)}
+    return {"label": space.label(config), "levels": levels}
+
+
+def _ratio(r: Ratio | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"ratio": _number(r.ratio), "ci_low": _number(r.ci_low), "ci_high": _number(r.ci_high)}
+
+
+def _effect(e: SettingEffect) -> dict[str, Any]:
+    return {
+        "setting": e.setting,
+        "level": e.level,
+        "default": e.default,
+        "ratio": _number(e.ratio),
+        "ci_low": _number(e.ci_low),
+        "ci_high": _number(e.ci_high),
+        "words": e.words,
+    }
+
+
+def _contrast(space: Space, c: Contrast) -> dict[str, Any]:
+    return {
+        **_config(space, c.config),
+        "ratio": _number(c.ratio),
+        "ci_low": _number(c.ci_low),
+        "ci_high": _number(c.ci_high),
+        "shown_worse": c.shown_worse,
+    }
