@@ -141,3 +141,13 @@ def test_the_files_written(tmp_path: Path) -> None:
     record = lab.write_record(place, SearchSettings(), SPACE, [{"name": "screen"}], answer.to_json())
     stored = json.loads(record.read_text())
     assert stored["answer"] == {"version": 1, "best": [0, 0, 1]} and stored["space"]["configurations"] == 8
+
+
+def test_the_notes_are_shown() -> None:
+    """What the stages noted (a race with no best, a model left unchecked) is in the text and the page."""
+    noted = dataclasses.replace(
+        held(), notes=("the race found no best (no candidate passed): the predicted best is taken",)
+    )
+    assert "- Note: the race found no best" in render.markdown(noted, "s")
+    assert "<p>Note: the race found no best" in render.html_page(noted, "s")
+    assert "Note:" not in render.markdown(held(), "s")

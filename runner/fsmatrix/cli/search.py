@@ -84,7 +84,7 @@ def _finish(answer: Any, real: Any, title: str, fmt: str) -> None:
     from fsmatrix.search import lab
 
     answer_json = answer.to_json()
-    record = lab.write_record(real.place, real.settings, answer.space, real.stages, answer_json)
+    record = lab.write_record(real.place, real.settings, answer.space, real.stages, answer_json, real.budget_runs)
     written = [*render.write_answer(answer, title, real.place.directory), record]
     if fmt == "json":
         click.echo(json.dumps(answer_json, indent=2, ensure_ascii=False))

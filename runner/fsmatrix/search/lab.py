@@ -92,11 +92,16 @@ class RealLab:
     settings: SearchSettings
     console: Console
     stages: list[dict[str, Any]] = field(default_factory=list)  # what search.json records of each stage
+    # The stages asked for so far: ``runs_used`` counts their runs only, so a resumed search, whose later
+    # stages' runs are already stored, plans each stage on the same budget left as the first time.
+    asked: set[str] = field(default_factory=set)
+    budget_runs: int | None = None  # a time budget in runs, as first worked out (search.json keeps it)
 
     def measure(self, stage: str, configs: Sequence[Config], repeats: int) -> list[Observation]:
         """Every configuration ``repeats`` fixed repeats in rounds (each round in the run's recorded
         random order), in the stage's folder; stored runs are reused. The passed runs' observations."""
         cells = self._cells(configs)
+        self.asked.add(stage)
         self._say(stage, f"{len(cells)} configurations × {repeats} repeats")
         summary = self._run(stage, cells, racing.RunPlan.fixed(repeats))
         self._record(stage, len(cells), repeats)
@@ -106,6 +111,7 @@ class RealLab:
         """These configurations raced as ``fsmatrix run`` races a comparison group (``racing.run_race``:
         rounds from the third run on, δ ``delta``, at most ``max_repeats``) in the folder "race"."""
         cells = self._cells(configs)
+        self.asked.add("race")
         settings = RaceSettings(RACE_MIN, max(RACE_MIN, max_repeats), delta)
         self._say("race", f"{len(cells)} configurations, {racing.describe(settings)}")
         plan = racing.RunPlan(settings, settings.max_repeats, f"race: {racing.describe(settings)}")
@@ -117,18 +123,26 @@ class RealLab:
         return race_result(summary.race, self._configs_of(cells), tuple(observations))
 
     def runs_used(self) -> int:
-        """The result documents under the search's stage folders (runs made, or found stored)."""
-        dirs = [self.place.stage_dir(stage) for stage in STAGES]
+        """The result documents under the folders of the stages asked for so far (runs made, or found
+        stored)."""
+        dirs = [self.place.stage_dir(stage) for stage in STAGES if stage in self.asked]
         return sum(len(list(store.iter_result_files(d))) for d in dirs if d.is_dir())
 
     def runs_of(self, budget_s: float) -> int | None:
         """``budget_s`` in runs: over the mean of the space's cells' estimates (their past runs stored
-        under RESULTS on this host: ``runs.cell_estimates``); None when no cell has one."""
+        under RESULTS on this host: ``runs.cell_estimates``); None when no cell has one. Worked out once:
+        a resumed search takes the number search.json kept (its own runs would change the estimates)."""
+        path = self.place.directory / SEARCH_FILE
+        earlier = jsonfile.read(path) if path.is_file() else None
+        if isinstance(earlier, dict) and isinstance(earlier.get("budget_runs"), int):
+            self.budget_runs = earlier["budget_runs"]
+            return self.budget_runs
         found = runs.cell_estimates(self.place.results_root, list(self.found.cells.values()))
         seconds = [e.seconds for e in found.values() if e.seconds is not None and e.seconds > 0]
         if not seconds:
             return None
-        return int(budget_s // (sum(seconds) / len(seconds)))
+        self.budget_runs = int(budget_s // (sum(seconds) / len(seconds)))
+        return self.budget_runs
 
     def _cells(self, configs: Sequence[Config]) -> list[MatrixCell]:
         return list({self.found.cell(c).id: self.found.cell(c) for c in configs}.values())
@@ -163,7 +177,7 @@ class RealLab:
         """The stage into search.json (replacing an earlier record of it: a resumed search's)."""
         entry = {"name": stage, "configurations": configurations, "repeats": repeats, "folder": stage}
         self.stages[:] = [s for s in self.stages if s["name"] != stage] + [entry]
-        write_record(self.place, self.settings, self.found.space, self.stages, None)
+        write_record(self.place, self.settings, self.found.space, self.stages, None, self.budget_runs)
 
 
 def write_record(
@@ -172,15 +186,17 @@ def write_record(
     space: Space,
     stages: Sequence[dict[str, Any]],
     answer: dict[str, Any] | None,
+    budget_runs: int | None = None,
 ) -> Path:
-    """RESULTS/RUN_ID/search.json, atomically: the settings, the space, the stages so far and the answer
-    (None until the search ends)."""
+    """RESULTS/RUN_ID/search.json, atomically: the settings, the space, the stages so far, a time budget
+    in runs (``RealLab.runs_of``) and the answer (None until the search ends)."""
     path = place.directory / SEARCH_FILE
     record = {
         "format": SEARCH_FORMAT,
         "settings": settings.to_dict(),
         "space": space_record(space),
         "stages": list(stages),
+        "budget_runs": budget_runs,
         "answer": answer,
     }
     place.directory.mkdir(parents=True, exist_ok=True)

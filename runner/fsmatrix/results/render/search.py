@@ -140,6 +140,7 @@ def markdown(answer: SearchAnswer, title: str) -> str:
     lines = [f"# fsmatrix search: {title}", "", f"**{headline(answer)}**", ""]
     better = "lower" if space.direction == "lower" else "higher"
     lines += [f"{words} ({better} is better); δ {pct(answer.delta)}, α {pct(answer.alpha)}.", ""]
+    lines += [*(f"- Note: {n}" for n in answer.notes), *([""] if answer.notes else [])]
     if answer.effects:
         lines += ["## What each setting does", ""]
         lines += [f"Each setting's {words} at a level against its default, averaged over the others:", ""]
@@ -271,6 +272,7 @@ def html_page(answer: SearchAnswer, title: str) -> str:
         f"<h1>fsmatrix search: {escape(title)}</h1>",
         f'<section class="answer"><p class="headline"><strong>{escape(headline(answer))}</strong></p></section>',
     ]
+    parts += [f"<p>Note: {escape(n)}</p>" for n in answer.notes]
     if answer.effects:
         parts.append("<h2>What each setting does</h2>")
         caption = f"each setting's {words} at a level against its default; shaded: within ±{pct(answer.delta)}"
