@@ -554,31 +554,35 @@ def model_matrix(cells: Sequence[Sequence[int]], sizes: Sequence[int], model: st
     return np.column_stack(kept)
 
 
-def fedorov(x: Any, n: int, seed: int) -> list[int]:
+def fedorov(x: Any, n: int, seed: int, kept: Sequence[int] = ()) -> list[int]:
     """Fedorov's exchange: from a seeded random start of ``n`` distinct rows of ``x``, swap the chosen
     row and the unchosen one whose exchange raises det(X'X) most (the det ratio (1 + d_j)(1 − d_i) +
     d_ij², d the prediction variances under (X'X)⁻¹), until no swap raises it; the best of ``STARTS``
-    starts. Deterministic for a seed (and a numpy)."""
+    starts. ``kept``: rows already in the design (cells that ran), counted in X'X but never chosen or
+    swapped: the ``n`` rows returned augment them. Deterministic for a seed (and a numpy)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     rows, p = x.shape
+    fixed = x[list(kept)].T @ x[list(kept)] if kept else np.zeros((p, p))
+    free = np.array([i for i in range(rows) if i not in set(kept)])
     best: tuple[float, list[int]] | None = None
     for _ in range(STARTS):
-        chosen = [int(i) for i in rng.choice(rows, n, replace=False)]
+        chosen = [int(i) for i in rng.choice(free, n, replace=False)]
         for _ in range(MAX_EXCHANGES):
             design = x[chosen]
-            inverse = np.linalg.inv(design.T @ design + RIDGE * np.eye(p))
+            inverse = np.linalg.inv(fixed + design.T @ design + RIDGE * np.eye(p))
             a = x @ inverse
             d = np.einsum("ij,ij->i", a, x)
             cross = a[chosen] @ x.T
             gain = (1 + d[None, :]) * (1 - d[chosen][:, None]) + cross**2
             gain[:, chosen] = 0.0
+            gain[:, list(kept)] = 0.0
             i, j = np.unravel_index(int(np.argmax(gain)), gain.shape)
             if gain[i, j] <= 1 + 1e-9:
                 break
             chosen[int(i)] = int(j)
-        sign, logdet = np.linalg.slogdet(x[chosen].T @ x[chosen])
+        sign, logdet = np.linalg.slogdet(fixed + x[chosen].T @ x[chosen])
         score = float(logdet) if sign > 0 else -math.inf
         if best is None or score > best[0] + 1e-9:
             best = (score, sorted(chosen))

@@ -41,7 +41,7 @@ class RaceSettings:
 SEARCH_KEYS = ("budget", "delta", "repeats", "confirm", "screen_runs", "max_candidates", "max_repeats", "seed")
 SEARCH_REPEATS = 2  # runs of each screening and refining cell: replicates for pure error, half a cross's 3+
 SEARCH_CONFIRM = 5  # fresh runs of the winner and of the baseline, interleaved
-SEARCH_MAX_CANDIDATES = 8  # configurations raced at most (the model's best first)
+SEARCH_MAX_CANDIDATES = 4  # configurations raced at most (the model's best first)
 MAX_SEARCH_RUNS = 100_000  # a search's budget in runs at most: beyond it, a typo
 
 

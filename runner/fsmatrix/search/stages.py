@@ -4,9 +4,11 @@
    levels, else a D-optimal design for the main-effects model; ``matrix.design``), plus the baseline,
    ``settings.repeats`` runs each. Each setting's main effect (``space.setting_effects``): a setting
    whose every level is *equivalent* to its default within ±δ is fixed at its default.
-2. **Refine**: a design over the settings still in (their full cross when it fits what the budget
-   leaves after the race and the confirmation, else a D-optimal design for main effects and their
-   two-setting interactions), ``settings.repeats`` runs each. The model on every run so far
+2. **Refine**: a design over the settings still in, for every setting's main effects and the
+   two-setting interactions of those the screening showed to act (``active_settings``: strong effect
+   heredity): the model's terms and half as many again (``refine_size``), counting the cells that
+   ran, the new ones a D-optimal augmentation of them, within what the budget leaves after the race
+   and the confirmation, ``settings.repeats`` runs each. The model on every run so far
    (``space.fit``) predicts every configuration of the space; each is contrasted with the predicted
    best, Scheffé-simultaneous.
 3. **Race**: the configurations not shown worse than the predicted best (at most
@@ -25,7 +27,8 @@ least). A lab may overrun the budget by a race's rounds: the budget is planned, 
 
 **Decisions in detail.** A setting is fixed when every row of its screening effect is *equivalent*;
 the others (*matters*, *unsettled*, *not separated*) stay in. The model on the screening and refining
-runs has every setting's main effects and the two-setting interactions among the settings still in.
+runs has every setting's main effects and the two-setting interactions among the settings still in
+that the screening showed to act (some level *matters* or is *unsettled*).
 The predicted best is taken over the whole space; the candidates are the subspace's configurations
 (fixed settings at their default) not shown worse than it. One candidate is the winner unraced.
 
@@ -68,8 +71,11 @@ from fsmatrix.results.verdict.space import (
     SettingEffect,
     Space,
     SpaceModel,
+    estimable,
     fit,
+    rows_of,
     setting_effects,
+    terms_of,
 )
 from fsmatrix.results.verdict.stats import MIN_SAMPLES
 
@@ -314,34 +320,56 @@ def fixed_settings(space: Space, effects: Sequence[SettingEffect]) -> list[int]:
     ]
 
 
+def refine_size(terms: int, cells: int) -> int:
+    """The cells a refining design takes for a model of ``terms`` columns over a subspace of ``cells``:
+    the terms and half as many again (at least 2 more: degrees of freedom for the lack of fit), at
+    most the whole subspace. Economy is the point: a search runs what its model needs, not what its
+    budget would pay for."""
+    return min(cells, terms + max(2, math.ceil(terms / 2)))
+
+
+def active_settings(space: Space, kept: Sequence[int], effects: Sequence[SettingEffect]) -> list[int]:
+    """The ``kept`` settings the screening showed to act (some level *matters* or is *unsettled*: its
+    interval excludes 1): the only ones whose two-setting interactions the model has (strong effect
+    heredity: an interaction between settings with no effect of their own is not chased)."""
+    shown = {e.setting for e in effects if e.words in ("matters", "unsettled")}
+    return [a for a in kept if space.settings[a].name in shown]
+
+
 def refine_plan(
     space: Space,
-    kept: Sequence[int],
+    active: Sequence[int],
     subspace: Sequence[Config],
     ran: set[Config],
     share: int,
     settings: SearchSettings,
 ) -> tuple[list[Config], str]:
-    """The refining stage's new configurations and design in words: the subspace's full cross when its
-    cells not run before fit in ``share`` runs at ``repeats``, else a D-optimal design over it for the
-    interactions model of the ``kept`` settings (the main-effects model when that has more terms than
-    the share pays cells for), less the cells run before; nothing when not even that is affordable."""
+    """The refining stage's new configurations and design in words, for the model of every setting's
+    main effects and the two-setting interactions of the ``active`` ones (the main-effects model when
+    the share cannot pay for that) over the subspace: ``refine_size`` cells counting those that ran
+    before, the new ones a D-optimal augmentation of them (the subspace's remaining cells when that is
+    all of them), at ``repeats`` runs each within ``share`` runs; nothing when the cells that ran
+    already carry the model, or when not even the main-effects model is affordable."""
     new = [c for c in subspace if c not in ran]
     if not new:
         return [], "nothing new: every configuration of the refined space ran"
-    if len(new) * settings.repeats <= share:
-        return new, f"full cross of {len(kept)} settings, {len(subspace)} cells ({len(new)} not run before)"
     affordable = share // settings.repeats
-    cells = [tuple(c[a] for a in kept) for c in subspace]
-    sizes = [len(space.settings[a].levels) for a in kept]
-    for model in ("interactions", "main"):
-        x = designs.model_matrix(cells, sizes, model)
-        if x.shape[1] <= affordable:
-            chosen = designs.fedorov(x, affordable, settings.seed)
-            plan = [subspace[i] for i in chosen if subspace[i] not in ran]
-            words = f"D-optimal for the {model} model of {len(kept)} settings, {len(chosen)} of {len(subspace)} cells"
-            return plan, f"{words} ({len(plan)} not run before)"
-    return [], f"nothing: the budget leaves {affordable} cells, fewer than the main-effects model's terms"
+    before = [i for i, c in enumerate(subspace) if c in ran]
+    for interacting in (active, ()):
+        full = rows_of(space, subspace, terms_of(space, interacting))
+        x = full[:, estimable(full)]
+        model = f"main effects and the interactions of {len(interacting)} settings" if interacting else "main effects"
+        wanted = refine_size(x.shape[1], len(subspace)) - len(before)
+        if wanted <= 0:
+            return [], f"nothing new: the {len(before)} cells run before carry the model of {model}"
+        n = min(wanted, affordable)
+        if n >= len(new):
+            return new, f"the rest of the refined space: {len(new)} cells, for the model of {model}"
+        if len(before) + n >= x.shape[1]:
+            chosen = designs.fedorov(x, n, settings.seed, before)
+            words = f"D-optimal augmentation for the model of {model}: {n} cells beside the {len(before)} run before"
+            return [subspace[i] for i in chosen], f"{words}, of {len(subspace)}"
+    return [], f"nothing: the budget leaves {affordable} cells, fewer than the main-effects model needs"
 
 
 def candidates_of(
@@ -403,9 +431,10 @@ def run_search(space: Space, settings: SearchSettings, lab: SearchLab, alpha: fl
     kept = [a for a in range(len(space.settings)) if a not in fixed]
     subspace = [c for c in space.configurations if all(c[a] == space.settings[a].default for a in fixed)]
     ran = {o.config for o in search.observations}
-    new, words = refine_plan(space, kept, subspace, ran, search.refine_share(), settings)
+    active = active_settings(space, kept, screened)
+    new, words = refine_plan(space, active, subspace, ran, search.refine_share(), settings)
     search.measure("refine", new, settings.repeats, words)
-    model = fit(space, search.observations, kept)
+    model = fit(space, search.observations, active)
     effects = setting_effects(space, search.observations, alpha, settings.delta)
     rows = tuple(screened if isinstance(effects, str) else effects)
     if isinstance(model, str):

@@ -56,8 +56,8 @@ Factor = tuple[int, int]  # a setting's index and the level of one of its s − 
 Term = tuple[Factor, ...]  # a model column: the product of its factors' codes; () the intercept
 
 ASSUMPTION = (
-    "no interaction of three or more settings, and none involving a setting fixed for showing no effect "
-    "(effect heredity)"
+    "no interaction of three or more settings, and none involving a setting whose own effect the "
+    "screening did not show (effect heredity)"
 )
 TIMES = " × "
 TOLERANCE = 1e-8  # a column (or a contrast) this small against its size after projection is no new direction
