@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsmatrix.agent.job import SCHEMA_VERSION
+from fsmatrix.agent.provenance import WORK_MEASUREMENT
 from fsmatrix.cli import main
 from fsmatrix.results import store
 from fsmatrix.results.store import Result
@@ -234,12 +235,13 @@ def test_compare_refuses_results_from_two_hosts(tmp_path: Path) -> None:
     assert "host.machine_id" in runner.invoke(main, ["compare", str(base), str(other)]).output
 
 
-def _head_writing(root: Path, per_op: float) -> Path:
-    """A head run whose device bytes written per operation are ``per_op`` (+ a little noise), time as usual."""
+def _head_writing(root: Path, per_op: float, **prov: Any) -> Path:
+    """A head run whose device bytes written per operation are ``per_op`` (+ a little noise), time as
+    usual (``prov``: its provenance beside PROVENANCE)."""
     index = store.RootStore(root)
     try:
         for i, value in enumerate(samples(10.0, seed=2), 1):
-            doc = make_doc("head", i, value)
+            doc = make_doc("head", i, value, **prov)
             doc["metrics"]["device_write_bytes_per_op"] = per_op + i / 100
             path = root / "head" / CELL / f"r{i}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -372,3 +374,22 @@ def test_bad_work_thresholds_are_refused(tmp_path: Path, option: str, message: s
     assert out.exit_code == 2 and message in out.output and "Traceback" not in out.output
     alone = invoke("compare", str(base), str(head), "--work-threshold", "fsyncs_per_op=5%")
     assert alone.exit_code == 2 and "give --fail-on-regression" in alone.output
+
+
+def test_work_measured_differently_is_not_gated_and_said_so(tmp_path: Path) -> None:
+    """A base measured before a change of the agent's method (provenance.work_measurement: issue 51's
+    windows synced at both ends) and a head after it: the work moved with the method, not the code,
+    so no work metric is gated; time still is."""
+    old, new = "cgroup: the workload's processes only", WORK_MEASUREMENT
+    base = write_run(tmp_path, "base", samples(10.0, seed=1), work_measurement=old)
+    head = _head_writing(tmp_path, 15.0, work_measurement=new)  # 50 % more bytes per update: a FAIL were they alike
+    args = ["compare", str(base), str(head), "--fail-on-regression", "5%"]
+    doc = json.loads(invoke(*args, "--format", "json").output)
+    assert [r["metric"] for r in doc["rows"] if r["gated"]] == ["elapsed_s", "cpu_busy_s"]
+    assert doc["verdict"] == "PASS"
+    why = {w["metric"]: w["why"] for w in doc["work_left_out"]}
+    assert set(why) == set(gate.WORK_THRESHOLDS)
+    assert why["device_write_bytes_per_op"] == (
+        f"measured differently, provenance.work_measurement: base {old!r} | head {new!r}"
+    )
+    assert "not gated: device_write_bytes_per_op (measured differently" in invoke(*args).output

@@ -33,7 +33,9 @@ class Workspace:
     journal: Path  # where a database journal / WAL goes (== data unless the layout splits it)
     scratch: Path  # per-run directory *off* the device under test: logs, temporary files
     # Wrap the measured part (not layout, prepare or cleanup) in ``with ws.measure():`` so the
-    # sampler's totals cover only it. Without a sampler it does nothing.
+    # sampler's totals cover only it. Without a sampler it does nothing. Entering and leaving it
+    # sync the filesystems under test (the window holds its own writeback): a workload's own
+    # clock starts and stops inside the ``with``, so its times leave those syncs out.
     measure: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
     # Filesystem "raw": the block device the workload runs on (data is then an empty directory on
     # no filesystem under test). None when there is a filesystem.

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fsmatrix.agent import cgroup, counters, crash, provenance, storage, work
+from fsmatrix.agent import cgroup, counters, crash, oscache, provenance, storage, work
 from fsmatrix.agent.cell import Cell
 from fsmatrix.agent.contract import Outcome, Workspace
 from fsmatrix.agent.crash import modes as crash_modes
@@ -237,6 +237,7 @@ def _prepared_and_measured(
             counters.RunCounters(run_cpu.directory) as run_counters,
         ):
             database_dirs = [prepared.data, prepared.journal]
+            synced = _synced_paths(prepared) if crashing is None else []
 
             @contextlib.contextmanager
             def measured() -> Iterator[None]:
@@ -246,8 +247,15 @@ def _prepared_and_measured(
                     if crashing is not None
                     else contextlib.nullcontext()
                 )
+                # The window holds its own writeback and no one else's: the setup's dirty pages are
+                # written before it starts, the workload's before it ends. Else the kernel's flusher
+                # decides which side of the window they land on (issue 51: GT.M's database blocks,
+                # written back in the window or after it, made bytes/op bimodal). Not for a crash
+                # cell: a sync after the crash would make durable what the crash should lose.
+                oscache.sync_filesystems(synced)
                 with sampler.measured(), parts.measured(), run_cpu.measured(), run_counters.measured(), crash_clock:
                     yield
+                    oscache.sync_filesystems(synced)  # after the workload's own timing (Workspace.measure)
 
             workspace = _workspace(job, prepared, crashing.event if crashing is not None else None, measured)
             if crashing is None:
@@ -263,6 +271,14 @@ def _prepared_and_measured(
         if prepared.component_diskstat_names:
             samples["components"] = {k: v for k, v in parts.summary().items() if k != "series"}
     return outcome, samples
+
+
+def _synced_paths(prepared: storage.PreparedStorage) -> list[str]:
+    """What the measured window syncs at both ends: the data and journal filesystems, or the
+    block device a raw cell writes to (its data directory is on no filesystem under test)."""
+    if prepared.bare_device:
+        return [prepared.data_device] if prepared.data_device else []
+    return [str(prepared.data), str(prepared.journal)]
 
 
 def _workspace(

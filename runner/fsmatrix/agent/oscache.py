@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
@@ -19,6 +21,38 @@ def drop_caches() -> None:
         DROP_CACHES.write_text("3\n")
     except OSError as exc:
         raise PermissionError(f"cannot drop the page cache (write 3 to {DROP_CACHES}): {exc}") from exc
+
+
+def sync_filesystems(paths: Iterable[Path | str]) -> None:
+    """Write back what is dirty on the filesystems holding ``paths`` (syncfs(2), each filesystem
+    once), or on a block device named by path (fsync on it: a raw cell's buffered writes). Where
+    the C library has no syncfs, sync(2): every filesystem, the same written-back state."""
+    seen: set[tuple[bool, int]] = set()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            info = os.fstat(fd)
+            block = stat.S_ISBLK(info.st_mode)
+            key = (block, info.st_rdev if block else info.st_dev)
+            if key in seen:
+                continue
+            seen.add(key)
+            if block:
+                os.fsync(fd)
+            elif _syncfs(fd) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"syncfs: {os.strerror(errno)}", str(path))
+        finally:
+            os.close(fd)
+
+
+def _syncfs(fd: int) -> int:
+    try:
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):  # a C library without syncfs
+        os.sync()
+        return 0
+    return int(syncfs(fd))
 
 
 # statx(2): STATX_DIOALIGN (Linux 6.1) asks for a file's direct-I/O alignment; stx_dio_mem_align

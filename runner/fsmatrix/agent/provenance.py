@@ -81,9 +81,11 @@ def image_tool(name: str) -> Path | None:
     return Path(path) if isinstance(path, str) and path else None
 
 
-# How cpu_busy_s and the perf counters are measured: changed when the method changes, so that the
-# history attributes the shift in those series to it (docs/history.md, "work measurement").
-WORK_MEASUREMENT = "cgroup: the workload's processes only"
+# How cpu_busy_s, the perf counters and the device totals are measured: changed when the method
+# changes, so that the history attributes the shift in those series to it and the gate does not
+# gate work across it (docs/history.md, "work measurement"). Since issue 51's second change the
+# window starts and ends with a syncfs of the filesystems under test (job.py).
+WORK_MEASUREMENT = "cgroup: the workload's processes only; window synced at both ends"
 
 
 def collect() -> dict[str, Any]:

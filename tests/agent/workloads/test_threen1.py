@@ -661,3 +661,22 @@ def test_side_by_side_with_the_published_program(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     print(out)
     assert code == 0, out
+
+
+def test_the_measured_window_waits_for_the_workers_to_exit(tmp_path: Path) -> None:
+    """The parent returns once its workers released their work locks; the last of them out runs the
+    database down (GT.M's global buffers written and synced), so the window waits for them to exit
+    (issue 51: a rundown after the window made 3n+1's bytes per update bimodal); for a bounded time."""
+    worker = subprocess.Popen(["sleep", "0.4"])
+    pids = tmp_path / threen1_run.PID_FILE
+    pids.write_text(f"worker 1 {worker.pid}\n")
+    try:
+        t0 = time.monotonic()
+        threen1_run._wait_for_workers(pids, 0.05)  # bounded: it gives up, the worker still there
+        assert time.monotonic() - t0 < 0.3 and worker.poll() is None
+        threen1_run._wait_for_workers(pids, 10)
+        # a zombie now (this test is its parent): its files closed, as a GT.M worker's after its rundown
+        assert not proc.holds_files(worker.pid) and time.monotonic() - t0 >= 0.4
+    finally:
+        worker.kill()
+        worker.wait()

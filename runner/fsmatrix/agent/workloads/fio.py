@@ -342,12 +342,13 @@ def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"fio: no time left for the {phase.name} phase (timeout {timeout:g} s)")
-            started = time.monotonic()
             try:
                 with ws.measure() if phase.measured else contextlib.nullcontext():
+                    started = time.monotonic()  # inside: the window's syncs are no part of it
                     # raw: nothing to put in ws.data; fio's stray files (if any) go to scratch
                     cwd = ws.scratch if raw is not None else ws.data
                     result = proc.run(cmd, timeout=remaining, cwd=cwd, check=False)
+                    seconds = round(time.monotonic() - started, 3)
             except proc.CommandError as exc:
                 if exc.returncode is None:
                     raise TimeoutError(f"fio {phase.name} killed: exceeded the timeout of {timeout:g} s") from exc
@@ -356,7 +357,7 @@ def run_cell(cell: Cell, ws: Workspace, timeout: float) -> Outcome:
                 "name": phase.name,
                 "rw": phase.rw,
                 "measured": phase.measured,
-                "seconds": round(time.monotonic() - started, 3),
+                "seconds": seconds,
                 "command": cmd,
             }
             phase_details.append(entry)

@@ -201,9 +201,14 @@ def work_gated(
     """The work metrics of ``thresholds`` the gate decides on in one cell, with their thresholds, and
     those it leaves out, with why: not measured on a side (no passed run of it has the metric: CPU
     instructions without counters, flushes on an old kernel) or 0 there (jfs sends no flush: no
-    ratio). What counts is fixed by what was measured, never by whether the values differ."""
+    ratio). What counts is fixed by what was measured, never by whether the values differ. Measured
+    differently (``provenance.work_measurement``: the agent's mark of its method) none counts: a
+    change of method moves the work with nothing else changed."""
     gated: dict[str, float] = {}
     left_out: list[tuple[str, str]] = []
+    differently = measured_differently(base, head)
+    if differently is not None:
+        return gated, [(metric, differently) for metric in thresholds]
     for metric, threshold in thresholds.items():
         why = [
             f"{NOT_MEASURED if not values else ZERO} on {name}"
@@ -215,6 +220,17 @@ def work_gated(
         else:
             gated[metric] = threshold
     return gated, left_out
+
+
+def measured_differently(base: Sequence[Result], head: Sequence[Result]) -> str | None:
+    """Why the work of ``base`` and ``head`` is not comparable (their ``provenance.work_measurement``
+    marks differ: e.g. one side's windows synced at both ends, the other's not), or None."""
+    marks = [sorted({str(d.provenance.value("work_measurement")) for d in docs}) for docs in (base, head)]
+    if marks[0] == marks[1]:
+        return None
+    return "measured differently, provenance.work_measurement: base {} | head {}".format(
+        *(" + ".join(repr(m) for m in side) for side in marks)
+    )
 
 
 def _comparable(

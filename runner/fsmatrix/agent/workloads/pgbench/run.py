@@ -285,17 +285,18 @@ def _transactions(
     """The measured part: pgbench's timed transactions (with the acknowledging client beside it when
     ``acks``, its summary in ``details["acks"]``). pgbench's result and its wall time; its output is
     kept in pgbench-run.txt. ``postgres.ServerDied`` when the server stopped during it."""
-    t1 = time.monotonic()
     client: pgacks.AckClient | None = None
     try:
-        with ws.measure(), contextlib.ExitStack() as acking:
-            if acks is not None:
-                client = acking.enter_context(pgacks.acknowledging(cluster, acks, DATABASE))
-            out = cluster.run(cmd, timeout=clock.left("transactions"), check=False, database=DATABASE,
-                              cwd=ws.scratch)  # fmt: skip
+        with ws.measure():
+            t1 = time.monotonic()  # inside: the window's syncs are no part of run_s (and total_s)
+            with contextlib.ExitStack() as acking:
+                if acks is not None:
+                    client = acking.enter_context(pgacks.acknowledging(cluster, acks, DATABASE))
+                out = cluster.run(cmd, timeout=clock.left("transactions"), check=False, database=DATABASE,
+                                  cwd=ws.scratch)  # fmt: skip
+            run_s = round(time.monotonic() - t1, 3)
     except proc.CommandError as exc:
         raise TimeoutError(f"pgbench exceeded {clock.timeout:g} s (transactions)") from exc
-    run_s = round(time.monotonic() - t1, 3)
     text = out.stdout + out.stderr
     (ws.scratch / "pgbench-run.txt").write_text(text)
     if client is not None:
