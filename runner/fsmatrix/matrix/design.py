@@ -682,7 +682,7 @@ def step(
         noun = _a(NOUN[spec.kind])
         raise fail(f"design: {noun} takes no include entries (they would unbalance it); run them apart", line)
     sizes = [len(values) for values in axis_values]
-    left = {_key(c) for c in kept}
+    left = {combination_key(c) for c in kept}
     if spec.kind == "optimal":
         if max(sizes, default=0) < 2:
             raise fail("design: an optimal design needs an axis of two or more values", line)
@@ -706,7 +706,7 @@ def step(
         digits = _digits(index, sizes)
         if tuple(digits[i] for i in two) in wanted:
             combo = merge_flats(*parts)
-            if _key(combo) not in left:
+            if combination_key(combo) not in left:
                 raise fail(
                     f"design: 'exclude' removes a cell of the {NOUN[spec.kind]}, which would unbalance it; "
                     "leave the exclude out, or take the excluded value off its axis",
@@ -727,7 +727,7 @@ def candidates_of(
     combos: list[Flat] = []
     for index, parts in enumerate(itertools.product(*axis_values)):
         combo = merge_flats(*parts)
-        if _key(combo) in left:
+        if combination_key(combo) in left:
             digits = _digits(index, sizes)
             cells.append(tuple(digits[i] for i in varying))
             combos.append(combo)
@@ -735,7 +735,9 @@ def candidates_of(
     return Candidates(names, used, tuple(cells)), combos
 
 
-def _key(flat: Flat) -> frozenset[tuple[str, str]]:
+def combination_key(flat: Flat) -> frozenset[tuple[str, str]]:
+    """A combination of settings as a set of (path, JSON value) pairs: how the cross, `exclude` and a
+    design tell combinations apart."""
     return frozenset((path, json.dumps(leaf.value, sort_keys=True)) for path, leaf in flat.items())
 
 

@@ -442,7 +442,7 @@ def _cross_of(doc: dict[str, Any], axis_values: list[list[Flat]], kept: list[Fla
     """The cross ``exclude`` left (``kept``, the first flats expansion made cells of: ``flat_ids`` in
     the same order) as ``design.candidates_of`` places it on the axes."""
     axes = list((doc.get("axes", {}) or {}).keys())
-    left = {design._key(c) for c in kept}  # design.step's own key of a combination
+    left = {design.combination_key(c) for c in kept}  # design.step's own key of a combination
     found, _ = design.candidates_of(axes, axis_values, left)
     lines = {key: yamlpos.line_of(doc, key) for key in ("design", "include", "search", "axes") if key in doc}
     values = tuple(
