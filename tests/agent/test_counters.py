@@ -219,3 +219,26 @@ def test_tracefs_is_mounted_privately_and_unmounted_when_nowhere_mounted() -> No
         mounted = root
     assert not mounted.exists()
     assert str(mounted) not in Path("/proc/self/mounts").read_text()
+
+
+TCG_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: QEMU TCG CPU version 2.5+\n"
+
+
+def test_a_tcg_guest_is_told_by_its_cpu_model() -> None:
+    assert counters.under_tcg(TCG_CPUINFO)
+    assert not counters.under_tcg("model name\t: AMD EPYC 7B13\n")
+    assert not counters.under_tcg("flags\t: QEMU TCG CPU\n")  # the model name only
+
+
+@pytest.mark.root(reason="needs root: a cgroup of its own and perf_event_open on it")
+def test_under_tcg_the_tracepoints_are_not_opened() -> None:
+    """A guest under TCG hung in syscall_trace_enter when the fsync tracepoints were enabled: there they
+    are not available, with the reason, and the other counters still count."""
+    with cgroup.RunCpu() as cpu, counters.RunCounters(cpu.directory, cpuinfo=TCG_CPUINFO) as run:
+        assert cpu.directory is not None, "this test needs a writable cgroup hierarchy"
+        with run.measured():
+            proc.run([sys.executable, "-c", "pass"])
+    summary = run.summary()
+    assert summary["unavailable"]["fsync"] == counters.TCG_TRACEPOINTS
+    assert summary["unavailable"]["fdatasync"] == counters.TCG_TRACEPOINTS
+    assert summary["counts"]["fsync"] is None and summary["counts"]["context_switches"] is not None

@@ -9,7 +9,9 @@ system calls (the tracepoints syscalls:sys_enter_fsync / sys_enter_fdatasync, th
 tracefs, which is mounted on a private directory and unmounted again when it is not mounted yet).
 
 A counter that cannot be opened is **not available**, with the reason (no PMU in a guest under TCG:
-hardware events fail with ENOENT; no tracefs; not root; no cgroup): its count is None, never 0.
+hardware events fail with ENOENT; no tracefs; not root; no cgroup): its count is None, never 0. In a
+guest under TCG the tracepoints are not even opened (``under_tcg``): enabling one there has hung both
+vCPUs (soft lockups spinning in syscall_trace_enter), so fsync calls are not counted there.
 The encoders and decoders (``encode_attr``, ``decode_read``, ``delta``, ``parse_cpu_list``,
 ``cgroup_problem``, ``open_error``) need no privileges and are tested on their own.
 Standard library only (ctypes): the guest runs this too.
@@ -292,6 +294,21 @@ def tracefs(mounts: str) -> Iterator[tuple[Path | None, str | None]]:
             os.rmdir(target)
 
 
+TCG_CPU = "QEMU TCG CPU"  # /proc/cpuinfo's model name in a guest under TCG (qemu's -cpu max)
+TCG_TRACEPOINTS = (
+    "not opened in a guest under TCG: enabling a syscall tracepoint there has hung both vCPUs "
+    "(soft lockups in syscall_trace_enter under multi-threaded TCG)"
+)
+
+
+def under_tcg(cpuinfo: str) -> bool:
+    """Whether this /proc/cpuinfo is a guest's under qemu's TCG (no KVM): its CPU's model name says so."""
+    return any(
+        line.partition(":")[0].strip() == "model name" and TCG_CPU in line.partition(":")[2]
+        for line in cpuinfo.splitlines()
+    )
+
+
 def tracepoint_ids(events: Sequence[Event], mounts: str) -> tuple[dict[str, int], dict[str, str]]:
     """The tracepoint events' ids ({name: id}) and why the others have none ({name: reason})."""
     wanted = [e for e in events if e.tracepoint is not None]
@@ -331,10 +348,17 @@ class RunCounters:
 
     ``directory``: the run's cgroup (None: no cgroup, every event not available)."""
 
-    def __init__(self, directory: Path | None, events: Sequence[Event] = EVENTS, mounts: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path | None,
+        events: Sequence[Event] = EVENTS,
+        mounts: str | None = None,
+        cpuinfo: str | None = None,
+    ) -> None:
         self.directory = directory
         self.events = tuple(events)
         self._mounts = mounts
+        self._cpuinfo = cpuinfo  # /proc/cpuinfo's text (None: read it), for tests
         self.cpus: list[int] = []
         self.fds: dict[str, list[int]] = {}  # event name -> one fd per CPU (until the ``with`` ends)
         self.opened: list[str] = []  # the events counted
@@ -371,6 +395,8 @@ class RunCounters:
             return
         self.cpus = parse_cpu_list(_read_text("/sys/devices/system/cpu/online") or "0")
         ids, self.unavailable = tracepoint_ids(self.events, mounts)
+        if under_tcg(self._cpuinfo if self._cpuinfo is not None else _read_text("/proc/cpuinfo") or ""):
+            self.unavailable.update({e.name: TCG_TRACEPOINTS for e in self.events if e.tracepoint is not None})
         group = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             for event in self.events:
