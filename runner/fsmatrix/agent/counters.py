@@ -10,8 +10,9 @@ tracefs, which is mounted on a private directory and unmounted again when it is 
 
 A counter that cannot be opened is **not available**, with the reason (no PMU in a guest under TCG:
 hardware events fail with ENOENT; no tracefs; not root; no cgroup): its count is None, never 0. In a
-guest under TCG the tracepoints are not even opened (``under_tcg``): enabling one there has hung both
-vCPUs (soft lockups spinning in syscall_trace_enter), so fsync calls are not counted there.
+guest under TCG no counter is opened at all (``under_tcg``): perf_event_open on the cgroup has hung
+both vCPUs there (soft lockups spinning in syscall_trace_enter, in the middle of the call), so a TCG
+guest counts neither fsync calls nor context switches (and has no hardware counters anyway).
 The encoders and decoders (``encode_attr``, ``decode_read``, ``delta``, ``parse_cpu_list``,
 ``cgroup_problem``, ``open_error``) need no privileges and are tested on their own.
 Standard library only (ctypes): the guest runs this too.
@@ -295,8 +296,8 @@ def tracefs(mounts: str) -> Iterator[tuple[Path | None, str | None]]:
 
 
 TCG_CPU = "QEMU TCG CPU"  # /proc/cpuinfo's model name in a guest under TCG (qemu's -cpu max)
-TCG_TRACEPOINTS = (
-    "not opened in a guest under TCG: enabling a syscall tracepoint there has hung both vCPUs "
+TCG_COUNTERS = (
+    "not opened in a guest under TCG: perf_event_open on the run's cgroup has hung both vCPUs there "
     "(soft lockups in syscall_trace_enter under multi-threaded TCG)"
 )
 
@@ -393,10 +394,11 @@ class RunCounters:
         if problem is not None:
             self.unavailable = {e.name: problem for e in self.events}
             return
+        if under_tcg(self._cpuinfo if self._cpuinfo is not None else _read_text("/proc/cpuinfo") or ""):
+            self.unavailable = {e.name: TCG_COUNTERS for e in self.events}
+            return
         self.cpus = parse_cpu_list(_read_text("/sys/devices/system/cpu/online") or "0")
         ids, self.unavailable = tracepoint_ids(self.events, mounts)
-        if under_tcg(self._cpuinfo if self._cpuinfo is not None else _read_text("/proc/cpuinfo") or ""):
-            self.unavailable.update({e.name: TCG_TRACEPOINTS for e in self.events if e.tracepoint is not None})
         group = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             for event in self.events:
