@@ -35,11 +35,8 @@ Rows: by kind × CV, by kind × size band, and the wrong spaces by variant. Goal
 and covers ≥ 95 % where the model holds; the median runs ≤ 15 % of the full cross from 64
 configurations. Deterministic for a seed.
 
-Time (the 2-core build machine, loaded, 2026-12): the two baselines at a budget of 15 % of the full
-cross took 7.5 s over the 24 ``--quick`` spaces (Optuna's sampler nearly all of it; its time grows
-with the square of the budget), a race of 8 candidates 25 ms: about 2 minutes for the baselines of the
-default 400 spaces, plus the engine's own time, not measured yet (``run_search`` was not written when
-this harness was).
+Time: the default 400 spaces, search and both baselines, 54 s on the 2-core build machine
+(2026-12-06, a test suite running beside it: docs/measurements.md, "Search by simulation").
 """
 
 from __future__ import annotations
