@@ -22,7 +22,7 @@ from fsmatrix import racing, runs
 from fsmatrix.agent import jsonfile
 from fsmatrix.backends import Backend
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import MatrixCell, RaceSettings, SearchSettings
+from fsmatrix.matrix import RACE_MIN_REPEATS, MatrixCell, RaceSettings, SearchSettings
 from fsmatrix.results import store
 from fsmatrix.results.verdict import metrics
 from fsmatrix.results.verdict.search import STAGES
@@ -32,7 +32,6 @@ from fsmatrix.search.stages import RaceResult
 
 SEARCH_FILE = "search.json"
 SEARCH_FORMAT = 1
-RACE_MIN = 3  # the race's first look (racing: nothing is decided before the third run)
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ class RealLab:
         rounds from the third run on, δ ``delta``, at most ``max_repeats``) in the folder "race"."""
         cells = self._cells(configs)
         self.asked.add("race")
-        settings = RaceSettings(RACE_MIN, max(RACE_MIN, max_repeats), delta)
+        settings = RaceSettings(RACE_MIN_REPEATS, max(RACE_MIN_REPEATS, max_repeats), delta)
         self._say("race", f"{len(cells)} configurations, {racing.describe(settings)}")
         plan = racing.RunPlan(settings, settings.max_repeats, f"race: {racing.describe(settings)}")
         summary = self._run("race", cells, plan)
