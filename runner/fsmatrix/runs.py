@@ -35,7 +35,7 @@ from fsmatrix import racing
 from fsmatrix.agent import job, jsonfile, provenance
 from fsmatrix.backends import Backend, hostinfo
 from fsmatrix.errors import UserError
-from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, group_of
+from fsmatrix.matrix import BuildSettings, Matrix, MatrixCell, RaceSettings, design, group_of
 from fsmatrix.results import store
 from fsmatrix.results.store import past_runs
 from fsmatrix.results.store.database import StoreUnreachable
@@ -165,6 +165,44 @@ def stored_design(run_dir: Path) -> Mapping[str, Any] | None:
     was given."""
     found = store.load_run_matrix(run_dir) if (run_dir / "matrix.json").is_file() else None
     return found.design if found is not None else None
+
+
+def design_from(path: Path) -> Mapping[str, Any]:
+    """The design ``fsmatrix run --design-from FILE`` takes: FILE holds a design's record (matrix/design.py,
+    ``record()``: a mapping with its ``kind``), as a Slurm task or a GitHub shard is given it, or a run
+    directory's matrix.json (its ``design``). UserError (exit 2) for anything else."""
+    try:
+        doc = jsonfile.read(path)
+    except OSError as e:
+        raise UserError(f"--design-from: cannot read it ({e.strerror or e})", file=str(path)) from None
+    except ValueError as e:
+        raise UserError(f"--design-from: not JSON ({e})", file=str(path)) from None
+    record = doc.get("design", doc) if isinstance(doc, dict) and "cells" in doc else doc
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        raise UserError(
+            "--design-from: no design in it; it takes a design record (a mapping with 'kind', as "
+            "`fsmatrix matrix expand --format github` gives each shard) or a run's matrix.json of a design",
+            file=str(path),
+        )
+    return record
+
+
+def check_design_taken(m: Matrix, record: Mapping[str, Any], path: Path) -> None:
+    """``--design-from``'s promise: the cells run are the recorded design's. UserError (exit 2) when the
+    matrix has no design or the record was made for another ``design:``, other settings, or is not one
+    fsmatrix wrote (expansion then built the design again: matrix/design.py, ``from_record``)."""
+    if m.design is None:
+        raise UserError(
+            f"--design-from: {m.path} is a full cross (no design:), nothing to take; leave --design-from out",
+            file=str(path),
+        )
+    if not design.is_recorded(m.design, record):
+        raise UserError(
+            f"--design-from: its {record.get('kind')} design was not made for {m.path}'s design: and settings "
+            f"(the file changed since, or the record is not one fsmatrix wrote); expand the file again "
+            f"(fsmatrix matrix expand --format github) and give the shards that design",
+            file=str(path),
+        )
 
 
 def _order_record(todo: list[tuple[MatrixCell, int]], order: str, seed: int) -> store.RunOrder | None:

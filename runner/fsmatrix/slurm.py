@@ -224,6 +224,8 @@ def prepare(request: SlurmRequest) -> Submission:
         shutil.copyfile(settings_file, directory / "settings.yaml")
         task_args = [*task_args, "--settings", str(directory / "settings.yaml")]
     jsonfile.write_atomic(directory / "matrix.json", runs.matrix_record(m, cells, repeat))
+    if m.design is not None:  # every task runs the design chosen here, never one of its own (runs.design_from)
+        task_args = [*task_args, "--design-from", str(directory / "matrix.json")]
     sub = Submission(
         directory=directory,
         run_id=run_id,

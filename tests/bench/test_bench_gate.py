@@ -161,6 +161,13 @@ def test_the_stand_in_may_be_a_settings_file_keeping_the_cell_id(tmp_path: Path)
     same.write_text("gtm.block_size: 4096\n")
     with pytest.raises(bench_gate.UserError, match="changes nothing"):
         bench_gate.setup(repo / "matrix/pr.yaml", bench_gate.DEFAULT_ONLY, "gtm.sync_io=true", same)
+    # the stand-in measurements.md's tables use
+    shipped = bench_gate.setup(
+        repo / "matrix/pr.yaml", bench_gate.DEFAULT_ONLY, "gtm.sync_io=true", bench_gate.WORK_CHANGE
+    )
+    assert (
+        shipped.variant.cells[0].params["gtm"]["block_size"] == 8192 and shipped.variant.cells[0].id == shipped.cell_id
+    )
 
 
 def test_the_gate_bench_judges_time_and_work_together() -> None:
@@ -168,3 +175,48 @@ def test_the_gate_bench_judges_time_and_work_together() -> None:
     docs = typed(make_doc("a", i, 10.0) for i in range(1, 4))
     side = sides.Side("a", docs)
     assert bench_gate.judged_metrics(side, side) == ["elapsed_s", "cpu_busy_s", "device_write_bytes_per_op"]
+
+
+def test_a_round_stops_adding_pairs_once_the_sequential_design_stopped_on_every_comparison(tmp_path: Path) -> None:
+    """The first batch grows look by look (8, 12, ... 24 pairs): past the look where the sequential design
+    stopped on A/A, the stand-in and every slowdown, no design would use another pair."""
+    design = bench_gate.gate_designs.designs(8, 4, 24, 8)[-1]
+    tally = bench_gate.Tally("v", [0.1, 0.2], 0.05, 8, (design,))
+    rng = np.random.default_rng(3)
+
+    def stored(within: float, root: Path) -> None:
+        drift = 10 * np.exp(rng.normal(0, 0.2, 8))
+        noisy = {side: drift * np.exp(rng.normal(0, within, 8)) for side in "abv"}
+        noisy["v"] = noisy["v"] * 1.3
+        for side, values in noisy.items():
+            for doc in _side(f"r1-{side}", [float(x) for x in values]).docs:
+                jsonfile.write_atomic(root / f"gate-r1-{side}" / CELL / f"r{doc.repeat}.json", doc.document)
+
+    stored(0.005, tmp_path / "quiet")  # every comparison decided at the first look
+    assert bench_gate.every_design_stopped(tmp_path / "quiet", 1, CELL, design, tally)(8)
+    stored(0.15, tmp_path / "noisy")  # A/A cannot be shown inside ±5 % from 8 pairs this noisy
+    stopped = bench_gate.every_design_stopped(tmp_path / "noisy", 1, CELL, design, tally)
+    assert not stopped(8) and stopped(24)
+
+
+def test_run_round_makes_the_looks_pairs_until_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which runs a round asks for (``runs.run_matrix`` recorded, not run: the loop's bookkeeping): the
+    first batch's triples look by look until ``stopped``, then the confirmation batch; gate-rN.json says
+    how many pairs the first batch has."""
+    made: list[tuple[str, int]] = []
+
+    def recorded(
+        m: object, cells: object, backend: object, options: bench_gate.runs.RunOptions, console: object
+    ) -> None:
+        made.append((options.run_id, options.plan.repeat))
+
+    monkeypatch.setattr(bench_gate.runs, "run_matrix", recorded)
+    repo = Path(__file__).resolve().parents[2]
+    cells = bench_gate.setup(repo / "matrix/pr.yaml", bench_gate.DEFAULT_ONLY, "gtm.sync_io=true")
+    args = bench_gate._parser().parse_args(["--results", str(tmp_path), "--confirm-repeats", "3"])
+    args.looks = (8, 12, 16, 20, 24)
+    bench_gate.run_round(1, args, cells, None, None, lambda pairs: pairs >= 12)  # type: ignore[arg-type]
+    first = [r for run_id, r in made if run_id == "gate-r1-a"]
+    assert first == list(range(1, 13)) and [r for run_id, r in made if run_id == "gate-r1-v2"] == [1, 2, 3]
+    assert made[:3] == [("gate-r1-a", 1), ("gate-r1-b", 1), ("gate-r1-v", 1)]  # interleaved
+    assert json.loads((tmp_path / "gate-r1.json").read_text())["first_pairs"] == 12

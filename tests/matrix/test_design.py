@@ -438,3 +438,44 @@ def test_bad_optimal_designs_are_one_line_and_exit_2(tmp_path: Path, spec: str, 
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{path}:2: " in lines[0] and "design" in lines[0] and why in lines[0], lines
+
+
+def test_a_shard_runs_the_design_it_was_given(tmp_path: Path) -> None:
+    """GitHub shards and Slurm tasks take the design the expanding step chose (``--design-from``: the
+    record `matrix expand --format github` puts in every entry, or the submission's matrix.json), even
+    where this machine would choose another; one given for another design or settings is refused, one line,
+    exit 2, before any run."""
+    path = five(tmp_path, "{kind: fractional, runs: 8}")
+    built = matrix.load(path)
+    assert built.design is not None
+    other = {**built.design.record(), "words": [1, 2, 4, 1 | 2 | 4, 1 | 2]}
+    entries = json.loads(invoke("matrix", "expand", str(path), "--format", "github").stdout)["include"]
+    assert len(entries) == 8 and all(json.loads(e["design"]) == built.design.record() for e in entries)
+    given = tmp_path / "design.json"
+    given.write_text(json.dumps(other))
+    record = runs.design_from(given)
+    taken = matrix.load(path, stored_design=lambda name: record)
+    runs.check_design_taken(taken, record, given)  # taken as given: no error
+    assert {c.id for c in taken.cells} != {c.id for c in built.cells}
+    # a run's matrix.json is read too (the Slurm submission's)
+    (tmp_path / "matrix.json").write_text(json.dumps(runs.matrix_record(taken, taken.cells, 3)))
+    assert runs.design_from(tmp_path / "matrix.json") == taken.design.record()
+    results = tmp_path / "results"
+    for content, why in (
+        (json.dumps({**other, "asked": {"runs": 16}}), "was not made for"),  # the file asks for another now
+        ("{", "not JSON"),
+        ("[1, 2]", "no design in it"),
+    ):
+        given.write_text(content)
+        done = invoke("run", str(path), "--backend", "host", "--results", str(results), "--design-from", str(given))
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and str(given) in lines[0] and why in lines[0], lines
+    given.write_text(json.dumps(other))
+    (tmp_path / "full").mkdir()
+    full = five(tmp_path / "full", "full")
+    done = invoke("run", str(full), "--backend", "host", "--results", str(results), "--design-from", str(given))
+    assert done.returncode == 2 and "a full cross" in done.stderr
+    assert not results.exists() or not any(results.iterdir())
+    # a cross's shards carry no design
+    plain = json.loads(invoke("matrix", "expand", str(full), "--format", "github").stdout)["include"]
+    assert all("design" not in e for e in plain)

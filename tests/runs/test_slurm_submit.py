@@ -207,3 +207,28 @@ def test_collect_merges_the_shards_names_a_task_that_did_not_end_and_replaces_wi
         slurm.collect(sub, echo=lambda line: None)
     sub.replace = True
     assert slurm.collect(sub, echo=lambda line: None).run_dir == done.run_dir
+
+
+def test_every_task_runs_the_design_chosen_at_submission(tmp_path: Path, two: Path) -> None:
+    """A matrix with a design: every task's ``fsmatrix run`` takes it from the submission's matrix.json
+    (``--design-from``), so no node builds one of its own; a cross's tasks get no such option."""
+    from fsmatrix import runs
+
+    path = tmp_path / "half.yaml"
+    path.write_text(
+        "name: half\ndesign: {kind: fractional, runs: 4}\naxes:\n  filesystem: [tmpfs]\n"
+        "  gtm.journal: [before, nobefore]\n  gtm.sync_io: [false, true]\n  gtm.full_block_writes: [false, true]\n"
+        + OK_CELL
+    )
+    m = matrix.load(path)
+    assert m.design is not None and len(m.cells) == 4
+    sub = slurm.prepare(slurm.SlurmRequest(
+        matrix=m, cells=m.cells, shared=tmp_path / "shared", run_id="half", backend="host", repeat=1,
+        results_root=tmp_path / "results", shard_size=None, task_args=["--backend", "host"], force=False,
+    ))  # fmt: skip
+    assert f"--design-from {sub.directory / 'matrix.json'}" in (sub.directory / "job.sh").read_text()
+    record = runs.design_from(sub.directory / "matrix.json")
+    assert record == m.design.record()
+    task = matrix.load(sub.directory / "matrix.yaml", stored_design=lambda name: record)
+    assert [c.id for c in task.cells] == [c.id for c in m.cells]
+    assert "--design-from" not in (_submission(tmp_path / "plain", two, "host").directory / "job.sh").read_text()

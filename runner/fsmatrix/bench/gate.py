@@ -15,11 +15,13 @@ way ``.github/scripts/pr-gate.sh`` makes them. Each **round** runs
   separate batches, which carries the drift between them;
 - a **confirmation batch**: the same with ``--confirm-repeats`` triples, independent of the first.
 
-The first batch runs ``--max-pairs`` triples (at least ``--repeats``): the gate's **designs**
-(``gate_designs``) are judged on it — the fixed one on its first ``--repeats`` pairs, the sequential
-one (``pr-gate.sh``'s: looks after ``--repeats``, + ``--step``, ... ``--max-pairs`` pairs) on the first
-n at each look until PASS or FAIL, a FAIL confirmed by the confirmation batch — each with its
-verdicts (FAIL, PASS, NOT DECIDED) and the pairs it used, next to the pairs' spread of each round.
+The first batch grows look by look: the gate's **designs** (``gate_designs``) are judged on it — the
+fixed one on its first ``--repeats`` pairs, the sequential one (``pr-gate.sh``'s: looks after
+``--repeats``, + ``--step``, ... ``--max-pairs`` pairs) on the first n at each look until PASS or FAIL,
+a FAIL confirmed by the confirmation batch — each with its verdicts (FAIL, PASS, NOT DECIDED) and the
+pairs it used, next to the pairs' spread of each round. The batch stops growing once the sequential
+design has stopped on every kind of comparison below (``every_design_stopped``): no design would use
+the pairs after that (``--full-rounds``: ``--max-pairs`` triples every round, as before 2026-12-07).
 ``--load-hog N`` runs N busy loops pinned to the first CPU during the runs: the loaded condition.
 ``--simulate SPREADS`` runs nothing and plays the designs on drawn pairs at those spreads.
 
@@ -56,7 +58,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -78,6 +80,8 @@ from fsmatrix.results.verdict.metrics import gate_metrics
 
 SIDES = ("a", "b", "v")
 DEFAULT_ONLY = "ext4-threen1-*"
+# The stand-in change of work at about the same time (its comments: what it does to the PR cell).
+WORK_CHANGE = Path(__file__).with_name("work-change.yaml")
 
 
 @dataclass(frozen=True)
@@ -199,13 +203,13 @@ class Tally:
         self.stand_in: dict[str, list[float]] = {}  # gated metric -> log ratios V/A over every pair
         self.spreads: dict[str, list[float]] = {}  # gated metric -> each round's A/B pair spread (first batch)
 
+    def heads(self, batch: Mapping[str, sides.Side]) -> list[sides.Side]:
+        """The head of each kind of comparison (A is every kind's base): B, V, B made slower."""
+        return [batch["b"], batch["v"], *(scaled(batch["b"], s) for s in self.slowdowns)]
+
     def add(self, rnd: Round) -> None:
         self.loads.append(rnd.loads)
-
-        def heads(batch: dict[str, sides.Side]) -> list[sides.Side]:
-            return [batch["b"], batch["v"], *(scaled(batch["b"], s) for s in self.slowdowns)]
-
-        for kind, head1, head2 in zip(self.kinds, heads(rnd.first), heads(rnd.second), strict=True):
+        for kind, head1, head2 in zip(self.kinds, self.heads(rnd.first), self.heads(rnd.second), strict=True):
             for design in self.designs:
                 verdict = design_verdict(design, (rnd.first["a"], head1), (rnd.second["a"], head2), self.threshold)
                 self.outcomes[(kind, design.name)].add(*verdict)
@@ -302,21 +306,27 @@ def _with(matrix_doc: dict[str, Any], setting: str) -> dict[str, Any]:
     return {**matrix_doc, "defaults": defaults}
 
 
-def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: Console) -> tuple[float, float]:
-    """Run round ``number``'s two batches into ``args.results``; the load averages before and after."""
+def run_round(
+    number: int,
+    args: Any,
+    cells: Setup,
+    backend: Backend,
+    console: Console,
+    stopped: Callable[[int], bool] = lambda made: False,
+) -> tuple[float, float]:
+    """Run round ``number``'s two batches into ``args.results``; the load averages before and after.
+    The first batch grows look by look (``args.looks``) until ``stopped(pairs made)`` or the last look:
+    pairs after every design stopped are used by none (``--full-rounds``: every look's pairs)."""
     for stale in args.results.glob(f"gate-r{number}-*"):
         shutil.rmtree(stale)  # an interrupted round starts again: its pairs must be complete and adjacent
     before = os.getloadavg()[0]
-    for suffix, repeats in (("", max(args.repeats, args.max_pairs)), ("2", args.confirm_repeats)):
-        plan = [(side, i) for i in range(1, repeats + 1) for side in SIDES]
-        if args.design == "batches":
-            plan = [(side, i) for side in SIDES for i in range(1, repeats + 1)]
-        for side, i in plan:
-            which = cells.variant if side == "v" else cells.base
-            build = cells.build if side == "v" else None
-            run_id = f"gate-r{number}-{side}{suffix}"
-            options = runs.RunOptions(args.results, run_id, racing.RunPlan.fixed(i), settings=build)
-            runs.run_matrix(which, which.cells, backend, options, console)
+    made = 0
+    for look in args.looks:
+        _run_triples(number, "", range(made + 1, look + 1), args, cells, backend, console)
+        made = look
+        if stopped(made):
+            break
+    _run_triples(number, "2", range(1, args.confirm_repeats + 1), args, cells, backend, console)
     after = os.getloadavg()[0]
     jsonfile.write_atomic(
         args.results / f"gate-r{number}.json",
@@ -325,6 +335,7 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
             "design": args.design,
             "repeats": args.repeats,
             "max_pairs": max(args.repeats, args.max_pairs),
+            "first_pairs": made,
             "confirm_repeats": args.confirm_repeats,
             "load_hog": args.load_hog,
             "variant": stand_in(args),
@@ -335,6 +346,47 @@ def run_round(number: int, args: Any, cells: Setup, backend: Backend, console: C
         },
     )
     return before, after
+
+
+def _run_triples(
+    number: int, suffix: str, repeats: range, args: Any, cells: Setup, backend: Backend, console: Console
+) -> None:
+    """Repeats ``repeats`` of A, B and V into batch ``suffix`` of round ``number`` (interleaved: repeat
+    i of each side next to the others; ``--design batches``: A's, then B's, then V's)."""
+    plan = [(side, i) for i in repeats for side in SIDES]
+    if args.design == "batches":
+        plan = [(side, i) for side in SIDES for i in repeats]
+    for side, i in plan:
+        which = cells.variant if side == "v" else cells.base
+        build = cells.build if side == "v" else None
+        run_id = f"gate-r{number}-{side}{suffix}"
+        options = runs.RunOptions(args.results, run_id, racing.RunPlan.fixed(i), settings=build)
+        runs.run_matrix(which, which.cells, backend, options, console)
+
+
+def every_design_stopped(
+    results_root: Path, number: int, cell_id: str, design: gate_designs.Design, tally: Tally
+) -> Callable[[int], bool]:
+    """Whether, on round ``number``'s first batch as made so far, ``design`` (the sequential one) has
+    stopped on every kind of comparison the tally judges: decided at a look, or at its last look."""
+
+    def stopped(made: int) -> bool:
+        if made >= max(design.looks):
+            return True
+        batch = {side: _side(results_root / f"gate-r{number}-{side}", cell_id) for side in SIDES}
+        for head in tally.heads(batch):
+            judging = gate.Judging(tally.threshold, paired=True, looks=design.planned)
+
+            def look(n: int, head: sides.Side = head, judging: gate.Judging = judging) -> str:
+                found = gate.compare(first_pairs(batch["a"], n), first_pairs(head, n), judging)
+                return found.verdict or outcome.NOT_DECIDED
+
+            verdict, _ = gate_designs.run_design(design, look, lambda n: outcome.FAIL, made)
+            if verdict == outcome.NOT_DECIDED:
+                return False
+        return True
+
+    return stopped
 
 
 def load_round(results_root: Path, number: int, pairs: tuple[int, int] | None = None) -> Round | None:
@@ -348,12 +400,17 @@ def load_round(results_root: Path, number: int, pairs: tuple[int, int] | None = 
     for suffix, batch in batches.items():
         for side in SIDES:
             run_id = f"gate-r{number}-{side}{suffix}"
-            # the variant's documents stand in for the base cell's, as a slower version of that cell would
-            docs = [replace(d, cell_id=info["cell_id"]) for d in store.load_results(results_root / run_id)]
+            side_of = _side(results_root / run_id, info["cell_id"])
             if pairs:
-                docs = [d for d in docs if d.repeat <= pairs[0 if suffix == "" else 1]]
-            batch[side] = sides.Side(run_id, docs)
+                side_of = first_pairs(side_of, pairs[0 if suffix == "" else 1])
+            batch[side] = side_of
     return Round(number, batches[""], batches["2"], (info["load_before"], info["load_after"]))
+
+
+def _side(run_dir: Path, cell_id: str) -> sides.Side:
+    """A run directory's results as one side of a comparison of cell ``cell_id``: the variant's
+    documents stand in for the base cell's, as a slower version of that cell would."""
+    return sides.Side(run_dir.name, [replace(d, cell_id=cell_id) for d in store.load_results(run_dir)])
 
 
 @contextmanager
@@ -401,7 +458,8 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the stand-in instead: a settings file laid over V's runs (fsmatrix run --settings), keeping the cell id",
+        help="the stand-in instead: a settings file laid over V's runs (fsmatrix run --settings), keeping the cell id; "
+        "runner/fsmatrix/bench/work-change.yaml is a change of work at about the same time",
     )
     parser.add_argument("--design", choices=["interleaved", "batches"], default="interleaved")
     parser.add_argument("--matrix", type=Path, default=Path("matrix/pr.yaml"), help="the gate's matrix")
@@ -409,6 +467,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=list(BACKENDS), default="host")
     parser.add_argument("--workdir", type=Path, default=Path("/var/tmp/fsmatrix"))
     parser.add_argument("--results", type=Path, default=Path("results/bench-gate"))
+    parser.add_argument(
+        "--full-rounds",
+        action="store_true",
+        help="run --max-pairs pairs every round, not stopping once the sequential design stopped on every comparison",
+    )
     parser.add_argument(
         "--analyse", action="store_true", help="run nothing: judge the rounds already in --results with today's gate"
     )
@@ -450,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.max_pairs = max(args.max_pairs, args.repeats)
     designs = gate_designs.designs(args.repeats, args.step, args.max_pairs, args.confirm_repeats)
+    args.looks = designs[-1].looks  # the sequential design's: the first batch grows look by look
     if args.simulate is not None:
         return simulated(args, designs, slowdowns, threshold)
     tally = Tally(stand_in(args), slowdowns, threshold, args.repeats, designs)
@@ -470,8 +534,11 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(1, args.rounds + 1):
             rnd = load_round(args.results, number)
             if rnd is None:
+                stopped = every_design_stopped(args.results, number, cells.cell_id, designs[-1], tally)
                 with cpu_hogs(args.load_hog):
-                    run_round(number, args, cells, backend, console)
+                    run_round(
+                        number, args, cells, backend, console, (lambda made: False) if args.full_rounds else stopped
+                    )
                 rnd = load_round(args.results, number)
             assert rnd is not None
             tally.add(rnd)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,8 @@ def expand(
         ]
         click.echo(json.dumps(entries, indent=1, ensure_ascii=False))
     elif fmt == "github":
-        click.echo(json.dumps(github_matrix(cells, shard_size)))
+        record = m.design.record() if m.design is not None else None
+        click.echo(json.dumps(github_matrix(cells, shard_size, record)))
     else:
         named = m.baseline_rule == matrix.NAMED_RULE
         rule = "named by the file's baseline" if named else "fewest settings off their defaults"
@@ -143,9 +145,13 @@ def include_warnings(m: matrix.Matrix) -> None:
             click.echo(f"fsmatrix: warning: {where}: {effect.warning}", err=True)
 
 
-def github_matrix(cells: list[matrix.MatrixCell], shard_size: int | None = None) -> dict[str, Any]:
+def github_matrix(
+    cells: list[matrix.MatrixCell], shard_size: int | None = None, design: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``strategy.matrix`` for GitHub Actions: one entry per shard, at most 256 shards; a shard whose
-    cells name runner labels (``runner.labels``) carries them as ``labels``, matrix.yml's ``runs-on``."""
+    cells name runner labels (``runner.labels``) carries them as ``labels``, matrix.yml's ``runs-on``;
+    with the matrix's ``design`` record, every entry carries it as JSON (``design``: run-shard.sh gives
+    it to ``fsmatrix run --design-from``, so no shard builds a design of its own)."""
     shards = matrix.shards(cells, shard_size)
     if len(shards) > matrix.MAX_JOBS_PER_MATRIX:
         raise UserError(f"{len(shards)} shards exceed GitHub's {matrix.MAX_JOBS_PER_MATRIX} jobs; raise --shard-size")
@@ -154,6 +160,8 @@ def github_matrix(cells: list[matrix.MatrixCell], shard_size: int | None = None)
         entry: dict[str, Any] = {"shard": i, "cells": ",".join(c.id for c in shard)}
         if shard[0].runner:  # every cell of a shard needs the same labels (matrix.shards)
             entry["labels"] = list(shard[0].runner)
+        if design is not None:
+            entry["design"] = json.dumps(design, separators=(",", ":"))
         entries.append(entry)
     return {"include": entries}
 

@@ -59,6 +59,15 @@ def workdir_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., An
     "command prints them), laid over every cell's defaults; the cells keep their ids, so two builds' runs "
     "compare as the same cells (matrix/README.md, 'Settings of a build under test').",
 )
+@click.option(
+    "--design-from",
+    "design_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Take the matrix's design (a fraction's generators, a screening design's rows, an optimal design's cells) "
+    "from this file instead of building it: a design record, as `matrix expand --format github` gives each "
+    "shard, or a run's matrix.json. Refused when it was made for another design: or other settings.",
+)
 @click.option("--force", is_flag=True, help="Run again what already completed (default: resume).")
 @click.option(
     "--push",
@@ -151,6 +160,7 @@ def run(
     repeat: int | None,
     scale: str | None,
     settings_file: Path | None,
+    design_file: Path | None,
     force: bool,
     push: bool,
     store_url: str | None,
@@ -174,8 +184,12 @@ def run(
     _check_executor(executor, shared, devices, race, {**slurm_only, "--sbatch-arg": bool(sbatch_args)})
     budget_s = _budget(budget)
     build = matrix.read_settings(settings_file) if settings_file else None
-    # A fraction a run (or a shard) of this run id recorded is taken as it was (matrix/design.py).
-    m = matrix.load(file, scale, build, lambda name: runs.stored_design(results_root / (run_id or name)))
+    # A design a run of this run id recorded, or the one a shard was given, is taken as it was
+    # (matrix/design.py): shards and a resumed run never build it again.
+    given = runs.design_from(design_file) if design_file is not None else None
+    m = matrix.load(file, scale, build, lambda name: given or runs.stored_design(results_root / (run_id or name)))
+    if given is not None and design_file is not None:
+        runs.check_design_taken(m, given, design_file)
     pusher = Pusher(store_urls.resolve(store_url, results_root)) if push else None  # bad URLs before any run
     if store_url is not None and not push:
         raise UserError("--store names where --push pushes: give --push too")

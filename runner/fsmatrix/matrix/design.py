@@ -655,6 +655,15 @@ def _optimal_record(
 
 
 Design = Fraction | Screening | Optimal
+# What makes a record the design it describes (the rest: its resolution, generators in words, sizes,
+# follow from these): the ``design:`` it was made for, its settings, and its cells.
+IDENTITY = ("kind", "asked", "factors", "axes", "words", "rows", "levels")
+
+
+def is_recorded(made: Design, record: Mapping[str, Any]) -> bool:
+    """Whether ``made`` is the design ``record`` describes (expansion took it rather than building one)."""
+    own = made.record()
+    return all(own[key] == record.get(key) for key in IDENTITY if key in own)
 
 
 # ----------------------------------------------------------------------------------- expansion's step
