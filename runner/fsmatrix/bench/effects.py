@@ -1,9 +1,9 @@
 """The effects model by simulation: family error and power on designs with known effects.
-``python -m fsmatrix.bench.effects [--trials N] [--seed S] [--cov HC3] [--format md|json]``
+``python -m fsmatrix.bench.effects [--trials N] [--seed S] [--repeats R] [--cov HC3] [--format md|json]``
 
 Designs over five two-level settings (six for the resolution IV one): the full cross (32 cells), the
 half fraction (resolution V, 16), a 2^(6−2) (resolution IV, 16) and a 2^(5−2) (resolution III, 8),
-each cell run 3 times (the round a block, with a small drift per round). True effects on the logs,
+each cell run 3 times (``--repeats``; the round a block, with a small drift per round). True effects on the logs,
 additive plus interactions: setting 1 at 2δ (ratio (1+δ)²), setting 2 at −2δ, setting 3 at δ/2, the
 rest 0; interactions 1×2 at δ and 3×4 at δ/2; the metric log-normal around them with a CV of 3, 8 or
 15 % in every cell, or mixed (each cell's CV drawn from 3, 8 and 15 %). Each trial is fitted by
@@ -85,17 +85,19 @@ def true_value(
     return value
 
 
-def trial(plan: Plan, cvs: tuple[float, ...], rnd: random.Random, cov: str) -> tuple[bool, int, int, int] | None:
+def trial(
+    plan: Plan, cvs: tuple[float, ...], rnd: random.Random, cov: str, repeats: int = REPEATS
+) -> tuple[bool, int, int, int] | None:
     rows, _ = LEVELS[plan.name]
     k = plan.factors
     true = truth(k)
     runs = []
-    drift = [rnd.gauss(0, DRIFT) for _ in range(REPEATS)]
+    drift = [rnd.gauss(0, DRIFT) for _ in range(repeats)]
     for cell, bits in enumerate(rows):
         x = [1 if b else -1 for b in bits]
         mean = sum(v / 2 * math.prod(x[i] for i in range(k) if mask >> i & 1) for mask, v in true.items())
         sigma = math.sqrt(math.log1p(rnd.choice(cvs) ** 2))
-        for r in range(REPEATS):
+        for r in range(repeats):
             runs.append(effects.Run(str(cell), tuple(x), r + 1, math.exp(mean + drift[r] + rnd.gauss(0, sigma))))
     fitted = effects.fit(runs, [f"s{i + 1}" for i in range(k)], ALPHA, DELTA, cov)
     if isinstance(fitted, str):
@@ -129,7 +131,7 @@ class Row:
 LEVELS: dict[str, tuple[list[tuple[int, ...]], design.Fraction | None]] = {}
 
 
-def simulate(trials: int, seed: int, cov: str) -> list[Row]:
+def simulate(trials: int, seed: int, cov: str, repeats: int = REPEATS) -> list[Row]:
     rows: list[Row] = []
     for plan in PLANS:
         LEVELS[plan.name] = levels_of(plan)
@@ -137,7 +139,7 @@ def simulate(trials: int, seed: int, cov: str) -> list[Row]:
             rnd = random.Random(f"{seed}-{plan.name}-{cv_name}")
             wrong = found = matters = big = fitted = 0
             for _ in range(trials):
-                one = trial(plan, cvs, rnd, cov)
+                one = trial(plan, cvs, rnd, cov, repeats)
                 if one is None:
                     continue
                 fitted += 1
@@ -158,9 +160,9 @@ def simulate(trials: int, seed: int, cov: str) -> list[Row]:
     return rows
 
 
-def markdown(rows: list[Row], trials: int, seed: int, cov: str) -> str:
+def markdown(rows: list[Row], trials: int, seed: int, cov: str, repeats: int = REPEATS) -> str:
     lines = [
-        f"effects model ({cov}, Bonferroni at α {ALPHA:g}), {REPEATS} repeats, δ {DELTA:.0%}: "
+        f"effects model ({cov}, Bonferroni at α {ALPHA:g}), {repeats} repeats, δ {DELTA:.0%}: "
         f"{trials} trials a row, seed {seed}",
         "",
         "| design | CV | family error | 2δ found | 2δ matters |",
@@ -178,14 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fsmatrix.bench.effects", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of each cell (rounds)")
     parser.add_argument("--cov", default=effects.COV, help="statsmodels' covariance: HC0, HC1, HC2, HC3, nonrobust")
     parser.add_argument("--format", choices=["md", "json"], default="md")
     args = parser.parse_args(argv)
-    rows = simulate(args.trials, args.seed, args.cov)
+    if args.repeats < 2 or args.trials < 1:
+        print("--repeats must be at least 2 (pure error) and --trials at least 1", file=sys.stderr)
+        return 2
+    rows = simulate(args.trials, args.seed, args.cov, args.repeats)
     print(
         json.dumps([asdict(r) for r in rows], indent=1)
         if args.format == "json"
-        else markdown(rows, args.trials, args.seed, args.cov)
+        else markdown(rows, args.trials, args.seed, args.cov, args.repeats)
     )
     return 0
 

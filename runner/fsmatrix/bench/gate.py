@@ -322,11 +322,11 @@ def run_round(
     before = os.getloadavg()[0]
     made = 0
     for look in args.looks:
-        _run_triples(number, "", range(made + 1, look + 1), args, cells, backend, console)
+        _run_triples((number, ""), range(made + 1, look + 1), args, cells, backend, console)
         made = look
         if stopped(made):
             break
-    _run_triples(number, "2", range(1, args.confirm_repeats + 1), args, cells, backend, console)
+    _run_triples((number, "2"), range(1, args.confirm_repeats + 1), args, cells, backend, console)
     after = os.getloadavg()[0]
     jsonfile.write_atomic(
         args.results / f"gate-r{number}.json",
@@ -349,10 +349,12 @@ def run_round(
 
 
 def _run_triples(
-    number: int, suffix: str, repeats: range, args: Any, cells: Setup, backend: Backend, console: Console
+    batch: tuple[int, str], repeats: range, args: Any, cells: Setup, backend: Backend, console: Console
 ) -> None:
-    """Repeats ``repeats`` of A, B and V into batch ``suffix`` of round ``number`` (interleaved: repeat
-    i of each side next to the others; ``--design batches``: A's, then B's, then V's)."""
+    """Repeats ``repeats`` of A, B and V into ``batch`` (round number, "" the first batch or "2" the
+    confirmation; interleaved: repeat i of each side next to the others; ``--design batches``: A's, then
+    B's, then V's)."""
+    number, suffix = batch
     plan = [(side, i) for i in repeats for side in SIDES]
     if args.design == "batches":
         plan = [(side, i) for side in SIDES for i in repeats]

@@ -6,10 +6,10 @@ the ±δ band shaded)."""
 
 from __future__ import annotations
 
-import math
 from html import escape
 from typing import Any
 
+from fsmatrix.results.render.intervals import WORDS_COLOUR, Bar, interval_svg, number
 from fsmatrix.results.render.words import pct
 from fsmatrix.results.verdict.effects import SETTLE_MAX, SETTLE_POWER, Effect, Effects
 
@@ -20,11 +20,7 @@ NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "s
 
 def ratio_text(e: Effect) -> str:
     """ "1.7× [1.6, 1.8]": two significant digits, three where the interval needs them to differ."""
-    return f"{_num(e.ratio)}× [{_num(e.ci_low)}, {_num(e.ci_high)}]"
-
-
-def _num(value: float) -> str:
-    return f"{value:.2f}" if value < 10 else f"{value:.3g}"
+    return f"{number(e.ratio)}× [{number(e.ci_low)}, {number(e.ci_high)}]"
 
 
 def _term(e: Effect) -> str:
@@ -189,48 +185,13 @@ def html_parts(e: Effects, metric_words: str) -> list[str]:
 
 # ----------------------------------------------------------------------------------- the chart
 
-ROW, LEFT, WIDTH, PAD = 22, 300, 360, 10
-
 
 def chart_svg(e: Effects) -> str:
     """Each setting's (and interaction's) ratio with its interval on a log axis, largest first, the
     ±δ band shaded and 1 marked; an SVG for the HTML page."""
     terms = sorted((*e.effects, *e.interactions), key=lambda x: -x.size)
-    if not terms:
-        return ""
-    lo_b, hi_b = 1 / (1 + e.delta), 1 + e.delta
-    low = min(min(x.ci_low for x in terms), lo_b) / 1.05
-    high = max(max(x.ci_high for x in terms), hi_b) * 1.05
-    span = math.log(high) - math.log(low)
-
-    def at(v: float) -> float:
-        return LEFT + WIDTH * (math.log(v) - math.log(low)) / span
-
-    height = PAD * 2 + ROW * (len(terms) + 1)
-    parts = [
-        f'<svg class="effects" xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 80}" height="{height}" '
-        f'role="img" aria-label="effects of the settings">',
-        f'<rect x="{at(lo_b):.1f}" y="{PAD}" width="{at(hi_b) - at(lo_b):.1f}" height="{ROW * len(terms)}" '
-        f'fill="#e8e8e8"><title>±{pct(e.delta)}</title></rect>',
-        f'<line x1="{at(1):.1f}" y1="{PAD}" x2="{at(1):.1f}" y2="{PAD + ROW * len(terms)}" stroke="#888"/>',
+    bars = [
+        Bar(_term(x), x.ratio, x.ci_low, x.ci_high, WORDS_COLOUR[x.words], f"{ratio_text(x)}: {WORDS[x.words]}")
+        for x in terms
     ]
-    colour = {"matters": "#b03030", "equivalent": "#2f7d32", "unsettled": "#c07800", "not separated": "#555"}
-    for i, x in enumerate(terms):
-        y = PAD + ROW * i + ROW / 2
-        c = colour[x.words]
-        parts += [
-            f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end" font-size="12">{escape(_term(x))}</text>',
-            f'<line x1="{at(x.ci_low):.1f}" y1="{y:.1f}" x2="{at(x.ci_high):.1f}" y2="{y:.1f}" stroke="{c}" '
-            f'stroke-width="2"/>',
-            f'<circle cx="{at(x.ratio):.1f}" cy="{y:.1f}" r="4" fill="{c}"><title>{escape(ratio_text(x))}: '
-            f"{WORDS[x.words]}</title></circle>",
-            f'<text x="{LEFT + WIDTH + 6}" y="{y + 4:.1f}" font-size="11">{_num(x.ratio)}×</text>',
-        ]
-    axis_y = PAD + ROW * len(terms) + 14
-    # the axis's ends and 1; the band's edges only where their labels do not run into 1's (a wide axis
-    # leaves the ±δ band a few pixels: "0.95", "1" and "1.05" printed over each other)
-    marks = [low, 1.0, high] + [v for v in (lo_b, hi_b) if abs(at(v) - at(1.0)) >= 30]
-    for v in sorted(marks):
-        parts.append(f'<text x="{at(v):.1f}" y="{axis_y}" text-anchor="middle" font-size="10">{_num(v)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return interval_svg(bars, e.delta, "effects of the settings", "effects")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
 from fsmatrix.agent import workloads
+from fsmatrix.results.render.intervals import PAD, ROW, WIDTH, WORDS_COLOUR, Bar, interval_svg
 from fsmatrix.results.render.words import pct
 from fsmatrix.results.verdict.search import SearchAnswer
 from fsmatrix.results.verdict.space import Contrast, SettingEffect, Space
@@ -163,57 +163,6 @@ def markdown(answer: SearchAnswer, title: str) -> str:
 # ----------------------------------------------------------------------------------- the page
 
 
-@dataclass(frozen=True)
-class Bar:
-    """One row of an interval chart: its label, ratio, interval and colour."""
-
-    label: str
-    ratio: float
-    low: float
-    high: float
-    colour: str
-
-
-ROW, LEFT, WIDTH, PAD = 22, 320, 360, 10
-COLOUR = {"matters": "#b03030", "equivalent": "#2f7d32", "unsettled": "#c07800", "not separated": "#555"}
-
-
-def interval_svg(bars: Sequence[Bar], delta: float, label: str) -> str:
-    """Ratios with their intervals on a log axis, 1 marked and ±δ shaded: an inline SVG."""
-    if not bars or any(b.low <= 0 for b in bars):
-        return ""
-    lo_b, hi_b = 1 / (1 + delta), 1 + delta
-    low = min(min(b.low for b in bars), lo_b) / 1.05
-    high = max(max(b.high for b in bars), hi_b) * 1.05
-    span = math.log(high) - math.log(low)
-
-    def at(v: float) -> float:
-        return LEFT + WIDTH * (math.log(v) - math.log(low)) / span
-
-    height = PAD * 2 + ROW * (len(bars) + 1)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 70}" height="{height}" role="img" '
-        f'aria-label="{escape(label)}">',
-        f'<rect x="{at(lo_b):.1f}" y="{PAD}" width="{at(hi_b) - at(lo_b):.1f}" height="{ROW * len(bars)}" '
-        'fill="#e8e8e8"/>',
-        f'<line x1="{at(1):.1f}" y1="{PAD}" x2="{at(1):.1f}" y2="{PAD + ROW * len(bars)}" stroke="#888"/>',
-    ]
-    for i, b in enumerate(bars):
-        y = PAD + ROW * i + ROW / 2
-        parts += [
-            f'<text x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end" font-size="12">{escape(b.label)}</text>',
-            f'<line x1="{at(b.low):.1f}" y1="{y:.1f}" x2="{at(b.high):.1f}" y2="{y:.1f}" stroke="{b.colour}" '
-            'stroke-width="2"/>',
-            f'<circle cx="{at(b.ratio):.1f}" cy="{y:.1f}" r="4" fill="{b.colour}"/>',
-            f'<text x="{LEFT + WIDTH + 6}" y="{y + 4:.1f}" font-size="11">{_x(b.ratio)}</text>',
-        ]
-    axis_y = PAD + ROW * len(bars) + 14
-    for v in (low, 1.0, high):
-        parts.append(f'<text x="{at(v):.1f}" y="{axis_y}" text-anchor="middle" font-size="10">{v:.2f}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
 def stages_svg(answer: SearchAnswer) -> str:
     """The stages as a picture: each stage's runs as a bar, the full cross's runs as the scale."""
     if not answer.stages:
@@ -237,12 +186,22 @@ def stages_svg(answer: SearchAnswer) -> str:
 
 
 def _effect_bars(effects: Sequence[SettingEffect]) -> list[Bar]:
-    return [Bar(f"{e.setting}={e.level}", e.ratio, e.ci_low, e.ci_high, COLOUR.get(e.words, "#555")) for e in effects]
+    return [
+        Bar(f"{e.setting}={e.level}", e.ratio, e.ci_low, e.ci_high, WORDS_COLOUR.get(e.words, "#555"), effect_text(e))
+        for e in effects
+    ]
 
 
 def _candidate_bars(space: Space, candidates: Sequence[Contrast]) -> list[Bar]:
     return [
-        Bar(space.label(c.config)[:48], c.ratio, c.ci_low, c.ci_high, "#b03030" if c.shown_worse else "#2f7d32")
+        Bar(
+            space.label(c.config)[:48],
+            c.ratio,
+            c.ci_low,
+            c.ci_high,
+            "#b03030" if c.shown_worse else "#2f7d32",
+            f"{_x(c.ratio)} {_interval(c.ci_low, c.ci_high)}",
+        )
         for c in candidates
     ]
 
@@ -276,7 +235,8 @@ def html_page(answer: SearchAnswer, title: str) -> str:
     if answer.effects:
         parts.append("<h2>What each setting does</h2>")
         caption = f"each setting's {words} at a level against its default; shaded: within ±{pct(answer.delta)}"
-        parts += _figure(interval_svg(_effect_bars(answer.effects), answer.delta, "effects"), caption)
+        svg = interval_svg(_effect_bars(answer.effects), answer.delta, "effects", "effects", left=320)
+        parts += _figure(svg, caption)
         parts.append(_html_table(("setting", "level", "ratio [interval]", "words"), _effect_rows(answer)))
     if answer.fixed:
         parts.append("<h2>Settings fixed at their default</h2><ul>")
@@ -284,7 +244,9 @@ def html_page(answer: SearchAnswer, title: str) -> str:
     if answer.candidates:
         parts.append("<h2>Candidates raced</h2>")
         caption = f"each candidate's predicted {words} against the predicted best, simultaneous over the space"
-        svg = interval_svg(_candidate_bars(answer.space, answer.candidates), answer.delta, "candidates")
+        svg = interval_svg(
+            _candidate_bars(answer.space, answer.candidates), answer.delta, "candidates", "candidates", left=320
+        )
         parts += _figure(svg, caption)
         rows = _candidate_rows(answer)
         parts.append(_html_table(("configuration", "predicted ratio [interval]", "shown worse"), rows))
