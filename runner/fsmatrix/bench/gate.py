@@ -80,7 +80,7 @@ from fsmatrix.results.verdict.metrics import gate_metrics
 
 SIDES = ("a", "b", "v")
 DEFAULT_ONLY = "ext4-threen1-*"
-# The stand-in change of work at about the same time (its comments: what it does to the PR cell).
+# The stand-in change of work (its comments: what it does to the PR cell).
 WORK_CHANGE = Path(__file__).with_name("work-change.yaml")
 
 
@@ -461,7 +461,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="the stand-in instead: a settings file laid over V's runs (fsmatrix run --settings), keeping the cell id; "
-        "runner/fsmatrix/bench/work-change.yaml is a change of work at about the same time",
+        "runner/fsmatrix/bench/work-change.yaml is a change of work (7× the write requests; time +5 %)",
     )
     parser.add_argument("--design", choices=["interleaved", "batches"], default="interleaved")
     parser.add_argument("--matrix", type=Path, default=Path("matrix/pr.yaml"), help="the gate's matrix")
