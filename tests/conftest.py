@@ -39,12 +39,17 @@ def typed(docs: Iterable[Mapping[str, Any] | Result]) -> list[Result]:
 
 
 def attached_under(directory: Path) -> list[str]:
-    """Loop devices whose backing file lies under ``directory``."""
-    return [
-        backing.parent.parent.name
-        for backing in Path("/sys/block").glob("loop*/loop/backing_file")
-        if backing.read_text().strip().startswith(str(directory))
-    ]
+    """Loop devices whose backing file lies under ``directory`` (one another test detaches while this
+    reads it is gone: ENODEV or ENOENT, not attached)."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            text = backing.read_text()
+        except OSError:
+            continue
+        if text.strip().startswith(str(directory)):
+            found.append(backing.parent.parent.name)
+    return found
 
 
 def mounted_under(directory: Path) -> list[str]:

@@ -461,7 +461,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="the stand-in instead: a settings file laid over V's runs (fsmatrix run --settings), keeping the cell id; "
-        "runner/fsmatrix/bench/work-change.yaml is a change of work (7× the write requests; time +5 %)",
+        "runner/fsmatrix/bench/work-change.yaml is a change of work (7 times the write requests per operation)",
     )
     parser.add_argument("--design", choices=["interleaved", "batches"], default="interleaved")
     parser.add_argument("--matrix", type=Path, default=Path("matrix/pr.yaml"), help="the gate's matrix")
