@@ -156,11 +156,12 @@ def first_pairs(side: sides.Side, n: int) -> sides.Side:
 def design_verdict(
     design: gate_designs.Design,
     first: tuple[sides.Side, sides.Side],
-    second: tuple[sides.Side, sides.Side],
+    second: tuple[sides.Side, sides.Side] | None,
     threshold: float,
 ) -> tuple[str, int]:
     """The design's verdict on base/head ``first`` (its looks on the first n pairs; a FAIL confirmed on
-    ``second``, as ``compare --confirm`` does) and the pairs it used."""
+    ``second``, as ``compare --confirm`` does; None: a batch not made yet, a FAIL left unconfirmed) and
+    the pairs it used."""
     judging = gate.Judging(threshold, paired=True, looks=design.planned)
     results: dict[int, gate.CompareResult] = {}
 
@@ -169,6 +170,8 @@ def design_verdict(
         return results[n].verdict or outcome.NOT_DECIDED
 
     def confirmed(n: int) -> str:
+        if second is None:
+            return outcome.FAIL
         again = gate.compare(*second, gate.Judging(threshold, paired=True))
         return gate.Confirmed(results[n], again).verdict or outcome.NOT_DECIDED
 
@@ -377,14 +380,7 @@ def every_design_stopped(
             return True
         batch = {side: _side(results_root / f"gate-r{number}-{side}", cell_id) for side in SIDES}
         for head in tally.heads(batch):
-            judging = gate.Judging(tally.threshold, paired=True, looks=design.planned)
-
-            def look(n: int, head: sides.Side = head, judging: gate.Judging = judging) -> str:
-                found = gate.compare(first_pairs(batch["a"], n), first_pairs(head, n), judging)
-                return found.verdict or outcome.NOT_DECIDED
-
-            verdict, _ = gate_designs.run_design(design, look, lambda n: outcome.FAIL, made)
-            if verdict == outcome.NOT_DECIDED:
+            if design_verdict(design, (batch["a"], head), None, tally.threshold)[0] == outcome.NOT_DECIDED:
                 return False
         return True
 
