@@ -130,6 +130,17 @@ def test_a_configuration_whose_runs_all_measured_zero_does_none_and_is_the_least
     assert "(ext4 does none): xfs more work" in line
 
 
+def test_every_configuration_doing_none_is_named_so_and_none_is_equivalent_to_nothing() -> None:
+    ext4, jfs, xfs = cells({"axes": {"filesystem": ["ext4", "jfs", "xfs"]}, "defaults": {"workload": THREEN1}})
+    zero = [0.0, 0.0, 0.0]  # the demo's bytes read: ext4 and xfs read nothing from the device, jfs a little
+    docs = with_work(runs(ext4, TIMES), zero) + with_work(runs(jfs, TIMES), XFS) + with_work(runs(xfs, TIMES), zero)
+    (g,) = answering.build(typed(docs)).groups
+    (d,) = g.work.differences
+    assert d.none == ("ext4", "xfs") and d.equivalent == () and d.more == (("jfs", None),)
+    line = next(s for s in sentences.said(g, 0.05).details if s.startswith("Work,"))
+    assert "(ext4 and xfs do none): jfs more work" in line and "equivalent" not in line
+
+
 def test_zero_and_non_zero_runs_of_one_configuration_are_not_enough_data() -> None:
     g = two([0.0, 4000.0, 4010.0], [w * 2 for w in XFS])
     assert g.work is not None and g.work.differences == ()  # the least cannot be called on ext4's mix

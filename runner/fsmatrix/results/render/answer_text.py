@@ -108,6 +108,7 @@ def _work_json(w: Work) -> dict[str, Any]:
             "words": d.words,
             "least": d.least,
             "least_does_none": d.does_none,
+            "none": list(d.none),
             "more": [{"configuration": n, **(_interval_json(r) or no_ratio)} for n, r in d.more],
             "unsettled": [{"configuration": n, **(_interval_json(r) or no_ratio)} for n, r in d.unsettled],
             "equivalent": list(d.equivalent),

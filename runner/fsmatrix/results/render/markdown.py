@@ -35,6 +35,7 @@ from fsmatrix.results.render.tables import (
     relative_speed_tables,
     repeats_note,
     tabled,
+    work_margin,
     workload_groups,
 )
 from fsmatrix.results.store import Result
@@ -59,7 +60,7 @@ def markdown(found: Report, title: str) -> str:
     for kind, tables in metric_tables(by_cell).items():
         cells = {cid: ds for cid, ds in by_cell.items() if ds[0].workload == kind}
         if cells:
-            section, shown = _workload_section(kind, tables, cells)
+            section, shown = _workload_section(kind, tables, cells, found.answer)
             sections += section
             tables_shown += shown
     if tables_shown:
@@ -103,7 +104,7 @@ def _environment_section(docs: list[Result]) -> list[str]:
 
 
 def _workload_section(
-    kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[Result]]
+    kind: str, tables: list[tuple[str, str, str]], cells: dict[str, list[Result]], answered: answer.Answer
 ) -> tuple[list[str], int]:
     """The workload's section, and how many metric tables (those the legend explains) it has."""
     lines = [f"## {kind}", ""]
@@ -121,7 +122,11 @@ def _workload_section(
             lines += ["| " + " | ".join(row) + " |" for row in rows]
             lines.append("")
         for metric, title, direction in tables:
-            table = metric_table(kind, group, metric, direction) if tabled(group, metric) else []
+            table = (
+                metric_table(kind, group, metric, direction, alpha=answered.alpha, work_delta=work_margin(answered))
+                if tabled(group, metric)
+                else []
+            )
             if table:
                 repeats = repeats_note(metric_grid(kind, group, metric)[1])
                 lines += [f"**{title}** ({direction} is better; {repeats})", "", *table, ""]

@@ -14,6 +14,7 @@ directly, and writes static SVG that needs no JavaScript.
 from __future__ import annotations
 
 import html
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -109,19 +110,19 @@ def _answer_html(found: answer.Answer) -> list[str]:
 def _grid_table(
     columns: list[str],
     rows: list[tuple[str, dict[str, list[float] | str]]],
-    direction: str,
+    placed: dict[str, dict[str, groups.Ranked]],
     regimes: dict[tuple[str, str], str],
 ) -> str:
     out = ["<table><tr><th>input</th>", *(f"<th>{html.escape(c)}</th>" for c in columns), "</tr>"]
     for row, entries in rows:
-        ranked = groups.rank(entries, direction)
+        ranked = placed[row]
         out.append(f"<tr><td>{html.escape(row)}</td>")
         for col in columns:
             if col not in ranked:
                 out.append(f"<td>{html.escape(str(entries.get(col, '')))}</td>")
                 continue
             r = ranked[col]
-            notes = [] if r.ratio == 1.0 else [f"{r.ratio:.2f}× the best median"]
+            notes = [] if r.ratio == 1.0 or not math.isfinite(r.ratio) else [f"{r.ratio:.2f}× the best median"]
             notes += [r.mark] if r.mark and r.mark != "best" else []
             text = f"{tables.number(r.median)}{r.spread}" + (f" ({', '.join(notes)})" if notes else "")
             tag = regimes.get((row, col), "")
@@ -187,7 +188,9 @@ def html_report(found: Report, title: str) -> str:
                     legend_shown = True
                 note = f"{better} is better; {tables.repeats_note(rows)}"
                 parts.append(f"<h4>{html.escape(mtitle)} ({html.escape(note)})</h4>")
-                parts.append(_grid_table(columns, rows, direction, tables.regime_grid(kind, group)))
+                margin = tables.work_margin(found.answer)
+                placed = tables.ranks(kind, group, metric, direction, alpha=found.answer.alpha, work_delta=margin)
+                parts.append(_grid_table(columns, rows, placed, tables.regime_grid(kind, group)))
                 parts.append(figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))
         for rtitle, header, rows_ in [
             *tables.environment_axis_tables(kind, cells),

@@ -96,7 +96,8 @@ def work_sentence(w: Work, words: str, named: int | None = None) -> str:
                 named,
             ),
         ]
-        least = f"{d.least} does none" if d.does_none else f"× {d.least}'s"
+        does = f"do{'es' if len(d.none) == 1 else ''} none"
+        least = f"{and_list(list(d.none))} {does}" if d.does_none else f"× {d.least}'s"
         parts.append(f"{d.words} ({least}): {'; '.join(listed)}")
     compared = len(w.compared)
     return (

@@ -12,6 +12,7 @@ debian13"), followed by a table of each image's ratio to the first one.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -19,7 +20,8 @@ from fsmatrix.agent import workloads
 from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.matrix import flatten
 from fsmatrix.results.store import Result
-from fsmatrix.results.verdict import environment, groups, hardware, stats
+from fsmatrix.results.verdict import environment, groups, hardware, stats, work
+from fsmatrix.results.verdict.answer import Answer, SpeedGroup
 from fsmatrix.results.verdict.groups import Ranked, rank
 from fsmatrix.results.verdict.metrics import metric_value, regime
 
@@ -120,10 +122,15 @@ def _cell_text(ranked: Ranked, regime: str) -> str:
     tag = f" [{regime}]" if regime else ""
     if ranked.mark == "best":
         return f"**{number(ranked.median)}**{ranked.spread}{tag}"
-    notes = [] if ranked.ratio == 1.0 else [f"{ranked.ratio:.2f}×"]
+    # no "n×" against a best of 0 (a stack doing none of some work): no ratio, as the answer gives none
+    notes = [] if ranked.ratio == 1.0 or not math.isfinite(ranked.ratio) else [f"{ranked.ratio:.2f}×"]
     notes += [ranked.mark] if ranked.mark else []
     text = f"{number(ranked.median)}{ranked.spread}"
     return text + (f" ({', '.join(notes)})" if notes else "") + tag
+
+
+def _values(entries: dict[str, list[float] | str]) -> dict[str, list[float]]:
+    return {c: v for c, v in entries.items() if isinstance(v, list)}
 
 
 def repeats_note(rows: list[tuple[str, dict[str, list[float] | str]]]) -> str:
@@ -140,7 +147,10 @@ TABLE_LEGEND = (
     "median ±half-range of the repeats; n×: times the row's best median; the answer's words over the row's "
     "entries (Welch's intervals on logs that hold together at 95 %): **bold**: best, every other entry worse "
     "or equivalent; worse: separated from the leader (the best geometric mean); equivalent: shown within ±5 % "
-    "of it; not separated: neither; "
+    "of it; not separated: neither; a work metric's rows (per operation) in the work answer's words, read "
+    "with its margin: more work (wholly beyond it), shown, size unsettled, equivalent, not separated, and "
+    "**bold** the least when no other is not separated from it, and each stack doing none of that work (no "
+    "ratio against none); "
     "[cpu] / [io] / [mixed]: the runs' regime from the sampler"
 )
 
@@ -242,14 +252,40 @@ def regime_grid(kind: str, group: dict[str, list[Result]]) -> dict[tuple[str, st
     return out
 
 
-def metric_table(kind: str, group: dict[str, list[Result]], metric: str, direction: str) -> list[str]:
+def ranks(
+    kind: str, group: dict[str, list[Result]], metric: str, direction: str, *, alpha: float, work_delta: float
+) -> dict[str, dict[str, Ranked]]:
+    """Each row of one metric's table (``metric_grid``) placed in the answer's words: time's rule
+    (``groups.rank``), or for a work metric the work answer's (``work.rank``: at α over the row's work
+    metrics compared, read with the margin ``work_delta``), so a table never calls "worse" a difference
+    the answer calls equivalent."""
+    _, rows = metric_grid(kind, group, metric)
+    if metric not in WORK_NAMES:
+        return {row: rank(entries, direction) for row, entries in rows}
+    work_rows = [dict(metric_grid(kind, group, m.name)[1]) for m in WORK_METRICS]
+    out = {}
+    for row, entries in rows:
+        compared = sum(work.comparable(_values(r.get(row, {}))) for r in work_rows)
+        out[row] = work.rank(entries, level=alpha / max(compared, 1), delta=work_delta)
+    return out
+
+
+def work_margin(found: Answer) -> float:
+    """The margin δ of the work answer's words (``--work-delta``, else the answer's δ)."""
+    return next((g.work.delta for g in found.groups if isinstance(g, SpeedGroup) and g.work), found.delta)
+
+
+def metric_table(
+    kind: str, group: dict[str, list[Result]], metric: str, direction: str, *, alpha: float, work_delta: float
+) -> list[str]:
     columns, rows = metric_grid(kind, group, metric)
     if not columns:
         return []
     regimes = regime_grid(kind, group)
+    placed = ranks(kind, group, metric, direction, alpha=alpha, work_delta=work_delta)
     out = ["| " + " | ".join(["input", *columns]) + " |", "|" + "---|" * (len(columns) + 1)]
     for row, entries in rows:
-        ranked = rank(entries, direction)
+        ranked = placed[row]
         texts = []
         for col in columns:
             value = entries.get(col, "")

@@ -14,9 +14,10 @@ Work counts are so steady that an interval excludes 1 for differences of a perce
 on, so each configuration's interval against the least is read with a practical margin δ (the
 answer's δ unless ``work_delta`` is set), in ``WORDS``: *more work* when it lies wholly beyond 1+δ,
 *equivalent* (within ±δ) when it lies inside, *shown, size unsettled* when it excludes 1 and reaches
-past 1+δ, *not separated* otherwise. Only "more work" and "equivalent" decide. A configuration whose
-runs all measured 0 does none of that work (the least, no ratio); one with zero and non-zero runs
-has *not enough data* on that metric.
+past 1+δ, *not separated* otherwise. Only "more work" and "equivalent" decide. Each configuration whose
+runs all measured 0 does none of that work (the least, "least; does none", every one of them: none is
+"equivalent" to nothing; the others do more, with no ratio); one with zero and non-zero runs has *not
+enough data* on that metric.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.results.verdict import groups, metrics, stats
 from fsmatrix.results.verdict.configurations import Group
-from fsmatrix.results.verdict.groups import Interval
+from fsmatrix.results.verdict.groups import Interval, Ranked
 
 LEAST, NONE, MORE, EQUIVALENT, UNSETTLED, NOT_SEPARATED, NOT_ENOUGH = (
     "least",
@@ -81,8 +82,13 @@ class WorkDifference:
 
     @property
     def equivalent(self) -> tuple[str, ...]:
-        """Within ±δ of ``least`` (or doing none, as it does)."""
+        """Within ±δ of ``least``."""
         return self.with_words(EQUIVALENT)
+
+    @property
+    def none(self) -> tuple[str, ...]:
+        """The configurations doing none of this work (all their runs measured 0), ``least`` first."""
+        return self.with_words(NONE)
 
     @property
     def does_none(self) -> bool:
@@ -106,10 +112,7 @@ def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> W
     per_metric: dict[str, dict[str, list[float]]] = {}
     for metric in (m.name for m in WORK_METRICS):
         values = {n: metrics.metric_values(list(c.docs), metric) for n, c in cells.items()}
-        # Compared where two configurations or more can be (enough runs that measured it) and some run did
-        # any of that work (none reading the device: nothing to compare): fixed by what was measured.
-        enough = [v for v in values.values() if len(v) >= stats.MIN_SAMPLES]
-        if len(enough) >= 2 and any(max(v) > 0 for v in enough):
+        if comparable(values):
             per_metric[metric] = values
     if not per_metric:
         return Work((), (), (), 1 - alpha, delta)
@@ -122,10 +125,33 @@ def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> W
         if all(s.words in DECIDING for s in standings):
             settled.append(metric)
         if any(s.words in (MORE, UNSETTLED) for s in standings) or (
-            standings[0].words == NONE and any(s.words != EQUIVALENT for s in standings[1:])
+            standings[0].words == NONE and any(s.words != NONE for s in standings[1:])
         ):
             found.append(WorkDifference(metric, words_of(metric), standings[0].configuration, standings))
     return Work(tuple(per_metric), tuple(found), tuple(settled), 1 - alpha, delta)
+
+
+def comparable(values: dict[str, list[float]]) -> bool:
+    """Whether a work metric is compared: two configurations or more can be (enough runs that measured
+    it) and some run did any of that work (none reading the device: nothing to compare)."""
+    enough = [v for v in values.values() if len(v) >= stats.MIN_SAMPLES]
+    return len(enough) >= 2 and any(max(v) > 0 for v in enough)
+
+
+# A report table's mark for each of WORDS ("best": bold, as the least or one doing none)
+MARKS = {LEAST: "best", NONE: "best", MORE: MORE, EQUIVALENT: EQUIVALENT, UNSETTLED: UNSETTLED}
+MARKS |= {NOT_SEPARATED: NOT_SEPARATED, NOT_ENOUGH: ""}
+
+
+def rank(entries: dict[str, list[float] | str], *, level: float, delta: float) -> dict[str, Ranked]:
+    """A report row of one work metric (``groups.rank``'s entries) marked with the work answer's words:
+    its intervals at ``level`` (the answer's α over the work metrics compared), read with the margin δ."""
+    placed = groups.rank(entries, "lower")
+    values = {c: v for c, v in entries.items() if isinstance(v, list) and v}
+    words = {s.configuration: s.words for s in _standings(values, level, delta) or ()}
+    if NOT_SEPARATED in words.values():  # the least is bold only when shown to do least
+        words = {c: NOT_SEPARATED if w == LEAST else w for c, w in words.items()}
+    return {c: Ranked(r.median, r.spread, r.ratio, MARKS[words[c]] if c in words else "") for c, r in placed.items()}
 
 
 def _standings(values: dict[str, list[float]], level: float, delta: float) -> tuple[WorkStanding, ...] | None:
@@ -134,10 +160,9 @@ def _standings(values: dict[str, list[float]], level: float, delta: float) -> tu
     none = [n for n, v in enough.items() if max(v) == 0]
     some: dict[str, groups.Values] = {n: v for n, v in enough.items() if min(v) > 0}
     short = tuple(WorkStanding(n, NOT_ENOUGH, None) for n in values if n not in none and n not in some)
-    if none:  # a configuration doing none of this work is the least; the others do more, by no ratio
+    if none:  # those doing none of this work are the least; the others do more, by no ratio
         return (
-            WorkStanding(none[0], NONE, None),
-            *(WorkStanding(n, EQUIVALENT, None) for n in none[1:]),
+            *(WorkStanding(n, NONE, None) for n in none),
             *(WorkStanding(n, MORE, None) for n in some),
             *short,
         )
