@@ -203,3 +203,42 @@ def test_a_two_level_optimal_design_gets_the_model_it_was_chosen_for() -> None:
     wide = made({"kind": "optimal", "runs": 20, "model": "interactions", "seed": 3})
     w = effects_of(wide, docs_of(wide.cells))
     assert w.kind == "optimal" and len(w.interactions) == 10
+
+
+def test_cell_errors_on_one_setting_are_welchs_test() -> None:
+    """Two cells, unequal spreads: each coefficient's error and degrees of freedom are Welch's for the
+    two cells' means (scipy's ttest_ind, equal_var=False), not a pooled variance's."""
+    import numpy as np
+    from scipy import stats as scipy_stats
+
+    low, high = [1.00, 1.02, 0.99], [1.30, 1.10, 1.45]
+    y = np.log(np.array(low + high))
+    x = np.column_stack([np.ones(6), [-1.0] * 3 + [1.0] * 3])
+    errors, dfs = effects.cell_errors(y, x, ["lo"] * 3 + ["hi"] * 3, x[:, :1])
+    welch = scipy_stats.ttest_ind(y[3:], y[:3], equal_var=False)
+    beta = (y[3:].mean() - y[:3].mean()) / 2
+    assert beta / errors[1] == pytest.approx(welch.statistic)
+    assert dfs[1] == pytest.approx(welch.df)
+    pooled = scipy_stats.ttest_ind(y[3:], y[:3])
+    assert dfs[1] < pooled.df  # a noisy cell leaves fewer degrees of freedom than the pooled 4
+
+
+def test_one_noisy_cell_among_quiet_ones_leaves_its_own_degrees_of_freedom() -> None:
+    """A 2^3 cross, 3 runs a cell, one cell 20× noisier: the effects' errors come from it and their
+    degrees of freedom fall to about its own 2, where a pooled error would claim 16 (in a balanced
+    orthogonal design the error itself is the pooled one's: the mean of the cells' variances)."""
+    import numpy as np
+
+    rnd = random.Random(5)
+    levels = list(itertools.product((-1.0, 1.0), repeat=3))
+    rows, y, cells = [], [], []
+    for i, lv in enumerate(levels):
+        for _ in range(3):
+            rows.append([1.0, *lv])
+            y.append(rnd.gauss(0, 0.2 if i == 0 else 0.01))
+            cells.append(str(i))
+    x = np.array(rows)
+    errors, dfs = effects.cell_errors(np.array(y), x, cells, x[:, :1])
+    assert all(2 <= d < 3 for d in dfs[1:])
+    spreads = [np.var([v for v, c in zip(y, cells, strict=True) if c == str(i)], ddof=1) for i in range(8)]
+    assert errors[1:] == pytest.approx([math.sqrt(np.mean(spreads) / 24)] * 3)

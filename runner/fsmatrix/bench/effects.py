@@ -181,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of each cell (rounds)")
-    parser.add_argument("--cov", default=effects.COV, help="statsmodels' covariance: HC0, HC1, HC2, HC3, nonrobust")
+    parser.add_argument(
+        "--cov",
+        default=effects.COV,
+        help="cells (each cell's own variance, Welch-Satterthwaite df: the default) or a statsmodels covariance: HC0, HC1, HC2, HC3, nonrobust",
+    )
     parser.add_argument("--format", choices=["md", "json"], default="md")
     args = parser.parse_args(argv)
     if args.repeats < 2 or args.trials < 1:

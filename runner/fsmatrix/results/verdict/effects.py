@@ -15,10 +15,15 @@ worked out on the cells that ran, so a failed or missing cell changes it; the mi
 
 **Errors.** Replicates give pure error; what the model leaves in the cell means is lack of fit (an F
 test of the model against one mean per cell). Standard errors are robust to unequal variances
-between cells (``COV``, HC3: the cells' CVs here run 3–16 %; `python -m fsmatrix.bench.effects`
-checks the choice by simulation with mixed CVs). Effects and interactions of a group are one family:
-each interval at 1 − α/m (Bonferroni over its m terms), t on the residual degrees of freedom, so all
-hold together at 1 − α.
+between cells (the cells' CVs here run 3–16 %): each coefficient is a weighted sum of the runs, so its
+variance is the sum over cells of its weights' squares times the cell's own variance, estimated from
+the cell's replicates (``COV``, ``cell_errors``: Welch's estimate for a contrast of cell means, made for
+any model), with Welch–Satterthwaite degrees of freedom: few when a few noisy cells dominate, the pure
+error's when the cells are alike. `python -m fsmatrix.bench.effects` checks the choice by simulation
+with mixed CVs (statsmodels' HC3, ``--cov HC3``, held the family error too but cost power: its
+leverage correction inflates every variance ~1.9× at these designs' leverages; HC2 with the residual
+degrees of freedom did not hold it). Effects and interactions of a group are one family: each interval
+at 1 − α/m (Bonferroni over its m terms), so all hold together at 1 − α.
 
 **Words** (δ the answer's minimum effect): *matters* (the interval wholly beyond ±δ), *equivalent*
 (wholly inside ±δ, even when it excludes 1), *unsettled* (excludes 1, reaches past ±δ), *not
@@ -43,7 +48,7 @@ from fsmatrix.results.store import RunMatrix
 from fsmatrix.results.verdict import metrics
 from fsmatrix.results.verdict.configurations import Group
 
-COV = "HC3"  # statsmodels' heteroscedasticity-consistent covariance: the choice bench/effects.py checks
+COV = "cells"  # each cell's own variance, Welch–Satterthwaite df (cell_errors); or a statsmodels cov_type
 WORDS = ("matters", "equivalent", "unsettled", "not separated")
 TIMES = " × "
 TOLERANCE = 1e-9
@@ -328,10 +333,14 @@ def fit(
     pure = len(runs) - len(cells) - (len(rounds) - 1)
     if len(runs) - x.shape[1] < 1 or pure < 1:
         return "not enough data: no replicate to measure the spread (one run a cell)"
-    model = sm.OLS(y, x).fit(cov_type=cov)
     m = len(kept)
-    crit = float(scipy_stats.t.ppf(1 - alpha / (2 * m), model.df_resid))
     first = base.shape[1]
+    if cov == COV:
+        model = sm.OLS(y, x).fit()
+        errors, dfs = cell_errors(y, x, [r.cell for r in runs], base)
+    else:
+        model = sm.OLS(y, x).fit(cov_type=cov)
+        errors, dfs = np.asarray(model.bse, dtype=float), np.full(x.shape[1], float(model.df_resid))
     effect_cols = x[:, first:]
     gram = effect_cols.T @ effect_cols
     orthogonal = bool(np.allclose(effect_cols.T @ base, 0) and np.allclose(gram - np.diag(np.diag(gram)), 0))
@@ -339,7 +348,8 @@ def fit(
     left = float(block_fit.ssr)
     terms = []
     for i, t in enumerate(kept):
-        beta, se = float(model.params[first + i]), float(model.bse[first + i])
+        beta, se = float(model.params[first + i]), float(errors[first + i])
+        crit = float(scipy_stats.t.ppf(1 - alpha / (2 * m), dfs[first + i]))
         lo, hi = math.exp(2 * (beta - crit * se)), math.exp(2 * (beta + crit * se))
         share = beta**2 * float(effect_cols[:, i] @ effect_cols[:, i]) / left if orthogonal and left > 0 else None
         terms.append(
@@ -356,6 +366,37 @@ def fit(
             )
         )
     return terms, m, pure, _lack_of_fit(y, x, runs, base)
+
+
+def cell_errors(y: Any, x: Any, cells: Sequence[str], base: Any) -> tuple[Any, Any]:
+    """Each coefficient's standard error and degrees of freedom, from the cells' own spreads. A
+    coefficient is w·y (w its row of x's pseudo-inverse), so its variance is Σ over cells of the
+    squares of w on the cell's runs times the cell's variance; each cell's variance is estimated from
+    its residuals about the cell means and the block (one mean a cell: lack of fit does not enter), its
+    degrees of freedom the cell's replicates' share of that fit's; Welch–Satterthwaite then gives the
+    coefficient's degrees of freedom. A cell of one run borrows the pooled variance and its degrees of
+    freedom."""
+    names = sorted(set(cells))
+    member = np.array([names.index(c) for c in cells])
+    count = len(names)
+    full = np.column_stack([base, *((member == k).astype(float) for k in range(1, count))])
+    coef, *_ = np.linalg.lstsq(full, y, rcond=None)
+    residual = y - full @ coef
+    n = len(y)
+    resid_df = n - int(np.linalg.matrix_rank(full))
+    runs_of = np.bincount(member, minlength=count)
+    cell_df = (runs_of - 1) * resid_df / max(n - count, 1)  # the block's degrees of freedom shared out
+    pooled = float(residual @ residual) / max(resid_df, 1)
+    lone = cell_df <= 0
+    squares = np.bincount(member, weights=residual**2, minlength=count)
+    variance = np.where(lone, pooled, squares / np.where(lone, 1, cell_df))
+    df_of = np.where(lone, max(resid_df, 1), cell_df)
+    weights = np.linalg.pinv(x)  # (coefficients, runs)
+    per_cell = np.array([np.bincount(member, weights=w**2, minlength=count) for w in weights]) * variance
+    var = per_cell.sum(axis=1)
+    spread = (per_cell**2 / df_of).sum(axis=1)
+    dfs = np.where(spread > 0, var**2 / np.where(spread > 0, spread, 1), float(max(resid_df, 1)))
+    return np.sqrt(var), dfs
 
 
 def _lack_of_fit(y: Any, x: Any, runs: Sequence[Run], base: Any) -> LackOfFit | None:

@@ -7,8 +7,9 @@ level of the baseline configuration (its default: a search fixes a setting there
 within ±δ); the configurations that exist (the cross ``exclude`` left: a setting that exists under one
 filesystem only leaves the others out), each a ``Config``: its level's index on every setting.
 
-**The model.** A linear model on the logs of every passed run (statsmodels' OLS, HC3 standard errors as
-``effects.COV``): an intercept, each setting's s − 1 sum-to-zero contrasts (``matrix.design``'s
+**The model.** A linear model on the logs of every passed run (statsmodels' OLS, HC3 standard errors,
+``COV``: a search's designs leave many cells a single run, whose own variance cannot be estimated, so
+not the effects' per-cell errors): an intercept, each setting's s − 1 sum-to-zero contrasts (``matrix.design``'s
 ``model_matrix`` coding) and the two-setting interactions of the settings named, taking only the
 columns the configurations that ran can estimate. A prediction of a configuration that never ran rests
 on the model: no interaction of three or more settings, none between settings the model leaves out
@@ -49,7 +50,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fsmatrix.results.verdict.effects import COV, words_for
+from fsmatrix.results.verdict.effects import words_for
 
 Config = tuple[int, ...]  # a configuration: the index of its level on every setting, in the space's order
 Factor = tuple[int, int]  # a setting's index and the level of one of its s − 1 contrasts
@@ -60,6 +61,7 @@ ASSUMPTION = (
     "screening did not show (effect heredity)"
 )
 TIMES = " × "
+COV = "HC3"  # statsmodels' heteroscedasticity-consistent covariance: the choice bench/search.py measures
 TOLERANCE = 1e-8  # a column (or a contrast) this small against its size after projection is no new direction
 LEVERAGE = 1 - 1e-8  # a run this alone in deciding a term leaves HC3 nothing to weigh (0/0)
 
