@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cov",
         default=effects.COV,
-        help="cells (each cell's own variance, Welch-Satterthwaite df: the default) or a statsmodels covariance: HC0, HC1, HC2, HC3, nonrobust",
+        help="cells (each cell's own variance, Welch-Satterthwaite df: the default) "
+        "or a statsmodels covariance: HC0, HC1, HC2, HC3, nonrobust",
     )
     parser.add_argument("--format", choices=["md", "json"], default="md")
     args = parser.parse_args(argv)
