@@ -109,6 +109,7 @@ def _workload_section(
     """The workload's section, and how many metric tables (those the legend explains) it has."""
     lines = [f"## {kind}", ""]
     shown = 0
+    margin = work_margin(answered)
     if kind in workloads.WORKLOADS and workloads.get(kind).note:
         lines += [f"> {workloads.get(kind).note}", ""]
     found = hardware.classes([d for ds in cells.values() for d in ds])
@@ -123,7 +124,7 @@ def _workload_section(
             lines.append("")
         for metric, title, direction in tables:
             table = (
-                metric_table(kind, group, metric, direction, alpha=answered.alpha, work_delta=work_margin(answered))
+                metric_table(kind, group, metric, direction, alpha=answered.alpha, work_delta=margin)
                 if tabled(group, metric)
                 else []
             )

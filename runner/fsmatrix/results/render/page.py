@@ -157,6 +157,7 @@ def html_report(found: Report, title: str) -> str:
     parts.append('<details class="details"><summary>Details: environment, tables, charts and runs</summary>')
     parts += _environment(docs)
     legend_shown = False
+    margin = tables.work_margin(found.answer)  # the work rows' words' margin
     by_cell: dict[str, list[Result]] = defaultdict(list)
     for doc in docs:
         by_cell[doc.cell_id].append(doc)
@@ -188,7 +189,6 @@ def html_report(found: Report, title: str) -> str:
                     legend_shown = True
                 note = f"{better} is better; {tables.repeats_note(rows)}"
                 parts.append(f"<h4>{html.escape(mtitle)} ({html.escape(note)})</h4>")
-                margin = tables.work_margin(found.answer)
                 placed = tables.ranks(kind, group, metric, direction, alpha=found.answer.alpha, work_delta=margin)
                 parts.append(_grid_table(columns, rows, placed, tables.regime_grid(kind, group)))
                 parts.append(figure(bar_chart(columns, rows, mtitle), f"{mtitle}: median, whiskers min..max"))

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -351,21 +351,32 @@ def rank(entries: dict[str, list[float] | str], direction: str) -> dict[str, Ran
     """The entries that have values, each placed against the leader with the answer's words
     (``compare_group`` over the row's entries). With too little data for any decision, the best
     median leads and nothing is marked."""
+    out = placed(entries, direction)
+    if not out:
+        return {}
+    values = {col: v for col, v in entries.items() if isinstance(v, list) and v}
+    answer = compare_group(values, direction)
+    compared = len(values) - len(answer.with_status("not enough data"))  # fewer than 2: nothing to mark
+    for col, r in out.items():
+        status = answer.standing(col).status
+        out[col] = replace(r, mark="" if status == "not enough data" or compared < 2 else status)
+    return out
+
+
+def placed(entries: dict[str, list[float] | str], direction: str) -> dict[str, Ranked]:
+    """The entries that have values: each one's median, spread and times worse than the best median,
+    unmarked (``rank`` marks them with time's words, ``work.rank`` with the work answer's)."""
     values = {col: v for col, v in entries.items() if isinstance(v, list) and v}
     if not values:
         return {}
     medians = {col: statistics.median(v) for col, v in values.items()}
     pick = min if direction == "lower" else max
-    answer = compare_group(values, direction)
     best = medians[pick(medians, key=lambda col: medians[col])]  # the times shown are of medians
-    compared = len(values) - len(answer.with_status("not enough data"))  # fewer than 2: nothing to mark
     out = {}
     for col, vals in values.items():
         med = medians[col]
         spread = f" ±{100 * (max(vals) - min(vals)) / 2 / med:.0f}%" if len(vals) > 1 and med else ""
-        status = answer.standing(col).status
-        mark = "" if status == "not enough data" or compared < 2 else status
-        out[col] = Ranked(med, spread, _times_worse(med, best, direction), mark)
+        out[col] = Ranked(med, spread, _times_worse(med, best, direction), "")
     return out
 
 

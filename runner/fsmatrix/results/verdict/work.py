@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.results.verdict import groups, metrics, stats
@@ -146,12 +146,13 @@ MARKS |= {NOT_SEPARATED: NOT_SEPARATED, NOT_ENOUGH: ""}
 def rank(entries: dict[str, list[float] | str], *, level: float, delta: float) -> dict[str, Ranked]:
     """A report row of one work metric (``groups.rank``'s entries) marked with the work answer's words:
     its intervals at ``level`` (the answer's α over the work metrics compared), read with the margin δ."""
-    placed = groups.rank(entries, "lower")
     values = {c: v for c, v in entries.items() if isinstance(v, list) and v}
     words = {s.configuration: s.words for s in _standings(values, level, delta) or ()}
     if NOT_SEPARATED in words.values():  # the least is bold only when shown to do least
         words = {c: NOT_SEPARATED if w == LEAST else w for c, w in words.items()}
-    return {c: Ranked(r.median, r.spread, r.ratio, MARKS[words[c]] if c in words else "") for c, r in placed.items()}
+    return {
+        c: replace(r, mark=MARKS.get(words.get(c, NOT_ENOUGH), "")) for c, r in groups.placed(entries, "lower").items()
+    }
 
 
 def _standings(values: dict[str, list[float]], level: float, delta: float) -> tuple[WorkStanding, ...] | None:
