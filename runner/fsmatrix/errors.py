@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import signal
+import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
+
+INTERRUPTED = "interrupted; cleaned up (re-run the same command to resume)"
 
 
 class UserError(Exception):
@@ -30,3 +34,14 @@ def interrupt_on_sigterm() -> None:
     """Make SIGTERM (``kill``, ``timeout``, a CI job cancelled) take Ctrl-C's path, so every context manager
     on the way out unmounts, detaches and stops what it started. For every entry point that runs cells."""
     signal.signal(signal.SIGTERM, _interrupt)
+
+
+def exit_with(main: Callable[[], int], prog: str) -> NoReturn:
+    """A ``python -m`` entry point's last line: exit with ``main()``'s status, and on Ctrl-C or SIGTERM (once
+    every ``finally`` on the way out has cleaned up) one line and status 130, not a traceback."""
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print(f"{prog}: {INTERRUPTED}", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(status)

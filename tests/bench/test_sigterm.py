@@ -24,42 +24,51 @@ RUNNER = Path(__file__).resolve().parents[2] / "runner"
 HOLDER = """
 import sys, time
 from pathlib import Path
-from fsmatrix.errors import interrupt_on_sigterm
+from fsmatrix.errors import exit_with, interrupt_on_sigterm
 if sys.argv[2] == "handled":
     interrupt_on_sigterm()
 held = Path(sys.argv[1])
-held.write_text("mounted")
-try:
-    print("ready", flush=True)
-    time.sleep(60)
-finally:
-    held.unlink()
+
+
+def main() -> int:
+    held.write_text("mounted")
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+    finally:
+        held.unlink()
+    return 0
+
+
+exit_with(main, "holder")
 """
 
 
-def stopped_holder(tmp_path: Path, mode: str) -> tuple[int, bool]:
+def stopped_holder(tmp_path: Path, mode: str) -> tuple[int, bool, str]:
     held = tmp_path / "held"
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(held), mode],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
         env={"PYTHONPATH": str(RUNNER)},
     )
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
-    return proc.wait(timeout=60), held.exists()
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, held.exists(), err
 
 
-def test_sigterm_runs_the_cleanup_on_the_way_out(tmp_path: Path) -> None:
-    status, left = stopped_holder(tmp_path, "handled")
+def test_sigterm_runs_the_cleanup_on_the_way_out_and_says_so_in_one_line(tmp_path: Path) -> None:
+    status, left, err = stopped_holder(tmp_path, "handled")
     assert not left
-    assert status != 0
+    assert status == 130
+    assert err == "holder: interrupted; cleaned up (re-run the same command to resume)\n"  # no traceback
 
 
 def test_without_it_sigterm_leaves_what_was_held(tmp_path: Path) -> None:
     # The failure the handler exists for: the default action skips every finally.
-    status, left = stopped_holder(tmp_path, "default")
+    status, left, _ = stopped_holder(tmp_path, "default")
     assert left
     assert status == -signal.SIGTERM
 
@@ -99,3 +108,11 @@ def test_the_micro_benchmark_installs_it(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(RuntimeError):
         micro.main()
     assert installed()
+
+
+@pytest.mark.parametrize("module", sorted((RUNNER / "fsmatrix" / "bench").glob("*.py")), ids=lambda p: p.stem)
+def test_every_benchmark_run_as_a_module_ends_through_exit_with(module: Path) -> None:
+    # So Ctrl-C or a timeout's SIGTERM ends it with one line, not a KeyboardInterrupt traceback.
+    source = module.read_text()
+    if module.stem == "__main__" or 'if __name__ == "__main__":' in source:
+        assert "exit_with(main, " in source

@@ -1,3 +1,4 @@
 from fsmatrix.bench.micro import main
+from fsmatrix.errors import exit_with
 
-raise SystemExit(main())
+exit_with(main, "fsmatrix.bench")

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from fsmatrix.errors import exit_with
 from fsmatrix.results.verdict import groups, stats, welch
 
 KS = (2, 4, 8)
@@ -257,4 +258,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.answer")

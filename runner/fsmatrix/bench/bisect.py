@@ -34,7 +34,7 @@ from fsmatrix.backends import BACKENDS
 from fsmatrix.bisect import driver
 from fsmatrix.bisect import git as bisect_git
 from fsmatrix.bisect.lab import GitLab, LabSetup, one_cell
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 from fsmatrix.results import store
 from fsmatrix.results.verdict import gate, stats
 from fsmatrix.results.verdict.metrics import gate_metrics
@@ -181,4 +181,4 @@ def table(args: Any, outcomes: list[tuple[str, dict[str, Any]]], loads: list[flo
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.bisect")

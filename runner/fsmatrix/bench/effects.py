@@ -28,6 +28,7 @@ import random
 import sys
 from dataclasses import asdict, dataclass
 
+from fsmatrix.errors import exit_with
 from fsmatrix.matrix import design
 from fsmatrix.results.verdict import effects
 
@@ -202,4 +203,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.effects")

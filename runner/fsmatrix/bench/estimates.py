@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fsmatrix.errors import UserError
+from fsmatrix.errors import UserError, exit_with
 from fsmatrix.results import store
 from fsmatrix.results.store import past_runs
 from fsmatrix.results.verdict import estimate
@@ -75,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.estimates")

@@ -72,7 +72,7 @@ from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import jsonfile, provenance
 from fsmatrix.backends import BACKENDS, Backend
 from fsmatrix.bench import gate_designs
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 from fsmatrix.results import store
 from fsmatrix.results.store import sides
 from fsmatrix.results.verdict import gate, metrics, outcome, stats
@@ -665,4 +665,4 @@ def _table(args: Any, tally: Tally, how: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.gate")

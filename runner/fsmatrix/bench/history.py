@@ -38,7 +38,7 @@ from typing import Any
 from fsmatrix.backends import image
 from fsmatrix.bench import history_store
 from fsmatrix.bench import results as bench_results
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 from fsmatrix.results.store import Result, otava
 from fsmatrix.results.store.history import Point, Series
 from fsmatrix.results.verdict import history
@@ -160,4 +160,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.history")

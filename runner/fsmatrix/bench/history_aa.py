@@ -36,7 +36,7 @@ from typing import Any
 
 from fsmatrix.agent.work import WORK_METRICS
 from fsmatrix.bench import results as bench_results
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 from fsmatrix.results.store.files import iter_result_files
 from fsmatrix.results.verdict import stats
 
@@ -229,4 +229,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.history_aa")

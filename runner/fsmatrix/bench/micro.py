@@ -19,7 +19,7 @@ from fsmatrix import matrix, racing, runs
 from fsmatrix.agent import provenance
 from fsmatrix.agent.workloads.threen1.memory import run_in_memory
 from fsmatrix.backends.host import HostBackend
-from fsmatrix.errors import interrupt_on_sigterm
+from fsmatrix.errors import exit_with, interrupt_on_sigterm
 from fsmatrix.results import store
 
 REPEATS = 3
@@ -77,4 +77,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.micro")

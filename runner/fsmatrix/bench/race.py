@@ -52,7 +52,7 @@ import numpy as np
 
 from fsmatrix import racing
 from fsmatrix.agent import provenance
-from fsmatrix.errors import UserError
+from fsmatrix.errors import UserError, exit_with
 from fsmatrix.matrix import MatrixCell, RaceSettings
 from fsmatrix.results import store
 from fsmatrix.results.store.records import Left
@@ -354,4 +354,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.race")

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from fsmatrix.errors import exit_with
 from fsmatrix.matrix import RaceSettings
 from fsmatrix.results.store.records import Left
 from fsmatrix.results.verdict import groups, race, stats
@@ -254,4 +255,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.race_sim")

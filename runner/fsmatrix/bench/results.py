@@ -55,7 +55,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 
 # The imports of this tree's fsmatrix beyond errors (matrix, agent) are made inside the functions that
 # prepare the files: a worker process runs this file against the *other* commit's fsmatrix too, which
@@ -527,4 +527,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.results")

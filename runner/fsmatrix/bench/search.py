@@ -55,6 +55,7 @@ import optuna
 
 from fsmatrix.bench import search_sim
 from fsmatrix.bench.search_sim import SimulatedLab, TrueSpace
+from fsmatrix.errors import exit_with
 from fsmatrix.matrix import SearchSettings
 from fsmatrix.results.verdict import stats, welch
 from fsmatrix.results.verdict.search import SearchAnswer
@@ -379,4 +380,4 @@ def main(argv: list[str] | None = None, engine: Engine = run_search) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.search")

@@ -33,7 +33,7 @@ from typing import Any
 
 from fsmatrix.bench import results as bench_results
 from fsmatrix.bench import throwaway_pg
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 from fsmatrix.results.store import Result, database
 from fsmatrix.results.store import url as store_urls
 
@@ -182,4 +182,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.store")

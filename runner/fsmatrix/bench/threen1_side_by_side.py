@@ -32,7 +32,7 @@ from fsmatrix.agent import proc, provenance
 from fsmatrix.agent.databases import gtm
 from fsmatrix.agent.workloads.threen1 import run as threen1_run
 from fsmatrix.agent.workloads.threen1.params import Params
-from fsmatrix.errors import interrupt_on_sigterm
+from fsmatrix.errors import exit_with, interrupt_on_sigterm
 
 PCT = 0.05  # reads, updates, read-only transactions, bytes
 READ_WRITE_SLACK = 5  # read-write transactions, after the departure's own
@@ -243,4 +243,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.threen1_side_by_side")

@@ -45,7 +45,7 @@ from fsmatrix.agent import proc, storage
 from fsmatrix.agent.workloads import fio
 from fsmatrix.backends.qemu import snapshot
 from fsmatrix.backends.qemu.backend import DEFAULT_WORKDIR, QemuBackend
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 from fsmatrix.matrix import MatrixCell, expand_document
 
 log = logging.getLogger("fsmatrix")
@@ -253,4 +253,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.vm")

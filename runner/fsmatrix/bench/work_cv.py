@@ -21,7 +21,7 @@ from typing import Any
 
 from fsmatrix.agent import workloads
 from fsmatrix.agent.work import WORK_METRICS
-from fsmatrix.errors import UserError
+from fsmatrix.errors import UserError, exit_with
 from fsmatrix.results import store
 from fsmatrix.results.verdict.metrics import metric_values
 
@@ -110,4 +110,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main, "fsmatrix.bench.work_cv")

@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 from fsmatrix import __version__
-from fsmatrix.errors import UserError, interrupt_on_sigterm
+from fsmatrix.errors import INTERRUPTED, UserError, interrupt_on_sigterm
 from fsmatrix.results.store import url as store_url
 
 # Each command: its module in fsmatrix.cli and the command there, imported when it is asked for (run,
@@ -78,7 +78,7 @@ class _Group(click.Group):
             click.echo(f"fsmatrix: error: {exc.strerror or exc}{where}", err=True)
             sys.exit(UserError.exit_status)
         except KeyboardInterrupt:
-            click.echo("fsmatrix: interrupted; cleaned up (re-run the same command to resume)", err=True)
+            click.echo(f"fsmatrix: {INTERRUPTED}", err=True)
             sys.exit(130)
 
 
