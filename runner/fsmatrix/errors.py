@@ -8,7 +8,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
 
-INTERRUPTED = "interrupted; cleaned up (re-run the same command to resume)"
+INTERRUPTED = "interrupted; cleaned up"
 
 
 class UserError(Exception):

@@ -78,7 +78,7 @@ class _Group(click.Group):
             click.echo(f"fsmatrix: error: {exc.strerror or exc}{where}", err=True)
             sys.exit(UserError.exit_status)
         except KeyboardInterrupt:
-            click.echo(f"fsmatrix: {INTERRUPTED}", err=True)
+            click.echo(f"fsmatrix: {INTERRUPTED} (re-run the same command to resume)", err=True)
             sys.exit(130)
 
 
