@@ -163,6 +163,7 @@ def _group_json(g: GroupResult, delta: float) -> dict[str, Any]:
         "race": race_rule(speed.raced) if speed and speed.raced else None,
         "decided": {"on_time": speed.decided_on_time, "on_work": list(speed.decided_on_work)} if speed else None,
         "work": _work_json(speed.work) if speed and speed.work else None,
+        "unflushed": asdict(speed.unflushed) if speed and speed.unflushed else None,
         "outliers": [asdict(o) for o in speed.outliers] if speed else [],
         "rule": speed.rule if speed else None,
         **effects.to_json(speed.effects if speed else None),

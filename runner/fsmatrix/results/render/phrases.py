@@ -16,7 +16,7 @@ from fsmatrix.results.verdict.outliers import RULE, Outlier
 from fsmatrix.results.verdict.outliers import name as outlier_name
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.speed import MIN_WHY_CHANGE
-from fsmatrix.results.verdict.work import EQUIVALENT, Work, words_of
+from fsmatrix.results.verdict.work import EQUIVALENT, Unflushed, Work, words_of
 
 
 def count_are(n: int) -> str:
@@ -237,3 +237,21 @@ def settle_time(seconds: float | None) -> str:
 
 
 # ----------------------------------------------------------------------------------- crash groups
+
+
+def unflushed_sentence(u: Unflushed, named: int | None = None) -> str:
+    """The configurations that sent no flush request where others did (work.Unflushed); ``named``: name at
+    most that many of each side and count the rest."""
+
+    def listed(names: Sequence[str]) -> str:
+        shown = names if named is None else names[:named]
+        more = len(names) - len(shown)
+        return and_list([*shown, f"{more} more"]) if more else and_list(shown)
+
+    runs = and_list([str(n) for n in u.runs]) if named is None or len(u.runs) <= named else "all"
+    return (
+        f"No flush request: {listed(u.none)} sent the device none (in {runs} runs), where {listed(u.flushing)} did: on "
+        "a disk with a volatile write cache, what an fsync acknowledged there can be lost at a power cut unless the "
+        "cache is off or power-loss protected (crash.mode: flush-points tests it); not the same durability, "
+        "whatever the speed."
+    )

@@ -22,6 +22,7 @@ from fsmatrix.results.render.phrases import (
     settle_text,
     settle_time,
     stop_words,
+    unflushed_sentence,
     why_sentence,
     work_headline,
     work_sentence,
@@ -83,6 +84,7 @@ def _speed(g: SpeedGroup, delta: float) -> Said:
     for name in (n for n in answered if n in g.unsafe):
         label, v = g.unsafe[name]
         headline += f" But {name} is UNSAFE: {unsafe_reason(v)} in {label}; not the answer, whatever its speed."
+    headline += _unflushed_headline(g, answered)
     details += _speed_details(g, by_config, answered, delta)
     return Said(headline, tuple(details))
 
@@ -157,6 +159,8 @@ def _speed_details(
     for name, (label, v) in g.unsafe.items():
         if name not in answered:
             details.append(f"UNSAFE: {name}: {unsafe_reason(v)} in {label}; not an answer, whatever its speed.")
+    if g.unflushed is not None:
+        details.append(unflushed_sentence(g.unflushed))
     details += _context(g, g.metric_words, None)
     if g.still_open:
         details.append(
@@ -203,6 +207,7 @@ def _speed_many(g: SpeedGroup, delta: float) -> Said:
         headline += (
             f" But {count_are(len(unsafe_answered))} of them UNSAFE (below): not the answer, whatever its speed."
         )
+    headline += _unflushed_headline(g, answered)
     if g.rule == "mcb":
         details.append(mcb_rule(g))
     if g.raced is not None:
@@ -218,6 +223,8 @@ def _speed_many(g: SpeedGroup, delta: float) -> Said:
         listed = join([f"{n} in {label}" for n, (label, _) in unsafe[:NAMED]], [n for n, _ in unsafe[:NAMED]])
         more = f" … and {len(unsafe) - NAMED} more" if len(unsafe) > NAMED else ""
         details.append(f"UNSAFE (lost data or did not recover after a crash): {listed}{more}: the crash verdicts.")
+    if g.unflushed is not None:
+        details.append(unflushed_sentence(g.unflushed, NAMED))
     details += _context(g, words, NAMED)
     if g.still_open:
         details.append(
@@ -225,6 +232,15 @@ def _speed_many(g: SpeedGroup, delta: float) -> Said:
             f"pairs{settle_time(g.settle_s)} (each one's advice: the JSON's still_open)."
         )
     return Said(headline, tuple(details))
+
+
+def _unflushed_headline(g: SpeedGroup, answered: Sequence[str]) -> str:
+    """The headline's warning when an answered configuration sent no flush request where others did."""
+    skipped = [n for n in answered if g.unflushed is not None and n in g.unflushed.none]
+    if not skipped:
+        return ""
+    who = and_list(skipped) if len(skipped) <= NAMED else f"{len(skipped)} of them"
+    return f" But {who} sent no flush request (below): not the same durability."
 
 
 def _context(g: SpeedGroup, words: str, named: int | None) -> list[str]:

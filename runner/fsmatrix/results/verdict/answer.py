@@ -19,7 +19,7 @@ from fsmatrix.results.verdict.outliers import Outlier
 from fsmatrix.results.verdict.power import DRAWS
 from fsmatrix.results.verdict.raced import RacedGroup
 from fsmatrix.results.verdict.stats import ALPHA
-from fsmatrix.results.verdict.work import Work
+from fsmatrix.results.verdict.work import Unflushed, Work
 
 VERSION = 4  # of the answer's JSON (docs/answer.schema.json): 4 adds rule, design, effects and interactions; 3
 # decided, work and outliers; 2 had no "tied"
@@ -172,6 +172,7 @@ class SpeedGroup(Answered):
     unsafe: Mapping[str, tuple[str, CrashVerdict]]  # configuration -> (crash group's label, its verdict there)
     rule: str  # how the words were decided: "pairs" or "mcb" (groups.compare_group, mcb.py), or "race"
     effects: Effects | None = None  # each setting's effect, where the configurations differ in two or more (effects.py)
+    unflushed: Unflushed | None = None  # those that sent the device no flush request where others did (work.py)
 
     @property
     def decided_on_time(self) -> bool:

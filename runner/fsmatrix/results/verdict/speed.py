@@ -141,6 +141,7 @@ def speed_group(
         outliers=tuple(o for c in group.cells if metric for o in _outliers(group.name(c), c, metric)),
         unsafe=unsafe,
         rule="race" if raced is not None else decided.rule if decided is not None else "pairs",
+        unflushed=work.unflushed(group, [c.name for c in configs]),
     )
     return _with_why(g)
 

@@ -31,6 +31,8 @@ from fsmatrix.results.verdict import groups, metrics, stats
 from fsmatrix.results.verdict.configurations import Group
 from fsmatrix.results.verdict.groups import Interval, Ranked
 
+FLUSHES = "device_flushes_per_op"
+
 LEAST, NONE, MORE, EQUIVALENT, UNSETTLED, NOT_SEPARATED, NOT_ENOUGH = (
     "least",
     "least; does none",
@@ -129,6 +131,30 @@ def work(group: Group, names: Sequence[str], *, alpha: float, delta: float) -> W
         ):
             found.append(WorkDifference(metric, words_of(metric), standings[0].configuration, standings))
     return Work(tuple(per_metric), tuple(found), tuple(settled), 1 - alpha, delta)
+
+
+@dataclass(frozen=True)
+class Unflushed:
+    """Configurations that sent the device no flush request in any run, where others of the group sent
+    some in every run. Not a work saving: a flush is what empties a disk's volatile write cache, so on
+    such a disk their fsync leaves acknowledged writes where a power cut loses them (jfs: its log and
+    its fsync never ask for one; docs/answer.md, "No flush request"). A fact of the runs, no test: one
+    run is enough to show a request was never sent."""
+
+    none: tuple[str, ...]  # sent no flush request in any of their runs
+    flushing: tuple[str, ...]  # sent some in every run
+    runs: tuple[int, ...]  # the runs of each of ``none`` that measured flushes
+
+
+def unflushed(group: Group, names: Sequence[str]) -> Unflushed | None:
+    """The configurations among ``names`` that sent no flush request where others did (None: no such)."""
+    values = {group.name(c): metrics.metric_values(list(c.docs), FLUSHES) for c in group.cells}
+    values = {n: v for n, v in values.items() if n in names and v}
+    none = tuple(n for n, v in values.items() if max(v) == 0)
+    flushing = tuple(n for n, v in values.items() if min(v) > 0)
+    if not none or not flushing:
+        return None
+    return Unflushed(none, flushing, tuple(len(values[n]) for n in none))
 
 
 def comparable(values: dict[str, list[float]]) -> bool:
