@@ -37,11 +37,15 @@ def interrupt_on_sigterm() -> None:
 
 
 def exit_with(main: Callable[[], int], prog: str) -> NoReturn:
-    """A ``python -m`` entry point's last line: exit with ``main()``'s status, and on Ctrl-C or SIGTERM (once
-    every ``finally`` on the way out has cleaned up) one line and status 130, not a traceback."""
+    """A ``python -m`` entry point's last line: exit with ``main()``'s status; on Ctrl-C or SIGTERM (once
+    every ``finally`` on the way out has cleaned up) one line and status 130, and on a ``UserError`` that
+    ``main`` let through its one line and status 2: never a traceback."""
     try:
         status = main()
     except KeyboardInterrupt:
         print(f"{prog}: {INTERRUPTED}", file=sys.stderr)
         sys.exit(130)
+    except UserError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_status)
     sys.exit(status)

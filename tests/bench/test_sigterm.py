@@ -16,7 +16,7 @@ import pytest
 
 from fsmatrix import matrix
 from fsmatrix.bench import bisect, gate, micro, results, threen1_side_by_side, vm
-from fsmatrix.errors import interrupt_on_sigterm
+from fsmatrix.errors import UserError, exit_with, interrupt_on_sigterm
 
 RUNNER = Path(__file__).resolve().parents[2] / "runner"
 
@@ -116,3 +116,13 @@ def test_every_benchmark_run_as_a_module_ends_through_exit_with(module: Path) ->
     source = module.read_text()
     if module.stem == "__main__" or 'if __name__ == "__main__":' in source:
         assert "exit_with(main, " in source
+
+
+def test_a_user_error_a_benchmark_let_through_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    def bad() -> int:
+        raise UserError("--rounds 0: must be at least 1")
+
+    with pytest.raises(SystemExit) as ended:
+        exit_with(bad, "fsmatrix.bench.x")
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == "fsmatrix.bench.x: error: --rounds 0: must be at least 1\n"
