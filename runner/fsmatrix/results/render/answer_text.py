@@ -127,7 +127,7 @@ def _work_json(w: Work) -> dict[str, Any]:
 
 def _crash_json(v: CrashVerdict) -> dict[str, Any]:
     doc = asdict(v)
-    for internal in ("infrastructure_statuses", "damage_allowed"):  # in the sentence, not the schema
+    for internal in ("infrastructure_statuses", "damage_allowed", "not_crashed_why"):  # in the sentence, not the schema
         del doc[internal]
     return {**doc, "text": crash_text(v)}
 

@@ -252,6 +252,6 @@ def unflushed_sentence(u: Unflushed, named: int | None = None) -> str:
     return (
         f"No flush request: {listed(u.none)} sent the device none (in {runs} runs), where {listed(u.flushing)} did: on "
         "a disk with a volatile write cache, what an fsync acknowledged there can be lost at a power cut unless the "
-        "cache is off or power-loss protected (crash.mode: flush-points tests it); not the same durability, "
-        "whatever the speed."
+        "cache is off or power-loss protected (a crash.mode: flush-points run finds no flush point to recover at); "
+        "not the same durability, whatever the speed."
     )

@@ -421,7 +421,8 @@ def crash_text(v: CrashVerdict) -> str:
         lost = f", no acknowledged commit lost (0 of {v.acknowledged:,})" if v.acknowledged is not None else ""
         return f"{name}: recovered in {v.recovered} of {v.runs} runs{lost}{timing}.{aside}"
     if v.verdict == "no verdict":
-        return f"{name}: no verdict, no run crashed and recovered.{aside}"
+        why = f" ({'; '.join(v.not_crashed_why)})" if v.not_crashed_why else ""
+        return f"{name}: no verdict, no run crashed and recovered{why}.{aside}"
     return f"{name}: {_unsafe_text(v)}{timing}.{aside}"
 
 

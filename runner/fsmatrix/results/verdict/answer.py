@@ -110,6 +110,7 @@ class CrashVerdict:
     problems: tuple[str, ...]  # what went wrong, first line of each distinct reason
     infrastructure_statuses: tuple[str, ...]  # the statuses of the infrastructure failures, sorted
     damage_allowed: bool  # its settings allow a damaged database too (fsync=off), not only a loss
+    not_crashed_why: tuple[str, ...] = ()  # the failed runs' reasons of those that never crashed (no flush point)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ def crash_verdict(name: str, docs: Sequence[Result], flat: Mapping[str, Any]) ->
     acked_total: int | None = None
     problems: list[str] = []
     infra_statuses: list[str] = []
+    never: list[str] = []
     for d in runs:
         section: Mapping[str, Any] = d.crash or {}
         lost, acked = _int(section.get("lost_commits")), _int(section.get("acknowledged"))
@@ -73,6 +74,8 @@ def crash_verdict(name: str, docs: Sequence[Result], flat: Mapping[str, Any]) ->
             infra_statuses.append(status)
         elif not section.get("fired"):
             not_crashed += 1
+            if status != "passed" and d.reason and reason not in never:  # why it never crashed
+                never.append(reason)
         elif came_back != "yes" or status != "passed":
             not_recovered += 1
             if reason not in problems:
@@ -106,6 +109,7 @@ def crash_verdict(name: str, docs: Sequence[Result], flat: Mapping[str, Any]) ->
         problems=tuple(problems),
         infrastructure_statuses=tuple(sorted(set(infra_statuses))),
         damage_allowed=damage_allowed,
+        not_crashed_why=tuple(never),
     )
 
 
@@ -139,6 +143,10 @@ def recovery_status(section: Mapping[str, Any]) -> str:
     """``yes``, or ``no: <why>``: the crash did not fire, a recovery step failed, or checks failed."""
     if not section.get("fired"):
         return "no: not crashed"
+    points = [p for p in section.get("points") or [] if isinstance(p, Mapping)]
+    if points:  # crash.mode flush-points: one recovery per point, each with its own steps and checks
+        failed = sum(1 for p in points if p.get("verdict") != "passed")
+        return f"no: {failed} of {len(points)} flush points failed" if failed else "yes"
     steps = [s for s in section.get("steps") or [] if isinstance(s, Mapping)]
     failed_steps = [str(s.get("name")) for s in steps if s.get("status") == "failed"]
     if failed_steps:
