@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IMAGE_TEST_TIMEOUT, run_on_qemu, vms_under
+from conftest import IMAGE_TEST_TIMEOUT, run_on_qemu, typed, vms_under
 from fsmatrix.agent.crash import flush_points as flushpoints
 from fsmatrix.backends import image
 from fsmatrix.backends.qemu.flush_points import FLUSH_CORRUPT_ENV, FLUSH_LOG_BYTES_ENV
+from fsmatrix.results.verdict import answering
+from fsmatrix.results.verdict.answer import CrashGroup
 
 # --------------------------------------------------------------------------------------------
 # in a VM
@@ -75,6 +77,8 @@ def test_ten_flush_points_of_3n1_on_ext4_each_recover(tmp_path: Path, workdir: P
     sectors = [p["sectors_replayed"] for p in points]
     assert sectors == sorted(sectors)  # later points replay more of the log
     assert "flush point 9 (entry" in log
+    (group,) = answering.build(typed([doc])).groups  # the answer reads the points (it once said UNSAFE here)
+    assert isinstance(group, CrashGroup) and [v.verdict for v in group.crash] == ["safe"]
 
 
 @pytest.mark.image
