@@ -393,3 +393,56 @@ def test_work_measured_differently_is_not_gated_and_said_so(tmp_path: Path) -> N
         f"measured differently, provenance.work_measurement: base {old!r} | head {new!r}"
     )
     assert "not gated: device_write_bytes_per_op (measured differently" in invoke(*args).output
+
+
+def _durability_runs(tmp_path: Path, name: str, head_flushes: list[float | None]) -> tuple[Path, Path]:
+    """8 pairs, the same time; base sends flushes in every run, head as given."""
+    base = write_run(tmp_path / name / "b", "base", samples(10.0, n=8, seed=1, cv=0.005))
+    head = write_run(tmp_path / name / "h", "head", samples(9.0, n=8, seed=2, cv=0.005))  # faster
+    _with_work(base, "device_flushes_per_op", samples(0.00035, n=8, seed=3, cv=0.02))
+    _with_work(head, "device_flushes_per_op", head_flushes)
+    return base, head
+
+
+def test_head_that_stopped_flushing_fails_the_gate_whatever_its_speed(tmp_path: Path) -> None:
+    base, head = _durability_runs(tmp_path, "stopped", [0.0] * 8)
+    args = ["compare", str(base), str(head), "--paired", "--fail-on-regression", "5%"]
+    out = invoke(*args, "--format", "json")
+    doc = json.loads(out.output)
+    assert out.exit_code == 1 and doc["verdict"] == "FAIL"
+    assert [(s["metric"], s["n_base"], s["n_head"]) for s in doc["stopped"]] == [("device_flushes_per_op", 8, 8)]
+    assert "device_flushes_per_op" not in {w["metric"] for w in doc["work_left_out"]}  # named once, as the FAIL
+    md = invoke(*args, "--format", "md").output
+    assert f"GATE FAILED: 1 durability metric(s) stopped: {CELL} device_flushes_per_op: head did none in 8 runs" in md
+    flagged = tmp_path / "flagged"
+    invoke(*args, "--flagged-to", str(flagged))
+    assert flagged.read_text() == f"{CELL}\n"  # the confirmation batch runs it again
+
+
+@pytest.mark.parametrize(
+    ("head_flushes", "verdict"),
+    [([0.0] * 7 + [1e-5], "PASS"), ([None] * 8, "PASS")],  # some flushes on head; not measured on head
+)
+def test_only_every_head_run_at_zero_against_every_base_run_above_is_stopped(
+    tmp_path: Path, head_flushes: list[float | None], verdict: str
+) -> None:
+    base, head = _durability_runs(tmp_path, "not", head_flushes)
+    doc = json.loads(
+        invoke("compare", str(base), str(head), "--paired", "--fail-on-regression", "5%", "--format", "json").output
+    )
+    assert doc["stopped"] == [] and doc["verdict"] == verdict
+
+
+def test_stopped_durability_is_confirmed_on_a_second_batch(tmp_path: Path) -> None:
+    base, head = _durability_runs(tmp_path, "first", [0.0] * 8)
+    again_base, again_head = _durability_runs(tmp_path, "again", [0.0] * 8)
+    cleared_base, cleared_head = _durability_runs(tmp_path, "cleared", samples(0.00035, n=8, seed=5, cv=0.02))
+    args = ["compare", str(base), str(head), "--paired", "--fail-on-regression", "5%"]
+    confirmed = invoke(*args, "--confirm", str(again_base), str(again_head), "--format", "md")
+    assert confirmed.exit_code == 1 and "CONFIRMED durability lost:" in confirmed.output
+    cleared = invoke(*args, "--confirm", str(cleared_base), str(cleared_head), "--format", "json")
+    doc = json.loads(cleared.output)
+    assert cleared.exit_code == 3 and doc["verdict"] == "NOT DECIDED"
+    assert doc["not_confirmed"] == [[CELL, "device_flushes_per_op"]]
+    missing = invoke(*args, "--confirm", str(tmp_path / "none1"), str(tmp_path / "none2"), "--format", "md")
+    assert missing.exit_code == 1 and "UNCONFIRMABLE durability lost:" in missing.output

@@ -129,7 +129,7 @@ def judge(
     compared only when the first found a regression). A form fails on FAIL only (exit status 1)."""
     judging = gate.Judging(threshold, paired=paired)
     result = gate.compare(*first, judging)
-    again = gate.compare(*second, judging) if result.regressions else None
+    again = gate.compare(*second, judging) if result.flagged else None
     fails = {
         form: (gate.Confirmed(result, again).exit_status() if form.confirm and again else result.exit_status()) == 1
         for form in FORMS

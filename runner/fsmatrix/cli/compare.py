@@ -148,7 +148,7 @@ def compare_cmd(
     if flagged_to is not None:
         flagged_to.write_text(",".join(gate.flagged_cells(result)) + "\n")  # a small control file
     confirming: gate.Confirmed | None = None
-    if confirm and result.regressions:
+    if confirm and result.flagged:
         # No confirmation batch (never run, or its runs all lost) leaves the regression standing.
         b2, h2 = (_side_or_none(spec, results_root) for spec in confirm)
         rerun = b2 is not None and h2 is not None and bool(set(b2.by_cell()) & set(h2.by_cell()))
@@ -179,12 +179,16 @@ def _show(fmt: str, result: gate.CompareResult, confirming: gate.Confirmed | Non
     if fmt == "json":
         doc = comparison.to_json(result, not_decided)
         if confirming:
+            again, not_again, not_rerun = confirming.stopped_again()  # durability stopped: (cell, metric) too
             doc = {
                 **doc,
                 "confirmation": comparison.to_json(second) if second else None,
-                "confirmed": [[r.cell_id, r.metric] for r, _ in confirming.confirmed],
-                "not_confirmed": [[r.cell_id, r.metric] for r, _ in confirming.not_confirmed],
-                "not_rerun": [[r.cell_id, r.metric] for r in confirming.not_rerun],
+                "confirmed": [[r.cell_id, r.metric] for r, _ in confirming.confirmed]
+                + [[s.cell_id, s.metric] for s in again],
+                "not_confirmed": [[r.cell_id, r.metric] for r, _ in confirming.not_confirmed]
+                + [[s.cell_id, s.metric] for s in not_again],
+                "not_rerun": [[r.cell_id, r.metric] for r in confirming.not_rerun]
+                + [[s.cell_id, s.metric] for s in not_rerun],
                 "verdict": confirming.verdict,
                 "exit_status": confirming.exit_status(not_decided),
             }

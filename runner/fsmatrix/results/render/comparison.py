@@ -159,10 +159,15 @@ def verdict_lines(result: CompareResult) -> list[str]:
         )
     regs = result.regressions
     if result.verdict == outcome.FAIL:
-        names = ", ".join(regression_words(r) for r in regs)
-        lines.append(
-            f"GATE FAILED: {len(regs)} regression(s), significant with an estimate above its threshold: {names}"
-        )
+        found = []
+        if regs:
+            names = ", ".join(regression_words(r) for r in regs)
+            found.append(f"{len(regs)} regression(s), significant with an estimate above its threshold: {names}")
+        if result.stopped:
+            found.append(
+                f"{len(result.stopped)} durability metric(s) stopped: " + "; ".join(s.words for s in result.stopped)
+            )
+        lines.append("GATE FAILED: " + "; and ".join(found))
     elif result.verdict == outcome.PASS:
         shown = "; ".join(
             f"{r.cell_id} {r.metric} at most +{r.bound.upper:.1%}" for r in result.rows if r.gated and r.bound
@@ -225,6 +230,7 @@ def to_json(result: CompareResult, not_decided: str = "distinct") -> dict[str, A
             "pass_level": result.pass_level,
             "work_thresholds": dict(result.work),
             "work_left_out": [{"cell_id": c, "metric": m, "why": w} for c, m, w in result.work_left_out],
+            "stopped": [asdict(s) for s in result.stopped],
         }
         if result.threshold is not None
         else {}
@@ -280,12 +286,13 @@ def confirmation_lines(gate: Confirmed) -> list[str]:
             f"UNCONFIRMABLE regression: {row.cell_id} {row.metric} +{row.comparison.worse_by:.1%} "
             f"(first batch {figures(row)}) has no confirmation runs: the gate fails"
         )
+    lines += _stopped_confirmation_lines(gate)
     threshold = gate.first.threshold or 0.0
-    if not gate.first.regressions:
+    if not gate.first.flagged:
         lines.append("nothing to confirm: the first batch found no regression")
     if gate.verdict == outcome.FAIL:
         lines.append(f"GATE FAILED after confirmation (threshold {threshold:.1%})")
-    elif gate.first.regressions:
+    elif gate.first.flagged:
         lines.append(
             f"gate NOT DECIDED after confirmation (threshold {threshold:.1%}): the first batch's regression did not "
             "hold in the second, and a PASS needs the first batch's own test to show the change below the threshold"
@@ -298,3 +305,13 @@ def confirmation_lines(gate: Confirmed) -> list[str]:
             + "; ".join(not_decided_sentence(r) for r in gate.first.undecided)
         )
     return lines
+
+
+def _stopped_confirmation_lines(gate: Confirmed) -> list[str]:
+    """A line per durability metric the first batch found stopped: again in the second batch, not, or not rerun."""
+    again, not_again, not_rerun = gate.stopped_again()
+    return (
+        [f"CONFIRMED durability lost: {s.words}; none again in the confirmation batch" for s in again]
+        + [f"not confirmed: {s.words}; the confirmation batch measured some" for s in not_again]
+        + [f"UNCONFIRMABLE durability lost: {s.words}; no confirmation runs: the gate fails" for s in not_rerun]
+    )

@@ -59,6 +59,30 @@ WORK_THRESHOLDS: Mapping[str, float] = MappingProxyType(
     }
 )
 NOT_MEASURED, ZERO = "not measured", "0 (no ratio)"
+# The work a stack does to make writes durable. HEAD doing none of one where BASE did some in every
+# run has no ratio to test, and is the worst regression a storage change can make: a FAIL (``Stopped``).
+DURABILITY = ("device_flushes_per_op", "fsyncs_per_op")
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A durability metric (``DURABILITY``) HEAD stopped doing in a cell: every passed run of BASE
+    measured some, every one of HEAD's 0 (no flush request sent, no fsync called). Its writes are then
+    no longer made durable on a disk with a volatile write cache, whatever time says: the gate fails
+    (confirmed like a regression). A fact of the runs, not a test: there is no ratio to 0."""
+
+    cell_id: str
+    metric: str
+    base_median: float
+    n_base: int
+    n_head: int
+
+    @property
+    def words(self) -> str:
+        return (
+            f"{self.cell_id} {self.metric}: head did none in {self.n_head} runs where base did "
+            f"{self.base_median:.3g} per operation in every one of {self.n_base} (durability lost)"
+        )
 
 
 @dataclass
@@ -94,6 +118,7 @@ class CompareResult:
     work: Mapping[str, float] = field(default_factory=dict)  # the work metrics gated, and their thresholds
     # Work metrics the gate left out of a cell: (cell, metric, on which side: NOT_MEASURED or ZERO).
     work_left_out: list[tuple[str, str, str]] = field(default_factory=list)
+    stopped: list[Stopped] = field(default_factory=list)  # durability HEAD stopped doing: each a FAIL
 
     @property
     def explained(self) -> set[str]:
@@ -105,12 +130,18 @@ class CompareResult:
         return [r for r in self.rows if r.regression]
 
     @property
+    def flagged(self) -> bool:
+        """A regression or a durability stopped: what fails the gate, and what a confirmation runs again."""
+        return bool(self.regressions or self.stopped)
+
+    @property
     def verdict(self) -> str | None:
-        """The gate's verdict (``outcome``), None without a threshold: FAIL on a regression; PASS when
-        every gated row's PASS test shows it not worse than the threshold; NOT DECIDED otherwise."""
+        """The gate's verdict (``outcome``), None without a threshold: FAIL on a regression or a
+        durability metric stopped; PASS when every gated row's PASS test shows it not worse than the
+        threshold; NOT DECIDED otherwise."""
         if self.threshold is None:
             return None
-        if self.regressions:
+        if self.flagged:
             return outcome.FAIL
         gated = [r for r in self.rows if r.gated]
         if gated and all(r.bound is not None and r.bound.shown for r in gated):
@@ -182,7 +213,10 @@ def compare(
     for cell_id in common:
         work, left_out = work_gated(bc[cell_id], hc[cell_id], result.work)
         result.rows += _rows(cell_id, bc[cell_id], hc[cell_id], judging, work)
-        result.work_left_out += [(cell_id, metric, why) for metric, why in left_out]
+        stopped = stopped_durability(cell_id, bc[cell_id], hc[cell_id], [m for m, _ in left_out])
+        result.stopped += stopped
+        said = {s.metric for s in stopped}
+        result.work_left_out += [(cell_id, metric, why) for metric, why in left_out if metric not in said]
     # A few declared metrics per cell decide — time's and the work metrics measured on both sides — and
     # all of those tests are corrected together: k uncorrected tests at alpha would cry wolf up to k
     # times as often. The other metrics (rates derived from the same time) explain a verdict; they
@@ -220,6 +254,17 @@ def work_gated(
         else:
             gated[metric] = threshold
     return gated, left_out
+
+
+def stopped_durability(cell_id: str, base: list[Result], head: list[Result], left_out: Sequence[str]) -> list[Stopped]:
+    """The durability metrics among the work metrics ``left_out`` of a cell (no ratio) that HEAD stopped
+    doing: BASE above 0 in every passed run that measured it, HEAD 0 in every one (``Stopped``)."""
+    found = []
+    for metric in (m for m in DURABILITY if m in left_out):
+        b, h = metric_values(base, metric), metric_values(head, metric)
+        if b and h and min(b) > 0 and max(h) == 0:
+            found.append(Stopped(cell_id, metric, stats.median(b), len(b), len(h)))
+    return found
 
 
 def measured_differently(base: Sequence[Result], head: Sequence[Result]) -> str | None:
@@ -332,14 +377,29 @@ class Confirmed:
     def not_rerun(self) -> list[MetricComparison]:
         return [row for row in self.first.regressions if self._again(row) is None]
 
+    def stopped_again(self) -> tuple[list[Stopped], list[Stopped], list[Stopped]]:
+        """The first batch's stopped durability metrics: stopped again in the second batch, measured
+        there after all (not confirmed), and in a cell the second batch did not compare (not rerun)."""
+        again: list[Stopped] = []
+        not_again: list[Stopped] = []
+        not_rerun: list[Stopped] = []
+        rerun = {r.cell_id for r in self.second.rows} if self.second else set()
+        stopped = {(s.cell_id, s.metric) for s in self.second.stopped} if self.second else set()
+        for s in self.first.stopped:
+            which = not_rerun if s.cell_id not in rerun else again if (s.cell_id, s.metric) in stopped else not_again
+            which.append(s)
+        return again, not_again, not_rerun
+
     @property
     def verdict(self) -> str | None:
-        """FAIL on a confirmed or unconfirmable regression. A regression the second batch does not
-        show is NOT DECIDED: PASS needs the first batch's own PASS test, which a batch that found a
-        regression did not give (so a PASS keeps its level). Nothing flagged: the first batch's verdict."""
-        if self.confirmed or self.not_rerun:
+        """FAIL on a confirmed or unconfirmable regression (or durability stopped). One the second
+        batch does not show is NOT DECIDED: PASS needs the first batch's own PASS test, which a batch
+        that found a regression did not give (so a PASS keeps its level). Nothing flagged: the first
+        batch's verdict."""
+        again, _, not_rerun = self.stopped_again()
+        if self.confirmed or self.not_rerun or again or not_rerun:
             return outcome.FAIL
-        if self.first.regressions:
+        if self.first.flagged:
             return outcome.NOT_DECIDED
         return self.first.verdict
 
@@ -348,8 +408,8 @@ class Confirmed:
 
 
 def flagged_cells(result: CompareResult) -> list[str]:
-    """The cells with a regression, in order: the ones a confirmation batch runs again."""
-    return sorted({row.cell_id for row in result.regressions})
+    """The cells with a regression or a durability stopped, in order: the ones a confirmation batch runs again."""
+    return sorted({row.cell_id for row in result.regressions} | {s.cell_id for s in result.stopped})
 
 
 def parse_work_thresholds(texts: Sequence[str]) -> dict[str, float]:
