@@ -80,3 +80,20 @@ def test_a_step_in_bytes_written_is_found_and_attributed(tmp_path: Path, otava_p
     assert md.returncode == 1  # a work metric worse by 20 %: the nightly's --fail-over sees it
     assert "device_write_bytes_per_op (work per operation, lower is better)" in md.stdout
     assert f"work measurement – → {MEASURED}" in md.stdout
+
+
+def test_flushes_that_stop_fail_the_nightly_though_less_is_better(tmp_path: Path, otava_python: Path) -> None:
+    """Flush requests per operation 0 from night 25 on (a kernel that stopped flushing): a change point
+    whose ratio is 0, "better" by its direction, and yet --fail-over fails on it: durability lost."""
+    rng = random.Random(5)
+    docs = []
+    for i in range(50):
+        doc = document(i, rng.gauss(1.0, 0.01), run_id=f"n{i}", work=True)
+        doc["metrics"]["device_flushes_per_op"] = 0.0 if i >= 25 else round(rng.gauss(3.5e-4, 7e-6), 8)
+        docs.append(doc)
+    by_metric = {s["metric"]: s for s in history_json(tmp_path, docs)["series"]}
+    (cp,) = by_metric["device_flushes_per_op"]["change_points"]
+    assert abs(cp["index"] - 25) <= 1 and cp["ratio"] == 0
+    done = invoke("history", "--store", f"sqlite:///{tmp_path / 'store.sqlite'}", "--fail-over", "10%")
+    assert done.returncode == 1
+    assert "change point stopped (durability lost): " in done.stderr and "device_flushes_per_op" in done.stderr

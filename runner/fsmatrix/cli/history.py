@@ -115,13 +115,14 @@ def history(
         index = trends.write_pages(histories, html_dir, title=f"History of {url.shown}")
         echo_err(f"trend pages: {index.resolve()}")
     if limit is not None:
-        worse = [
-            (h, cp) for h in histories for cp in h.change_points if decide.worse_than(cp, h.series.direction, limit)
-        ]
+        worse = [(h, cp) for h in histories for cp in h.change_points if decide.worse_than(cp, h.series, limit)]
         if worse:
             for h, cp in worse:
+                what = (
+                    "stopped (durability lost)" if decide.stopped(cp, h.series) else f"worse by more than {fail_over}"
+                )
                 echo_err(
-                    f"change point worse by more than {fail_over}: {h.series.cell_id} {h.series.metric} at {cp.time} "
+                    f"change point {what}: {h.series.cell_id} {h.series.metric} at {cp.time} "
                     f"{history_text.ratio_text(cp)}: {history_text.changed_text(cp)}"
                 )
             raise SystemExit(1)

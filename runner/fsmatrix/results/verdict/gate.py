@@ -39,7 +39,7 @@ from fsmatrix.results.verdict.environment import (
     env_differences,
     format_env_diffs,
 )
-from fsmatrix.results.verdict.metrics import compared_metrics, gate_metrics, metric_pairs, metric_values
+from fsmatrix.results.verdict.metrics import DURABILITY, compared_metrics, gate_metrics, metric_pairs, metric_values
 
 # The work per operation the gate decides on beside time, each with its own threshold (lower is better
 # for all). Each is about three times the largest run-to-run CV measured for it on the demo's cells
@@ -59,9 +59,6 @@ WORK_THRESHOLDS: Mapping[str, float] = MappingProxyType(
     }
 )
 NOT_MEASURED, ZERO = "not measured", "0 (no ratio)"
-# The work a stack does to make writes durable. HEAD doing none of one where BASE did some in every
-# run has no ratio to test, and is the worst regression a storage change can make: a FAIL (``Stopped``).
-DURABILITY = ("device_flushes_per_op", "fsyncs_per_op")
 
 
 @dataclass(frozen=True)

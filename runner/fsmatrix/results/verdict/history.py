@@ -27,6 +27,7 @@ from fsmatrix.matrix import flatten
 from fsmatrix.results.store.document import Result
 from fsmatrix.results.store.history import Point, Series
 from fsmatrix.results.verdict import stats, welch
+from fsmatrix.results.verdict.metrics import DURABILITY
 
 NOTHING_RECORDED = "no recorded change (noise, or something fsmatrix does not record)"
 # A change's size is measured over at most this many points either side (within the neighbouring change
@@ -223,9 +224,15 @@ def _run(point: Point) -> str:
     return f"{point.run_id} r{point.repeat}"
 
 
-def worse_than(cp: ChangePoint, direction: str, threshold: float) -> bool:
-    """The change made the metric worse by more than ``threshold`` (0.1: 10 %)."""
-    return stats.worse_by(cp.ratio, direction) > threshold
+def worse_than(cp: ChangePoint, series: Series, threshold: float) -> bool:
+    """The change made the metric worse by more than ``threshold`` (0.1: 10 %), or stopped a durability
+    metric (``metrics.DURABILITY``: its median after the change 0, where it was above 0 before)."""
+    return stopped(cp, series) or stats.worse_by(cp.ratio, series.direction) > threshold
+
+
+def stopped(cp: ChangePoint, series: Series) -> bool:
+    """The change stopped the flushes or fsync calls of the series: a loss of durability, not a saving."""
+    return series.metric in DURABILITY and cp.ratio == 0
 
 
 @dataclass(frozen=True)
