@@ -61,7 +61,8 @@ import numpy as np
 
 from fsmatrix.matrix import SearchSettings
 from fsmatrix.matrix import design as designs
-from fsmatrix.results.verdict import welch
+from fsmatrix.results.verdict import power, welch
+from fsmatrix.results.verdict.equivalence import pooled_log_sd
 from fsmatrix.results.verdict.search import Ratio, SearchAnswer, StageRecord
 from fsmatrix.results.verdict.space import (
     ASSUMPTION,
@@ -402,6 +403,16 @@ def observed_ratio(observations: Sequence[Observation], config: Config, baseline
     return Ratio(math.exp(diff), math.exp(float(low)), math.exp(float(high)))
 
 
+def settle_repeats(
+    observations: Sequence[Observation], config: Config, baseline: Config, delta: float, alpha: float
+) -> int | None:
+    """The fresh runs of each of ``config`` and ``baseline`` that would settle ±δ at their spread on these
+    runs (``power.repeats_needed``, the answer's advice); None: more than its range."""
+    mine = [o.value for o in observations if o.config == config and o.value > 0]
+    theirs = [o.value for o in observations if o.config == baseline and o.value > 0]
+    return power.repeats_needed(pooled_log_sd(mine, theirs), delta, alpha=alpha)
+
+
 def untried_bound(
     space: Space, model: SpaceModel, winner: Config, untried: Sequence[Config], alpha: float
 ) -> float | None:
@@ -456,6 +467,7 @@ def _confirmed(
     """The confirmation of ``winner`` against the baseline, the bound on the untried, the answer."""
     space, s, alpha = search.space, search.settings, search.alpha
     held: bool | None = None
+    settle: int | None = None
     observed: Ratio | None
     if winner == space.baseline:
         search.notes.append(
@@ -475,6 +487,8 @@ def _confirmed(
             )
         else:
             held = c.ci_low <= found.ratio <= c.ci_high
+            if found.words(space.direction, s.delta) == "not separated":
+                settle = settle_repeats(got, winner, space.baseline, s.delta, alpha)
     untried = _untried(space, search.observations)
     bound = untried_bound(space, model, winner, untried, alpha)
     holds: bool | None = bound is None or bound <= 1 + s.delta
@@ -504,4 +518,5 @@ def _confirmed(
         tuple(search.stages),
         None,
         tuple(search.notes),
+        settle,
     )

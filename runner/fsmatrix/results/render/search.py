@@ -56,12 +56,13 @@ def headline(answer: SearchAnswer) -> str:
     label = space.label(answer.best)
     found = "the baseline itself" if label == "baseline" else label
     words = metric_words(space.metric)
-    text = f"Best found: {found}"
+    text = _found_text(answer, found)
     if answer.observed is not None:
         o = answer.observed
         fresh = _fresh_runs(answer)
         on = f" on {fresh} fresh runs each" if fresh else ""
         text += f" — {words} {_x(o.ratio)} the baseline {_interval(o.ci_low, o.ci_high)}{on}"
+        text += _settle_text(answer)
     if answer.predicted is not None:
         p = answer.predicted
         text += f"; the model predicted {_x(p.ratio)} {_interval(p.ci_low, p.ci_high)}"
@@ -75,6 +76,26 @@ def headline(answer: SearchAnswer) -> str:
     else:
         text += " (no confirmation ran)." if answer.observed is None else "."
     return text
+
+
+def _found_text(answer: SearchAnswer, found: str) -> str:
+    """The headline's start: a winner only where the confirmation showed it better than the baseline."""
+    shown, delta = answer.shown, pct(answer.delta)
+    if shown == "not separated":
+        return f"Nothing shown better than the baseline: the search's best, {found}, is not separated from it"
+    if shown == "equivalent":
+        return f"Nothing better than the baseline: the search's best, {found}, is equivalent to it within ±{delta}"
+    if shown == "worse":
+        return f"Nothing better than the baseline: the search's best, {found}, was worse on fresh runs"
+    return f"Best found: {found}" + (", better than the baseline" if shown == "better" else "")
+
+
+def _settle_text(answer: SearchAnswer) -> str:
+    if answer.shown != "not separated":
+        return ""
+    n = answer.settle_repeats
+    each = f"{n} fresh runs each" if n is not None else "more than 30 fresh runs each"
+    return f" ({each} would settle ±{pct(answer.delta)})"
 
 
 def effect_text(e: SettingEffect) -> str:
@@ -99,12 +120,21 @@ def untried_line(answer: SearchAnswer) -> str:
         return f"{head}: the model did not hold at the confirmation, so it bounds none of them."
     if answer.untried_bound is None:
         return f"{head}: the model gives no bound on them."
-    better = max(answer.untried_bound - 1.0, 0.0)
     held = "yes" if answer.bound_holds else "no"
     return (
-        f"{head}: the model bounds every one at most {pct(better)} better than the one found "
+        f"{head}: the model bounds every one at most {_better_by(answer)} than the one found "
         f"(at most δ = {pct(answer.delta)}: {held}), assuming {answer.assumption}."
     )
+
+
+def _better_by(answer: SearchAnswer) -> str:
+    """``untried_bound`` (a ratio > 1 in the better direction) in the metric's own terms: "0.80× the
+    elapsed time" where lower is better (a time cannot fall by more than 100 %), "1.25× the TPS" where higher."""
+    bound = max(answer.untried_bound or 1.0, 1.0)
+    words = metric_words(answer.space.metric)
+    if answer.space.direction == "lower":
+        return f"{_x(1 / bound)} the {words}, {pct(bound - 1)} better,"
+    return f"{_x(bound)} the {words}, {pct(bound - 1)} better,"
 
 
 def runs_line(answer: SearchAnswer) -> str:

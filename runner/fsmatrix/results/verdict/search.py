@@ -34,6 +34,19 @@ class Ratio:
     ci_low: float
     ci_high: float
 
+    def words(self, direction: str, delta: float) -> str:
+        """The interval against the baseline, in the answer's words (``SHOWN``): "better" or "worse" when
+        it excludes 1 on that side, "equivalent" within ±δ, "not separated" otherwise."""
+        low, high = (self.ci_low, self.ci_high) if direction == "lower" else (1 / self.ci_high, 1 / self.ci_low)
+        if high < 1:
+            return "better"
+        if low > 1:
+            return "worse"
+        return "equivalent" if 1 / (1 + delta) < low and high < 1 + delta else "not separated"
+
+
+SHOWN = ("better", "equivalent", "not separated", "worse")  # the confirmation's words (``Ratio.words``)
+
 
 @dataclass(frozen=True)
 class SearchAnswer:
@@ -51,7 +64,10 @@ class SearchAnswer:
     best found (the better direction: > 1 is better), and ``bound_holds`` whether that is at most 1 + δ;
     ``assumption``: what the bound rests on; ``runs_used`` against ``full_cross_runs`` (3 repeats);
     ``notes``: what the numbers alone do not say (the winner is the baseline, so nothing was confirmed;
-    the model did not hold, so the candidates were judged on their own runs; ...), one sentence each."""
+    the model did not hold, so the candidates were judged on their own runs; ...), one sentence each;
+    ``settle_repeats``: where the confirmation left the found configuration not separated from the
+    baseline, the fresh runs of each that would settle ±δ (``power.repeats_needed``; None: more than
+    its range, or nothing to settle)."""
 
     space: Space
     delta: float
@@ -72,6 +88,15 @@ class SearchAnswer:
     stages: tuple[StageRecord, ...]
     reason: str | None = None
     notes: tuple[str, ...] = ()
+    settle_repeats: int | None = None
+
+    @property
+    def shown(self) -> str | None:
+        """What the confirmation showed of the found configuration against the baseline (``SHOWN``);
+        None without a confirmation, or when the found configuration is the baseline."""
+        if self.observed is None or self.best is None or self.best == self.space.baseline:
+            return None
+        return self.observed.words(self.space.direction, self.delta)
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON (docs/search.schema.json): numbers that are not finite as null."""
@@ -91,6 +116,8 @@ class SearchAnswer:
             "best": None if self.best is None else _config(space, self.best),
             "reason": self.reason,
             "observed": _ratio(self.observed),
+            "shown": self.shown,
+            "settle_repeats": self.settle_repeats,
             "predicted": _ratio(self.predicted),
             "model_held": self.model_held,
             "effects": [_effect(e) for e in self.effects],
