@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import re
 import secrets
 import sqlite3
 import statistics
@@ -42,6 +43,7 @@ from fsmatrix.results.store.database import StoreUnreachable
 from fsmatrix.results.verdict import estimate
 
 log = logging.getLogger("fsmatrix")
+RESULT_FILE = re.compile(r"r\d+\.(json|log)")  # a repeat's result and its log in a cell's folder
 
 
 @dataclass
@@ -107,6 +109,8 @@ def run_matrix(
         ) from exc
     if plan.why:
         console.print(plan.why, markup=False, highlight=False)
+    if options.force:
+        _remove_earlier(run_dir, cells, console)
     found = cell_estimates(options.results_root, cells)
     left = [(c, r) for c, r in todo if options.force or not store.is_complete(store.result_path(run_dir, c.id, r))]
     eta = EstimatedTime(found, [c.id for c, _ in left]) if plan.race is None else None
@@ -129,6 +133,22 @@ def run_matrix(
     finally:
         index.close()
     return runner.summary
+
+
+def _remove_earlier(run_dir: Path, cells: list[MatrixCell], console: Console) -> None:
+    """``--force`` runs the cells again from repeat 1: their earlier results in this run go first, so no
+    repeat of the earlier batch (beyond the new count, or one a race no longer reaches) joins the new
+    batch's answer. The results root's store keeps them: they happened, and are history."""
+    earlier = [p for c in cells for p in (run_dir / c.id).glob("r*.*") if RESULT_FILE.fullmatch(p.name)]
+    for path in earlier:
+        path.unlink()
+    if earlier:
+        console.print(
+            f"--force: removed {len(earlier)} earlier result files of these cells from {run_dir} "
+            "(the store keeps them)",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _todo(cells: list[MatrixCell], plan: racing.RunPlan, order: str, seed: int) -> list[tuple[MatrixCell, int]]:
