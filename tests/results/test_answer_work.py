@@ -152,3 +152,11 @@ def test_a_metric_on_which_all_are_equivalent_is_named_so_in_the_headline_not_as
     headline = sentences.said(same, 0.05).headline
     assert "Decided on work" not in headline
     assert headline.endswith(" Equivalent within ±5 % on device bytes written per operation.")
+
+
+def test_a_big_groups_work_words_count_the_others_once() -> None:
+    from fsmatrix.results.render import phrases
+
+    shown = [(f"c{i}", f" 1.{i}0× [1.0{i}, 1.{i}9]") for i in range(1, 6)]
+    (text,) = phrases._work_words(shown, "more work", 3)
+    assert text.endswith("c3 1.30× [1.03, 1.39] … and 2 others more work")  # never "2 more more work"

@@ -128,7 +128,7 @@ def _work_words(shown: Sequence[tuple[str, str]], words: str, named: int | None)
     first = shown[:named] if named is not None else shown
     listed = join([f"{n}{r}" for n, r in first], [n for n, _ in first])
     if len(first) < len(shown):
-        listed += f" … and {len(shown) - len(first)} more"
+        listed += f" … and {len(shown) - len(first)} others"  # "5 more more work" read twice
     return [f"{listed} {words}"]
 
 
