@@ -622,3 +622,18 @@ def test_fsmatrix_run_ends_with_the_answer_then_the_report_path(
     # matrix.json's baseline: the cell with every setting at its default (older fsmatrix: none, the first cell)
     rule = r"Baseline chosen: ext4 \((every setting at its default|first cell; the matrix names none)\)\."
     assert re.search(rule, report_md.read_text())
+
+
+def test_a_group_pooled_from_several_runs_says_so_loudly() -> None:
+    # A README audit's finding: `fsmatrix report results` (a whole root) answered on runs of eight sittings
+    # and two commits as if one. "Answers never pool history": the answer says what it pooled.
+    ext4, xfs = cells({"axes": {"filesystem": ["ext4", "xfs"]}, "defaults": {"workload": THREEN1}})
+    docs = runs(ext4, [10.0, 10.2, 9.9]) + runs(xfs, [10.1, 10.3, 9.8])
+    for doc in docs[3:]:
+        doc["run_id"] = "tuesday"
+    (g,) = answering.build(typed(docs)).groups
+    (line,) = [s for s in sentences.said(g, 0.05).details if s.startswith("POOLED:")]
+    assert line.startswith("POOLED: this group's runs come from 2 runs (t, tuesday), not one sitting")
+    assert "**POOLED:**" in "\n".join(answer_text.markdown_lines(answering.build(typed(docs))))
+    (alone,) = answering.build(typed(docs[:3] + runs(xfs, [10.1, 10.3, 9.8]))).groups
+    assert not any(s.startswith("POOLED") for s in sentences.said(alone, 0.05).details)

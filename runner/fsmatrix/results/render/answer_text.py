@@ -49,7 +49,7 @@ def group_heading(g: GroupResult) -> str:
 
 
 def _bold_unsafe(text: str) -> str:
-    return text.replace("UNSAFE", "**UNSAFE**")
+    return text.replace("UNSAFE", "**UNSAFE**").replace("POOLED:", "**POOLED:**")
 
 
 def markdown_lines(answer: Answer) -> list[str]:

@@ -10,7 +10,7 @@ from fsmatrix.results.render.words import and_list, join, pct
 from fsmatrix.results.store import Race
 from fsmatrix.results.verdict import power, stats
 from fsmatrix.results.verdict.answer import Configuration, Open, Why
-from fsmatrix.results.verdict.configurations import RULES, Regime
+from fsmatrix.results.verdict.configurations import RULES, Group, Regime
 from fsmatrix.results.verdict.groups import Interval
 from fsmatrix.results.verdict.outliers import RULE, Outlier
 from fsmatrix.results.verdict.outliers import name as outlier_name
@@ -254,4 +254,19 @@ def unflushed_sentence(u: Unflushed, named: int | None = None) -> str:
         "a disk with a volatile write cache, what an fsync acknowledged there can be lost at a power cut unless the "
         "cache is off or power-loss protected (a crash.mode: flush-points run finds no flush point to recover at); "
         "not the same durability, whatever the speed."
+    )
+
+
+def pooled_sentence(group: Group, named: int | None = None) -> str | None:
+    """Said where a group's runs come from more than one run (a results root's report): runs of different
+    sittings drift, and the intervals then hold that drift (docs/history.md, "Answers never pool history")."""
+    runs = sorted({d.run_id for c in group.cells for d in c.docs})
+    if len(runs) < 2:
+        return None
+    shown = runs if named is None else runs[:named]
+    more = f" … and {len(runs) - len(shown)} others" if len(shown) < len(runs) else ""
+    return (
+        f"POOLED: this group's runs come from {len(runs)} runs ({join(shown)}{more}), not one sitting: runs of "
+        "different sittings drift, and every interval above holds that drift; report on one run's folder for one "
+        "sitting's answer."
     )

@@ -17,6 +17,7 @@ from fsmatrix.results.render.phrases import (
     lacking_counts,
     open_advice,
     outlier_sentence,
+    pooled_sentence,
     race_rule,
     regime_sentence,
     settle_text,
@@ -246,7 +247,7 @@ def _unflushed_headline(g: SpeedGroup, answered: Sequence[str]) -> str:
 def _context(g: SpeedGroup, words: str, named: int | None) -> list[str]:
     """What every speed group's answer says after its decisions: the work where time does not decide,
     the outlier runs, the baseline, the regime and why; the first ``named`` of each list (None: all)."""
-    said = []
+    said = [s for s in (pooled_sentence(g.group, named),) if s]
     if g.work is not None and g.work.differences:
         said.append(work_sentence(g.work, words, named))
     if g.outliers:
