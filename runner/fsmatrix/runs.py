@@ -277,14 +277,15 @@ class _Runner:
         """Run ``cell``'s repeat ``r``, or reuse it when it completed (``stored``: whatever its status,
         as long as its result is there: a race's completed round)."""
         path = store.result_path(self.options.run_dir, cell.id, r)
-        if (stored and path.exists()) or (not self.options.force and store.is_complete(path)):
+        reused = (stored and path.exists()) or (not self.options.force and store.is_complete(path))
+        if reused:
             doc = store.load_document(path)
             self.summary.reused += 1
         else:
             doc = self._run(cell, r, path)
         self.summary.counts[doc.status] = self.summary.counts.get(doc.status, 0) + 1
         self.summary.docs.setdefault(cell.id, []).append(doc)
-        self._say(cell, r, doc)
+        self._say(cell, r, doc, reused)
         return doc
 
     def _run(self, cell: MatrixCell, r: int, path: Path) -> store.Result:
@@ -310,7 +311,7 @@ class _Runner:
             log.warning("%s: not added to the store (%s); run `fsmatrix results reindex`", path, exc)
         return store.Result.read(written, path)
 
-    def _say(self, cell: MatrixCell, r: int, doc: store.Result) -> None:
+    def _say(self, cell: MatrixCell, r: int, doc: store.Result, reused: bool) -> None:
         progress = self.bar.progress
         if doc.status not in store.COMPLETE:
             progress.console.print(f"[red]{cell.id} r{r}: {doc.status}[/red]: {doc.reason}")
@@ -321,7 +322,7 @@ class _Runner:
             done = int(progress.tasks[0].completed)
             progress.console.print(
                 f"[{done}/{int(progress.tasks[0].total or 0)}] {cell.id} r{r}: {doc.status}"
-                f" ({doc.duration_s or 0:.1f} s)"
+                f" ({doc.duration_s or 0:.1f} s{', reused: not run again' if reused else ''})"
             )
 
 

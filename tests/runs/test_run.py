@@ -152,6 +152,8 @@ def test_run_stores_verified_results_with_provenance_and_resumes(
     mtimes = {p: p.stat().st_mtime for p in (results / "t").rglob("r*.json")}
     again = fsmatrix("run", str(matrix), "--results", str(results), "--workdir", str(workdir), "--no-race")
     assert again.returncode == 0 and "16 reused" in again.stderr.replace("\n", " "), again.stderr
+    progress = [line for line in again.stderr.splitlines() if line.startswith("[") and "] " in line]
+    assert progress and all(line.endswith(", reused: not run again)") for line in progress), progress
     assert {p: p.stat().st_mtime for p in mtimes} == mtimes
     forced = fsmatrix(
         "run",
