@@ -66,3 +66,19 @@ def test_host_preflight_reports_what_the_kernel_lacks(
     with caplog.at_level(logging.WARNING, logger="fsmatrix"):
         HostBackend(workdir=tmp_path).preflight(cells)
     assert "1 cell(s) will be skipped: xfs: not in /proc/filesystems" in caplog.text
+
+
+@needs_root
+def test_host_preflight_counts_the_cells_only_a_vm_can_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A README audit's finding: the warning named jfs's cell and not the hdd profile's, skipped all the same.
+    doc = {
+        "axes": {"device.profile": ["native", "hdd"]},
+        "defaults": {"filesystem": "ext4", "workload.threen1": THREEN1},
+    }
+    cells = expand_document(doc, "t").cells
+    monkeypatch.setattr(kernel, "filesystem_availability", lambda n: None)
+    with caplog.at_level(logging.WARNING, logger="fsmatrix"):
+        HostBackend(workdir=tmp_path).preflight(cells)
+    assert "1 cell(s) will be skipped: device profile 'hdd' needs a VM backend (--backend qemu)" in caplog.text

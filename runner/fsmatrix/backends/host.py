@@ -19,7 +19,7 @@ from typing import Any
 
 from fsmatrix import workdirs
 from fsmatrix.agent import crash, fit, job, kernel, provenance, storage
-from fsmatrix.agent.cell import DEFAULT_IMAGE, NATIVE
+from fsmatrix.agent.cell import DEFAULT_IMAGE, NATIVE, Cell
 from fsmatrix.agent.crash import modes as crash_modes
 from fsmatrix.backends import hostinfo
 from fsmatrix.errors import UserError
@@ -74,7 +74,9 @@ class HostBackend:
         if problem is not None:
             raise UserError(f"the host backend: {problem}")
         cache: dict[str, str | None] = {}
-        warning = kernel.report([c.spec for c in cells], [c.id for c in cells], lambda s: kernel.lacking_here(s, cache))
+        warning = kernel.report(
+            [c.spec for c in cells], [c.id for c in cells], lambda s: _not_here(s) or kernel.lacking_here(s, cache)
+        )
         if warning:
             log.warning("%s", warning)
 
@@ -94,28 +96,9 @@ class HostBackend:
         return self._host
 
     def run(self, cell: MatrixCell, repeat: int) -> dict[str, Any]:
-        profile = cell.spec.device.profile
-        if profile != NATIVE:
-            return self._skipped(
-                cell,
-                repeat,
-                f"device profile {profile!r} needs a VM backend (--backend qemu): "
-                "the host backend cannot shape a device",
-            )
-        if cell.spec.image != DEFAULT_IMAGE:
-            return self._skipped(
-                cell,
-                repeat,
-                f"image {cell.spec.image!r} is a guest image: run it on a VM backend (--backend qemu); "
-                "the host backend runs this machine's own system",
-            )
-        if cell.spec.vm.kernel:
-            return self._skipped(
-                cell,
-                repeat,
-                f"vm.kernel {cell.spec.vm.kernel!r} needs the qemu backend (--backend qemu): "
-                "the host backend runs the host's kernel",
-            )
+        why = _not_here(cell.spec)
+        if why is not None:
+            return self._skipped(cell, repeat, why)
         # Locked while the run lives: a later fsmatrix reaps it (loop devices, mounts, files) if we die.
         name = f"{cell.id}-r{repeat}-{os.getpid()}"
         with workdirs.run_directory(self.workdir, name) as run_dir, contextlib.ExitStack() as stack:
@@ -167,3 +150,23 @@ def memory_available() -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024
     return 1 << 62  # not reported (kernels before 3.14): nothing to check against
+
+
+def _not_here(spec: Cell) -> str | None:
+    """Why the host backend cannot run a cell at all (it is recorded as skipped), or None: what needs a VM."""
+    if spec.device.profile != NATIVE:
+        return (
+            f"device profile {spec.device.profile!r} needs a VM backend (--backend qemu): "
+            "the host backend cannot shape a device"
+        )
+    if spec.image != DEFAULT_IMAGE:
+        return (
+            f"image {spec.image!r} is a guest image: run it on a VM backend (--backend qemu); "
+            "the host backend runs this machine's own system"
+        )
+    if spec.vm.kernel:
+        return (
+            f"vm.kernel {spec.vm.kernel!r} needs the qemu backend (--backend qemu): "
+            "the host backend runs the host's kernel"
+        )
+    return None
