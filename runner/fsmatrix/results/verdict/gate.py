@@ -62,7 +62,7 @@ NOT_MEASURED, ZERO = "not measured", "0 (no ratio)"
 
 
 @dataclass(frozen=True)
-class Stopped:
+class DurabilityLost:
     """A durability metric (``DURABILITY``) HEAD stopped doing in a cell: every passed run of BASE
     measured some, every one of HEAD's 0 (no flush request sent, no fsync called). Its writes are then
     no longer made durable on a disk with a volatile write cache, whatever time says: the gate fails
@@ -115,7 +115,7 @@ class CompareResult:
     work: Mapping[str, float] = field(default_factory=dict)  # the work metrics gated, and their thresholds
     # Work metrics the gate left out of a cell: (cell, metric, on which side: NOT_MEASURED or ZERO).
     work_left_out: list[tuple[str, str, str]] = field(default_factory=list)
-    stopped: list[Stopped] = field(default_factory=list)  # durability HEAD stopped doing: each a FAIL
+    stopped: list[DurabilityLost] = field(default_factory=list)  # durability HEAD stopped doing: each a FAIL
 
     @property
     def explained(self) -> set[str]:
@@ -253,14 +253,16 @@ def work_gated(
     return gated, left_out
 
 
-def stopped_durability(cell_id: str, base: list[Result], head: list[Result], left_out: Sequence[str]) -> list[Stopped]:
+def stopped_durability(
+    cell_id: str, base: list[Result], head: list[Result], left_out: Sequence[str]
+) -> list[DurabilityLost]:
     """The durability metrics among the work metrics ``left_out`` of a cell (no ratio) that HEAD stopped
-    doing: BASE above 0 in every passed run that measured it, HEAD 0 in every one (``Stopped``)."""
+    doing: BASE above 0 in every passed run that measured it, HEAD 0 in every one (``DurabilityLost``)."""
     found = []
     for metric in (m for m in DURABILITY if m in left_out):
         b, h = metric_values(base, metric), metric_values(head, metric)
         if b and h and min(b) > 0 and max(h) == 0:
-            found.append(Stopped(cell_id, metric, stats.median(b), len(b), len(h)))
+            found.append(DurabilityLost(cell_id, metric, stats.median(b), len(b), len(h)))
     return found
 
 
@@ -374,12 +376,12 @@ class Confirmed:
     def not_rerun(self) -> list[MetricComparison]:
         return [row for row in self.first.regressions if self._again(row) is None]
 
-    def stopped_again(self) -> tuple[list[Stopped], list[Stopped], list[Stopped]]:
+    def stopped_again(self) -> tuple[list[DurabilityLost], list[DurabilityLost], list[DurabilityLost]]:
         """The first batch's stopped durability metrics: stopped again in the second batch, measured
         there after all (not confirmed), and in a cell the second batch did not compare (not rerun)."""
-        again: list[Stopped] = []
-        not_again: list[Stopped] = []
-        not_rerun: list[Stopped] = []
+        again: list[DurabilityLost] = []
+        not_again: list[DurabilityLost] = []
+        not_rerun: list[DurabilityLost] = []
         rerun = {r.cell_id for r in self.second.rows} if self.second else set()
         stopped = {(s.cell_id, s.metric) for s in self.second.stopped} if self.second else set()
         for s in self.first.stopped:

@@ -12,7 +12,7 @@ from fsmatrix.results.store import Result
 # Gated next to the workload's own key metrics when a document has them (lower is better for all).
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
 # The work a stack does to make writes durable: none of it where there was some is a loss of durability,
-# not a saving, whatever the direction says (the gate's ``Stopped``, history's ``worse_than``).
+# not a saving, whatever the direction says (the gate's ``DurabilityLost``, history's ``worse_than``).
 DURABILITY = ("device_flushes_per_op", "fsyncs_per_op")
 
 
