@@ -94,3 +94,13 @@ def test_a_big_group_names_a_few_and_counts_the_rest() -> None:
     assert said.headline.endswith("sent no flush request (below): not the same durability.")
     (line,) = [s for s in said.details if s.startswith("No flush request:")]
     assert " and 2 more sent the device none (in all runs), where " in line and " and 24 more did" in line
+
+
+def test_a_disk_without_a_volatile_cache_needs_no_flush_and_is_not_named() -> None:
+    # device.cache writethrough: the guest's disk has no write cache, so the block layer sends no flush.
+    none, through = cells(
+        {"axes": {"device.cache": ["none", "writethrough"]}, "defaults": {"filesystem": "ext4", "workload": THREEN1}}
+    )
+    docs = with_flushes(runs(none, [10.0, 10.2, 9.9]), FLUSHING) + with_flushes(runs(through, [12.0, 12.1, 11.9]), NONE)
+    (g,) = answering.build(typed(docs)).groups
+    assert isinstance(g, answer.SpeedGroup) and g.unflushed is None

@@ -32,6 +32,9 @@ from fsmatrix.results.verdict.configurations import Group
 from fsmatrix.results.verdict.groups import Interval, Ranked
 
 FLUSHES = "device_flushes_per_op"
+# QEMU cache modes whose disk tells the guest it has no volatile write cache: the block layer sends it no
+# flush, whatever the filesystem, and needs none (``Device.cache``).
+NO_VOLATILE_CACHE = ("writethrough", "directsync")
 
 LEAST, NONE, MORE, EQUIVALENT, UNSETTLED, NOT_SEPARATED, NOT_ENOUGH = (
     "least",
@@ -139,7 +142,8 @@ class Unflushed:
     some in every run. Not a work saving: a flush is what empties a disk's volatile write cache, so on
     such a disk their fsync leaves acknowledged writes where a power cut loses them (jfs: its log and
     its fsync never ask for one; docs/answer.md, "No flush request"). A fact of the runs, no test: one
-    run is enough to show a request was never sent."""
+    run is enough to show a request was never sent. A disk that tells the guest it has no volatile cache
+    (``device.cache`` writethrough or directsync) is sent no flush and needs none: never named."""
 
     none: tuple[str, ...]  # sent no flush request in any of their runs
     flushing: tuple[str, ...]  # sent some in every run
@@ -150,7 +154,8 @@ def unflushed(group: Group, names: Sequence[str]) -> Unflushed | None:
     """The configurations among ``names`` that sent no flush request where others did (None: no such)."""
     values = {group.name(c): metrics.metric_values(list(c.docs), FLUSHES) for c in group.cells}
     values = {n: v for n, v in values.items() if n in names and v}
-    none = tuple(n for n, v in values.items() if max(v) == 0)
+    cached = {group.name(c) for c in group.cells if str(c.flat.get("device.cache")) not in NO_VOLATILE_CACHE}
+    none = tuple(n for n, v in values.items() if max(v) == 0 and n in cached)
     flushing = tuple(n for n, v in values.items() if min(v) > 0)
     if not none or not flushing:
         return None
