@@ -13,7 +13,8 @@ from fsmatrix.results.store import Result
 ROBUST_METRICS = ("cpu_busy_s", "device_write_bytes_per_op", "device_ios_per_op")
 # The work a stack does to make writes durable: none of it where there was some is a loss of durability,
 # not a saving, whatever the direction says (the gate's ``DurabilityLost``, history's ``worse_than``).
-DURABILITY = ("device_flushes_per_op", "fsyncs_per_op")
+FLUSHES = "device_flushes_per_op"
+DURABILITY = (FLUSHES, "fsyncs_per_op")
 
 
 def metric_value(doc: Result, metric: str) -> float | None:

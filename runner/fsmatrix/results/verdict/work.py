@@ -31,7 +31,6 @@ from fsmatrix.results.verdict import groups, metrics, stats
 from fsmatrix.results.verdict.configurations import Group
 from fsmatrix.results.verdict.groups import Interval, Ranked
 
-FLUSHES = "device_flushes_per_op"
 # QEMU cache modes whose disk tells the guest it has no volatile write cache: the block layer sends it no
 # flush, whatever the filesystem, and needs none (``Device.cache``).
 NO_VOLATILE_CACHE = ("writethrough", "directsync")
@@ -152,7 +151,7 @@ class Unflushed:
 
 def unflushed(group: Group, names: Sequence[str]) -> Unflushed | None:
     """The configurations among ``names`` that sent no flush request where others did (None: no such)."""
-    values = {group.name(c): metrics.metric_values(list(c.docs), FLUSHES) for c in group.cells}
+    values = {group.name(c): metrics.metric_values(list(c.docs), metrics.FLUSHES) for c in group.cells}
     values = {n: v for n, v in values.items() if n in names and v}
     cached = {group.name(c) for c in group.cells if str(c.flat.get("device.cache")) not in NO_VOLATILE_CACHE}
     none = tuple(n for n, v in values.items() if max(v) == 0 and n in cached)
