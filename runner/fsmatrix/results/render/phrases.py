@@ -233,10 +233,7 @@ def settle_time(seconds: float | None) -> str:
     return f" (about {duration(seconds)} more of runs)"
 
 
-# ----------------------------------------------------------------------------------- the group's setting
-
-
-# ----------------------------------------------------------------------------------- crash groups
+# ----------------------------------------------------------------------------------- what the runs cannot promise
 
 
 def unflushed_sentence(u: Unflushed, named: int | None = None) -> str:
